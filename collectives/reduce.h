@@ -1,0 +1,19 @@
+/* reduce.h: elementwise reduction kernels for every dtype and op. */
+#ifndef GCOLL_REDUCE_H
+#define GCOLL_REDUCE_H
+
+#include <stddef.h>
+
+#include "gcoll.h"
+
+/* dst[i] = dst[i] op src[i] for n elements; AVG reduces as SUM (see gcoll_reduce_finish).
+ * fp16 and bf16 are computed in fp32 and rounded to nearest even. */
+void gcoll_reduce(void *dst, const void *src, size_t n, gcoll_dtype_t dtype, gcoll_op_t op);
+
+/* Completes an AVG: divides n elements by nranks (integers truncate toward zero). */
+void gcoll_reduce_finish(void *buf, size_t n, gcoll_dtype_t dtype, gcoll_op_t op, int nranks);
+
+/* Forces the portable kernels (for tests of the fallback); returns the previous value. */
+int gcoll_reduce_force_scalar(int on);
+
+#endif /* GCOLL_REDUCE_H */

@@ -1,0 +1,232 @@
+/* gcoll.h: the only public API of gcoll, compression-aware collectives. */
+#ifndef GCOLL_H
+#define GCOLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && defined(GCOLL_BUILDING_LIBRARY)
+#define GCOLL_EXPORT __attribute__((visibility("default")))
+#else
+#define GCOLL_EXPORT
+#endif
+
+/*
+ * Conventions that hold for every function below unless it says otherwise:
+ * - Output arguments come last and are written only on success.
+ * - A communicator is used by one application thread at a time; collectives on one
+ *   communicator must be issued in the same order on every rank (as in MPI and NCCL).
+ * - Every blocking call returns within GCOLL_TIMEOUT_MS of the last progress of its
+ *   peers: a dead or silent peer yields GCOLL_ERR_PEER or GCOLL_ERR_TIMEOUT, never a hang.
+ * - After a collective fails, the communicator is broken: every later call on it returns
+ *   GCOLL_ERR_ABORTED (the original reason stays in gcoll_comm_last_error()). Its peers
+ *   are told, so they fail too instead of waiting for their timeout.
+ * - sendbuf == recvbuf means in place. count == 0 is valid and does nothing but order.
+ */
+
+#define GCOLL_VERSION_MAJOR 0
+#define GCOLL_VERSION_MINOR 1
+#define GCOLL_VERSION_PATCH 0
+
+typedef enum {
+    GCOLL_OK = 0,
+    GCOLL_INPROGRESS = 1,
+    GCOLL_ERR_INVALID = -1,     /* bad argument or malformed input */
+    GCOLL_ERR_NOMEM = -2,       /* allocation failed */
+    GCOLL_ERR_TRANSPORT = -3,   /* network or transport-level failure */
+    GCOLL_ERR_TIMEOUT = -4,     /* a wait passed GCOLL_TIMEOUT_MS */
+    GCOLL_ERR_PEER = -5,        /* a peer died, closed its connection or aborted */
+    GCOLL_ERR_MISMATCH = -6,    /* ranks disagree (counts, settings, version) */
+    GCOLL_ERR_UNSUPPORTED = -7, /* valid request this build or transport cannot do */
+    GCOLL_ERR_ABORTED = -8,     /* the communicator was aborted or broken earlier */
+    GCOLL_ERR_INTERNAL = -9     /* a bug in gcoll */
+} gcoll_status_t;
+
+typedef enum {
+    GCOLL_FLOAT32,
+    GCOLL_FLOAT16, /* IEEE binary16, reduced in fp32 */
+    GCOLL_BFLOAT16, /* reduced in fp32 */
+    GCOLL_FLOAT64,
+    GCOLL_INT32,
+    GCOLL_INT64
+} gcoll_dtype_t;
+
+typedef enum { GCOLL_SUM, GCOLL_AVG, GCOLL_MIN, GCOLL_MAX, GCOLL_PROD } gcoll_op_t;
+
+typedef struct gcoll_comm gcoll_comm_t;
+typedef struct gcoll_request gcoll_request_t;
+
+/* ------------------------------------------------------------------------ */
+/* Library information                                                       */
+
+/* "MAJOR.MINOR.PATCH". Never blocks; thread safe. */
+GCOLL_EXPORT const char *gcoll_version(void);
+
+/* Human-readable name of a status ("GCOLL_ERR_TIMEOUT: timed out"). Never NULL. */
+GCOLL_EXPORT const char *gcoll_status_string(gcoll_status_t status);
+
+/* Size in bytes of one element of dtype, 0 for an unknown dtype. */
+GCOLL_EXPORT size_t gcoll_dtype_size(gcoll_dtype_t dtype);
+
+/* Name of a dtype ("float32") or op ("sum"); "?" when unknown. */
+GCOLL_EXPORT const char *gcoll_dtype_name(gcoll_dtype_t dtype);
+GCOLL_EXPORT const char *gcoll_op_name(gcoll_op_t op);
+
+/* Configuration table: every GCOLL_* environment variable gcoll reads.
+ * gcoll_param_get(i, ...) for i in [0, gcoll_param_count()) describes one entry; value
+ * is the current environment value or NULL if unset. Thread safe; never blocks. */
+typedef struct {
+    const char *name;    /* "GCOLL_TIMEOUT_MS" */
+    const char *type;    /* "int", "size", "duration", "string", "enum", "bool" */
+    const char *deflt;   /* default as text ("" when none) */
+    const char *help;    /* one line */
+    const char *value;   /* current environment value, NULL if unset */
+} gcoll_param_info_t;
+GCOLL_EXPORT size_t gcoll_param_count(void);
+GCOLL_EXPORT gcoll_status_t gcoll_param_get(size_t i, gcoll_param_info_t *info_p);
+
+/* Checks every GCOLL_* variable in the environment: returns GCOLL_ERR_INVALID with the
+ * message in errbuf (if not NULL) when one does not parse. Unknown names only warn. */
+GCOLL_EXPORT gcoll_status_t gcoll_param_check(char *errbuf, size_t errlen);
+
+/* Transports compiled into this library, e.g. "tcp,ucx". */
+GCOLL_EXPORT const char *gcoll_transports_built(void);
+
+/* Whether a transport can run here (devices present, libraries load). On
+ * GCOLL_ERR_UNSUPPORTED, why (if not NULL) receives the reason. Never blocks for long. */
+GCOLL_EXPORT gcoll_status_t gcoll_transport_probe(const char *name, char *why, size_t whylen);
+
+/* ------------------------------------------------------------------------ */
+/* Communicator                                                              */
+
+/* Creates a communicator from the environment: rank and size from GCOLL_RANK/GCOLL_SIZE,
+ * else OMPI_COMM_WORLD_RANK/SIZE (Open MPI's mpirun), SLURM_PROCID/SLURM_NTASKS, or
+ * PMI_RANK/PMI_SIZE; rendezvous at GCOLL_ROOT (host:port, rank 0 listens there).
+ * Collective over all ranks; blocks until every rank has joined or GCOLL_TIMEOUT_MS passes.
+ * Errors: GCOLL_ERR_INVALID (missing/bad variables), GCOLL_ERR_TIMEOUT (root unreachable or
+ * ranks missing), GCOLL_ERR_MISMATCH (ranks disagree on version, size or must-match
+ * settings), GCOLL_ERR_PEER (authentication refused), GCOLL_ERR_TRANSPORT, GCOLL_ERR_NOMEM.
+ * Thread safe with respect to other communicators. */
+GCOLL_EXPORT gcoll_status_t gcoll_comm_init(gcoll_comm_t **comm_p);
+
+/* As gcoll_comm_init with rank, size and root address given explicitly (for frameworks
+ * that bring their own launcher). root_addr may be NULL to read GCOLL_ROOT. */
+GCOLL_EXPORT gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
+                                                 gcoll_comm_t **comm_p);
+
+/* Releases the communicator. Waits for queued operations to finish (bounded by the
+ * timeout). Not collective, but peers still communicating with this rank will see
+ * GCOLL_ERR_PEER. Returns the first error of a queued operation, or GCOLL_OK. */
+GCOLL_EXPORT gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm);
+
+/* Marks the communicator broken, fails queued and running operations with
+ * GCOLL_ERR_ABORTED and tells the peers (who then fail with GCOLL_ERR_PEER). May be
+ * called from any thread, also while another thread is blocked in a collective.
+ * The communicator must still be destroyed. */
+GCOLL_EXPORT gcoll_status_t gcoll_comm_abort(gcoll_comm_t *comm);
+
+GCOLL_EXPORT int gcoll_comm_rank(const gcoll_comm_t *comm);
+GCOLL_EXPORT int gcoll_comm_size(const gcoll_comm_t *comm);
+
+/* Detailed message of the communicator's first error ("" if none). The string stays
+ * valid until the communicator is destroyed. */
+GCOLL_EXPORT const char *gcoll_comm_last_error(const gcoll_comm_t *comm);
+
+/* Name of the transport in use ("tcp", "ucx", ...). */
+GCOLL_EXPORT const char *gcoll_comm_transport(const gcoll_comm_t *comm);
+
+/* Per-communicator counters, cumulative since init. */
+typedef struct {
+    uint64_t ops;            /* collectives completed */
+    uint64_t bytes_raw;      /* uncompressed payload bytes the collectives reduced/moved */
+    uint64_t bytes_sent;     /* bytes this rank put on the wire (payload + frame headers) */
+    uint64_t bytes_received; /* bytes this rank received off the wire */
+    uint64_t ns_compress;    /* time spent compressing and decompressing */
+    uint64_t ns_wire;        /* time spent in communication (waiting on the transport) */
+    uint64_t ns_total;       /* time from start to end of collectives */
+} gcoll_counters_t;
+GCOLL_EXPORT gcoll_status_t gcoll_comm_counters(const gcoll_comm_t *comm,
+                                                gcoll_counters_t *counters_p);
+
+/* ------------------------------------------------------------------------ */
+/* Dense collectives. Each blocking call is a nonblocking call plus gcoll_wait.
+ * Errors common to all: GCOLL_ERR_INVALID (NULL comm, NULL buffer with count > 0, bad
+ * dtype/op/root), GCOLL_ERR_MISMATCH (ranks passed different counts, dtypes or ops),
+ * GCOLL_ERR_PEER, GCOLL_ERR_TIMEOUT, GCOLL_ERR_TRANSPORT, GCOLL_ERR_ABORTED. */
+
+/* recvbuf[i] = op over ranks of sendbuf[i], on every rank. AVG is the sum divided by the
+ * rank count (for integers, truncated). fp16/bf16 are accumulated in fp32. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_allreduce(gcoll_comm_t *comm, const void *sendbuf,
+                                            void *recvbuf, size_t count, gcoll_dtype_t dtype,
+                                            gcoll_op_t op);
+
+/* Nonblocking allreduce: queues the operation and returns a request at once. The buffers
+ * must stay valid and untouched until gcoll_wait/gcoll_test reports completion. */
+GCOLL_EXPORT gcoll_status_t gcoll_iallreduce(gcoll_comm_t *comm, const void *sendbuf,
+                                             void *recvbuf, size_t count, gcoll_dtype_t dtype,
+                                             gcoll_op_t op, gcoll_request_t **req_p);
+
+/* Copies root's buf (count elements) to every rank's buf. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_broadcast(gcoll_comm_t *comm, void *buf, size_t count,
+                                            gcoll_dtype_t dtype, int root);
+GCOLL_EXPORT gcoll_status_t gcoll_ibroadcast(gcoll_comm_t *comm, void *buf, size_t count,
+                                             gcoll_dtype_t dtype, int root,
+                                             gcoll_request_t **req_p);
+
+/* Returns once every rank has entered the barrier. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_barrier(gcoll_comm_t *comm);
+GCOLL_EXPORT gcoll_status_t gcoll_ibarrier(gcoll_comm_t *comm, gcoll_request_t **req_p);
+
+/* Waits for a request to complete and frees it; returns the operation's status. Blocks
+ * (bounded by the timeout). Call from the thread that owns the communicator. */
+GCOLL_EXPORT gcoll_status_t gcoll_wait(gcoll_request_t *req);
+
+/* Sets *done_p to 1 if the request completed (then gcoll_wait returns at once with its
+ * status), else 0. Never blocks. Returns GCOLL_ERR_INVALID for a NULL request. */
+GCOLL_EXPORT gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p);
+
+/* ------------------------------------------------------------------------ */
+/* Compressors (codec layer; network-free). BEGIN COMPRESSOR SECTION          */
+
+/* A compressor is named by a spec string, the same as in GCOLL_COMPRESSOR:
+ * "none", "fp16", "bf16", "topk:density=0.001", "topk:k=100,select=sample",
+ * "randomk:density=0.01,seed=7", "threshold:tau=0.01", "sign", "qsgd:bits=4,bucket=512",
+ * "topk:density=0.01+q8", "dgc:density=0.001,momentum=0.9". See README.md. */
+typedef struct gcoll_compressor gcoll_compressor_t;
+/* Per-tensor state: error-feedback residual, DGC buffers, step counter. */
+typedef struct gcoll_tensor_state gcoll_tensor_state_t;
+
+/* Parses spec. GCOLL_ERR_INVALID with a logged message naming the bad part. Thread safe. */
+GCOLL_EXPORT gcoll_status_t gcoll_compressor_create(const char *spec, gcoll_compressor_t **c_p);
+GCOLL_EXPORT void gcoll_compressor_destroy(gcoll_compressor_t *c);
+/* Worst-case encoded size in bytes (header included) of count elements. */
+GCOLL_EXPORT size_t gcoll_compressor_bound(const gcoll_compressor_t *c, size_t count);
+/* State for one tensor of count elements; error feedback on unless the spec says ef=0. */
+GCOLL_EXPORT gcoll_status_t gcoll_state_create(gcoll_compressor_t *c, size_t count,
+                                               gcoll_tensor_state_t **s_p);
+GCOLL_EXPORT void gcoll_state_destroy(gcoll_tensor_state_t *s);
+/* The residual (count floats), NULL if the state keeps no feedback. */
+GCOLL_EXPORT const float *gcoll_state_residual(const gcoll_tensor_state_t *s);
+/* Encodes in[0..count) into out (cap bytes); *len_p receives the encoded length. With a
+ * state, applies error feedback / DGC and advances the state's step. GCOLL_ERR_INVALID on
+ * NaN/Inf input, a too small cap, or a count that does not match the state. */
+GCOLL_EXPORT gcoll_status_t gcoll_encode(gcoll_compressor_t *c, gcoll_tensor_state_t *s,
+                                         const float *in, size_t count, void *out, size_t cap,
+                                         size_t *len_p);
+/* Decodes len bytes into out[0..count) (overwrite, or add when accumulate != 0). Every
+ * field is checked against len and count: GCOLL_ERR_INVALID on malformed input, never an
+ * out-of-bounds access. */
+GCOLL_EXPORT gcoll_status_t gcoll_decode(const gcoll_compressor_t *c, const void *in,
+                                         size_t len, float *out, size_t count, int accumulate);
+
+/* END COMPRESSOR SECTION */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GCOLL_H */

@@ -1,0 +1,469 @@
+/* bootstrap.c: the rendezvous (in the manner of NCCL's bootstrap and torch's TCPStore):
+ * authenticated connections to rank 0, one round of address exchange, agreement checks. */
+#include "bootstrap.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "util.h"
+
+#define HELLO_MAGIC 0x31424347u /* "GCB1" */
+#define REPLY_MAGIC 0x32424347u /* "GCB2" */
+#define MAX_FIELD 4096
+
+struct gcoll_bootstrap {
+    int rank, size;
+    gcoll_key_t key;
+    int fd;           /* rank > 0: connection to the root; rank 0: listener */
+    int *peer_fd;     /* rank 0: connection from each rank */
+    char local_ip[INET6_ADDRSTRLEN];
+};
+
+int gcoll_split_hostport(const char *s, char *host, size_t hlen, char *port, size_t plen)
+{
+    const char *colon;
+    if (s[0] == '[') {
+        const char *end = strchr(s, ']');
+        if (!end || end[1] != ':')
+            return -1;
+        if ((size_t)(end - s - 1) >= hlen)
+            return -1;
+        memcpy(host, s + 1, (size_t)(end - s - 1));
+        host[end - s - 1] = '\0';
+        colon = end + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon || (size_t)(colon - s) >= hlen || colon == s)
+            return -1;
+        memcpy(host, s, (size_t)(colon - s));
+        host[colon - s] = '\0';
+    }
+    long p;
+    if (gcoll_parse_long(colon + 1, 1, 65535, &p) != 0)
+        return -1;
+    snprintf(port, plen, "%ld", p);
+    return 0;
+}
+
+static int resolve_root(const char *root, struct addrinfo **res, char *err, size_t errlen)
+{
+    char host[256], port[16];
+    if (gcoll_split_hostport(root, host, sizeof(host), port, sizeof(port)) != 0) {
+        snprintf(err, errlen, "GCOLL_ROOT='%s' is not host:port", root);
+        return -1;
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC};
+    int rc = getaddrinfo(host, port, &hints, res);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve GCOLL_ROOT host '%s': %s", host, gai_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+static void sockaddr_ip(const struct sockaddr *sa, char *buf, size_t len)
+{
+    if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, (socklen_t)len);
+    else
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, buf, (socklen_t)len);
+}
+
+static gcoll_status_t open_root(gcoll_bootstrap_t *bs, const struct addrinfo *ai, char *err,
+                                size_t errlen)
+{
+    int one = 1;
+    bs->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (bs->fd < 0 || setsockopt(bs->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(bs->fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(bs->fd, 1024) != 0) {
+        char a[80];
+        gcoll_sockaddr_str(ai->ai_addr, a, sizeof(a));
+        snprintf(err, errlen, "rank 0 cannot listen at GCOLL_ROOT %s: %s", a, strerror(errno));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    sockaddr_ip(ai->ai_addr, bs->local_ip, sizeof(bs->local_ip));
+    if (strcmp(bs->local_ip, "0.0.0.0") == 0)
+        snprintf(bs->local_ip, sizeof(bs->local_ip), "127.0.0.1");
+    else if (strcmp(bs->local_ip, "::") == 0)
+        snprintf(bs->local_ip, sizeof(bs->local_ip), "::1");
+    bs->peer_fd = malloc((size_t)bs->size * sizeof(int));
+    if (!bs->peer_fd)
+        return GCOLL_ERR_NOMEM;
+    for (int i = 0; i < bs->size; i++)
+        bs->peer_fd[i] = -1;
+    return GCOLL_OK;
+}
+
+static gcoll_status_t open_client(gcoll_bootstrap_t *bs, const struct addrinfo *ai,
+                                  uint64_t deadline_ms, char *err, size_t errlen)
+{
+    char a[80];
+    gcoll_sockaddr_str(ai->ai_addr, a, sizeof(a));
+    for (;;) {
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            snprintf(err, errlen, "socket: %s", strerror(errno));
+            return GCOLL_ERR_TRANSPORT;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            uint8_t id[8];
+            gcoll_put_u32(id, (uint32_t)bs->rank);
+            gcoll_put_u32(id + 4, (uint32_t)bs->size);
+            char why[256];
+            gcoll_status_t st = gcoll_auth_client(fd, &bs->key, id, sizeof(id), deadline_ms, why,
+                                                  sizeof(why));
+            if (st != GCOLL_OK) {
+                close(fd);
+                snprintf(err, errlen, "rendezvous at %s: %s", a, why);
+                return st;
+            }
+            struct sockaddr_storage ss;
+            socklen_t sl = sizeof(ss);
+            getsockname(fd, (struct sockaddr *)&ss, &sl);
+            sockaddr_ip((struct sockaddr *)&ss, bs->local_ip, sizeof(bs->local_ip));
+            bs->fd = fd;
+            return GCOLL_OK;
+        }
+        int e = errno;
+        close(fd);
+        if (gcoll_time_ms() >= deadline_ms) {
+            snprintf(err, errlen, "cannot reach the rendezvous at GCOLL_ROOT %s: %s "
+                     "(is rank 0 running?)", a, strerror(e));
+            return GCOLL_ERR_TIMEOUT;
+        }
+        usleep(50000);
+    }
+}
+
+gcoll_status_t gcoll_bootstrap_open(int rank, int size, const char *root, const gcoll_key_t *key,
+                                    uint64_t deadline_ms, gcoll_bootstrap_t **bs_p, char *err,
+                                    size_t errlen)
+{
+    gcoll_bootstrap_t *bs = calloc(1, sizeof(*bs));
+    if (!bs)
+        return GCOLL_ERR_NOMEM;
+    bs->rank = rank;
+    bs->size = size;
+    bs->key = *key;
+    bs->fd = -1;
+    struct addrinfo *res = NULL;
+    gcoll_status_t st = GCOLL_ERR_INVALID;
+    if (resolve_root(root, &res, err, errlen) != 0)
+        goto err_free;
+    st = rank == 0 ? open_root(bs, res, err, errlen)
+                   : open_client(bs, res, deadline_ms, err, errlen);
+    freeaddrinfo(res);
+    if (st != GCOLL_OK)
+        goto err_free;
+    *bs_p = bs;
+    return GCOLL_OK;
+err_free:
+    gcoll_bootstrap_close(bs);
+    return st;
+}
+
+const char *gcoll_bootstrap_local_ip(const gcoll_bootstrap_t *bs) { return bs->local_ip; }
+
+typedef struct {
+    int rank, size;
+    uint64_t hash;
+    char version[16];
+    char *match;
+    uint8_t *blob;
+    size_t blen;
+} hello_t;
+
+static int on_rank(void *arg, int fd, const void *payload, size_t plen, const char *from)
+{
+    gcoll_bootstrap_t *bs = arg;
+    if (plen != 8)
+        return -1;
+    int r = (int)gcoll_get_u32(payload);
+    if (r <= 0 || r >= bs->size || bs->peer_fd[r] >= 0) {
+        GCOLL_WARN("rendezvous: connection from %s claims rank %d, which is %s", from, r,
+                   (r <= 0 || r >= bs->size) ? "out of range" : "already taken");
+        return -1;
+    }
+    bs->peer_fd[r] = fd;
+    return 0;
+}
+
+static gcoll_status_t send_hello(int fd, const hello_t *h, uint64_t deadline_ms)
+{
+    size_t mlen = strlen(h->match);
+    size_t n = 4 + 4 + 4 + 8 + 16 + 2 + mlen + 4 + h->blen;
+    uint8_t *buf = malloc(n), *p = buf;
+    if (!buf)
+        return GCOLL_ERR_NOMEM;
+    gcoll_put_u32(p, HELLO_MAGIC);
+    gcoll_put_u32(p + 4, (uint32_t)h->rank);
+    gcoll_put_u32(p + 8, (uint32_t)h->size);
+    gcoll_put_u64(p + 12, h->hash);
+    memcpy(p + 20, h->version, 16);
+    gcoll_put_u16(p + 36, (uint16_t)mlen);
+    memcpy(p + 38, h->match, mlen);
+    p += 38 + mlen;
+    gcoll_put_u32(p, (uint32_t)h->blen);
+    memcpy(p + 4, h->blob, h->blen);
+    gcoll_status_t st = gcoll_sock_write_all(fd, buf, n, deadline_ms);
+    free(buf);
+    return st;
+}
+
+/* Reads one HELLO, bounds-checking every length before allocating. */
+static gcoll_status_t recv_hello(int fd, hello_t *h, uint64_t deadline_ms)
+{
+    uint8_t fix[38], len4[4];
+    GCOLL_CHECK(gcoll_sock_read_all(fd, fix, sizeof(fix), deadline_ms));
+    if (gcoll_get_u32(fix) != HELLO_MAGIC)
+        return GCOLL_ERR_INVALID;
+    h->rank = (int)gcoll_get_u32(fix + 4);
+    h->size = (int)gcoll_get_u32(fix + 8);
+    h->hash = gcoll_get_u64(fix + 12);
+    memcpy(h->version, fix + 20, 16);
+    h->version[15] = '\0';
+    size_t mlen = gcoll_get_u16(fix + 36);
+    if (mlen > MAX_FIELD || !(h->match = calloc(1, mlen + 1)))
+        return GCOLL_ERR_INVALID;
+    GCOLL_CHECK(gcoll_sock_read_all(fd, h->match, mlen, deadline_ms));
+    GCOLL_CHECK(gcoll_sock_read_all(fd, len4, 4, deadline_ms));
+    h->blen = gcoll_get_u32(len4);
+    if (h->blen > MAX_FIELD || !(h->blob = malloc(h->blen + 1)))
+        return GCOLL_ERR_INVALID;
+    return gcoll_sock_read_all(fd, h->blob, h->blen, deadline_ms);
+}
+
+static gcoll_status_t send_reply(int fd, gcoll_status_t status, const char *msg, const hello_t *all,
+                                 int size, uint64_t deadline_ms)
+{
+    size_t mlen = strlen(msg), n = 4 + 4 + 2 + mlen + 4;
+    if (status == GCOLL_OK)
+        for (int i = 0; i < size; i++)
+            n += 4 + all[i].blen;
+    uint8_t *buf = malloc(n), *p = buf;
+    if (!buf)
+        return GCOLL_ERR_NOMEM;
+    gcoll_put_u32(p, REPLY_MAGIC);
+    gcoll_put_u32(p + 4, (uint32_t)status);
+    gcoll_put_u16(p + 8, (uint16_t)mlen);
+    memcpy(p + 10, msg, mlen);
+    p += 10 + mlen;
+    gcoll_put_u32(p, status == GCOLL_OK ? (uint32_t)size : 0);
+    p += 4;
+    if (status == GCOLL_OK) {
+        for (int i = 0; i < size; i++) {
+            gcoll_put_u32(p, (uint32_t)all[i].blen);
+            memcpy(p + 4, all[i].blob, all[i].blen);
+            p += 4 + all[i].blen;
+        }
+    }
+    gcoll_status_t st = gcoll_sock_write_all(fd, buf, n, deadline_ms);
+    free(buf);
+    return st;
+}
+
+/* Everyone must run the same library with the same must-match settings. */
+static gcoll_status_t check_agreement(const hello_t *all, int size, char *msg, size_t len)
+{
+    for (int i = 1; i < size; i++) {
+        if (all[i].size != all[0].size) {
+            snprintf(msg, len, "rank %d was started with %d ranks but rank 0 with %d", i,
+                     all[i].size, all[0].size);
+            return GCOLL_ERR_MISMATCH;
+        }
+        if (strcmp(all[i].version, all[0].version) != 0) {
+            snprintf(msg, len, "rank %d runs gcoll %s but rank 0 runs %s", i, all[i].version,
+                     all[0].version);
+            return GCOLL_ERR_MISMATCH;
+        }
+        if (all[i].hash != all[0].hash) {
+            snprintf(msg, len, "ranks disagree on settings that must match: rank 0 has [%s], "
+                     "rank %d has [%s]", all[0].match, i, all[i].match);
+            return GCOLL_ERR_MISMATCH;
+        }
+    }
+    return GCOLL_OK;
+}
+
+static gcoll_status_t unpack_table(const uint8_t *p, size_t n, int size, void ***blobs_p,
+                                   size_t **lens_p)
+{
+    void **blobs = malloc((size_t)size * sizeof(void *) + n);
+    size_t *lens = malloc((size_t)size * sizeof(size_t));
+    if (!blobs || !lens) {
+        free(blobs);
+        free(lens);
+        return GCOLL_ERR_NOMEM;
+    }
+    uint8_t *store = (uint8_t *)(blobs + size);
+    memcpy(store, p, n);
+    size_t off = 0;
+    for (int i = 0; i < size; i++) {
+        if (n - off < 4 || gcoll_get_u32(store + off) > n - off - 4) {
+            free(blobs);
+            free(lens);
+            return GCOLL_ERR_INVALID;
+        }
+        lens[i] = gcoll_get_u32(store + off);
+        blobs[i] = store + off + 4;
+        off += 4 + lens[i];
+    }
+    *blobs_p = blobs;
+    *lens_p = lens;
+    return GCOLL_OK;
+}
+
+static gcoll_status_t exchange_root(gcoll_bootstrap_t *bs, hello_t *all, uint64_t deadline_ms,
+                                    char *err, size_t errlen)
+{
+    char why[512];
+    gcoll_status_t st = gcoll_auth_accept(bs->fd, &bs->key, bs->size - 1, on_rank, bs,
+                                          deadline_ms, why, sizeof(why));
+    if (st != GCOLL_OK) {
+        int missing = 0;
+        char list[256] = "";
+        for (int i = 1; i < bs->size; i++)
+            if (bs->peer_fd[i] < 0 && missing++ < 16)
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), " %d", i);
+        snprintf(err, errlen, "rendezvous: %s; ranks missing:%s", why, list);
+        return st;
+    }
+    for (int i = 1; i < bs->size; i++) {
+        st = recv_hello(bs->peer_fd[i], &all[i], deadline_ms);
+        if (st != GCOLL_OK || all[i].rank != i) {
+            snprintf(err, errlen, "rendezvous: bad or missing hello from rank %d", i);
+            return st != GCOLL_OK ? st : GCOLL_ERR_INVALID;
+        }
+    }
+    st = check_agreement(all, bs->size, why, sizeof(why));
+    for (int i = 1; i < bs->size; i++) {
+        gcoll_status_t sst = send_reply(bs->peer_fd[i], st, st == GCOLL_OK ? "" : why, all,
+                                        bs->size, deadline_ms);
+        if (st == GCOLL_OK && sst != GCOLL_OK) {
+            snprintf(err, errlen, "rendezvous: cannot send the address table to rank %d", i);
+            return sst;
+        }
+    }
+    if (st != GCOLL_OK)
+        snprintf(err, errlen, "%s", why);
+    return st;
+}
+
+static gcoll_status_t exchange_client(gcoll_bootstrap_t *bs, void ***blobs_p, size_t **lens_p,
+                                      uint64_t deadline_ms, char *err, size_t errlen)
+{
+    uint8_t fix[10];
+    gcoll_status_t st = gcoll_sock_read_all(bs->fd, fix, sizeof(fix), deadline_ms);
+    if (st != GCOLL_OK || gcoll_get_u32(fix) != REPLY_MAGIC) {
+        snprintf(err, errlen, "rendezvous: no reply from rank 0 (%s)",
+                 st == GCOLL_ERR_TIMEOUT ? "timed out: are all ranks started?" : "connection lost");
+        return st != GCOLL_OK ? st : GCOLL_ERR_INVALID;
+    }
+    gcoll_status_t remote = (gcoll_status_t)(int32_t)gcoll_get_u32(fix + 4);
+    size_t mlen = gcoll_get_u16(fix + 8);
+    char msg[MAX_FIELD + 1];
+    uint8_t n4[4];
+    if (mlen > MAX_FIELD || gcoll_sock_read_all(bs->fd, msg, mlen, deadline_ms) != GCOLL_OK ||
+        gcoll_sock_read_all(bs->fd, n4, 4, deadline_ms) != GCOLL_OK) {
+        snprintf(err, errlen, "rendezvous: truncated reply from rank 0");
+        return GCOLL_ERR_INVALID;
+    }
+    msg[mlen] = '\0';
+    if (remote != GCOLL_OK) {
+        snprintf(err, errlen, "%s", msg);
+        return remote < 0 ? remote : GCOLL_ERR_INVALID;
+    }
+    if ((int)gcoll_get_u32(n4) != bs->size) {
+        snprintf(err, errlen, "rendezvous: rank 0 sent a table of the wrong size");
+        return GCOLL_ERR_MISMATCH;
+    }
+    /* The table is read in bounded pieces: size * (4 + MAX_FIELD) at most. */
+    size_t cap = (size_t)bs->size * (4 + MAX_FIELD), n = 0;
+    uint8_t *buf = malloc(cap);
+    if (!buf)
+        return GCOLL_ERR_NOMEM;
+    for (int i = 0; i < bs->size; i++) {
+        st = gcoll_sock_read_all(bs->fd, buf + n, 4, deadline_ms);
+        size_t l = st == GCOLL_OK ? gcoll_get_u32(buf + n) : 0;
+        if (st != GCOLL_OK || l > MAX_FIELD ||
+            gcoll_sock_read_all(bs->fd, buf + n + 4, l, deadline_ms) != GCOLL_OK) {
+            free(buf);
+            snprintf(err, errlen, "rendezvous: truncated address table from rank 0");
+            return GCOLL_ERR_INVALID;
+        }
+        n += 4 + l;
+    }
+    st = unpack_table(buf, n, bs->size, blobs_p, lens_p);
+    free(buf);
+    return st;
+}
+
+gcoll_status_t gcoll_bootstrap_exchange(gcoll_bootstrap_t *bs, const char *match, const void *blob,
+                                        size_t len, void ***blobs_p, size_t **lens_p,
+                                        uint64_t deadline_ms, char *err, size_t errlen)
+{
+    hello_t mine = {.rank = bs->rank, .size = bs->size,
+                    .hash = gcoll_hash64(match, strlen(match), 0), .match = (char *)match,
+                    .blob = (uint8_t *)blob, .blen = len};
+    snprintf(mine.version, sizeof(mine.version), "%s", gcoll_version());
+    if (len > MAX_FIELD || strlen(match) > MAX_FIELD)
+        return GCOLL_ERR_INTERNAL;
+    if (bs->rank != 0) {
+        gcoll_status_t st = send_hello(bs->fd, &mine, deadline_ms);
+        if (st != GCOLL_OK) {
+            snprintf(err, errlen, "rendezvous: cannot send hello to rank 0");
+            return st;
+        }
+        return exchange_client(bs, blobs_p, lens_p, deadline_ms, err, errlen);
+    }
+    hello_t *all = calloc((size_t)bs->size, sizeof(*all));
+    if (!all)
+        return GCOLL_ERR_NOMEM;
+    all[0] = mine;
+    gcoll_status_t st = exchange_root(bs, all, deadline_ms, err, errlen);
+    size_t total = 0;
+    for (int i = 0; st == GCOLL_OK && i < bs->size; i++)
+        total += 4 + all[i].blen;
+    uint8_t *flat = st == GCOLL_OK ? malloc(total) : NULL;
+    if (st == GCOLL_OK && !flat)
+        st = GCOLL_ERR_NOMEM;
+    if (st == GCOLL_OK) {
+        size_t off = 0;
+        for (int i = 0; i < bs->size; i++) {
+            gcoll_put_u32(flat + off, (uint32_t)all[i].blen);
+            memcpy(flat + off + 4, all[i].blob, all[i].blen);
+            off += 4 + all[i].blen;
+        }
+        st = unpack_table(flat, total, bs->size, blobs_p, lens_p);
+    }
+    free(flat);
+    for (int i = 1; i < bs->size; i++) {
+        free(all[i].match);
+        free(all[i].blob);
+    }
+    free(all);
+    return st;
+}
+
+void gcoll_bootstrap_close(gcoll_bootstrap_t *bs)
+{
+    if (!bs)
+        return;
+    if (bs->fd >= 0)
+        close(bs->fd);
+    if (bs->peer_fd) {
+        for (int i = 0; i < bs->size; i++)
+            if (bs->peer_fd[i] >= 0)
+                close(bs->peer_fd[i]);
+        free(bs->peer_fd);
+    }
+    free(bs);
+}

@@ -1,0 +1,564 @@
+/* comm.c: communicator life cycle (environment, bootstrap, transport), the per-communicator
+ * progress thread that runs queued operations, requests, abort and failure propagation. */
+#include "comm.h"
+
+#include <errno.h>
+#include <ifaddrs.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "util.h"
+
+/* The key used when GCOLL_JOB_KEY is unset: connections still run the handshake, which
+ * keeps strangers speaking other protocols out, but it is not a secret. */
+static const char DEFAULT_KEY[] = "gcoll-default-job-key";
+
+/* ---------------------------------------------------------------------------------- */
+/* Errors                                                                               */
+
+void gcoll_comm_set_error(gcoll_comm_t *comm, const char *fmt, ...)
+{
+    if (comm->op_error[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(comm->op_error, sizeof(comm->op_error), fmt, ap);
+    va_end(ap);
+}
+
+gcoll_status_t gcoll_comm_check_args(gcoll_comm_t *comm, const char *what, int ok,
+                                     const char *fmt, ...)
+{
+    if (ok)
+        return GCOLL_OK;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    GCOLL_WARN("%s: %s", what, msg);
+    if (comm) {
+        pthread_mutex_lock(&comm->lock);
+        snprintf(comm->last_error, sizeof(comm->last_error), "%s: %s", what, msg);
+        pthread_mutex_unlock(&comm->lock);
+    }
+    return GCOLL_ERR_INVALID;
+}
+
+/* The communicator is broken from here on; peers are told so they fail fast too. Runs
+ * on the thread that owns the transport. */
+static void comm_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
+{
+    char msg[1200];
+    const char *detail = comm->op_error[0] ? comm->op_error : comm->tops->last_error(comm->tp);
+    snprintf(msg, sizeof(msg), "%s failed on rank %d: %s%s%s", what, comm->rank,
+             gcoll_status_string(st), *detail ? ": " : "", detail);
+    pthread_mutex_lock(&comm->lock);
+    int first = comm->broken == GCOLL_OK;
+    if (first) {
+        comm->broken = st;
+        snprintf(comm->last_error, sizeof(comm->last_error), "%.1000s", msg);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    if (first) {
+        GCOLL_WARN("%s", msg);
+        comm->tops->abort(comm->tp, st, msg);
+    }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Transport helpers for collectives                                                    */
+
+uint32_t gcoll_call_sig(int kind, size_t count, int dtype, int op, int root)
+{
+    uint64_t v[5] = {(uint64_t)kind, (uint64_t)count, (uint64_t)dtype, (uint64_t)op,
+                     (uint64_t)(int64_t)root};
+    uint64_t h = gcoll_hash64(v, sizeof(v), 0x9e3779b97f4a7c15ull);
+    uint32_t s = (uint32_t)(h ^ (h >> 32));
+    return s ? s : 1;
+}
+
+gcoll_status_t gcoll_net_isend(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, uint32_t sub,
+                               uint32_t sig, const void *buf, size_t len)
+{
+    *r = (gcoll_treq_t){.peer = peer, .tag = gcoll_tag(comm, sub), .sig = sig,
+                        .buf = (void *)buf, .len = len};
+    comm->counters.bytes_sent += len;
+    return comm->tops->isend(comm->tp, r);
+}
+
+gcoll_status_t gcoll_net_irecv(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, uint32_t sub,
+                               uint32_t sig, void *buf, size_t len, unsigned flags)
+{
+    *r = (gcoll_treq_t){.peer = peer, .tag = gcoll_tag(comm, sub), .sig = sig, .buf = buf,
+                        .len = len, .flags = flags};
+    comm->counters.bytes_received += len;
+    return comm->tops->irecv(comm->tp, r);
+}
+
+gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting)
+{
+    if (comm->abort_requested) {
+        gcoll_comm_set_error(comm, "gcoll_comm_abort was called");
+        return GCOLL_ERR_ABORTED;
+    }
+    if (gcoll_time_ms() >= comm->deadline_ms) {
+        if (waiting)
+            gcoll_comm_set_error(comm, "no progress for %lld ms (GCOLL_TIMEOUT_MS) while "
+                                 "waiting to %s rank %d",
+                                 (long long)comm->cfg.timeout_ms,
+                                 waiting->done ? "hear from" : "exchange data with",
+                                 waiting->peer);
+        else
+            gcoll_comm_set_error(comm, "no progress for %lld ms (GCOLL_TIMEOUT_MS)",
+                                 (long long)comm->cfg.timeout_ms);
+        return GCOLL_ERR_TIMEOUT;
+    }
+    uint64_t t0 = gcoll_time_ns();
+    gcoll_status_t st = comm->tops->progress(comm->tp, gcoll_ms_left(comm->deadline_ms, 100));
+    comm->counters.ns_wire += gcoll_time_ns() - t0;
+    return st;
+}
+
+gcoll_status_t gcoll_net_done(gcoll_comm_t *comm, gcoll_treq_t *r, int *done_p)
+{
+    *done_p = r->done;
+    if (!r->done)
+        return GCOLL_OK;
+    comm->deadline_ms = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
+    return r->status < 0 ? r->status : GCOLL_OK;
+}
+
+gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n)
+{
+    int first = 0; /* requests before this one are done */
+    for (;;) {
+        while (first < n && reqs[first].done) {
+            if (reqs[first].status < 0)
+                return reqs[first].status;
+            first++;
+            comm->deadline_ms = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
+        }
+        if (first == n)
+            return GCOLL_OK;
+        GCOLL_CHECK(gcoll_net_poll(comm, &reqs[first]));
+    }
+}
+
+void gcoll_net_cancel(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!reqs[i].done && reqs[i].status == GCOLL_INPROGRESS)
+            comm->tops->cancel(comm->tp, &reqs[i]);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Operation queue and progress thread                                                  */
+
+gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_run_fn_t run,
+                                   const gcoll_args_t *args)
+{
+    gcoll_request_t *req = calloc(1, sizeof(*req));
+    if (!req)
+        return NULL;
+    req->comm = comm;
+    req->name = name;
+    req->run = run;
+    req->a = *args;
+    req->status = GCOLL_INPROGRESS;
+    return req;
+}
+
+static void request_free(gcoll_request_t *req)
+{
+    if (req->a.release)
+        req->a.release(req->a.ext);
+    free(req);
+}
+
+/* Runs one operation; the caller holds the busy flag. */
+static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    gcoll_status_t st;
+    if (comm->broken != GCOLL_OK || comm->abort_requested) {
+        st = GCOLL_ERR_ABORTED;
+    } else {
+        comm->seq++;
+        comm->op_error[0] = '\0';
+        uint64_t t0 = gcoll_time_ns();
+        comm->deadline_ms = t0 / 1000000ull + (uint64_t)comm->cfg.timeout_ms;
+        st = req->run(comm, req);
+        comm->counters.ns_total += gcoll_time_ns() - t0;
+        if (st < 0)
+            comm_fail(comm, req->name, st);
+        else
+            comm->counters.ops++;
+    }
+    pthread_mutex_lock(&comm->lock);
+    req->status = st;
+    req->done = 1;
+    comm->busy = 0;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+}
+
+static void *progress_main(void *arg)
+{
+    gcoll_comm_t *comm = arg;
+    pthread_mutex_lock(&comm->lock);
+    for (;;) {
+        while (!comm->stop && (comm->qhead == NULL || comm->busy))
+            pthread_cond_wait(&comm->cond, &comm->lock);
+        if (comm->qhead == NULL || comm->busy) /* stop requested and nothing to run */
+            break;
+        gcoll_request_t *req = comm->qhead;
+        comm->qhead = req->next;
+        if (!comm->qhead)
+            comm->qtail = NULL;
+        comm->busy = 1;
+        pthread_mutex_unlock(&comm->lock);
+        run_op(comm, req);
+        pthread_mutex_lock(&comm->lock);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return NULL;
+}
+
+gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req,
+                                 gcoll_request_t **req_p)
+{
+    pthread_mutex_lock(&comm->lock);
+    if (req_p == NULL && comm->qhead == NULL && !comm->busy) {
+        /* Blocking call on an idle communicator: run here and save a thread hand-off. */
+        comm->busy = 1;
+        pthread_mutex_unlock(&comm->lock);
+        run_op(comm, req);
+        gcoll_status_t st = req->status;
+        request_free(req);
+        return st;
+    }
+    req->next = NULL;
+    if (comm->qtail)
+        comm->qtail->next = req;
+    else
+        comm->qhead = req;
+    comm->qtail = req;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    if (req_p) {
+        *req_p = req;
+        return GCOLL_OK;
+    }
+    return gcoll_wait(req);
+}
+
+gcoll_status_t gcoll_wait(gcoll_request_t *req)
+{
+    if (!req)
+        return GCOLL_ERR_INVALID;
+    gcoll_comm_t *comm = req->comm;
+    pthread_mutex_lock(&comm->lock);
+    while (!req->done)
+        pthread_cond_wait(&comm->cond, &comm->lock);
+    gcoll_status_t st = req->status;
+    pthread_mutex_unlock(&comm->lock);
+    request_free(req);
+    return st;
+}
+
+gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p)
+{
+    if (!req || !done_p)
+        return GCOLL_ERR_INVALID;
+    pthread_mutex_lock(&req->comm->lock);
+    *done_p = req->done;
+    pthread_mutex_unlock(&req->comm->lock);
+    return GCOLL_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Life cycle                                                                           */
+
+/* First variable of a launcher's family that is set, or NULL. */
+static const char *first_env(const char *const *names, const char **which)
+{
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (v && *v) {
+            *which = *names;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+static gcoll_status_t resolve_identity(gcoll_comm_t *comm, int size, int rank, char *err,
+                                       size_t errlen)
+{
+    static const char *const rank_vars[] = {"GCOLL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+                                            "PMI_RANK", NULL};
+    static const char *const size_vars[] = {"GCOLL_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
+                                            "PMI_SIZE", NULL};
+    if (size < 0 || rank < 0) {
+        const char *rv, *sv, *rname = NULL, *sname = NULL;
+        long r, s;
+        rv = first_env(rank_vars, &rname);
+        sv = first_env(size_vars, &sname);
+        if (!rv || !sv) {
+            snprintf(err, errlen, "cannot tell this process's rank and size: set GCOLL_RANK and "
+                     "GCOLL_SIZE (gcoll-run does), or run under mpirun or srun");
+            return GCOLL_ERR_INVALID;
+        }
+        if (gcoll_parse_long(rv, 0, 1 << 20, &r) || gcoll_parse_long(sv, 1, 1 << 20, &s)) {
+            snprintf(err, errlen, "%s='%s' / %s='%s' are not a valid rank and size", rname, rv,
+                     sname, sv);
+            return GCOLL_ERR_INVALID;
+        }
+        rank = (int)r;
+        size = (int)s;
+        GCOLL_INFO(GCOLL_SUBSYS_INIT, "rank %d of %d from %s/%s", rank, size, rname, sname);
+    }
+    if (size < 1 || rank < 0 || rank >= size) {
+        snprintf(err, errlen, "rank %d is not within size %d", rank, size);
+        return GCOLL_ERR_INVALID;
+    }
+    comm->rank = rank;
+    comm->size = size;
+    return GCOLL_OK;
+}
+
+/* IPv4 address of GCOLL_TCP_IFNAME, which overrides the route to the root. */
+static gcoll_status_t ifname_ip(const char *ifname, char *ip, size_t len, char *err,
+                                size_t errlen)
+{
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa) != 0) {
+        snprintf(err, errlen, "getifaddrs: %s", strerror(errno));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    gcoll_status_t st = GCOLL_ERR_INVALID;
+    for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+        if (!i->ifa_addr || strcmp(i->ifa_name, ifname) != 0)
+            continue;
+        if (i->ifa_addr->sa_family == AF_INET) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)len);
+            st = GCOLL_OK;
+            break;
+        }
+    }
+    freeifaddrs(ifa);
+    if (st != GCOLL_OK)
+        snprintf(err, errlen, "GCOLL_TCP_IFNAME='%s' names no interface with an IPv4 address",
+                 ifname);
+    return st;
+}
+
+static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, char *err,
+                                                     size_t errlen)
+{
+    const char *want = gcoll_transport_names[cfg->transport];
+    if (cfg->transport == GCOLL_TRANSPORT_AUTO)
+        return &gcoll_tcp_ops;
+    const gcoll_transport_ops_t *ops = gcoll_transport_find(want);
+    if (!ops) {
+        snprintf(err, errlen, "GCOLL_TRANSPORT=%s, but this build has only: %s", want,
+                 gcoll_transports_built());
+        return NULL;
+    }
+    char why[256] = "";
+    if (ops->probe(why, sizeof(why)) != GCOLL_OK) {
+        snprintf(err, errlen, "GCOLL_TRANSPORT=%s cannot run here: %s", want, why);
+        return NULL;
+    }
+    return ops;
+}
+
+static void comm_free(gcoll_comm_t *comm)
+{
+    if (comm->tp)
+        comm->tops->destroy(comm->tp);
+    if (comm->wake_fd >= 0)
+        close(comm->wake_fd);
+    gcoll_config_free(&comm->cfg);
+    free(comm->keybuf);
+    pthread_mutex_destroy(&comm->lock);
+    pthread_cond_destroy(&comm->cond);
+    free(comm);
+}
+
+static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *err, size_t errlen)
+{
+    uint64_t deadline = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
+    gcoll_bootstrap_t *bs = NULL;
+    void **blobs = NULL;
+    size_t *lens = NULL;
+    char ip[64] = "127.0.0.1";
+    gcoll_status_t st;
+    if (comm->size > 1) {
+        if (!root || !*root) {
+            snprintf(err, errlen, "GCOLL_ROOT is not set: every rank needs the rendezvous "
+                     "address host:port (gcoll-run sets it; with mpirun pass -x GCOLL_ROOT)");
+            return GCOLL_ERR_INVALID;
+        }
+        GCOLL_CHECK_GOTO(gcoll_bootstrap_open(comm->rank, comm->size, root, &comm->key, deadline,
+                                              &bs, err, errlen), st, out);
+        snprintf(ip, sizeof(ip), "%s", gcoll_bootstrap_local_ip(bs));
+    }
+    if (comm->cfg.tcp_ifname && *comm->cfg.tcp_ifname)
+        GCOLL_CHECK_GOTO(ifname_ip(comm->cfg.tcp_ifname, ip, sizeof(ip), err, errlen), st, out);
+    gcoll_transport_params_t tp = {.rank = comm->rank, .size = comm->size, .cfg = &comm->cfg,
+                                   .local_ip = ip, .key = comm->key, .wake_fd = comm->wake_fd};
+    st = comm->tops->create(&tp, &comm->tp);
+    if (st != GCOLL_OK) {
+        snprintf(err, errlen, "cannot create the %s transport on %s", comm->tops->name, ip);
+        goto out;
+    }
+    uint8_t blob[4096];
+    size_t blen = sizeof(blob);
+    GCOLL_CHECK_GOTO(comm->tops->address(comm->tp, blob, &blen), st, out);
+    if (comm->size > 1) {
+        char match[2048];
+        gcoll_config_match_string(&comm->cfg, match, sizeof(match));
+        GCOLL_CHECK_GOTO(gcoll_bootstrap_exchange(bs, match, blob, blen, &blobs, &lens, deadline,
+                                                  err, errlen), st, out);
+    } else {
+        const void *one[1] = {blob};
+        size_t onelen[1] = {blen};
+        st = comm->tops->connect(comm->tp, one, onelen, deadline);
+        goto out;
+    }
+    st = comm->tops->connect(comm->tp, (const void *const *)blobs, lens, deadline);
+    if (st != GCOLL_OK)
+        snprintf(err, errlen, "%s", comm->tops->last_error(comm->tp));
+out:
+    free(blobs);
+    free(lens);
+    gcoll_bootstrap_close(bs);
+    return st;
+}
+
+gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
+                                    gcoll_comm_t **comm_p)
+{
+    char err[1024] = "";
+    if (!comm_p)
+        return GCOLL_ERR_INVALID;
+    gcoll_comm_t *comm = calloc(1, sizeof(*comm));
+    if (!comm)
+        return GCOLL_ERR_NOMEM;
+    comm->wake_fd = -1;
+    pthread_mutex_init(&comm->lock, NULL);
+    pthread_cond_init(&comm->cond, NULL);
+    gcoll_status_t st;
+    GCOLL_CHECK_GOTO(gcoll_config_load(&comm->cfg, err, sizeof(err)), st, err_free);
+    GCOLL_CHECK_GOTO(resolve_identity(comm, size, rank, err, sizeof(err)), st, err_free);
+    gcoll_log_set_rank(comm->rank);
+    const char *key = comm->cfg.job_key ? comm->cfg.job_key : DEFAULT_KEY;
+    if (!comm->cfg.job_key && comm->size > 1)
+        GCOLL_INFO(GCOLL_SUBSYS_INIT, "GCOLL_JOB_KEY is not set: connections are not "
+                                      "authenticated by a secret");
+    comm->keybuf = strdup(key);
+    st = GCOLL_ERR_NOMEM;
+    if (!comm->keybuf)
+        goto err_free;
+    comm->key = (gcoll_key_t){.key = (const uint8_t *)comm->keybuf, .keylen = strlen(key)};
+    comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    st = GCOLL_ERR_INVALID;
+    if (!(comm->tops = choose_transport(&comm->cfg, err, sizeof(err))))
+        goto err_free;
+    const char *root = root_addr ? root_addr : comm->cfg.root;
+    uint64_t t0 = gcoll_time_ms();
+    GCOLL_CHECK_GOTO(comm_connect(comm, root, err, sizeof(err)), st, err_free);
+    if (pthread_create(&comm->thread, NULL, progress_main, comm) != 0) {
+        snprintf(err, sizeof(err), "cannot start the progress thread");
+        st = GCOLL_ERR_INTERNAL;
+        goto err_free;
+    }
+    comm->thread_started = 1;
+    GCOLL_INFO(GCOLL_SUBSYS_INIT, "communicator ready: rank %d of %d over %s in %llu ms",
+               comm->rank, comm->size, comm->tops->name,
+               (unsigned long long)(gcoll_time_ms() - t0));
+    *comm_p = comm;
+    return GCOLL_OK;
+err_free:
+    GCOLL_WARN("gcoll_comm_init failed: %s%s%s", gcoll_status_string(st), *err ? ": " : "", err);
+    comm_free(comm);
+    return st;
+}
+
+gcoll_status_t gcoll_comm_init(gcoll_comm_t **comm_p)
+{
+    return gcoll_comm_init_rank(-1, -1, NULL, comm_p);
+}
+
+gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm)
+{
+    if (!comm)
+        return GCOLL_ERR_INVALID;
+    if (comm->thread_started) {
+        pthread_mutex_lock(&comm->lock);
+        comm->stop = 1;
+        pthread_cond_broadcast(&comm->cond);
+        pthread_mutex_unlock(&comm->lock);
+        pthread_join(comm->thread, NULL);
+    }
+    gcoll_status_t st = comm->broken;
+    comm_free(comm);
+    return st == GCOLL_ERR_ABORTED ? GCOLL_OK : st;
+}
+
+gcoll_status_t gcoll_comm_abort(gcoll_comm_t *comm)
+{
+    if (!comm)
+        return GCOLL_ERR_INVALID;
+    comm->abort_requested = 1;
+    uint64_t one = 1;
+    if (write(comm->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        GCOLL_WARN("gcoll_comm_abort: cannot wake the progress thread: %s", strerror(errno));
+    pthread_mutex_lock(&comm->lock);
+    /* A running operation notices the flag and tells the peers itself. */
+    int idle = !comm->busy;
+    if (idle)
+        comm->busy = 1;
+    pthread_mutex_unlock(&comm->lock);
+    if (idle) {
+        snprintf(comm->op_error, sizeof(comm->op_error), "gcoll_comm_abort was called");
+        comm_fail(comm, "communicator", GCOLL_ERR_ABORTED);
+        pthread_mutex_lock(&comm->lock);
+        comm->busy = 0;
+        pthread_cond_broadcast(&comm->cond);
+        pthread_mutex_unlock(&comm->lock);
+    }
+    return GCOLL_OK;
+}
+
+int gcoll_comm_rank(const gcoll_comm_t *comm) { return comm ? comm->rank : -1; }
+int gcoll_comm_size(const gcoll_comm_t *comm) { return comm ? comm->size : -1; }
+
+const char *gcoll_comm_last_error(const gcoll_comm_t *comm)
+{
+    return comm ? comm->last_error : "no communicator";
+}
+
+const char *gcoll_comm_transport(const gcoll_comm_t *comm)
+{
+    return comm && comm->tops ? comm->tops->name : "";
+}
+
+gcoll_status_t gcoll_comm_counters(const gcoll_comm_t *comm, gcoll_counters_t *counters_p)
+{
+    if (!comm || !counters_p)
+        return GCOLL_ERR_INVALID;
+    pthread_mutex_lock((pthread_mutex_t *)&comm->lock);
+    *counters_p = comm->counters;
+    pthread_mutex_unlock((pthread_mutex_t *)&comm->lock);
+    return GCOLL_OK;
+}

@@ -1,0 +1,109 @@
+/* comm.h: the communicator, its operation queue and progress thread, and the helpers
+ * collectives use to talk to the transport with deadlines. Internal. */
+#ifndef GCOLL_COMM_H
+#define GCOLL_COMM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "gcoll.h"
+#include "transport.h"
+
+typedef gcoll_status_t (*gcoll_run_fn_t)(gcoll_comm_t *comm, gcoll_request_t *req);
+
+/* Arguments of one queued collective; ext carries what a collective needs beyond these
+ * (owned by the request and released with release). */
+typedef struct {
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    gcoll_dtype_t dtype;
+    gcoll_op_t op;
+    int root;
+    const size_t *counts;
+    const size_t *displs;
+    void *ext;
+    void (*release)(void *ext);
+} gcoll_args_t;
+
+struct gcoll_request {
+    gcoll_comm_t *comm;
+    gcoll_run_fn_t run;
+    const char *name;
+    gcoll_args_t a;
+    gcoll_status_t status;
+    int done;
+    struct gcoll_request *next;
+};
+
+struct gcoll_comm {
+    int rank, size;
+    gcoll_config_t cfg;
+    char *keybuf;
+    gcoll_key_t key;
+    const gcoll_transport_ops_t *tops;
+    gcoll_transport_t *tp;
+    int wake_fd;
+    /* queue and completion, under lock */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    gcoll_request_t *qhead, *qtail;
+    int busy; /* an operation is running (on the progress thread or inline) */
+    int stop;
+    pthread_t thread;
+    int thread_started;
+    /* failure state: written by the running operation or gcoll_comm_abort */
+    volatile int abort_requested;
+    volatile gcoll_status_t broken;
+    char last_error[1024];
+    char op_error[1024]; /* detail set by the running collective */
+    /* owned by the running operation */
+    uint32_t seq;
+    uint64_t deadline_ms;
+    gcoll_counters_t counters;
+};
+
+/* Queues req (nonblocking form) or runs it (blocking form, inline when idle). */
+gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req,
+                                 gcoll_request_t **req_p);
+/* Allocates a request for run with args; NULL on ENOMEM. */
+gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_run_fn_t run,
+                                   const gcoll_args_t *args);
+/* Validation shared by entry points: non-NULL comm; sets the comm's error on failure. */
+gcoll_status_t gcoll_comm_check_args(gcoll_comm_t *comm, const char *what, int ok,
+                                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* The running collective records why it failed (first message wins). */
+void gcoll_comm_set_error(gcoll_comm_t *comm, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- transport helpers for collectives (call only from the running operation) ---- */
+
+/* Tag of message `sub` within the running collective. */
+static inline uint64_t gcoll_tag(const gcoll_comm_t *comm, uint32_t sub)
+{
+    return ((uint64_t)comm->seq << 32) | sub;
+}
+
+gcoll_status_t gcoll_net_isend(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, uint32_t sub,
+                               uint32_t sig, const void *buf, size_t len);
+gcoll_status_t gcoll_net_irecv(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, uint32_t sub,
+                               uint32_t sig, void *buf, size_t len, unsigned flags);
+/* One round of progress, waiting up to the deadline for something to happen. Returns
+ * GCOLL_ERR_TIMEOUT past the deadline (naming `waiting` if not NULL), GCOLL_ERR_ABORTED on
+ * gcoll_comm_abort. Call gcoll_net_done after each round to fold completions in. */
+gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting);
+/* Whether r completed; a failed completion returns its status (< 0) and records it.
+ * Every completion pushes the deadline out: the timeout measures silence, not duration. */
+gcoll_status_t gcoll_net_done(gcoll_comm_t *comm, gcoll_treq_t *r, int *done_p);
+/* Waits for all of reqs[0..n) (NULL entries skipped). */
+gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n);
+/* Withdraws every incomplete request of reqs[0..n) before their memory goes away. */
+void gcoll_net_cancel(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n);
+
+/* 32-bit signature of a collective call, compared by the receiving side of every message
+ * so that ranks calling different collectives or counts fail with GCOLL_ERR_MISMATCH. */
+uint32_t gcoll_call_sig(int kind, size_t count, int dtype, int op, int root);
+
+#endif /* GCOLL_COMM_H */

@@ -1,0 +1,395 @@
+/* config.c: the declarative table of every GCOLL_* variable, its typed parsers, and
+ * the public table queries used by gcoll-info (UCX- and libfabric-style parameters). */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log.h"
+
+extern char **environ;
+
+const char *const gcoll_transport_names[] = {"auto", "tcp", "ucx", "verbs", NULL};
+
+typedef enum { P_INT, P_SIZE, P_DURATION, P_STRING, P_ENUM, P_BOOL } param_type_t;
+
+enum { F_MUST_MATCH = 1, F_SECRET = 2 };
+
+typedef struct {
+    const char *name;
+    param_type_t type;
+    const char *deflt; /* "" = unset */
+    const char *help;
+    size_t offset;
+    unsigned flags;
+    const char *choices; /* P_ENUM: "a|b|c"; P_INT: "min:max" */
+} param_t;
+
+#define OFF(f) offsetof(gcoll_config_t, f)
+
+/* Every GCOLL_* variable gcoll reads. gcoll-info prints this; README.md documents it. */
+static const param_t params[] = {
+    {"GCOLL_RANK", P_INT, "", "rank of this process (else OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)",
+     OFF(rank), 0, "0:1048575"},
+    {"GCOLL_SIZE", P_INT, "", "number of ranks (else OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, PMI_SIZE)",
+     OFF(size), 0, "1:1048576"},
+    {"GCOLL_ROOT", P_STRING, "", "rendezvous address host:port; rank 0 listens there",
+     OFF(root), 0, NULL},
+    {"GCOLL_JOB_KEY", P_STRING, "",
+     "shared secret authenticating every connection (HMAC challenge-response); gcoll-run makes one",
+     OFF(job_key), F_SECRET, NULL},
+    {"GCOLL_LOCAL_RANK", P_INT, "", "rank among the ranks on this host (set by gcoll-run)",
+     OFF(local_rank), 0, "0:1048575"},
+    {"GCOLL_LOCAL_SIZE", P_INT, "", "ranks on this host (set by gcoll-run)", OFF(local_size), 0,
+     "1:1048576"},
+    {"GCOLL_TIMEOUT_MS", P_DURATION, "300000ms",
+     "deadline of every blocking wait (rendezvous, connect, collective); '500ms', '30s', '5m'",
+     OFF(timeout_ms), 0, NULL},
+    {"GCOLL_DEBUG", P_ENUM, "warn", "log level", OFF(log_level), 0,
+     "none|warn|info|debug|trace"},
+    {"GCOLL_DEBUG_SUBSYS", P_STRING, "ALL",
+     "subsystems logged: comma list of INIT,NET,COLL,COMPRESS,ADAPT,ALL; '^X' means all but X",
+     OFF(log_subsys), 0, NULL},
+    {"GCOLL_DEBUG_FILE", P_STRING, "", "log to this file instead of stderr (%h host, %p pid)",
+     OFF(log_file), 0, NULL},
+    {"GCOLL_TRANSPORT", P_ENUM, "auto", "transport: tcp, ucx, verbs or auto (best usable)",
+     OFF(transport), F_MUST_MATCH, "auto|tcp|ucx|verbs"},
+    {"GCOLL_TCP_NSOCKS", P_INT, "2", "TCP sockets per peer; large messages are striped over them",
+     OFF(tcp_nsocks), F_MUST_MATCH, "1:16"},
+    {"GCOLL_TCP_IFNAME", P_STRING, "",
+     "network interface for TCP data (default: the one that routes to GCOLL_ROOT)",
+     OFF(tcp_ifname), 0, NULL},
+    {"GCOLL_TCP_STRIPE_MIN", P_SIZE, "256kb", "messages at least this large are striped over the sockets",
+     OFF(tcp_stripe_min), F_MUST_MATCH, NULL},
+    {"GCOLL_RING_CHUNK", P_SIZE, "512kb", "pipelining chunk of ring algorithms", OFF(ring_chunk),
+     F_MUST_MATCH, NULL},
+    {"GCOLL_RING_SLICE", P_SIZE, "64mb",
+     "largest piece a ring reduces in one pass (bounds its temporary memory)", OFF(ring_slice),
+     F_MUST_MATCH, NULL},
+};
+
+uint64_t gcoll_hash64(const void *data, size_t len, uint64_t seed)
+{
+    const uint8_t *p = data;
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+int gcoll_parse_long(const char *s, long min, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 0);
+    while (isspace((unsigned char)*end))
+        end++;
+    if (errno || end == s || *end != '\0' || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Splits "12.5mb" into a number and a suffix; the suffix is compared case-insensitively. */
+static int split_number(const char *s, double *num, const char **suffix)
+{
+    char *end;
+    while (isspace((unsigned char)*s))
+        s++;
+    if (*s == '-' || *s == '\0')
+        return -1;
+    errno = 0;
+    *num = strtod(s, &end);
+    if (errno || end == s || !(*num >= 0))
+        return -1;
+    while (isspace((unsigned char)*end))
+        end++;
+    *suffix = end;
+    return 0;
+}
+
+int gcoll_parse_size(const char *s, size_t *out)
+{
+    static const struct {
+        const char *sfx;
+        double mul;
+    } units[] = {{"", 1},          {"b", 1},           {"k", 1024.0},      {"kb", 1024.0},
+                 {"kib", 1024.0},  {"m", 1048576.0},   {"mb", 1048576.0},  {"mib", 1048576.0},
+                 {"g", 1073741824.0}, {"gb", 1073741824.0}, {"gib", 1073741824.0},
+                 {"t", 1099511627776.0}, {"tb", 1099511627776.0}, {"tib", 1099511627776.0}};
+    double num;
+    const char *sfx;
+    if (split_number(s, &num, &sfx) != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcasecmp(sfx, units[i].sfx) == 0) {
+            double v = num * units[i].mul;
+            if (v >= 18446744073709551615.0 || v != (double)(size_t)v)
+                return -1;
+            *out = (size_t)v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int gcoll_parse_duration_ms(const char *s, int64_t *out)
+{
+    static const struct {
+        const char *sfx;
+        double ms;
+    } units[] = {{"", 1}, {"ms", 1}, {"us", 0.001}, {"s", 1000}, {"m", 60000}, {"min", 60000},
+                 {"h", 3600000}};
+    double num;
+    const char *sfx;
+    if (split_number(s, &num, &sfx) != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcasecmp(sfx, units[i].sfx) == 0) {
+            double v = num * units[i].ms;
+            if (v > 9.0e15)
+                return -1;
+            *out = (int64_t)(v + 0.5);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int gcoll_parse_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"1", "y", "yes", "true", "on"};
+    static const char *const no[] = {"0", "n", "no", "false", "off"};
+    for (size_t i = 0; i < 5; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int gcoll_parse_enum(const char *s, const char *choices, int *out)
+{
+    size_t n = strlen(s);
+    int idx = 0;
+    for (const char *c = choices; *c; idx++) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && strncasecmp(c, s, n) == 0) {
+            *out = idx;
+            return 0;
+        }
+        if (!bar)
+            break;
+        c = bar + 1;
+    }
+    return -1;
+}
+
+static int parse_one(const param_t *p, const char *val, gcoll_config_t *cfg)
+{
+    void *field = (char *)cfg + p->offset;
+    switch (p->type) {
+    case P_INT: {
+        long lo = 0, hi = 0, v;
+        if (sscanf(p->choices, "%ld:%ld", &lo, &hi) != 2 || gcoll_parse_long(val, lo, hi, &v))
+            return -1;
+        *(long *)field = v;
+        return 0;
+    }
+    case P_SIZE: return gcoll_parse_size(val, (size_t *)field);
+    case P_DURATION: return gcoll_parse_duration_ms(val, (int64_t *)field);
+    case P_BOOL: return gcoll_parse_bool(val, (int *)field);
+    case P_ENUM: return gcoll_parse_enum(val, p->choices, (int *)field);
+    case P_STRING: {
+        char *dup = strdup(val);
+        if (!dup)
+            return -1;
+        free(*(char **)field);
+        *(char **)field = dup;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+static const char *type_name(param_type_t t)
+{
+    static const char *const names[] = {"int", "size", "duration", "string", "enum", "bool"};
+    return names[t];
+}
+
+static void expectation(const param_t *p, char *buf, size_t len)
+{
+    switch (p->type) {
+    case P_INT: snprintf(buf, len, "an integer in %s", p->choices); break;
+    case P_SIZE: snprintf(buf, len, "a size such as 65536, 8kb, 2mb, 1gb"); break;
+    case P_DURATION: snprintf(buf, len, "a duration such as 500ms, 30s, 5m"); break;
+    case P_ENUM: snprintf(buf, len, "one of %s", p->choices); break;
+    case P_BOOL: snprintf(buf, len, "0/1, yes/no, true/false or on/off"); break;
+    case P_STRING: snprintf(buf, len, "a string"); break;
+    }
+}
+
+#define NPARAMS (sizeof(params) / sizeof(params[0]))
+
+static int is_known(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NPARAMS; i++)
+        if (strlen(params[i].name) == len && strncmp(params[i].name, name, len) == 0)
+            return 1;
+    return 0;
+}
+
+static pthread_once_t unknown_once = PTHREAD_ONCE_INIT;
+
+/* A misspelt variable silently ignored is the worst kind of bug report: warn (as UCX does). */
+static void warn_unknown(void)
+{
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "GCOLL_", 6) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+        if (!is_known(*e, len))
+            GCOLL_WARN("unknown environment variable %.*s (gcoll-info lists the known ones)",
+                       (int)len, *e);
+    }
+}
+
+static gcoll_status_t load(gcoll_config_t *cfg, char *err, size_t errlen, int defaults_only)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->rank = cfg->size = cfg->local_rank = cfg->local_size = -1;
+    for (size_t i = 0; i < NPARAMS; i++) {
+        const param_t *p = &params[i];
+        if (*p->deflt && parse_one(p, p->deflt, cfg) != 0) {
+            snprintf(err, errlen, "internal: default of %s does not parse", p->name);
+            gcoll_config_free(cfg);
+            return GCOLL_ERR_INTERNAL;
+        }
+        const char *val = defaults_only ? NULL : getenv(p->name);
+        if (val == NULL || *val == '\0')
+            continue;
+        if (parse_one(p, val, cfg) != 0) {
+            char want[128];
+            expectation(p, want, sizeof(want));
+            snprintf(err, errlen, "%s='%s' is invalid: expected %s", p->name,
+                     (p->flags & F_SECRET) ? "***" : val, want);
+            gcoll_config_free(cfg);
+            return GCOLL_ERR_INVALID;
+        }
+    }
+    if (cfg->log_subsys) {
+        unsigned mask;
+        if (gcoll_log_parse_subsys(cfg->log_subsys, &mask) != 0) {
+            snprintf(err, errlen, "GCOLL_DEBUG_SUBSYS='%s' is invalid: expected a comma list of "
+                     "INIT,NET,COLL,COMPRESS,ADAPT,ALL", cfg->log_subsys);
+            gcoll_config_free(cfg);
+            return GCOLL_ERR_INVALID;
+        }
+    }
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_config_load(gcoll_config_t *cfg, char *err, size_t errlen)
+{
+    gcoll_log_init();
+    pthread_once(&unknown_once, warn_unknown);
+    return load(cfg, err, errlen, 0);
+}
+
+void gcoll_config_free(gcoll_config_t *cfg)
+{
+    for (size_t i = 0; i < NPARAMS; i++) {
+        if (params[i].type == P_STRING) {
+            char **f = (char **)((char *)cfg + params[i].offset);
+            free(*f);
+            *f = NULL;
+        }
+    }
+}
+
+/* Text of one parsed value, for match strings. */
+static void format_value(const param_t *p, const gcoll_config_t *cfg, char *buf, size_t len)
+{
+    const void *field = (const char *)cfg + p->offset;
+    switch (p->type) {
+    case P_INT: snprintf(buf, len, "%ld", *(const long *)field); break;
+    case P_SIZE: snprintf(buf, len, "%zu", *(const size_t *)field); break;
+    case P_DURATION: snprintf(buf, len, "%" PRId64 "ms", *(const int64_t *)field); break;
+    case P_BOOL:
+    case P_ENUM: snprintf(buf, len, "%d", *(const int *)field); break;
+    case P_STRING: {
+        const char *s = *(char *const *)field;
+        snprintf(buf, len, "%s", s ? s : "");
+        break;
+    }
+    }
+}
+
+void gcoll_config_match_string(const gcoll_config_t *cfg, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < NPARAMS && o < len; i++) {
+        if (!(params[i].flags & F_MUST_MATCH))
+            continue;
+        char v[256];
+        format_value(&params[i], cfg, v, sizeof(v));
+        int n = snprintf(buf + o, len - o, "%s%s=%s", o ? " " : "", params[i].name, v);
+        if (n < 0)
+            break;
+        o += (size_t)n;
+    }
+}
+
+uint64_t gcoll_config_match_hash(const gcoll_config_t *cfg)
+{
+    char buf[4096];
+    gcoll_config_match_string(cfg, buf, sizeof(buf));
+    return gcoll_hash64(buf, strlen(buf), 0);
+}
+
+size_t gcoll_param_count(void) { return NPARAMS; }
+
+gcoll_status_t gcoll_param_get(size_t i, gcoll_param_info_t *info_p)
+{
+    if (i >= NPARAMS || info_p == NULL)
+        return GCOLL_ERR_INVALID;
+    const param_t *p = &params[i];
+    const char *val = getenv(p->name);
+    info_p->name = p->name;
+    info_p->type = type_name(p->type);
+    info_p->deflt = p->deflt;
+    info_p->help = p->help;
+    info_p->value = (val && (p->flags & F_SECRET)) ? "(set, hidden)" : val;
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_param_check(char *errbuf, size_t errlen)
+{
+    gcoll_config_t cfg;
+    char err[512];
+    gcoll_status_t st = gcoll_config_load(&cfg, err, sizeof(err));
+    if (st != GCOLL_OK) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "%s", err);
+        return st;
+    }
+    gcoll_config_free(&cfg);
+    return GCOLL_OK;
+}

@@ -1,0 +1,59 @@
+/* config.h: the one table of GCOLL_* environment variables and their parsed values. */
+#ifndef GCOLL_CONFIG_H
+#define GCOLL_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gcoll.h"
+
+/* Parsed configuration, one snapshot per communicator (read at init). */
+typedef struct gcoll_config {
+    long rank;            /* -1 when unset */
+    long size;            /* -1 when unset */
+    char *root;           /* "host:port" or NULL */
+    char *job_key;        /* NULL when unset */
+    long local_rank;      /* informational (set by gcoll-run) */
+    long local_size;
+    int64_t timeout_ms;
+    int log_level;
+    char *log_subsys;
+    char *log_file;
+    int transport;        /* index into gcoll_transport_names */
+    long tcp_nsocks;
+    char *tcp_ifname;
+    size_t tcp_stripe_min;
+    size_t ring_chunk;
+    size_t ring_slice;
+} gcoll_config_t;
+
+enum { GCOLL_TRANSPORT_AUTO, GCOLL_TRANSPORT_TCP, GCOLL_TRANSPORT_UCX, GCOLL_TRANSPORT_VERBS };
+extern const char *const gcoll_transport_names[];
+
+/* Loads every parameter from the environment (defaults where unset). On a value that
+ * does not parse, returns GCOLL_ERR_INVALID with a message naming the variable in err.
+ * Warns (once per process) about GCOLL_* names that are not in the table. */
+gcoll_status_t gcoll_config_load(gcoll_config_t *cfg, char *err, size_t errlen);
+void gcoll_config_free(gcoll_config_t *cfg);
+
+/* Hash of the settings every rank must agree on (flagged must-match in the table). */
+uint64_t gcoll_config_match_hash(const gcoll_config_t *cfg);
+/* Names of the must-match settings whose values differ between two hashes cannot be
+ * recovered from hashes; this writes "NAME=value ..." of the must-match settings. */
+void gcoll_config_match_string(const gcoll_config_t *cfg, char *buf, size_t len);
+
+/* Typed parsers, exposed for unit tests. All return 0 on success, -1 on error. */
+int gcoll_parse_long(const char *s, long min, long max, long *out);
+int gcoll_parse_size(const char *s, size_t *out);        /* "8kb", "2MiB", "123" */
+int gcoll_parse_duration_ms(const char *s, int64_t *out); /* "500ms", "2s", "1m", "300" (ms) */
+int gcoll_parse_bool(const char *s, int *out);
+int gcoll_parse_enum(const char *s, const char *choices, int *out); /* "a|b|c" */
+
+/* Logging helpers live in log.c but parse table values. */
+int gcoll_log_parse_level(const char *s);
+int gcoll_log_parse_subsys(const char *s, unsigned *mask_p);
+
+/* 64-bit FNV-1a, used for setting and signature hashes. */
+uint64_t gcoll_hash64(const void *data, size_t len, uint64_t seed);
+
+#endif /* GCOLL_CONFIG_H */

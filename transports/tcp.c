@@ -1,0 +1,920 @@
+/* tcp.c: the TCP transport: non-blocking sockets under epoll, several per peer, tagged
+ * length-prefixed frames, large messages striped over the sockets. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "tcp_frame.h"
+#include "transport.h"
+#include "util.h"
+
+typedef struct tx_frame {
+    struct tx_frame *next;
+    gcoll_treq_t *req; /* NULL for control frames */
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN];
+    const uint8_t *data;
+    size_t len;  /* payload bytes */
+    size_t sent; /* header + payload bytes sent so far */
+    uint8_t *owned; /* payload owned by the frame (control frames) */
+} tx_frame_t;
+
+/* An incoming message being assembled from its frames. */
+typedef struct rx_msg {
+    struct rx_msg *next;
+    uint64_t tag;
+    uint32_t sig;
+    size_t len;
+    size_t got;
+    gcoll_treq_t *req; /* matched receive, NULL while unexpected */
+    uint8_t *ubuf;     /* storage of an unexpected message */
+    int discard;       /* a mismatch was reported: drop the payload */
+} rx_msg_t;
+
+typedef struct {
+    int fd;
+    int peer;
+    int open;
+    tx_frame_t *txq, *txq_tail;
+    int want_out;
+    /* receive state: header, then payload of one frame */
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN];
+    size_t hdr_have;
+    gcoll_frame_t frame;
+    rx_msg_t *msg;
+    uint8_t *dst; /* NULL: discard */
+    size_t left;
+    uint8_t ctl[GCOLL_FRAME_MAX_CTL + 1]; /* abort reason */
+} tcp_sock_t;
+
+typedef struct {
+    tcp_sock_t *socks;
+    int nopen;
+    int failed;
+    gcoll_status_t status;
+    unsigned rr; /* round-robin socket for unstriped messages */
+    rx_msg_t *msgs;       /* in progress or unexpected */
+    gcoll_treq_t *posted; /* receives not yet matched, oldest first */
+    gcoll_treq_t *posted_tail;
+} tcp_peer_t;
+
+struct gcoll_transport {
+    int rank, size, nsocks;
+    size_t stripe_min;
+    gcoll_key_t key;
+    int listen_fd;
+    int epfd;
+    int wake_fd;
+    char addr[128];
+    tcp_peer_t *peers;
+    char errmsg[512];
+    uint8_t scratch[65536]; /* sink for discarded payload */
+};
+
+/* Records the first error worth reporting; later ones only go to the log. */
+static void set_error(gcoll_transport_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void set_error(gcoll_transport_t *t, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (t->errmsg[0] == '\0')
+        snprintf(t->errmsg, sizeof(t->errmsg), "%s", msg);
+}
+
+static void complete(gcoll_treq_t *req, gcoll_status_t st)
+{
+    if (req->done)
+        return;
+    req->status = st;
+    req->done = 1;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Peer failure                                                                         */
+
+static void sock_close(gcoll_transport_t *t, tcp_sock_t *s)
+{
+    if (s->fd >= 0) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+        close(s->fd);
+        s->fd = -1;
+    }
+    s->open = 0;
+    while (s->txq) {
+        tx_frame_t *f = s->txq;
+        s->txq = f->next;
+        free(f->owned);
+        free(f);
+    }
+    s->txq_tail = NULL;
+}
+
+/* Fails everything pending with this peer; later posts to it fail at once. */
+static void peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
+{
+    tcp_peer_t *p = &t->peers[peer];
+    if (p->failed)
+        return;
+    p->failed = 1;
+    p->status = st;
+    for (int i = 0; i < t->nsocks; i++) {
+        tcp_sock_t *s = &p->socks[i];
+        for (tx_frame_t *f = s->txq; f; f = f->next)
+            if (f->req)
+                complete(f->req, st);
+        sock_close(t, s);
+    }
+    p->nopen = 0;
+    for (gcoll_treq_t *r = p->posted; r; r = r->next)
+        complete(r, st);
+    p->posted = p->posted_tail = NULL;
+    while (p->msgs) {
+        rx_msg_t *m = p->msgs;
+        p->msgs = m->next;
+        if (m->req)
+            complete(m->req, st);
+        free(m->ubuf);
+        free(m);
+    }
+}
+
+static void peer_fail_all(gcoll_transport_t *t, gcoll_status_t st)
+{
+    for (int i = 0; i < t->size; i++)
+        if (i != t->rank)
+            peer_fail(t, i, st);
+}
+
+/* Unlinks *pp from the posted list (pp points at the link to it). */
+static gcoll_treq_t *posted_unlink(tcp_peer_t *p, gcoll_treq_t **pp, gcoll_treq_t *prev)
+{
+    gcoll_treq_t *req = *pp;
+    *pp = req->next;
+    if (p->posted_tail == req)
+        p->posted_tail = prev;
+    return req;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Matching                                                                             */
+
+static gcoll_status_t check_match(gcoll_transport_t *t, int peer, const gcoll_treq_t *req,
+                                  size_t len, uint32_t sig)
+{
+    int len_ok = (req->flags & GCOLL_TREQ_ANYLEN) ? len <= req->len : len == req->len;
+    if (len_ok && sig == req->sig)
+        return GCOLL_OK;
+    set_error(t, "rank %d sent %zu bytes (signature %08x) where %s%zu bytes (signature %08x) "
+              "were expected: ranks called different collectives or passed different counts",
+              peer, len, sig, (req->flags & GCOLL_TREQ_ANYLEN) ? "at most " : "", req->len,
+              req->sig);
+    return GCOLL_ERR_MISMATCH;
+}
+
+static void finish_msg(tcp_peer_t *p, rx_msg_t *m)
+{
+    if (m->req) {
+        if (m->ubuf && !m->discard)
+            memcpy(m->req->buf, m->ubuf, m->len);
+        m->req->nbytes = m->len;
+        complete(m->req, GCOLL_OK);
+    } else if (!m->discard) {
+        return; /* unexpected: stays until a receive claims it */
+    }
+    for (rx_msg_t **pp = &p->msgs; *pp; pp = &(*pp)->next) {
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    }
+    free(m->ubuf);
+    free(m);
+}
+
+/* Finds or creates the message a frame belongs to. NULL with *st set on failure. */
+static rx_msg_t *rx_msg_for(gcoll_transport_t *t, int peer, const gcoll_frame_t *f,
+                            gcoll_status_t *st)
+{
+    tcp_peer_t *p = &t->peers[peer];
+    for (rx_msg_t *m = p->msgs; m; m = m->next) {
+        if (m->tag != f->tag)
+            continue;
+        if (m->len != f->msg_len || m->sig != f->sig) {
+            set_error(t, "malformed frame from rank %d: message length or signature changed "
+                      "between frames of tag %llx", peer, (unsigned long long)f->tag);
+            *st = GCOLL_ERR_TRANSPORT;
+            return NULL;
+        }
+        return m;
+    }
+    rx_msg_t *m = calloc(1, sizeof(*m));
+    if (!m) {
+        *st = GCOLL_ERR_NOMEM;
+        return NULL;
+    }
+    m->tag = f->tag;
+    m->sig = f->sig;
+    m->len = f->msg_len;
+    gcoll_treq_t **pp = &p->posted, *prev = NULL;
+    while (*pp && (*pp)->tag != f->tag) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp) {
+        gcoll_treq_t *req = posted_unlink(p, pp, prev);
+        gcoll_status_t mst = check_match(t, peer, req, m->len, m->sig);
+        if (mst != GCOLL_OK) {
+            complete(req, mst);
+            m->discard = 1;
+        } else {
+            m->req = req;
+        }
+    } else if (m->len > 0) {
+        m->ubuf = malloc(m->len);
+        if (!m->ubuf) {
+            set_error(t, "cannot buffer an unexpected message of %zu bytes from rank %d",
+                      m->len, peer);
+            free(m);
+            *st = GCOLL_ERR_NOMEM;
+            return NULL;
+        }
+    }
+    m->next = p->msgs;
+    p->msgs = m;
+    return m;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Receive path                                                                         */
+
+static void sock_eof(gcoll_transport_t *t, tcp_sock_t *s)
+{
+    tcp_peer_t *p = &t->peers[s->peer];
+    sock_close(t, s);
+    /* Data precedes the FIN on each socket, so the peer is gone only when all are shut. */
+    if (--p->nopen > 0)
+        return;
+    int busy = p->posted != NULL || p->msgs != NULL;
+    for (int i = 0; i < t->nsocks && !busy; i++)
+        busy = p->socks[i].txq != NULL;
+    if (busy) {
+        set_error(t, "connection to rank %d closed with operations pending (rank %d exited "
+                  "or died)", s->peer, s->peer);
+        GCOLL_WARN("%s", t->errmsg);
+    } else {
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "rank %d closed its connections", s->peer);
+    }
+    peer_fail(t, s->peer, GCOLL_ERR_PEER);
+}
+
+static void proto_error(gcoll_transport_t *t, tcp_sock_t *s, const char *why)
+{
+    int peer = s->peer;
+    set_error(t, "malformed frame from rank %d: %s; connection dropped", peer, why);
+    GCOLL_WARN("malformed frame from rank %d: %s; connection dropped", peer, why);
+    peer_fail(t, peer, GCOLL_ERR_TRANSPORT);
+}
+
+/* A complete header arrived: validate it and aim the payload. */
+static int on_header(gcoll_transport_t *t, tcp_sock_t *s)
+{
+    const char *why = gcoll_frame_decode(s->hdr, &s->frame);
+    if (why) {
+        proto_error(t, s, why);
+        return -1;
+    }
+    s->left = s->frame.frag_len;
+    s->msg = NULL;
+    s->dst = NULL;
+    if (s->frame.type == GCOLL_FRAME_ABORT) {
+        s->dst = s->ctl;
+        return 0;
+    }
+    gcoll_status_t st = GCOLL_OK;
+    rx_msg_t *m = rx_msg_for(t, s->peer, &s->frame, &st);
+    if (!m) {
+        if (st == GCOLL_ERR_TRANSPORT)
+            proto_error(t, s, "inconsistent fragments");
+        else
+            peer_fail(t, s->peer, st);
+        return -1;
+    }
+    if (s->frame.frag_len > m->len - m->got) {
+        proto_error(t, s, "fragments exceed the message length");
+        return -1;
+    }
+    s->msg = m;
+    if (!m->discard)
+        s->dst = (m->req ? (uint8_t *)m->req->buf : m->ubuf) + s->frame.frag_off;
+    return 0;
+}
+
+static void on_payload_done(gcoll_transport_t *t, tcp_sock_t *s)
+{
+    if (s->frame.type == GCOLL_FRAME_ABORT) {
+        s->ctl[s->frame.frag_len] = '\0';
+        int mismatch = s->frame.frag_len > 0 && -(int)s->ctl[0] == GCOLL_ERR_MISMATCH;
+        const char *why = s->frame.frag_len > 0 ? (char *)s->ctl + 1 : "";
+        set_error(t, "rank %d aborted: %s", s->peer, why);
+        GCOLL_WARN("rank %d aborted: %s", s->peer, why);
+        peer_fail_all(t, mismatch ? GCOLL_ERR_MISMATCH : GCOLL_ERR_PEER);
+        return;
+    }
+    rx_msg_t *m = s->msg;
+    m->got += s->frame.frag_len;
+    s->msg = NULL;
+    if (m->got == m->len)
+        finish_msg(&t->peers[s->peer], m);
+}
+
+static void handle_read(gcoll_transport_t *t, tcp_sock_t *s)
+{
+    while (s->open) {
+        ssize_t n;
+        if (s->hdr_have < GCOLL_FRAME_HDR_LEN) {
+            n = recv(s->fd, s->hdr + s->hdr_have, GCOLL_FRAME_HDR_LEN - s->hdr_have,
+                     MSG_DONTWAIT);
+            if (n > 0) {
+                s->hdr_have += (size_t)n;
+                if (s->hdr_have == GCOLL_FRAME_HDR_LEN && on_header(t, s) != 0)
+                    return;
+                if (s->hdr_have == GCOLL_FRAME_HDR_LEN && s->left == 0) {
+                    s->hdr_have = 0;
+                    on_payload_done(t, s);
+                }
+                continue;
+            }
+        } else {
+            uint8_t *dst = s->dst ? s->dst : t->scratch;
+            size_t want = s->dst ? s->left : GCOLL_MIN(s->left, sizeof(t->scratch));
+            n = recv(s->fd, dst, want, MSG_DONTWAIT);
+            if (n > 0) {
+                if (s->dst)
+                    s->dst += n;
+                s->left -= (size_t)n;
+                if (s->left == 0) {
+                    s->hdr_have = 0;
+                    on_payload_done(t, s);
+                }
+                continue;
+            }
+        }
+        if (n == 0) {
+            if (s->hdr_have != 0)
+                proto_error(t, s, "connection closed in the middle of a frame");
+            else
+                sock_eof(t, s);
+            return;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return;
+        int peer = s->peer;
+        set_error(t, "connection to rank %d failed: %s", peer, strerror(errno));
+        GCOLL_WARN("connection to rank %d failed: %s", peer, strerror(errno));
+        peer_fail(t, peer, GCOLL_ERR_PEER);
+        return;
+    }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Send path                                                                            */
+
+static void set_want_out(gcoll_transport_t *t, tcp_sock_t *s, int want)
+{
+    if (s->want_out == want || s->fd < 0)
+        return;
+    struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0), .data.ptr = s};
+    epoll_ctl(t->epfd, EPOLL_CTL_MOD, s->fd, &ev);
+    s->want_out = want;
+}
+
+/* Writes queued frames, several per sendmsg, until the socket would block. */
+static void flush(gcoll_transport_t *t, tcp_sock_t *s)
+{
+    while (s->txq && s->open) {
+        struct iovec iov[64];
+        int niov = 0;
+        for (tx_frame_t *f = s->txq; f && niov < 62; f = f->next) {
+            size_t off = f->sent;
+            if (off < GCOLL_FRAME_HDR_LEN) {
+                iov[niov++] = (struct iovec){f->hdr + off, GCOLL_FRAME_HDR_LEN - off};
+                off = GCOLL_FRAME_HDR_LEN;
+            }
+            size_t poff = off - GCOLL_FRAME_HDR_LEN;
+            if (poff < f->len)
+                iov[niov++] = (struct iovec){(void *)(f->data + poff), f->len - poff};
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+        ssize_t n = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                set_want_out(t, s, 1);
+                return;
+            }
+            int peer = s->peer;
+            set_error(t, "send to rank %d failed: %s", peer, strerror(errno));
+            GCOLL_WARN("send to rank %d failed: %s", peer, strerror(errno));
+            peer_fail(t, peer, GCOLL_ERR_PEER);
+            return;
+        }
+        size_t done = (size_t)n;
+        while (s->txq) {
+            tx_frame_t *f = s->txq;
+            size_t rem = GCOLL_FRAME_HDR_LEN + f->len - f->sent;
+            if (done < rem) {
+                f->sent += done;
+                break;
+            }
+            done -= rem;
+            s->txq = f->next;
+            if (f->req && --f->req->pending == 0)
+                complete(f->req, GCOLL_OK);
+            free(f->owned);
+            free(f);
+        }
+        if (!s->txq)
+            s->txq_tail = NULL;
+    }
+    set_want_out(t, s, 0);
+}
+
+static void enqueue(tcp_sock_t *s, tx_frame_t *f)
+{
+    f->next = NULL;
+    if (s->txq_tail)
+        s->txq_tail->next = f;
+    else
+        s->txq = f;
+    s->txq_tail = f;
+}
+
+static tx_frame_t *new_frame(int type, gcoll_treq_t *req, uint64_t tag, uint32_t sig,
+                             size_t msg_len, size_t off, const void *data, size_t len)
+{
+    tx_frame_t *f = calloc(1, sizeof(*f));
+    if (!f)
+        return NULL;
+    gcoll_frame_t fr = {.type = type, .sig = sig, .tag = tag, .msg_len = msg_len,
+                        .frag_off = off, .frag_len = len};
+    gcoll_frame_encode(&fr, f->hdr);
+    f->req = req;
+    f->data = data;
+    f->len = len;
+    return f;
+}
+
+/* Sends to oneself never touch a socket: deliver straight into the receive side. */
+static gcoll_status_t send_self(gcoll_transport_t *t, gcoll_treq_t *req)
+{
+    gcoll_frame_t f = {.type = GCOLL_FRAME_DATA, .sig = req->sig, .tag = req->tag,
+                       .msg_len = req->len, .frag_off = 0, .frag_len = req->len};
+    gcoll_status_t st = GCOLL_OK;
+    rx_msg_t *m = rx_msg_for(t, t->rank, &f, &st);
+    if (!m)
+        return st == GCOLL_ERR_TRANSPORT ? GCOLL_ERR_INVALID : st;
+    if (!m->discard && req->len)
+        memcpy(m->req ? m->req->buf : m->ubuf, req->buf, req->len);
+    m->got = m->len;
+    finish_msg(&t->peers[t->rank], m);
+    complete(req, GCOLL_OK);
+    return GCOLL_OK;
+}
+
+static gcoll_status_t tcp_isend(gcoll_transport_t *t, gcoll_treq_t *req)
+{
+    if (req->peer < 0 || req->peer >= t->size || (req->len && !req->buf))
+        return GCOLL_ERR_INVALID;
+    req->done = 0;
+    req->status = GCOLL_INPROGRESS;
+    if (req->peer == t->rank)
+        return send_self(t, req);
+    tcp_peer_t *p = &t->peers[req->peer];
+    if (p->failed) {
+        complete(req, p->status);
+        return GCOLL_OK;
+    }
+    int nfrag = (req->len >= t->stripe_min && t->nsocks > 1) ? t->nsocks : 1;
+    size_t base = req->len / (size_t)nfrag, extra = req->len % (size_t)nfrag, off = 0;
+    req->pending = (size_t)nfrag;
+    for (int i = 0; i < nfrag; i++) {
+        size_t len = base + ((size_t)i < extra);
+        tx_frame_t *f = new_frame(GCOLL_FRAME_DATA, req, req->tag, req->sig, req->len, off,
+                                  (const uint8_t *)req->buf + off, len);
+        if (!f) {
+            peer_fail(t, req->peer, GCOLL_ERR_NOMEM);
+            return GCOLL_ERR_NOMEM;
+        }
+        off += len;
+        tcp_sock_t *s = &p->socks[nfrag > 1 ? i : (int)(p->rr++ % (unsigned)t->nsocks)];
+        enqueue(s, f);
+        flush(t, s);
+        if (p->failed)
+            break;
+    }
+    return GCOLL_OK;
+}
+
+static gcoll_status_t tcp_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
+{
+    if (req->peer < 0 || req->peer >= t->size || (req->len && !req->buf))
+        return GCOLL_ERR_INVALID;
+    req->done = 0;
+    req->status = GCOLL_INPROGRESS;
+    req->nbytes = 0;
+    tcp_peer_t *p = &t->peers[req->peer];
+    for (rx_msg_t *m = p->msgs; m; m = m->next) {
+        if (m->tag != req->tag || m->req || m->discard)
+            continue;
+        gcoll_status_t st = check_match(t, req->peer, req, m->len, m->sig);
+        if (st != GCOLL_OK) {
+            complete(req, st);
+            m->discard = 1;
+            if (m->got == m->len)
+                finish_msg(p, m);
+            return GCOLL_OK;
+        }
+        m->req = req;
+        if (m->got == m->len)
+            finish_msg(p, m);
+        return GCOLL_OK;
+    }
+    if (p->failed && req->peer != t->rank) {
+        complete(req, p->status);
+        return GCOLL_OK;
+    }
+    req->next = NULL;
+    if (p->posted_tail)
+        p->posted_tail->next = req;
+    else
+        p->posted = req;
+    p->posted_tail = req;
+    return GCOLL_OK;
+}
+
+static void tcp_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
+{
+    if (req->done || req->peer < 0 || req->peer >= t->size)
+        return;
+    tcp_peer_t *p = &t->peers[req->peer];
+    gcoll_treq_t *prev = NULL;
+    for (gcoll_treq_t **pp = &p->posted; *pp; prev = *pp, pp = &(*pp)->next) {
+        if (*pp == req) {
+            posted_unlink(p, pp, prev);
+            complete(req, GCOLL_ERR_ABORTED);
+            return;
+        }
+    }
+    /* Partly received or partly sent: the byte stream cannot be resynchronised, so the
+     * peer connection is given up (the communicator is broken at this point anyway). */
+    peer_fail(t, req->peer, GCOLL_ERR_ABORTED);
+}
+
+static gcoll_status_t tcp_progress(gcoll_transport_t *t, int timeout_ms)
+{
+    struct epoll_event ev[64];
+    int n = epoll_wait(t->epfd, ev, 64, timeout_ms);
+    if (n < 0) {
+        if (errno == EINTR)
+            return GCOLL_OK;
+        set_error(t, "epoll_wait: %s", strerror(errno));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    for (int i = 0; i < n; i++) {
+        tcp_sock_t *s = ev[i].data.ptr;
+        if (s == NULL) /* the wake fd */
+            continue;
+        if (s->open && (ev[i].events & EPOLLOUT))
+            flush(t, s);
+        if (s->open && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+            handle_read(t, s);
+    }
+    return GCOLL_OK;
+}
+
+static void tcp_abort(gcoll_transport_t *t, gcoll_status_t status, const char *reason)
+{
+    size_t len = GCOLL_MIN(strlen(reason) + 1, (size_t)GCOLL_FRAME_MAX_CTL);
+    uint64_t deadline = gcoll_time_ms() + 1000;
+    for (int peer = 0; peer < t->size; peer++) {
+        tcp_peer_t *p = &t->peers[peer];
+        if (peer == t->rank || p->failed || !p->socks[0].open)
+            continue;
+        /* Whatever is half-sent stays in front, so the abort frame starts on a boundary. */
+        tx_frame_t *f = new_frame(GCOLL_FRAME_ABORT, NULL, 0, 0, len, 0, NULL, len);
+        if (!f || !(f->owned = malloc(len + 1))) {
+            free(f);
+            continue;
+        }
+        f->owned[0] = (uint8_t)(-(int)status); /* first byte: the status, negated */
+        memcpy(f->owned + 1, reason, len - 1);
+        f->data = f->owned;
+        enqueue(&p->socks[0], f);
+        flush(t, &p->socks[0]);
+    }
+    /* Bounded drain so the abort reaches peers whose sockets were full. */
+    for (;;) {
+        int pending = 0;
+        for (int peer = 0; peer < t->size; peer++)
+            if (peer != t->rank && !t->peers[peer].failed && t->peers[peer].socks[0].txq)
+                pending = 1;
+        if (!pending || gcoll_time_ms() >= deadline)
+            break;
+        tcp_progress(t, 10);
+    }
+}
+
+static const char *tcp_last_error(gcoll_transport_t *t) { return t->errmsg; }
+
+static gcoll_status_t tcp_mem_reg(gcoll_transport_t *t, void *buf, size_t len, void **handle_p)
+{
+    (void)t;
+    (void)buf;
+    (void)len;
+    *handle_p = NULL;
+    return GCOLL_OK;
+}
+
+static void tcp_mem_dereg(gcoll_transport_t *t, void *handle)
+{
+    (void)t;
+    (void)handle;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Setup                                                                                */
+
+static gcoll_status_t tcp_probe(char *why, size_t whylen)
+{
+    (void)why;
+    (void)whylen;
+    return GCOLL_OK;
+}
+
+static int resolve(const char *host, const char *port, struct sockaddr_storage *ss,
+                   socklen_t *len)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
+        return -1;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static void tcp_destroy(gcoll_transport_t *t)
+{
+    if (!t)
+        return;
+    if (t->peers) {
+        for (int i = 0; i < t->size; i++) {
+            tcp_peer_t *p = &t->peers[i];
+            if (p->socks)
+                for (int k = 0; k < t->nsocks; k++)
+                    sock_close(t, &p->socks[k]);
+            while (p->msgs) {
+                rx_msg_t *m = p->msgs;
+                p->msgs = m->next;
+                free(m->ubuf);
+                free(m);
+            }
+            free(p->socks);
+        }
+        free(t->peers);
+    }
+    if (t->listen_fd >= 0)
+        close(t->listen_fd);
+    if (t->epfd >= 0)
+        close(t->epfd);
+    free(t);
+}
+
+static gcoll_status_t tcp_create(const gcoll_transport_params_t *params, gcoll_transport_t **t_p)
+{
+    gcoll_transport_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return GCOLL_ERR_NOMEM;
+    t->rank = params->rank;
+    t->size = params->size;
+    t->nsocks = (int)params->cfg->tcp_nsocks;
+    t->stripe_min = GCOLL_MAX(params->cfg->tcp_stripe_min, (size_t)1);
+    t->key = params->key;
+    t->wake_fd = params->wake_fd;
+    t->listen_fd = -1;
+    t->epfd = epoll_create1(EPOLL_CLOEXEC);
+    t->peers = calloc((size_t)t->size, sizeof(*t->peers));
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (t->epfd < 0 || !t->peers)
+        goto err_free;
+    for (int i = 0; i < t->size; i++) {
+        t->peers[i].socks = calloc((size_t)t->nsocks, sizeof(tcp_sock_t));
+        if (!t->peers[i].socks)
+            goto err_free;
+        for (int k = 0; k < t->nsocks; k++) {
+            t->peers[i].socks[k].fd = -1;
+            t->peers[i].socks[k].peer = i;
+        }
+    }
+    if (t->wake_fd >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+        epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wake_fd, &ev);
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    st = GCOLL_ERR_TRANSPORT;
+    if (resolve(params->local_ip, "0", &ss, &sl) != 0) {
+        GCOLL_WARN("tcp: cannot use local address '%s'", params->local_ip);
+        goto err_free;
+    }
+    t->listen_fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (t->listen_fd < 0 || bind(t->listen_fd, (struct sockaddr *)&ss, sl) != 0 ||
+        listen(t->listen_fd, 256) != 0) {
+        GCOLL_WARN("tcp: cannot listen on %s: %s", params->local_ip, strerror(errno));
+        goto err_free;
+    }
+    sl = sizeof(ss);
+    getsockname(t->listen_fd, (struct sockaddr *)&ss, &sl);
+    char ip[INET6_ADDRSTRLEN];
+    int port = ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+                                       : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    inet_ntop(ss.ss_family,
+              ss.ss_family == AF_INET ? (void *)&((struct sockaddr_in *)&ss)->sin_addr
+                                      : (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr,
+              ip, sizeof(ip));
+    snprintf(t->addr, sizeof(t->addr), "%s %d", ip, port);
+    GCOLL_INFO(GCOLL_SUBSYS_NET, "tcp: listening on %s port %d, %d socket(s) per peer", ip,
+               port, t->nsocks);
+    *t_p = t;
+    return GCOLL_OK;
+err_free:
+    tcp_destroy(t);
+    return st;
+}
+
+static gcoll_status_t tcp_address(gcoll_transport_t *t, void *buf, size_t *len_p)
+{
+    size_t n = strlen(t->addr) + 1;
+    if (*len_p < n)
+        return GCOLL_ERR_INVALID;
+    memcpy(buf, t->addr, n);
+    *len_p = n;
+    return GCOLL_OK;
+}
+
+static void sock_setup(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* Connects (retrying while the peer's listener is not up yet) and authenticates. */
+static gcoll_status_t dial(gcoll_transport_t *t, int peer, int idx, const char *blob, size_t len,
+                           uint64_t deadline_ms, int *fd_p)
+{
+    char host[INET6_ADDRSTRLEN + 1], port[16];
+    if (len == 0 || blob[len - 1] != '\0' || sscanf(blob, "%46s %15s", host, port) != 2) {
+        set_error(t, "rank %d published a malformed tcp address", peer);
+        return GCOLL_ERR_INVALID;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (resolve(host, port, &ss, &sl) != 0) {
+        set_error(t, "rank %d published an unusable tcp address '%s'", peer, blob);
+        return GCOLL_ERR_INVALID;
+    }
+    for (;;) {
+        int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return GCOLL_ERR_TRANSPORT;
+        if (connect(fd, (struct sockaddr *)&ss, sl) == 0) {
+            uint8_t id[12];
+            gcoll_put_u32(id, (uint32_t)t->rank);
+            gcoll_put_u32(id + 4, (uint32_t)idx);
+            gcoll_put_u32(id + 8, (uint32_t)t->size);
+            char err[256];
+            gcoll_status_t st = gcoll_auth_client(fd, &t->key, id, sizeof(id), deadline_ms, err,
+                                                  sizeof(err));
+            if (st != GCOLL_OK) {
+                close(fd);
+                set_error(t, "connecting to rank %d at %s port %s: %s", peer, host, port, err);
+                return st;
+            }
+            *fd_p = fd;
+            return GCOLL_OK;
+        }
+        int e = errno;
+        close(fd);
+        if (gcoll_time_ms() >= deadline_ms) {
+            set_error(t, "cannot connect to rank %d at %s port %s: %s", peer, host, port,
+                      strerror(e));
+            return GCOLL_ERR_TIMEOUT;
+        }
+        usleep(20000);
+    }
+}
+
+static int on_accept(void *arg, int fd, const void *payload, size_t plen, const char *from)
+{
+    gcoll_transport_t *t = arg;
+    if (plen != 12)
+        return -1;
+    int peer = (int)gcoll_get_u32(payload);
+    int idx = (int)gcoll_get_u32((const uint8_t *)payload + 4);
+    int size = (int)gcoll_get_u32((const uint8_t *)payload + 8);
+    if (peer <= t->rank || peer >= t->size || idx < 0 || idx >= t->nsocks || size != t->size ||
+        t->peers[peer].socks[idx].fd >= 0)
+        return -1;
+    GCOLL_DEBUG(GCOLL_SUBSYS_NET, "tcp: rank %d socket %d connected from %s", peer, idx, from);
+    t->peers[peer].socks[idx].fd = fd;
+    return 0;
+}
+
+static gcoll_status_t tcp_connect(gcoll_transport_t *t, const void *const *blobs,
+                                  const size_t *lens, uint64_t deadline_ms)
+{
+    /* Lower ranks listen, higher ranks dial: no cycle, so no deadlock. */
+    for (int peer = 0; peer < t->rank; peer++)
+        for (int k = 0; k < t->nsocks; k++)
+            GCOLL_CHECK(dial(t, peer, k, blobs[peer], lens[peer], deadline_ms,
+                             &t->peers[peer].socks[k].fd));
+    int want = (t->size - 1 - t->rank) * t->nsocks;
+    if (want > 0) {
+        char err[256];
+        gcoll_status_t st = gcoll_auth_accept(t->listen_fd, &t->key, want, on_accept, t,
+                                              deadline_ms, err, sizeof(err));
+        if (st != GCOLL_OK) {
+            set_error(t, "tcp: accepting peer connections: %s", err);
+            return st;
+        }
+    }
+    for (int peer = 0; peer < t->size; peer++) {
+        if (peer == t->rank)
+            continue;
+        for (int k = 0; k < t->nsocks; k++) {
+            tcp_sock_t *s = &t->peers[peer].socks[k];
+            sock_setup(s->fd);
+            s->open = 1;
+            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
+            if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->fd, &ev) != 0)
+                return GCOLL_ERR_TRANSPORT;
+        }
+        t->peers[peer].nopen = t->nsocks;
+    }
+    close(t->listen_fd);
+    t->listen_fd = -1;
+    GCOLL_INFO(GCOLL_SUBSYS_NET, "tcp: connected to %d peer(s)", t->size - 1);
+    return GCOLL_OK;
+}
+
+/* For tests: adopt an already connected socket as the connection to a peer. */
+gcoll_status_t gcoll_tcp_adopt(gcoll_transport_t *t, int peer, int idx, int fd)
+{
+    if (peer < 0 || peer >= t->size || peer == t->rank || idx < 0 || idx >= t->nsocks)
+        return GCOLL_ERR_INVALID;
+    tcp_sock_t *s = &t->peers[peer].socks[idx];
+    s->fd = fd;
+    sock_setup(fd);
+    s->open = 1;
+    t->peers[peer].nopen++;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
+    return epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? GCOLL_OK : GCOLL_ERR_TRANSPORT;
+}
+
+const gcoll_transport_ops_t gcoll_tcp_ops = {
+    .size = sizeof(gcoll_transport_ops_t),
+    .name = "tcp",
+    .probe = tcp_probe,
+    .create = tcp_create,
+    .address = tcp_address,
+    .connect = tcp_connect,
+    .isend = tcp_isend,
+    .irecv = tcp_irecv,
+    .progress = tcp_progress,
+    .cancel = tcp_cancel,
+    .abort = tcp_abort,
+    .last_error = tcp_last_error,
+    .mem_reg = tcp_mem_reg,
+    .mem_dereg = tcp_mem_dereg,
+    .destroy = tcp_destroy,
+};

@@ -1,0 +1,96 @@
+/* transport.h: the interface every transport implements (an ops table in the manner of
+ * NCCL's net plugin and libfabric's providers). Collectives see only this. */
+#ifndef GCOLL_TRANSPORT_H
+#define GCOLL_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "config.h"
+#include "gcoll.h"
+
+typedef struct gcoll_transport gcoll_transport_t;
+
+enum {
+    GCOLL_TREQ_ANYLEN = 1 /* irecv: accept any message up to len bytes (nbytes says how many) */
+};
+
+/* One point-to-point operation. The caller owns the memory and fills the first block;
+ * the transport fills the results and may use the private block until done is set. A
+ * (peer, tag) pair must be unique among a direction's outstanding messages: the
+ * collectives put their sequence number in the tag. */
+typedef struct gcoll_treq {
+    int peer;
+    uint64_t tag;
+    uint32_t sig;   /* signature both sides must agree on (0 on both: not checked) */
+    unsigned flags; /* GCOLL_TREQ_* */
+    void *buf;
+    size_t len;
+    /* results */
+    int done;
+    gcoll_status_t status;
+    size_t nbytes; /* bytes received (irecv) */
+    /* private to the transport */
+    struct gcoll_treq *next;
+    size_t pending;
+    void *priv;
+} gcoll_treq_t;
+
+typedef struct {
+    int rank;
+    int size;
+    const gcoll_config_t *cfg;
+    const char *local_ip; /* address on the interface that routes to the root */
+    gcoll_key_t key;
+    int wake_fd; /* readable when the communicator is aborted: progress must return */
+} gcoll_transport_params_t;
+
+/* Blocking rules are given per field; "never blocks" means it returns without waiting
+ * for a peer. All but probe are called from the one thread that owns the communicator. */
+typedef struct gcoll_transport_ops {
+    size_t size; /* sizeof(gcoll_transport_ops_t): the table can grow */
+    const char *name;
+    /* Whether this transport can run here; reason in why. Never blocks for long. */
+    gcoll_status_t (*probe)(char *why, size_t whylen);
+    /* Creates an instance listening on its local address. Never blocks on peers. */
+    gcoll_status_t (*create)(const gcoll_transport_params_t *params, gcoll_transport_t **t_p);
+    /* Writes the local address blob (at most *len_p bytes; *len_p receives the length). */
+    gcoll_status_t (*address)(gcoll_transport_t *t, void *buf, size_t *len_p);
+    /* Connects to every peer from all ranks' blobs. Blocks until connected or deadline. */
+    gcoll_status_t (*connect)(gcoll_transport_t *t, const void *const *blobs,
+                              const size_t *lens, uint64_t deadline_ms);
+    /* Posts a send/receive. Never blocks. A failure to post is returned; a failure later
+     * is reported in req->status when req->done is set. */
+    gcoll_status_t (*isend)(gcoll_transport_t *t, gcoll_treq_t *req);
+    gcoll_status_t (*irecv)(gcoll_transport_t *t, gcoll_treq_t *req);
+    /* Advances outstanding operations, waiting at most timeout_ms for an event. Returns an
+     * error only for failures of the transport as a whole. */
+    gcoll_status_t (*progress)(gcoll_transport_t *t, int timeout_ms);
+    /* Withdraws an incomplete request (after a timeout or abort). Never blocks. */
+    void (*cancel)(gcoll_transport_t *t, gcoll_treq_t *req);
+    /* Tells every peer this rank gives up, with the status and a reason; peers fail their
+     * pending operations with GCOLL_ERR_MISMATCH if that was the cause, else
+     * GCOLL_ERR_PEER. Best effort; bounded. */
+    void (*abort)(gcoll_transport_t *t, gcoll_status_t status, const char *reason);
+    /* Detail of the last failure ("connection to rank 3 closed"), "" if none. */
+    const char *(*last_error)(gcoll_transport_t *t);
+    /* Registers memory for repeated use; TCP needs none (handle NULL). */
+    gcoll_status_t (*mem_reg)(gcoll_transport_t *t, void *buf, size_t len, void **handle_p);
+    void (*mem_dereg)(gcoll_transport_t *t, void *handle);
+    /* Closes every connection and frees the instance. Bounded. */
+    void (*destroy)(gcoll_transport_t *t);
+} gcoll_transport_ops_t;
+
+extern const gcoll_transport_ops_t gcoll_tcp_ops;
+#ifdef GCOLL_HAVE_UCX
+extern const gcoll_transport_ops_t gcoll_ucx_ops;
+#endif
+#ifdef GCOLL_HAVE_VERBS
+extern const gcoll_transport_ops_t gcoll_verbs_ops;
+#endif
+
+/* Looks up a built transport by name; NULL if not built. */
+const gcoll_transport_ops_t *gcoll_transport_find(const char *name);
+
+#endif /* GCOLL_TRANSPORT_H */
