@@ -51,7 +51,7 @@ static const param_t params[] = {
     {"GCOLL_TIMEOUT_MS", P_DURATION, "300000ms",
      "deadline of every blocking wait (rendezvous, connect, collective); '500ms', '30s', '5m'",
      OFF(timeout_ms), 0, NULL},
-    {"GCOLL_DEBUG", P_ENUM, "warn", "log level", OFF(log_level), 0,
+    {"GCOLL_DEBUG", P_ENUM, "warn", "log level of messages to stderr (or GCOLL_DEBUG_FILE)", OFF(log_level), 0,
      "none|warn|info|debug|trace"},
     {"GCOLL_DEBUG_SUBSYS", P_STRING, "ALL",
      "subsystems logged: comma list of INIT,NET,COLL,COMPRESS,ADAPT,ALL; '^X' means all but X",

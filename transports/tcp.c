@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "tcp.h"
 #include "tcp_frame.h"
 #include "transport.h"
 #include "util.h"
@@ -178,10 +179,12 @@ static gcoll_status_t check_match(gcoll_transport_t *t, int peer, const gcoll_tr
     int len_ok = (req->flags & GCOLL_TREQ_ANYLEN) ? len <= req->len : len == req->len;
     if (len_ok && sig == req->sig)
         return GCOLL_OK;
-    set_error(t, "rank %d sent %zu bytes (signature %08x) where %s%zu bytes (signature %08x) "
-              "were expected: ranks called different collectives or passed different counts",
-              peer, len, sig, (req->flags & GCOLL_TREQ_ANYLEN) ? "at most " : "", req->len,
-              req->sig);
+    if (sig != req->sig)
+        set_error(t, "rank %d is in a different call: another collective, or another count, "
+                  "dtype, op or root (signature %08x, here %08x)", peer, sig, req->sig);
+    else
+        set_error(t, "rank %d sent %zu bytes where %s%zu were expected (counts differ)", peer,
+                  len, (req->flags & GCOLL_TREQ_ANYLEN) ? "at most " : "", req->len);
     return GCOLL_ERR_MISMATCH;
 }
 

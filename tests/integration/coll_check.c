@@ -1,0 +1,444 @@
+/* coll_check: multi-rank correctness and failure checks of the public API, run under
+ * gcoll-run by the integration scripts. Expected values are computed here, independently
+ * of the library (own fp16/bf16 codecs, plain loops over every rank's inputs). */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gcoll.h"
+
+static int rank, size, failures, checks;
+static gcoll_comm_t *comm;
+
+#define FAIL(...)                                                                         \
+    do {                                                                                  \
+        fprintf(stderr, "rank %d: FAIL: ", rank);                                         \
+        fprintf(stderr, __VA_ARGS__);                                                     \
+        fprintf(stderr, "\n");                                                            \
+        failures++;                                                                       \
+    } while (0)
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- independent 16-bit float codecs (exact for the small integers used here) ---- */
+
+static double half_to_double(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? INFINITY : ldexp(1024 + m, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static uint16_t int_to_half(int v)
+{
+    if (v == 0)
+        return 0;
+    uint16_t sign = v < 0 ? 0x8000 : 0;
+    int a = abs(v), e = 0;
+    while ((a >> e) > 1)
+        e++;
+    /* a = 2^e * (1 + m/1024), exact for |v| <= 2048 */
+    int m = (int)(((long)a << 10 >> e) - 1024);
+    return (uint16_t)(sign | ((e + 15) << 10) | m);
+}
+
+static double bf16_to_double(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t int_to_bf16(int v)
+{
+    float f = (float)v; /* small integers are exact in bf16's 8-bit mantissa */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* ---- inputs and expected results -------------------------------------------------- */
+
+static const gcoll_dtype_t dtypes[] = {GCOLL_FLOAT32, GCOLL_FLOAT16, GCOLL_BFLOAT16,
+                                       GCOLL_FLOAT64, GCOLL_INT32,   GCOLL_INT64};
+static const gcoll_op_t ops[] = {GCOLL_SUM, GCOLL_AVG, GCOLL_MIN, GCOLL_MAX, GCOLL_PROD};
+
+/* Input of rank r at index i: small integers, so sums and products stay exact in every
+ * dtype; PROD draws from {-2,-1,1,2} to keep |product| <= 2^size. */
+static int input(int r, size_t i, gcoll_op_t op)
+{
+    unsigned h = (unsigned)(i * 2654435761u) ^ (unsigned)(r * 40503u + 17u);
+    h ^= h >> 13;
+    if (op == GCOLL_PROD) {
+        static const int v[4] = {-2, -1, 1, 2};
+        return v[h & 3];
+    }
+    return (int)(h % 17) - 8;
+}
+
+static void store(void *buf, size_t i, gcoll_dtype_t dt, int v)
+{
+    switch (dt) {
+    case GCOLL_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case GCOLL_FLOAT64: ((double *)buf)[i] = v; break;
+    case GCOLL_INT32: ((int32_t *)buf)[i] = v; break;
+    case GCOLL_INT64: ((int64_t *)buf)[i] = v; break;
+    case GCOLL_FLOAT16: ((uint16_t *)buf)[i] = int_to_half(v); break;
+    case GCOLL_BFLOAT16: ((uint16_t *)buf)[i] = int_to_bf16(v); break;
+    }
+}
+
+static double load(const void *buf, size_t i, gcoll_dtype_t dt)
+{
+    switch (dt) {
+    case GCOLL_FLOAT32: return ((const float *)buf)[i];
+    case GCOLL_FLOAT64: return ((const double *)buf)[i];
+    case GCOLL_INT32: return ((const int32_t *)buf)[i];
+    case GCOLL_INT64: return (double)((const int64_t *)buf)[i];
+    case GCOLL_FLOAT16: return half_to_double(((const uint16_t *)buf)[i]);
+    case GCOLL_BFLOAT16: return bf16_to_double(((const uint16_t *)buf)[i]);
+    }
+    return NAN;
+}
+
+static double expected(size_t i, gcoll_dtype_t dt, gcoll_op_t op)
+{
+    long acc = input(0, i, op);
+    for (int r = 1; r < size; r++) {
+        long v = input(r, i, op);
+        switch (op) {
+        case GCOLL_SUM:
+        case GCOLL_AVG: acc += v; break;
+        case GCOLL_PROD: acc *= v; break;
+        case GCOLL_MIN: acc = v < acc ? v : acc; break;
+        case GCOLL_MAX: acc = v > acc ? v : acc; break;
+        }
+    }
+    if (op != GCOLL_AVG)
+        return (double)acc;
+    if (dt == GCOLL_INT32 || dt == GCOLL_INT64)
+        return (double)(acc / size); /* C division truncates toward zero */
+    return (double)acc / size;
+}
+
+/* Tolerance: exact except AVG in floating point, which rounds once to the dtype. */
+static double tolerance(gcoll_dtype_t dt, gcoll_op_t op, double want)
+{
+    if (op != GCOLL_AVG)
+        return 0;
+    double rel = dt == GCOLL_FLOAT16 ? 1.0 / 1024 : dt == GCOLL_BFLOAT16 ? 1.0 / 128
+                 : dt == GCOLL_FLOAT32 ? 1.2e-7 : dt == GCOLL_FLOAT64 ? 1e-15 : 0;
+    return fabs(want) * rel;
+}
+
+static void check_allreduce(size_t count, gcoll_dtype_t dt, gcoll_op_t op, int inplace)
+{
+    size_t esz = gcoll_dtype_size(dt);
+    uint8_t *in = malloc(count * esz + 1), *out = malloc(count * esz + 1);
+    for (size_t i = 0; i < count; i++) {
+        store(in, i, dt, input(rank, i, op));
+        store(out, i, dt, 99);
+    }
+    void *recv = inplace ? in : out;
+    gcoll_status_t st = gcoll_allreduce(comm, in, recv, count, dt, op);
+    checks++;
+    if (st != GCOLL_OK) {
+        FAIL("allreduce count=%zu %s %s%s: %s (%s)", count, gcoll_dtype_name(dt),
+             gcoll_op_name(op), inplace ? " in place" : "", gcoll_status_string(st),
+             gcoll_comm_last_error(comm));
+    } else {
+        size_t wrong = 0, first = 0;
+        for (size_t i = 0; i < count; i++) {
+            double want = expected(i, dt, op), got = load(recv, i, dt);
+            if (!(fabs(got - want) <= tolerance(dt, op, want))) {
+                if (!wrong++)
+                    first = i;
+            }
+        }
+        if (wrong)
+            FAIL("allreduce count=%zu %s %s%s: %zu wrong, first at %zu: got %g want %g", count,
+                 gcoll_dtype_name(dt), gcoll_op_name(op), inplace ? " in place" : "", wrong,
+                 first, load(recv, first, dt), expected(first, dt, op));
+        if (!inplace)
+            for (size_t i = 0; i < count; i++)
+                if (load(in, i, dt) != (double)input(rank, i, op)) {
+                    FAIL("allreduce modified its send buffer at %zu", i);
+                    break;
+                }
+    }
+    free(in);
+    free(out);
+}
+
+static void check_broadcast(size_t count, gcoll_dtype_t dt, int root)
+{
+    size_t esz = gcoll_dtype_size(dt);
+    uint8_t *buf = malloc(count * esz + 1);
+    for (size_t i = 0; i < count; i++)
+        store(buf, i, dt, rank == root ? input(root, i, GCOLL_SUM) : 77);
+    gcoll_status_t st = gcoll_broadcast(comm, buf, count, dt, root);
+    checks++;
+    if (st != GCOLL_OK) {
+        FAIL("broadcast count=%zu root=%d: %s (%s)", count, root, gcoll_status_string(st),
+             gcoll_comm_last_error(comm));
+    } else {
+        for (size_t i = 0; i < count; i++)
+            if (load(buf, i, dt) != (double)input(root, i, GCOLL_SUM)) {
+                FAIL("broadcast count=%zu %s root=%d: wrong at %zu", count, gcoll_dtype_name(dt),
+                     root, i);
+                break;
+            }
+    }
+    free(buf);
+}
+
+/* Several nonblocking allreduces in flight at once, completed out of order. */
+static void check_nonblocking(void)
+{
+    enum { N = 4 };
+    size_t count = 100003;
+    float *buf[N];
+    gcoll_request_t *req[N];
+    for (int k = 0; k < N; k++) {
+        buf[k] = malloc(count * sizeof(float));
+        for (size_t i = 0; i < count; i++)
+            buf[k][i] = (float)(input(rank, i, GCOLL_SUM) + k);
+        if (gcoll_iallreduce(comm, buf[k], buf[k], count, GCOLL_FLOAT32, GCOLL_SUM, &req[k]))
+            FAIL("iallreduce %d could not be queued", k);
+    }
+    int done = 0;
+    gcoll_test(req[N - 1], &done); /* either answer is fine; it must not block */
+    for (int k = N - 1; k >= 0; k--) {
+        checks++;
+        gcoll_status_t st = gcoll_wait(req[k]);
+        if (st != GCOLL_OK) {
+            FAIL("iallreduce %d: %s", k, gcoll_status_string(st));
+            continue;
+        }
+        for (size_t i = 0; i < count; i++)
+            if (buf[k][i] != (float)(expected(i, GCOLL_FLOAT32, GCOLL_SUM) + k * size)) {
+                FAIL("iallreduce %d wrong at %zu", k, i);
+                break;
+            }
+    }
+    for (int k = 0; k < N; k++)
+        free(buf[k]);
+    gcoll_request_t *b;
+    if (gcoll_ibarrier(comm, &b) != GCOLL_OK || gcoll_wait(b) != GCOLL_OK)
+        FAIL("ibarrier");
+}
+
+static void check_bad_args(void)
+{
+    float x[4] = {0};
+    struct {
+        const char *what;
+        gcoll_status_t st;
+    } cases[] = {
+        {"NULL sendbuf", gcoll_allreduce(comm, NULL, x, 4, GCOLL_FLOAT32, GCOLL_SUM)},
+        {"NULL recvbuf", gcoll_allreduce(comm, x, NULL, 4, GCOLL_FLOAT32, GCOLL_SUM)},
+        {"bad dtype", gcoll_allreduce(comm, x, x, 4, (gcoll_dtype_t)42, GCOLL_SUM)},
+        {"bad op", gcoll_allreduce(comm, x, x, 4, GCOLL_FLOAT32, (gcoll_op_t)42)},
+        {"huge count", gcoll_allreduce(comm, x, x, SIZE_MAX / 2, GCOLL_FLOAT32, GCOLL_SUM)},
+        {"root -1", gcoll_broadcast(comm, x, 4, GCOLL_FLOAT32, -1)},
+        {"root = size", gcoll_broadcast(comm, x, 4, GCOLL_FLOAT32, size)},
+        {"NULL comm", gcoll_allreduce(NULL, x, x, 4, GCOLL_FLOAT32, GCOLL_SUM)},
+        {"NULL request", gcoll_wait(NULL)},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        checks++;
+        if (cases[i].st != GCOLL_ERR_INVALID)
+            FAIL("%s: got %s, want GCOLL_ERR_INVALID", cases[i].what,
+                 gcoll_status_string(cases[i].st));
+    }
+    if (!strstr(gcoll_comm_last_error(comm), "gcoll_"))
+        FAIL("last_error does not describe the bad argument: '%s'", gcoll_comm_last_error(comm));
+}
+
+static int run_all(void)
+{
+    const size_t counts[] = {0, 1, 7, 1000003};
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+        for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
+            for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    check_allreduce(counts[c], dtypes[d], ops[o], inplace);
+    for (int root = 0; root < size; root++)
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+            check_broadcast(counts[c], root % 2 ? GCOLL_FLOAT16 : GCOLL_INT32, root);
+    check_broadcast(300001, GCOLL_FLOAT64, size - 1); /* large: chain path */
+    for (int k = 0; k < 3; k++) {
+        checks++;
+        if (gcoll_barrier(comm) != GCOLL_OK)
+            FAIL("barrier");
+    }
+    check_nonblocking();
+    check_bad_args();
+    /* Bad arguments are local errors: the communicator still works. */
+    check_allreduce(1000, GCOLL_FLOAT32, GCOLL_SUM, 0);
+    gcoll_counters_t ctr;
+    if (gcoll_comm_counters(comm, &ctr) != GCOLL_OK || ctr.ops == 0 ||
+        (size > 1 && ctr.bytes_sent == 0))
+        FAIL("counters not updated");
+    return failures;
+}
+
+/* ---- failure scenarios -------------------------------------------------------------- */
+
+static int expect_error(gcoll_status_t st, const char *what, double t0, double limit)
+{
+    double dt = now() - t0;
+    if (st == GCOLL_OK) {
+        FAIL("%s succeeded, expected an error", what);
+        return 1;
+    }
+    if (dt > limit) {
+        FAIL("%s took %.1f s to fail (limit %.1f s)", what, dt, limit);
+        return 1;
+    }
+    printf("rank %d: %s failed as expected after %.2f s: %s | %s\n", rank, what, dt,
+           gcoll_status_string(st), gcoll_comm_last_error(comm));
+    gcoll_status_t again = gcoll_barrier(comm);
+    if (again != GCOLL_ERR_ABORTED) {
+        FAIL("a call after the failure returned %s, expected GCOLL_ERR_ABORTED",
+             gcoll_status_string(again));
+        return 1;
+    }
+    return 0;
+}
+
+static double timeout_s(void)
+{
+    const char *t = getenv("GCOLL_TIMEOUT_MS");
+    return t ? atof(t) / 1000.0 : 300.0;
+}
+
+/* Rank `victim` dies in the middle of a large allreduce; the others must fail fast. */
+static int run_die(int victim)
+{
+    size_t count = 4 << 20;
+    float *x = calloc(count, sizeof(float));
+    if (gcoll_allreduce(comm, x, x, 1000, GCOLL_FLOAT32, GCOLL_SUM) != GCOLL_OK)
+        FAIL("warm-up allreduce");
+    if (rank == victim) {
+        gcoll_request_t *req;
+        gcoll_iallreduce(comm, x, x, count, GCOLL_FLOAT32, GCOLL_SUM, &req);
+        usleep(20000);
+        printf("rank %d: exiting in the middle of an allreduce\n", rank);
+        fflush(stdout);
+        _exit(3);
+    }
+    double t0 = now();
+    gcoll_status_t st = gcoll_allreduce(comm, x, x, count, GCOLL_FLOAT32, GCOLL_SUM);
+    free(x);
+    return expect_error(st, "allreduce with a dead peer", t0, timeout_s() + 5);
+}
+
+/* Rank `victim` stays silent past the timeout; the others must time out, not hang. */
+static int run_silent(int victim)
+{
+    float x[100] = {0};
+    double t0 = now();
+    if (rank == victim) {
+        usleep((useconds_t)((timeout_s() * 2 + 1) * 1e6));
+        gcoll_status_t st = gcoll_allreduce(comm, x, x, 100, GCOLL_FLOAT32, GCOLL_SUM);
+        if (st == GCOLL_OK)
+            FAIL("allreduce after the others gave up succeeded");
+        return failures;
+    }
+    gcoll_status_t st = gcoll_allreduce(comm, x, x, 100, GCOLL_FLOAT32, GCOLL_SUM);
+    return expect_error(st, "allreduce with a silent peer", t0, timeout_s() * 2 + 5);
+}
+
+/* Rank `victim` passes a different count: every rank must report GCOLL_ERR_MISMATCH. */
+static int run_mismatch(int victim)
+{
+    size_t count = 10000 + (rank == victim ? 1 : 0);
+    float *x = calloc(count, sizeof(float));
+    double t0 = now();
+    gcoll_status_t st = gcoll_allreduce(comm, x, x, count, GCOLL_FLOAT32, GCOLL_SUM);
+    free(x);
+    if (st != GCOLL_ERR_MISMATCH)
+        FAIL("mismatched counts gave %s (%s), expected GCOLL_ERR_MISMATCH",
+             gcoll_status_string(st), gcoll_comm_last_error(comm));
+    else
+        expect_error(st, "allreduce with mismatched counts", t0, timeout_s() + 5);
+    return failures;
+}
+
+static void *abort_later(void *arg)
+{
+    (void)arg;
+    usleep(300000);
+    gcoll_comm_abort(comm);
+    return NULL;
+}
+
+/* Rank 0 aborts from another thread while it waits in a barrier the others join late:
+ * rank 0's barrier must return, and the others must fail at once instead of timing out. */
+static int run_abort(void)
+{
+    pthread_t th;
+    double t0 = now();
+    gcoll_status_t st;
+    if (rank == 0) {
+        pthread_create(&th, NULL, abort_later, NULL);
+        st = gcoll_barrier(comm);
+        pthread_join(th, NULL);
+        if (st != GCOLL_ERR_ABORTED)
+            FAIL("aborted barrier returned %s, expected GCOLL_ERR_ABORTED",
+                 gcoll_status_string(st));
+    } else {
+        usleep(1000000);
+        st = gcoll_barrier(comm);
+    }
+    return expect_error(st, "barrier interrupted by gcoll_comm_abort", t0, timeout_s() + 5);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "all";
+    int victim = argc > 2 ? atoi(argv[2]) : 1;
+    gcoll_status_t st = gcoll_comm_init(&comm);
+    if (st != GCOLL_OK) {
+        fprintf(stderr, "coll_check: gcoll_comm_init: %s\n", gcoll_status_string(st));
+        return 1;
+    }
+    rank = gcoll_comm_rank(comm);
+    size = gcoll_comm_size(comm);
+    double t0 = now();
+    int bad;
+    if (strcmp(mode, "all") == 0)
+        bad = run_all();
+    else if (strcmp(mode, "die") == 0)
+        bad = run_die(victim);
+    else if (strcmp(mode, "silent") == 0)
+        bad = run_silent(victim);
+    else if (strcmp(mode, "mismatch") == 0)
+        bad = run_mismatch(victim);
+    else if (strcmp(mode, "abort") == 0)
+        bad = run_abort();
+    else {
+        fprintf(stderr, "coll_check: unknown mode '%s'\n", mode);
+        return 2;
+    }
+    gcoll_comm_destroy(comm);
+    if (bad) {
+        fprintf(stderr, "rank %d: %d of %d checks FAILED\n", rank, failures, checks);
+        return 1;
+    }
+    printf("rank %d/%d: %s: %d checks passed in %.2f s\n", rank, size, mode, checks,
+           now() - t0);
+    return 0;
+}

@@ -1,0 +1,41 @@
+# lib.sh: shared helpers of the integration scripts (sourced). Every launch is bounded by
+# timeout(1) and every background process is killed on exit.
+set -u
+: "${top_builddir:=$(pwd)}"
+: "${GCOLL_RUN:=$top_builddir/tools/gcoll-run}"
+CHECK="$top_builddir/tests/integration/coll_check"
+INTRUDER="$top_builddir/tests/integration/intruder"
+DEMO="$top_builddir/tools/gcoll-demo"
+# Keep the suite on loopback whatever the machine has.
+export UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
+unset GCOLL_RANK GCOLL_SIZE GCOLL_ROOT GCOLL_JOB_KEY
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gcoll-test.XXXXXX")
+BG_PIDS=""
+fails=0
+
+cleanup() {
+    for p in $BG_PIDS; do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT INT TERM
+
+note() { printf '%s\n' "$*"; }
+fail() { printf 'FAIL: %s\n' "$*"; fails=$((fails + 1)); }
+pass() { printf 'ok: %s\n' "$*"; }
+
+# A free loopback port (bound and released by the intruder helper).
+free_port() { "$INTRUDER" freeport; }
+
+# Transports to run the suite on: tcp always, ucx when built (GCOLL_TEST_TRANSPORTS overrides).
+transports() {
+    if [ -n "${GCOLL_TEST_TRANSPORTS:-}" ]; then echo "$GCOLL_TEST_TRANSPORTS"; return; fi
+    "$top_builddir/tools/gcoll-info" -t | awk '$2 == "usable" {printf "%s ", $1}'
+}
+
+finish() {
+    if [ "$fails" -ne 0 ]; then
+        printf '%d check(s) failed\n' "$fails"
+        exit 1
+    fi
+    exit 0
+}

@@ -1,0 +1,18 @@
+#!/bin/sh
+# test-collectives.sh: every collective, dtype, op and count on 1-5 ranks, on every
+# transport built, checked against independently computed results.
+. "$(dirname "$0")/lib.sh"
+
+for tr in $(transports); do
+    for n in 1 2 3 4 5; do
+        out="$TMP/coll-$tr-$n.log"
+        if timeout 600 "$GCOLL_RUN" -n "$n" --timeout 500 -x GCOLL_TRANSPORT="$tr" \
+            -x GCOLL_TIMEOUT_MS=60s -- "$CHECK" all >"$out" 2>&1; then
+            pass "$tr: $n rank(s): $(grep -c 'checks passed' "$out") rank(s) passed"
+        else
+            fail "$tr: $n rank(s)"
+            tail -n 40 "$out"
+        fi
+    done
+done
+finish

@@ -1,0 +1,112 @@
+#!/bin/sh
+# test-failures.sh: a dead, silent or aborting rank, mismatched counts, strangers at the
+# rendezvous, an unreachable root and bad settings all end in clear errors, never hangs.
+. "$(dirname "$0")/lib.sh"
+
+# run NAME EXPECTED_STATUS gcoll-run-args...: runs a job and checks its exit status.
+run() {
+    name=$1 want=$2
+    shift 2
+    out="$TMP/$name.log"
+    timeout 120 "$GCOLL_RUN" --timeout 90 "$@" >"$out" 2>&1
+    got=$?
+    if [ "$got" -ne "$want" ]; then
+        fail "$name: exit status $got, expected $want"
+        tail -n 30 "$out"
+        return 1
+    fi
+    return 0
+}
+
+# expect_lines NAME PATTERN COUNT: the job's output has COUNT lines matching PATTERN.
+expect_lines() {
+    n=$(grep -c "$2" "$TMP/$1.log")
+    if [ "$n" -ne "$3" ]; then
+        fail "$1: $n line(s) match '$2', expected $3"
+        tail -n 30 "$TMP/$1.log"
+    else
+        pass "$1"
+    fi
+}
+
+for tr in $(transports); do
+    common="-x GCOLL_TRANSPORT=$tr -x GCOLL_TIMEOUT_MS=3000"
+    # A rank exits in the middle of an allreduce: the others fail fast, the launcher
+    # reports the dead rank's status.
+    run "die-$tr" 3 -n 4 --keep-going $common -- "$CHECK" die 2 &&
+        expect_lines "die-$tr" "failed as expected" 3
+    # A rank stays silent: the others time out instead of hanging.
+    run "silent-$tr" 0 -n 3 $common -- "$CHECK" silent 1 &&
+        expect_lines "silent-$tr" "failed as expected" 2
+    # Mismatched counts: GCOLL_ERR_MISMATCH on every rank.
+    run "mismatch-$tr" 0 -n 4 $common -- "$CHECK" mismatch 3 &&
+        expect_lines "mismatch-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4
+    # gcoll_comm_abort from another thread interrupts rank 0 and fails the others.
+    run "abort-$tr" 0 -n 3 $common -- "$CHECK" abort &&
+        expect_lines "abort-$tr" "failed as expected" 3
+done
+
+# Strangers at the rendezvous port: a silent client, garbage bytes and a wrong job key are
+# refused and logged while the job completes, without waiting for the silent one.
+port=$(free_port)
+export GCOLL_ROOT="127.0.0.1:$port" GCOLL_SIZE=3 GCOLL_JOB_KEY=test-key-1234 GCOLL_TIMEOUT_MS=30s
+GCOLL_RANK=0 timeout 60 "$DEMO" 1000 >"$TMP/r0.log" 2>&1 &
+p0=$!
+BG_PIDS="$BG_PIDS $p0"
+timeout 60 "$INTRUDER" silent "$GCOLL_ROOT" 40 >/dev/null 2>&1 &
+BG_PIDS="$BG_PIDS $!"
+timeout 60 "$INTRUDER" garbage "$GCOLL_ROOT" 1 >/dev/null 2>&1
+timeout 60 "$INTRUDER" wrongkey "$GCOLL_ROOT" >"$TMP/wrongkey.log" 2>&1 ||
+    fail "intruder with a wrong key was not refused: $(cat "$TMP/wrongkey.log")"
+start=$(date +%s)
+GCOLL_RANK=1 timeout 60 "$DEMO" 1000 >"$TMP/r1.log" 2>&1 &
+p1=$!
+BG_PIDS="$BG_PIDS $p1"
+GCOLL_RANK=2 timeout 60 "$DEMO" 1000 >"$TMP/r2.log" 2>&1
+s2=$?
+wait "$p0"; s0=$?
+wait "$p1"; s1=$?
+took=$(( $(date +%s) - start ))
+if [ "$s0$s1$s2" = "000" ] && [ "$took" -lt 20 ]; then
+    pass "job completes with strangers at the rendezvous (${took} s)"
+else
+    fail "job with strangers: exit statuses $s0 $s1 $s2 after ${took} s"
+    cat "$TMP/r0.log" "$TMP/r1.log" "$TMP/r2.log"
+fi
+if grep -q "refused connection.*wrong GCOLL_JOB_KEY" "$TMP/r0.log" &&
+   grep -q "refused connection.*bad handshake magic" "$TMP/r0.log"; then
+    pass "strangers are refused and logged"
+else
+    fail "rank 0 did not log the refused strangers"
+    cat "$TMP/r0.log"
+fi
+unset GCOLL_ROOT GCOLL_SIZE GCOLL_JOB_KEY GCOLL_TIMEOUT_MS
+
+# A rank whose root never comes up gives up at the timeout with a clear message.
+port=$(free_port)
+start=$(date +%s)
+GCOLL_ROOT="127.0.0.1:$port" GCOLL_SIZE=2 GCOLL_RANK=1 GCOLL_TIMEOUT_MS=1500 \
+    timeout 30 "$DEMO" 10 >"$TMP/noroot.log" 2>&1
+st=$?
+took=$(( $(date +%s) - start ))
+if [ "$st" -eq 1 ] && [ "$took" -lt 10 ] && grep -q "cannot reach the rendezvous" "$TMP/noroot.log"; then
+    pass "unreachable rendezvous"
+else
+    fail "unreachable rendezvous: status $st after $took s"
+    cat "$TMP/noroot.log"
+fi
+
+# A bad setting names the variable.
+GCOLL_TIMEOUT_MS=soon GCOLL_SIZE=1 GCOLL_RANK=0 timeout 30 "$DEMO" 10 >"$TMP/badvar.log" 2>&1
+if [ $? -eq 1 ] && grep -q "GCOLL_TIMEOUT_MS='soon' is invalid" "$TMP/badvar.log"; then
+    pass "bad setting is named"
+else
+    fail "bad setting"
+    cat "$TMP/badvar.log"
+fi
+
+# Ranks started with different must-match settings refuse to run together.
+run "settings-mismatch" 1 -n 2 --rank-env 1:GCOLL_TCP_NSOCKS=3 -- "$DEMO" 10 &&
+    { grep -q "disagree on settings" "$TMP/settings-mismatch.log" && pass "settings mismatch" ||
+      { fail "settings mismatch message"; cat "$TMP/settings-mismatch.log"; }; }
+finish

@@ -1,0 +1,392 @@
+/* test_tcp.c: TCP frame validation and the transport's matching, striping and failure
+ * handling, over socketpairs between two transport instances in one process. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tcp.h"
+#include "tcp_frame.h"
+#include "util.h"
+
+/* ---- frame headers ---------------------------------------------------------------- */
+
+static void encode(gcoll_frame_t f, uint8_t *hdr) { gcoll_frame_encode(&f, hdr); }
+
+static void test_frame_roundtrip(void **state)
+{
+    (void)state;
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN];
+    gcoll_frame_t f = {.type = GCOLL_FRAME_DATA, .sig = 0xabcdef01, .tag = 0x1122334455667788ull,
+                       .msg_len = 1000, .frag_off = 500, .frag_len = 500};
+    gcoll_frame_encode(&f, hdr);
+    gcoll_frame_t g;
+    assert_null(gcoll_frame_decode(hdr, &g));
+    assert_int_equal(g.type, f.type);
+    assert_int_equal(g.sig, f.sig);
+    assert_true(g.tag == f.tag);
+    assert_int_equal(g.msg_len, 1000);
+    assert_int_equal(g.frag_off, 500);
+    assert_int_equal(g.frag_len, 500);
+    /* zero-length message */
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA}, hdr);
+    assert_null(gcoll_frame_decode(hdr, &g));
+}
+
+static void test_frame_invalid(void **state)
+{
+    (void)state;
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN];
+    gcoll_frame_t g;
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_len = 10}, hdr);
+    hdr[0] ^= 1;
+    assert_string_equal(gcoll_frame_decode(hdr, &g), "bad magic");
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_len = 10}, hdr);
+    hdr[4] = 9;
+    assert_non_null(gcoll_frame_decode(hdr, &g));
+    encode((gcoll_frame_t){.type = 7, .msg_len = 10, .frag_len = 10}, hdr);
+    assert_string_equal(gcoll_frame_decode(hdr, &g), "unknown frame type");
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = GCOLL_FRAME_MAX_MSG + 1,
+                           .frag_len = 1}, hdr);
+    assert_non_null(strstr(gcoll_frame_decode(hdr, &g), "sane maximum"));
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_off = 5,
+                           .frag_len = 6}, hdr);
+    assert_string_equal(gcoll_frame_decode(hdr, &g), "fragment outside its message");
+    /* offsets that overflow when added */
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_off = UINT64_MAX - 2,
+                           .frag_len = 5}, hdr);
+    assert_string_equal(gcoll_frame_decode(hdr, &g), "fragment outside its message");
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_len = 0}, hdr);
+    assert_non_null(gcoll_frame_decode(hdr, &g));
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_ABORT, .msg_len = GCOLL_FRAME_MAX_CTL + 1,
+                           .frag_len = GCOLL_FRAME_MAX_CTL + 1}, hdr);
+    assert_string_equal(gcoll_frame_decode(hdr, &g), "malformed abort frame");
+}
+
+/* ---- two transports over socketpairs ------------------------------------------------ */
+
+typedef struct {
+    gcoll_config_t cfg;
+    gcoll_transport_t *t[2];
+    int raw[2]; /* test's end of a socketpair standing in for rank 1 (raw tests) */
+} pair_t;
+
+static gcoll_transport_t *make(pair_t *p, int rank)
+{
+    gcoll_transport_params_t params = {.rank = rank, .size = 2, .cfg = &p->cfg,
+                                       .local_ip = "127.0.0.1",
+                                       .key = {(const uint8_t *)"k", 1}, .wake_fd = -1};
+    gcoll_transport_t *t = NULL;
+    assert_int_equal(gcoll_tcp_ops.create(&params, &t), GCOLL_OK);
+    return t;
+}
+
+static int setup_pair(void **state)
+{
+    pair_t *p = calloc(1, sizeof(*p));
+    p->cfg.tcp_nsocks = 2;
+    p->cfg.tcp_stripe_min = 4096;
+    p->t[0] = make(p, 0);
+    p->t[1] = make(p, 1);
+    for (int k = 0; k < 2; k++) {
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        assert_int_equal(gcoll_tcp_adopt(p->t[0], 1, k, sv[0]), GCOLL_OK);
+        assert_int_equal(gcoll_tcp_adopt(p->t[1], 0, k, sv[1]), GCOLL_OK);
+    }
+    *state = p;
+    return 0;
+}
+
+/* Rank 0 is a real transport; rank 1 is the test writing raw bytes. */
+static int setup_raw(void **state)
+{
+    pair_t *p = calloc(1, sizeof(*p));
+    p->cfg.tcp_nsocks = 1;
+    p->cfg.tcp_stripe_min = 4096;
+    p->t[0] = make(p, 0);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    assert_int_equal(gcoll_tcp_adopt(p->t[0], 1, 0, sv[0]), GCOLL_OK);
+    p->raw[0] = sv[1];
+    *state = p;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    pair_t *p = *state;
+    for (int i = 0; i < 2; i++)
+        if (p->t[i])
+            gcoll_tcp_ops.destroy(p->t[i]);
+    if (p->raw[0] > 0)
+        close(p->raw[0]);
+    free(p);
+    return 0;
+}
+
+/* Drives both sides until every request in reqs is done (or 5 s pass: a test failure). */
+static void drive(pair_t *p, gcoll_treq_t **reqs, int n)
+{
+    uint64_t deadline = gcoll_time_ms() + 5000;
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < n; i++)
+            all &= reqs[i]->done;
+        if (all)
+            return;
+        assert_true(gcoll_time_ms() < deadline);
+        for (int i = 0; i < 2; i++)
+            if (p->t[i])
+                gcoll_tcp_ops.progress(p->t[i], 1);
+    }
+}
+
+static gcoll_treq_t req(int peer, uint64_t tag, void *buf, size_t len)
+{
+    return (gcoll_treq_t){.peer = peer, .tag = tag, .sig = 7, .buf = buf, .len = len};
+}
+
+static void check_transfer(pair_t *p, size_t len, int recv_first)
+{
+    uint8_t *src = malloc(len + 1), *dst = calloc(1, len + 1);
+    for (size_t i = 0; i < len; i++)
+        src[i] = (uint8_t)(i * 31 + len);
+    gcoll_treq_t s = req(1, 42 + len, src, len), r = req(0, 42 + len, dst, len);
+    if (recv_first)
+        assert_int_equal(gcoll_tcp_ops.irecv(p->t[1], &r), GCOLL_OK);
+    assert_int_equal(gcoll_tcp_ops.isend(p->t[0], &s), GCOLL_OK);
+    if (!recv_first) {
+        gcoll_treq_t *one[] = {&s};
+        drive(p, one, 1); /* the whole message lands unexpected */
+        for (int i = 0; i < 20; i++)
+            gcoll_tcp_ops.progress(p->t[1], 1);
+        assert_int_equal(gcoll_tcp_ops.irecv(p->t[1], &r), GCOLL_OK);
+    }
+    gcoll_treq_t *both[] = {&s, &r};
+    drive(p, both, 2);
+    assert_int_equal(s.status, GCOLL_OK);
+    assert_int_equal(r.status, GCOLL_OK);
+    assert_int_equal(r.nbytes, len);
+    assert_memory_equal(src, dst, len);
+    free(src);
+    free(dst);
+}
+
+static void test_transfer(void **state)
+{
+    pair_t *p = *state;
+    const size_t lens[] = {0, 1, 100, 4095, 4096, 100003, 3 << 20};
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        check_transfer(p, lens[i], 1);
+        check_transfer(p, lens[i], 0);
+    }
+}
+
+static void test_many_in_flight(void **state)
+{
+    pair_t *p = *state;
+    enum { N = 64 };
+    static uint32_t src[N][2000], dst[N][2000];
+    gcoll_treq_t s[N], r[N];
+    gcoll_treq_t *all[2 * N];
+    for (int k = 0; k < N; k++) {
+        for (int i = 0; i < 2000; i++)
+            src[k][i] = (uint32_t)(k * 100000 + i);
+        s[k] = req(1, 1000 + k, src[k], sizeof(src[k]));
+        r[k] = req(0, 1000 + k, dst[k], sizeof(dst[k]));
+        /* receives posted in reverse: matching is by tag, not order */
+        all[k] = &s[k];
+        all[N + k] = &r[k];
+    }
+    for (int k = N - 1; k >= N / 2; k--)
+        assert_int_equal(gcoll_tcp_ops.irecv(p->t[1], &r[k]), GCOLL_OK);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(gcoll_tcp_ops.isend(p->t[0], &s[k]), GCOLL_OK);
+    for (int k = N / 2 - 1; k >= 0; k--)
+        assert_int_equal(gcoll_tcp_ops.irecv(p->t[1], &r[k]), GCOLL_OK);
+    drive(p, all, 2 * N);
+    for (int k = 0; k < N; k++) {
+        assert_int_equal(r[k].status, GCOLL_OK);
+        assert_memory_equal(src[k], dst[k], sizeof(src[k]));
+    }
+}
+
+static void test_anylen_and_self(void **state)
+{
+    pair_t *p = *state;
+    char msg[] = "hello", buf[64] = {0};
+    gcoll_treq_t s = req(1, 5, msg, sizeof(msg)), r = req(0, 5, buf, sizeof(buf));
+    r.flags = GCOLL_TREQ_ANYLEN;
+    gcoll_tcp_ops.irecv(p->t[1], &r);
+    gcoll_tcp_ops.isend(p->t[0], &s);
+    gcoll_treq_t *both[] = {&s, &r};
+    drive(p, both, 2);
+    assert_int_equal(r.status, GCOLL_OK);
+    assert_int_equal(r.nbytes, sizeof(msg));
+    assert_string_equal(buf, "hello");
+    /* a send to oneself is delivered in memory */
+    char out[8] = {0};
+    gcoll_treq_t ss = req(0, 9, msg, sizeof(msg)), rs = req(0, 9, out, sizeof(msg));
+    gcoll_tcp_ops.isend(p->t[0], &ss);
+    gcoll_tcp_ops.irecv(p->t[0], &rs);
+    assert_true(ss.done && rs.done);
+    assert_string_equal(out, "hello");
+}
+
+/* A length or signature mismatch fails that receive and keeps the stream usable. */
+static void test_mismatch(void **state)
+{
+    pair_t *p = *state;
+    uint8_t a[100] = {1}, b[100];
+    gcoll_treq_t s = req(1, 1, a, 100), r = req(0, 1, b, 99);
+    gcoll_tcp_ops.irecv(p->t[1], &r);
+    gcoll_tcp_ops.isend(p->t[0], &s);
+    gcoll_treq_t *both[] = {&s, &r};
+    drive(p, both, 2);
+    assert_int_equal(r.status, GCOLL_ERR_MISMATCH);
+    assert_non_null(strstr(gcoll_tcp_ops.last_error(p->t[1]), "counts differ"));
+    /* unexpected first, then a receive with another signature */
+    s = req(1, 2, a, 100);
+    r = req(0, 2, b, 100);
+    r.sig = 8;
+    gcoll_tcp_ops.isend(p->t[0], &s);
+    gcoll_treq_t *one[] = {&s};
+    drive(p, one, 1);
+    for (int i = 0; i < 20; i++)
+        gcoll_tcp_ops.progress(p->t[1], 1);
+    gcoll_tcp_ops.irecv(p->t[1], &r);
+    drive(p, both, 2);
+    assert_int_equal(r.status, GCOLL_ERR_MISMATCH);
+    /* and the connection still carries the next message */
+    check_transfer(p, 5000, 1);
+}
+
+static void write_all(int fd, const void *buf, size_t len)
+{
+    assert_int_equal(write(fd, buf, len), (ssize_t)len);
+}
+
+static void expect_recv_fails(pair_t *p, gcoll_status_t want)
+{
+    uint8_t buf[64];
+    gcoll_treq_t r = req(1, 77, buf, sizeof(buf));
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &r), GCOLL_OK);
+    gcoll_treq_t *one[] = {&r};
+    drive(p, one, 1);
+    assert_int_equal(r.status, want);
+    /* the peer is dropped: new operations fail at once instead of waiting */
+    gcoll_treq_t s = req(1, 78, buf, 8);
+    assert_int_equal(gcoll_tcp_ops.isend(p->t[0], &s), GCOLL_OK);
+    assert_true(s.done);
+    assert_true(s.status < 0);
+}
+
+static void test_garbage(void **state)
+{
+    pair_t *p = *state;
+    char junk[200];
+    memset(junk, 0x5a, sizeof(junk));
+    write_all(p->raw[0], junk, sizeof(junk));
+    expect_recv_fails(p, GCOLL_ERR_TRANSPORT);
+    assert_non_null(strstr(gcoll_tcp_ops.last_error(p->t[0]), "bad magic"));
+}
+
+static void test_oversized(void **state)
+{
+    pair_t *p = *state;
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN], payload[1000] = {0};
+    /* a message longer than the posted 64-byte receive: mismatch, never an overrun */
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 77, .msg_len = 1000,
+                           .frag_len = 1000}, hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    write_all(p->raw[0], payload, sizeof(payload));
+    uint8_t buf[64];
+    gcoll_treq_t r = req(1, 77, buf, sizeof(buf));
+    gcoll_tcp_ops.irecv(p->t[0], &r);
+    gcoll_treq_t *one[] = {&r};
+    drive(p, one, 1);
+    assert_int_equal(r.status, GCOLL_ERR_MISMATCH);
+    /* fragments that disagree about their message's length are fatal */
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 88, .msg_len = 100,
+                           .frag_len = 50}, hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    write_all(p->raw[0], payload, 50);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 88, .msg_len = 200,
+                           .frag_off = 50, .frag_len = 50}, hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    expect_recv_fails(p, GCOLL_ERR_TRANSPORT);
+}
+
+static void test_truncated(void **state)
+{
+    pair_t *p = *state;
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN];
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 77, .msg_len = 64,
+                           .frag_len = 64}, hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    write_all(p->raw[0], hdr, 10); /* 10 payload bytes of 64, then the peer dies */
+    close(p->raw[0]);
+    p->raw[0] = -1;
+    expect_recv_fails(p, GCOLL_ERR_TRANSPORT);
+    assert_non_null(strstr(gcoll_tcp_ops.last_error(p->t[0]), "middle of a frame"));
+}
+
+static void test_peer_closed(void **state)
+{
+    pair_t *p = *state;
+    close(p->raw[0]);
+    p->raw[0] = -1;
+    expect_recv_fails(p, GCOLL_ERR_PEER);
+}
+
+static void test_abort_frame(void **state)
+{
+    pair_t *p = *state;
+    /* rank 1 aborts with a mismatch: rank 0's pending receive reports the mismatch */
+    uint8_t buf[64];
+    gcoll_treq_t r = req(0, 77, buf, sizeof(buf));
+    gcoll_tcp_ops.irecv(p->t[1], &r);
+    gcoll_tcp_ops.abort(p->t[0], GCOLL_ERR_MISMATCH, "counts differ");
+    gcoll_treq_t *one[] = {&r};
+    drive(p, one, 1);
+    assert_int_equal(r.status, GCOLL_ERR_MISMATCH);
+    assert_non_null(strstr(gcoll_tcp_ops.last_error(p->t[1]), "rank 0 aborted: counts differ"));
+}
+
+static void test_cancel(void **state)
+{
+    pair_t *p = *state;
+    uint8_t buf[64];
+    gcoll_treq_t r = req(0, 99, buf, sizeof(buf));
+    gcoll_tcp_ops.irecv(p->t[1], &r);
+    gcoll_tcp_ops.cancel(p->t[1], &r);
+    assert_true(r.done);
+    assert_int_equal(r.status, GCOLL_ERR_ABORTED);
+    check_transfer(p, 100, 1); /* cancelling a posted receive leaves the link usable */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_frame_roundtrip),
+        cmocka_unit_test(test_frame_invalid),
+        cmocka_unit_test_setup_teardown(test_transfer, setup_pair, teardown),
+        cmocka_unit_test_setup_teardown(test_many_in_flight, setup_pair, teardown),
+        cmocka_unit_test_setup_teardown(test_anylen_and_self, setup_pair, teardown),
+        cmocka_unit_test_setup_teardown(test_mismatch, setup_pair, teardown),
+        cmocka_unit_test_setup_teardown(test_abort_frame, setup_pair, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel, setup_pair, teardown),
+        cmocka_unit_test_setup_teardown(test_garbage, setup_raw, teardown),
+        cmocka_unit_test_setup_teardown(test_oversized, setup_raw, teardown),
+        cmocka_unit_test_setup_teardown(test_truncated, setup_raw, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_closed, setup_raw, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
