@@ -32,7 +32,21 @@ static gcoll_status_t run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
     if (a->sendbuf != a->recvbuf && bytes)
         memcpy(a->recvbuf, a->sendbuf, bytes);
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, a->count, a->dtype, a->op, 0);
-    GCOLL_CHECK(gcoll_ring_allreduce(comm, a->recvbuf, a->count, a->dtype, a->op, sig));
+    char why[256];
+    gcoll_algo_t algo = gcoll_algo_select(comm, bytes, why, sizeof(why));
+    GCOLL_INFO(GCOLL_SUBSYS_COLL, "allreduce of %zu bytes (%s %s): %s, because %s", bytes,
+               gcoll_dtype_name(a->dtype), gcoll_op_name(a->op), gcoll_algo_names[algo], why);
+    switch (algo) {
+    case GCOLL_ALGO_RHD:
+        GCOLL_CHECK(gcoll_rhd_allreduce(comm, a->recvbuf, a->count, a->dtype, a->op, sig));
+        break;
+    case GCOLL_ALGO_TREE:
+        GCOLL_CHECK(gcoll_tree_allreduce(comm, a->recvbuf, a->count, a->dtype, a->op, sig));
+        break;
+    default:
+        GCOLL_CHECK(gcoll_ring_allreduce(comm, a->recvbuf, a->count, a->dtype, a->op, sig));
+        break;
+    }
     gcoll_reduce_finish(a->recvbuf, a->count, a->dtype, a->op, comm->size);
     comm->counters.bytes_raw += bytes;
     return GCOLL_OK;
@@ -66,7 +80,7 @@ static gcoll_status_t run_broadcast(gcoll_comm_t *comm, gcoll_request_t *req)
     const gcoll_args_t *a = &req->a;
     size_t bytes = a->count * gcoll_dtype_size(a->dtype);
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_BROADCAST, a->count, a->dtype, 0, a->root);
-    GCOLL_CHECK(gcoll_bcast_run(comm, a->recvbuf, bytes, a->root, sig));
+    GCOLL_CHECK(gcoll_bcast_run(comm, a->recvbuf, bytes, a->root, sig, 0));
     comm->counters.bytes_raw += bytes;
     return GCOLL_OK;
 }

@@ -9,7 +9,7 @@
 #define BCAST_TREE_MAX 65536
 
 static gcoll_status_t bcast_tree(gcoll_comm_t *comm, void *buf, size_t bytes, int root,
-                                 uint32_t sig)
+                                 uint32_t sig, uint32_t sub0)
 {
     const int P = comm->size, vr = (comm->rank - root + P) % P;
     gcoll_treq_t req[33] = {0};
@@ -20,7 +20,7 @@ static gcoll_status_t bcast_tree(gcoll_comm_t *comm, void *buf, size_t bytes, in
     while (mask < P) {
         if (vr & mask) {
             int parent = ((vr - mask) + root) % P;
-            GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &req[n], parent, 0, sig, buf, bytes, 0), st,
+            GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &req[n], parent, sub0, sig, buf, bytes, 0), st,
                              out);
             GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, &req[n], 1), st, out);
             n++;
@@ -32,7 +32,7 @@ static gcoll_status_t bcast_tree(gcoll_comm_t *comm, void *buf, size_t bytes, in
     for (mask >>= 1; mask > 0; mask >>= 1) {
         if (vr + mask < P) {
             int child = (vr + mask + root) % P;
-            GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &req[n++], child, 0, sig, buf, bytes), st, out);
+            GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &req[n++], child, sub0, sig, buf, bytes), st, out);
         }
     }
     st = gcoll_net_waitall(comm, req, n);
@@ -44,7 +44,7 @@ out:
 
 /* Chain root -> root+1 -> ... in chunks: each rank forwards a chunk as soon as it has it. */
 static gcoll_status_t bcast_chain(gcoll_comm_t *comm, void *buf, size_t bytes, int root,
-                                  uint32_t sig)
+                                  uint32_t sig, uint32_t sub0)
 {
     const int P = comm->size, vr = (comm->rank - root + P) % P;
     const int prev = (comm->rank - 1 + P) % P, next = (comm->rank + 1) % P;
@@ -57,13 +57,13 @@ static gcoll_status_t bcast_chain(gcoll_comm_t *comm, void *buf, size_t bytes, i
     uint8_t *p = buf;
     int has_next = vr + 1 < P;
     for (size_t c = 0; vr > 0 && c < nch; c++)
-        GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &rreq[c], prev, (uint32_t)c, sig, p + c * chunk,
+        GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &rreq[c], prev, sub0 + (uint32_t)c, sig, p + c * chunk,
                                          GCOLL_MIN(chunk, bytes - c * chunk), 0), st, out);
     for (size_t c = 0; c < nch; c++) {
         if (vr > 0)
             GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, &rreq[c], 1), st, out);
         if (has_next)
-            GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &sreq[c], next, (uint32_t)c, sig,
+            GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &sreq[c], next, sub0 + (uint32_t)c, sig,
                                              p + c * chunk, GCOLL_MIN(chunk, bytes - c * chunk)),
                              st, out);
     }
@@ -77,13 +77,13 @@ out:
 }
 
 gcoll_status_t gcoll_bcast_run(gcoll_comm_t *comm, void *buf, size_t bytes, int root,
-                               uint32_t sig)
+                               uint32_t sig, uint32_t sub0)
 {
     if (comm->size == 1)
         return GCOLL_OK;
     if (bytes <= BCAST_TREE_MAX || comm->size == 2)
-        return bcast_tree(comm, buf, bytes, root, sig);
-    return bcast_chain(comm, buf, bytes, root, sig);
+        return bcast_tree(comm, buf, bytes, root, sig, sub0);
+    return bcast_chain(comm, buf, bytes, root, sig, sub0);
 }
 
 gcoll_status_t gcoll_barrier_run(gcoll_comm_t *comm, uint32_t sig)

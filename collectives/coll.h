@@ -9,20 +9,69 @@ enum {
     GCOLL_KIND_ALLREDUCE = 1,
     GCOLL_KIND_BROADCAST,
     GCOLL_KIND_BARRIER,
+    GCOLL_KIND_ALLGATHER,
+    GCOLL_KIND_ALLGATHERV,
+    GCOLL_KIND_REDUCE_SCATTER,
+    GCOLL_KIND_ALLTOALL,
+    GCOLL_KIND_ALLTOALLV,
 };
 
-/* Ring allreduce (reduce-scatter then allgather, Patarasuk & Yuan 2009) over recvbuf,
- * which already holds this rank's input. Pipelined by GCOLL_RING_CHUNK, in passes of at
- * most GCOLL_RING_SLICE bytes. Does not finish AVG. */
+/* Allreduce algorithms (GCOLL_ALGO). */
+typedef enum { GCOLL_ALGO_AUTO, GCOLL_ALGO_RING, GCOLL_ALGO_RHD, GCOLL_ALGO_TREE } gcoll_algo_t;
+extern const char *const gcoll_algo_names[];
+
+typedef struct {
+    size_t off, len;
+} gcoll_span_t;
+
+/* A ring over P segments seg[0..P) (byte spans of buf). rs_steps reduce-scatter steps
+ * (0 or P-1), then ag_steps allgather steps (0 or P-1). At reduce-scatter step g rank r
+ * sends segment r+rs_shift-g and receives (into tmp, at the same offset) and reduces
+ * segment r+rs_shift-g-1, so it ends owning r+rs_shift+1; at allgather step k it sends
+ * r+ag_shift-k and receives r+ag_shift-k-1 in place. With both, ag_shift = rs_shift+1. */
+typedef struct {
+    uint8_t *buf;
+    uint8_t *tmp;
+    const gcoll_span_t *seg;
+    size_t esz;
+    gcoll_dtype_t dtype;
+    gcoll_op_t op;
+    size_t rs_steps, ag_steps;
+    long rs_shift, ag_shift;
+    uint32_t sig, sub0;
+} gcoll_ring_plan_t;
+
+gcoll_status_t gcoll_ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *plan);
+
+/* Ring allreduce over recvbuf, which already holds this rank's input. Pipelined by
+ * GCOLL_RING_CHUNK, in passes of at most GCOLL_RING_SLICE bytes. Does not finish AVG. */
 gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
 
-/* Broadcast of count elements from root: binomial tree for small messages, pipelined chain
- * for large ones. */
+/* Recursive halving reduce-scatter + recursive doubling allgather with the
+ * non-power-of-two fix-up (Rabenseifner; Thakur, Rabenseifner & Gropp 2005). */
+gcoll_status_t gcoll_rhd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                   gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
+
+/* Binomial-tree reduce to rank 0, then binomial broadcast: 2 log2 P latency-bound steps. */
+gcoll_status_t gcoll_tree_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                    gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
+
+/* Picks the allreduce algorithm by the alpha-beta cost model, or GCOLL_ALGO; deterministic
+ * from (count, dtype, P) so every rank picks the same. why receives the reason. */
+gcoll_algo_t gcoll_algo_select(const gcoll_comm_t *comm, size_t bytes, char *why, size_t len);
+
+/* Broadcast of bytes from root: binomial tree for small messages, pipelined chain for large. */
 gcoll_status_t gcoll_bcast_run(gcoll_comm_t *comm, void *buf, size_t bytes, int root,
-                               uint32_t sig);
+                               uint32_t sig, uint32_t sub0);
 
 /* Dissemination barrier (Hensgen, Finkel & Manber 1988): ceil(log2 P) rounds. */
 gcoll_status_t gcoll_barrier_run(gcoll_comm_t *comm, uint32_t sig);
+
+/* Pairwise exchange: block i of sendbuf (sspan[i]) to rank i, block from rank i into
+ * rspan[i] of recvbuf; all transfers posted at once. */
+gcoll_status_t gcoll_alltoall_run(gcoll_comm_t *comm, const uint8_t *sendbuf,
+                                  const gcoll_span_t *sspan, uint8_t *recvbuf,
+                                  const gcoll_span_t *rspan, uint32_t sig);
 
 #endif /* GCOLL_COLL_H */

@@ -1,7 +1,9 @@
-/* ring.c: pipelined ring allreduce. Every receive is posted up front (reduce-scatter data
- * into a temporary, allgather data straight into place), so no message is ever unexpected
- * and TCP's own flow control paces the sender; each chunk moves to its next step as soon
- * as it has arrived and been reduced. */
+/* ring.c: the ring, written once: a pipelined engine that runs reduce-scatter steps,
+ * allgather steps, or both, over P segments of a buffer; allreduce, reduce-scatter and
+ * allgather(v) are plans for it (Patarasuk & Yuan 2009). Every receive is posted up front
+ * (reduce-scatter data into a temporary, allgather data straight into place), so no
+ * message is ever unexpected and TCP's own flow control paces the sender; each chunk moves
+ * to its next step as soon as it has arrived and been reduced. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,56 +11,62 @@
 #include "reduce.h"
 #include "util.h"
 
-typedef struct {
-    size_t off, len; /* elements */
-} span_t;
-
-/* Balanced split of n items into k parts: part i. */
-static span_t split(size_t n, size_t k, size_t i)
-{
-    size_t base = n / k, extra = n % k;
-    return (span_t){i * base + GCOLL_MIN(i, extra), base + (i < extra)};
-}
-
 static size_t mod(long a, long p) { return (size_t)(((a % p) + p) % p); }
 
-/* One pass of the ring over buf[0..count). sub0 offsets the message tags of this pass. */
-static gcoll_status_t ring_pass(gcoll_comm_t *comm, uint8_t *buf, uint8_t *tmp, size_t count,
-                                size_t esz, gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
-                                uint32_t sub0, gcoll_treq_t *reqs, size_t *cur)
+/* Balanced split of n items into k parts: part i. */
+static gcoll_span_t split(size_t n, size_t k, size_t i)
+{
+    size_t base = n / k, extra = n % k;
+    return (gcoll_span_t){i * base + GCOLL_MIN(i, extra), base + (i < extra)};
+}
+
+/* Bytes [off, off+len) of chunk c of segment seg. */
+static gcoll_span_t chunk_of(const gcoll_ring_plan_t *p, size_t seg, size_t c, size_t nch)
+{
+    gcoll_span_t e = split(p->seg[seg].len / p->esz, nch, c);
+    return (gcoll_span_t){p->seg[seg].off + e.off * p->esz, e.len * p->esz};
+}
+
+/* Segment that step g sends / receives (see coll.h for the shifts). */
+static size_t step_seg(const gcoll_ring_plan_t *p, long r, long P, size_t g, int recv)
+{
+    if (g < p->rs_steps)
+        return mod(r + p->rs_shift - (long)g - recv, P);
+    return mod(r + p->ag_shift - (long)(g - p->rs_steps) - recv, P);
+}
+
+gcoll_status_t gcoll_ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p)
 {
     const long P = comm->size, r = comm->rank;
     const int right = (int)mod(r + 1, P), left = (int)mod(r - 1, P);
-    const size_t nsteps = 2 * (size_t)(P - 1);
-    size_t maxseg = split(count, (size_t)P, 0).len;
-    size_t chunk_elems = GCOLL_MAX(comm->cfg.ring_chunk / esz, (size_t)1);
+    const size_t nsteps = p->rs_steps + p->ag_steps;
+    if (P == 1 || nsteps == 0)
+        return GCOLL_OK;
+    size_t maxseg = 0;
+    for (long i = 0; i < P; i++)
+        maxseg = GCOLL_MAX(maxseg, p->seg[i].len / p->esz);
+    size_t chunk_elems = GCOLL_MAX(comm->cfg.ring_chunk / p->esz, (size_t)1);
     size_t nch = GCOLL_MAX(GCOLL_DIV_UP(maxseg, chunk_elems), (size_t)1);
-    gcoll_treq_t *rreq = reqs, *sreq = reqs + nsteps * nch;
-    gcoll_status_t st = GCOLL_OK;
-
-    /* Segment and chunk that step g receives / sends. */
-#define RECV_SEG(g) ((g) < (size_t)(P - 1) ? mod(r - (long)(g)-1, P) : mod(r - (long)((g) - (P - 1)), P))
-#define SEND_SEG(g) ((g) < (size_t)(P - 1) ? mod(r - (long)(g), P) : mod(r + 1 - (long)((g) - (P - 1)), P))
-#define CHUNK(seg, c) ({                                                                  \
-        span_t s_ = split(count, (size_t)P, (seg));                                       \
-        span_t c_ = split(s_.len, nch, (c));                                              \
-        (span_t){s_.off + c_.off, c_.len};                                                \
-    })
-
+    size_t nreq = nsteps * nch;
+    gcoll_treq_t *rreq = calloc(2 * nreq, sizeof(*rreq)), *sreq = rreq + nreq;
+    size_t *cur = calloc(nch, sizeof(*cur));
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!rreq || !cur)
+        goto out;
+    st = GCOLL_OK;
     for (size_t g = 0; g < nsteps; g++) {
         for (size_t c = 0; c < nch; c++) {
-            span_t ch = CHUNK(RECV_SEG(g), c);
-            uint8_t *dst = (g < (size_t)(P - 1) ? tmp : buf) + ch.off * esz;
+            gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g, 1), c, nch);
+            uint8_t *dst = (g < p->rs_steps ? p->tmp : p->buf) + ch.off;
             GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &rreq[g * nch + c], left,
-                                             sub0 + (uint32_t)(g * nch + c), sig, dst,
-                                             ch.len * esz, 0), st, out);
+                                             p->sub0 + (uint32_t)(g * nch + c), p->sig, dst,
+                                             ch.len, 0), st, out);
         }
     }
     for (size_t c = 0; c < nch; c++) {
-        span_t ch = CHUNK(SEND_SEG(0), c);
-        GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &sreq[c], right, sub0 + (uint32_t)c, sig,
-                                         buf + ch.off * esz, ch.len * esz), st, out);
-        cur[c] = 0;
+        gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, 0, 0), c, nch);
+        GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &sreq[c], right, p->sub0 + (uint32_t)c, p->sig,
+                                         p->buf + ch.off, ch.len), st, out);
     }
     size_t finished = 0; /* chunks through every step */
     while (finished < nch) {
@@ -71,69 +79,72 @@ static gcoll_status_t ring_pass(gcoll_comm_t *comm, uint8_t *buf, uint8_t *tmp, 
                 if (!done)
                     break;
                 progressed = 1;
-                if (g < (size_t)(P - 1)) {
-                    span_t ch = CHUNK(RECV_SEG(g), c);
-                    gcoll_reduce(buf + ch.off * esz, tmp + ch.off * esz, ch.len, dtype, op);
+                if (g < p->rs_steps) {
+                    gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g, 1), c, nch);
+                    gcoll_reduce(p->buf + ch.off, p->tmp + ch.off, ch.len / p->esz, p->dtype,
+                                 p->op);
                 }
                 if (g + 1 < nsteps) {
-                    span_t ch = CHUNK(SEND_SEG(g + 1), c);
+                    gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g + 1, 0), c, nch);
                     GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &sreq[(g + 1) * nch + c], right,
-                                                     sub0 + (uint32_t)((g + 1) * nch + c), sig,
-                                                     buf + ch.off * esz, ch.len * esz), st, out);
+                                                     p->sub0 + (uint32_t)((g + 1) * nch + c),
+                                                     p->sig, p->buf + ch.off, ch.len),
+                                     st, out);
                 }
                 if (++cur[c] == nsteps)
                     finished++;
             }
         }
-        if (finished < nch && !progressed)
-            GCOLL_CHECK_GOTO(gcoll_net_poll(comm, &rreq[cur[0] < nsteps ? cur[0] * nch : 0]), st,
-                             out);
+        if (finished < nch && !progressed) {
+            size_t c = 0;
+            while (cur[c] == nsteps)
+                c++;
+            GCOLL_CHECK_GOTO(gcoll_net_poll(comm, &rreq[cur[c] * nch + c]), st, out);
+        }
     }
-    st = gcoll_net_waitall(comm, sreq, (int)(nsteps * nch));
+    st = gcoll_net_waitall(comm, sreq, (int)nreq);
 out:
-    if (st != GCOLL_OK)
-        gcoll_net_cancel(comm, reqs, (int)(2 * nsteps * nch));
+    if (st != GCOLL_OK && rreq)
+        gcoll_net_cancel(comm, rreq, (int)(2 * nreq));
+    free(cur);
+    free(rreq);
     return st;
-#undef RECV_SEG
-#undef SEND_SEG
-#undef CHUNK
 }
 
+/* Allreduce on recvbuf (already holding this rank's input), in passes of at most
+ * GCOLL_RING_SLICE bytes so the temporary stays bounded. */
 gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
 {
     const size_t P = (size_t)comm->size, esz = gcoll_dtype_size(dtype);
     if (P == 1 || count == 0)
         return GCOLL_OK;
-    /* Passes of at most ring_slice bytes bound the temporary; a pass needs >= P elements
-     * per rank to keep every link busy, so slices never go below that. */
     size_t slice = GCOLL_MAX(comm->cfg.ring_slice / esz, P);
     size_t maxcount = GCOLL_MIN(count, slice);
-    size_t maxnch = GCOLL_MAX(GCOLL_DIV_UP(GCOLL_DIV_UP(maxcount, P),
-                                           GCOLL_MAX(comm->cfg.ring_chunk / esz, (size_t)1)),
-                              (size_t)1);
-    size_t nreq = 2 * 2 * (P - 1) * maxnch;
+    gcoll_span_t *seg = calloc(P, sizeof(*seg));
     uint8_t *tmp = malloc(maxcount * esz);
-    gcoll_treq_t *reqs = calloc(nreq, sizeof(*reqs));
-    size_t *cur = calloc(maxnch, sizeof(*cur));
     gcoll_status_t st = GCOLL_ERR_NOMEM;
-    if (!tmp || !reqs || !cur) {
+    if (!tmp || !seg) {
         gcoll_comm_set_error(comm, "cannot allocate %zu bytes for the ring", maxcount * esz);
         goto out;
     }
-    uint32_t sub0 = 0;
+    gcoll_ring_plan_t plan = {.tmp = tmp, .seg = seg, .esz = esz, .dtype = dtype, .op = op,
+                              .rs_steps = P - 1, .ag_steps = P - 1, .rs_shift = 0, .ag_shift = 1,
+                              .sig = sig};
     for (size_t off = 0; off < count; off += slice) {
         size_t n = GCOLL_MIN(slice, count - off);
-        memset(reqs, 0, nreq * sizeof(*reqs));
-        st = ring_pass(comm, (uint8_t *)recvbuf + off * esz, tmp, n, esz, dtype, op, sig, sub0,
-                       reqs, cur);
-        if (st != GCOLL_OK)
-            break;
-        sub0 += (uint32_t)nreq;
+        for (size_t i = 0; i < P; i++) {
+            gcoll_span_t s = split(n, P, i);
+            seg[i] = (gcoll_span_t){s.off * esz, s.len * esz};
+        }
+        plan.buf = (uint8_t *)recvbuf + off * esz;
+        GCOLL_CHECK_GOTO(gcoll_ring_run(comm, &plan), st, out);
+        plan.sub0 += (uint32_t)(2 * (P - 1) * GCOLL_DIV_UP(GCOLL_DIV_UP(n, P),
+                                   GCOLL_MAX(comm->cfg.ring_chunk / esz, (size_t)1)) + 2 * P);
     }
+    st = GCOLL_OK;
 out:
-    free(cur);
-    free(reqs);
+    free(seg);
     free(tmp);
     return st;
 }

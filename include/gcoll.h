@@ -181,6 +181,59 @@ GCOLL_EXPORT gcoll_status_t gcoll_ibroadcast(gcoll_comm_t *comm, void *buf, size
 GCOLL_EXPORT gcoll_status_t gcoll_barrier(gcoll_comm_t *comm);
 GCOLL_EXPORT gcoll_status_t gcoll_ibarrier(gcoll_comm_t *comm, gcoll_request_t **req_p);
 
+/* recvbuf (size * sendcount elements) receives every rank's sendbuf, in rank order. In
+ * place when sendbuf == recvbuf + rank * sendcount elements (as in NCCL). Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_allgather(gcoll_comm_t *comm, const void *sendbuf,
+                                            void *recvbuf, size_t sendcount, gcoll_dtype_t dtype);
+GCOLL_EXPORT gcoll_status_t gcoll_iallgather(gcoll_comm_t *comm, const void *sendbuf,
+                                             void *recvbuf, size_t sendcount, gcoll_dtype_t dtype,
+                                             gcoll_request_t **req_p);
+
+/* Rank i's sendbuf (recvcounts[i] elements, == sendcount on rank i) lands at
+ * recvbuf + displs[i] on every rank. recvcounts must be the same on every rank
+ * (GCOLL_ERR_MISMATCH otherwise); blocks must not overlap (GCOLL_ERR_INVALID). The arrays
+ * are copied: they may be reused as soon as the call returns. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_allgatherv(gcoll_comm_t *comm, const void *sendbuf,
+                                             size_t sendcount, void *recvbuf,
+                                             const size_t *recvcounts, const size_t *displs,
+                                             gcoll_dtype_t dtype);
+GCOLL_EXPORT gcoll_status_t gcoll_iallgatherv(gcoll_comm_t *comm, const void *sendbuf,
+                                              size_t sendcount, void *recvbuf,
+                                              const size_t *recvcounts, const size_t *displs,
+                                              gcoll_dtype_t dtype, gcoll_request_t **req_p);
+
+/* sendbuf holds size blocks of recvcount elements; rank i's recvbuf receives block i
+ * reduced over ranks. In place when recvbuf == sendbuf + rank * recvcount elements. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_reduce_scatter(gcoll_comm_t *comm, const void *sendbuf,
+                                                 void *recvbuf, size_t recvcount,
+                                                 gcoll_dtype_t dtype, gcoll_op_t op);
+GCOLL_EXPORT gcoll_status_t gcoll_ireduce_scatter(gcoll_comm_t *comm, const void *sendbuf,
+                                                  void *recvbuf, size_t recvcount,
+                                                  gcoll_dtype_t dtype, gcoll_op_t op,
+                                                  gcoll_request_t **req_p);
+
+/* Block j (count_per_rank elements) of rank i's sendbuf lands in block i of rank j's
+ * recvbuf. Not in place (GCOLL_ERR_INVALID). Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_alltoall(gcoll_comm_t *comm, const void *sendbuf,
+                                           void *recvbuf, size_t count_per_rank,
+                                           gcoll_dtype_t dtype);
+GCOLL_EXPORT gcoll_status_t gcoll_ialltoall(gcoll_comm_t *comm, const void *sendbuf,
+                                            void *recvbuf, size_t count_per_rank,
+                                            gcoll_dtype_t dtype, gcoll_request_t **req_p);
+
+/* Rank i sends sendcounts[j] elements from sendbuf + sdispls[j] to rank j, which receives
+ * them at recvbuf + rdispls[i] and must pass recvcounts[i] equal to that count
+ * (GCOLL_ERR_MISMATCH otherwise). Arrays are copied. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_alltoallv(gcoll_comm_t *comm, const void *sendbuf,
+                                            const size_t *sendcounts, const size_t *sdispls,
+                                            void *recvbuf, const size_t *recvcounts,
+                                            const size_t *rdispls, gcoll_dtype_t dtype);
+GCOLL_EXPORT gcoll_status_t gcoll_ialltoallv(gcoll_comm_t *comm, const void *sendbuf,
+                                             const size_t *sendcounts, const size_t *sdispls,
+                                             void *recvbuf, const size_t *recvcounts,
+                                             const size_t *rdispls, gcoll_dtype_t dtype,
+                                             gcoll_request_t **req_p);
+
 /* Waits for a request to complete and frees it; returns the operation's status. Blocks
  * (bounded by the timeout). Call from the thread that owns the communicator. */
 GCOLL_EXPORT gcoll_status_t gcoll_wait(gcoll_request_t *req);

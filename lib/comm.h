@@ -21,8 +21,7 @@ typedef struct {
     gcoll_dtype_t dtype;
     gcoll_op_t op;
     int root;
-    const size_t *counts;
-    const size_t *displs;
+    int kind; /* GCOLL_KIND_* where one run function serves several calls */
     void *ext;
     void (*release)(void *ext);
 } gcoll_args_t;

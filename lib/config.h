@@ -25,6 +25,7 @@ typedef struct gcoll_config {
     size_t tcp_stripe_min;
     size_t ring_chunk;
     size_t ring_slice;
+    int algo; /* gcoll_algo_t */
 } gcoll_config_t;
 
 enum { GCOLL_TRANSPORT_AUTO, GCOLL_TRANSPORT_TCP, GCOLL_TRANSPORT_UCX, GCOLL_TRANSPORT_VERBS };

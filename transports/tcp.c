@@ -78,6 +78,7 @@ struct gcoll_transport {
     int wake_fd;
     char addr[128];
     tcp_peer_t *peers;
+    gcoll_status_t abort_status; /* set once a peer announced an abort */
     char errmsg[512];
     uint8_t scratch[65536]; /* sink for discarded payload */
 };
@@ -153,11 +154,64 @@ static void peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
     }
 }
 
-static void peer_fail_all(gcoll_transport_t *t, gcoll_status_t st)
+/* Drops a socket's queued frames, failing their requests. A frame partly on the wire
+ * keeps its place (the stream must stay framed for the abort notice behind it) but gets
+ * its own copy of the payload, since the caller's buffer is about to go away. */
+static void abandon_tx(gcoll_transport_t *t, tcp_sock_t *s, gcoll_status_t st)
 {
-    for (int i = 0; i < t->size; i++)
-        if (i != t->rank)
-            peer_fail(t, i, st);
+    tx_frame_t *keep = (s->txq && s->txq->sent > 0) ? s->txq : NULL; /* only the head can be */
+    if (keep && keep->req && keep->len) {
+        uint8_t *copy = malloc(keep->len);
+        if (!copy) {
+            complete(keep->req, st);
+            sock_close(t, s); /* cannot keep the stream framed: give the connection up */
+            return;
+        }
+        memcpy(copy, keep->data, keep->len);
+        keep->owned = copy;
+        keep->data = copy;
+    }
+    while (s->txq) {
+        tx_frame_t *f = s->txq;
+        s->txq = f->next;
+        if (f->req)
+            complete(f->req, st);
+        f->req = NULL;
+        if (f != keep) {
+            free(f->owned);
+            free(f);
+        }
+    }
+    s->txq = s->txq_tail = keep;
+    if (keep)
+        keep->next = NULL;
+}
+
+/* A peer announced an abort: fail every pending operation with st and refuse new ones,
+ * but keep the connections open, so that this rank's own notice still reaches the others
+ * (closing them would tell the others a different story: that this rank died). */
+static void fail_pending_all(gcoll_transport_t *t, gcoll_status_t st)
+{
+    t->abort_status = st;
+    for (int i = 0; i < t->size; i++) {
+        tcp_peer_t *p = &t->peers[i];
+        for (int k = 0; k < t->nsocks; k++) {
+            tcp_sock_t *s = &p->socks[k];
+            abandon_tx(t, s, st);
+            if (s->msg && s->msg->req && !s->msg->ubuf)
+                s->dst = NULL; /* the rest of this frame is dropped */
+        }
+        for (gcoll_treq_t *r = p->posted; r; r = r->next)
+            complete(r, st);
+        p->posted = p->posted_tail = NULL;
+        for (rx_msg_t *m = p->msgs; m; m = m->next) {
+            if (m->req) {
+                complete(m->req, st);
+                m->req = NULL;
+                m->discard = 1;
+            }
+        }
+    }
 }
 
 /* Unlinks *pp from the posted list (pp points at the link to it). */
@@ -281,7 +335,7 @@ static void sock_eof(gcoll_transport_t *t, tcp_sock_t *s)
     } else {
         GCOLL_DEBUG(GCOLL_SUBSYS_NET, "rank %d closed its connections", s->peer);
     }
-    peer_fail(t, s->peer, GCOLL_ERR_PEER);
+    peer_fail(t, s->peer, t->abort_status < 0 ? t->abort_status : GCOLL_ERR_PEER);
 }
 
 static void proto_error(gcoll_transport_t *t, tcp_sock_t *s, const char *why)
@@ -321,8 +375,11 @@ static int on_header(gcoll_transport_t *t, tcp_sock_t *s)
         return -1;
     }
     s->msg = m;
-    if (!m->discard)
-        s->dst = (m->req ? (uint8_t *)m->req->buf : m->ubuf) + s->frame.frag_off;
+    /* A message that began unexpected stays in its buffer until complete, even if its
+     * receive is posted in between: finish_msg copies it out whole. */
+    uint8_t *base = m->ubuf ? m->ubuf : m->req ? (uint8_t *)m->req->buf : NULL;
+    if (!m->discard && base) /* no base: an empty message, nothing to place */
+        s->dst = base + s->frame.frag_off;
     return 0;
 }
 
@@ -334,7 +391,7 @@ static void on_payload_done(gcoll_transport_t *t, tcp_sock_t *s)
         const char *why = s->frame.frag_len > 0 ? (char *)s->ctl + 1 : "";
         set_error(t, "rank %d aborted: %s", s->peer, why);
         GCOLL_WARN("rank %d aborted: %s", s->peer, why);
-        peer_fail_all(t, mismatch ? GCOLL_ERR_MISMATCH : GCOLL_ERR_PEER);
+        fail_pending_all(t, mismatch ? GCOLL_ERR_MISMATCH : GCOLL_ERR_PEER);
         return;
     }
     rx_msg_t *m = s->msg;
@@ -507,6 +564,10 @@ static gcoll_status_t tcp_isend(gcoll_transport_t *t, gcoll_treq_t *req)
         return GCOLL_ERR_INVALID;
     req->done = 0;
     req->status = GCOLL_INPROGRESS;
+    if (t->abort_status < 0) {
+        complete(req, t->abort_status);
+        return GCOLL_OK;
+    }
     if (req->peer == t->rank)
         return send_self(t, req);
     tcp_peer_t *p = &t->peers[req->peer];
@@ -542,6 +603,10 @@ static gcoll_status_t tcp_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
     req->done = 0;
     req->status = GCOLL_INPROGRESS;
     req->nbytes = 0;
+    if (t->abort_status < 0) {
+        complete(req, t->abort_status);
+        return GCOLL_OK;
+    }
     tcp_peer_t *p = &t->peers[req->peer];
     for (rx_msg_t *m = p->msgs; m; m = m->next) {
         if (m->tag != req->tag || m->req || m->discard)

@@ -203,6 +203,162 @@ static void check_broadcast(size_t count, gcoll_dtype_t dt, int root)
     free(buf);
 }
 
+/* Fills block data for rank r: a value depending on (r, i) so misplaced blocks show. */
+static int blockval(int r, size_t i) { return (int)((r * 31 + (int)(i % 61)) % 97) - 48; }
+
+static void verify(const char *what, const void *buf, size_t n, gcoll_dtype_t dt,
+                   int (*want)(size_t i, void *ctx), void *ctx)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (load(buf, i, dt) != (double)want(i, ctx)) {
+            FAIL("%s %s: wrong at %zu: got %g want %d", what, gcoll_dtype_name(dt), i,
+                 load(buf, i, dt), want(i, ctx));
+            return;
+        }
+    }
+}
+
+typedef struct {
+    const size_t *counts, *displs;
+    size_t n;
+    gcoll_op_t op;
+} layout_t;
+
+static int want_gather(size_t i, void *ctx)
+{
+    layout_t *l = ctx;
+    for (int r = 0; r < size; r++)
+        if (i >= l->displs[r] && i < l->displs[r] + l->counts[r])
+            return blockval(r, i - l->displs[r]);
+    return 55; /* gaps keep their fill */
+}
+
+static void check_allgatherv(size_t unit, gcoll_dtype_t dt, int variable, int inplace)
+{
+    size_t *counts = calloc((size_t)size, sizeof(size_t)), *displs = calloc((size_t)size, sizeof(size_t));
+    size_t total = 0;
+    for (int r = 0; r < size; r++) {
+        counts[r] = variable ? unit * (size_t)((r * 3 + 1) % 4) : unit; /* some ranks send 0 */
+        displs[r] = total + (variable ? 3 : 0);                           /* gaps between blocks */
+        total = displs[r] + counts[r];
+    }
+    size_t esz = gcoll_dtype_size(dt);
+    uint8_t *recv = malloc(total * esz + 1), *send = malloc(counts[rank] * esz + 1);
+    for (size_t i = 0; i < total; i++)
+        store(recv, i, dt, 55);
+    for (size_t i = 0; i < counts[rank]; i++)
+        store(variable || !inplace ? send : recv + displs[rank] * esz, i, dt, blockval(rank, i));
+    const void *src = (!variable && inplace) ? recv + displs[rank] * esz : send;
+    gcoll_status_t st = variable
+        ? gcoll_allgatherv(comm, src, counts[rank], recv, counts, displs, dt)
+        : gcoll_allgather(comm, src, recv, unit, dt);
+    checks++;
+    layout_t l = {counts, displs, total, GCOLL_SUM};
+    if (st != GCOLL_OK)
+        FAIL("allgather%s unit=%zu: %s (%s)", variable ? "v" : "", unit, gcoll_status_string(st),
+             gcoll_comm_last_error(comm));
+    else
+        verify(variable ? "allgatherv" : "allgather", recv, total, dt, want_gather, &l);
+    free(recv);
+    free(send);
+    free(counts);
+    free(displs);
+}
+
+static int want_rs(size_t i, void *ctx)
+{
+    layout_t *l = ctx;
+    /* element i of this rank's block is element rank*n+i of every rank's input */
+    long acc = input(0, (size_t)rank * l->n + i, l->op);
+    for (int r = 1; r < size; r++) {
+        long v = input(r, (size_t)rank * l->n + i, l->op);
+        acc = l->op == GCOLL_PROD ? acc * v : l->op == GCOLL_MIN ? (v < acc ? v : acc)
+              : l->op == GCOLL_MAX ? (v > acc ? v : acc) : acc + v;
+    }
+    return (int)(l->op == GCOLL_AVG ? acc / size : acc);
+}
+
+static void check_reduce_scatter(size_t n, gcoll_dtype_t dt, gcoll_op_t op, int inplace)
+{
+    size_t esz = gcoll_dtype_size(dt);
+    uint8_t *send = malloc((size_t)size * n * esz + 1), *out = malloc(n * esz + 1);
+    for (size_t i = 0; i < (size_t)size * n; i++)
+        store(send, i, dt, input(rank, i, op));
+    void *recv = inplace ? send + (size_t)rank * n * esz : out;
+    gcoll_status_t st = gcoll_reduce_scatter(comm, send, recv, n, dt, op);
+    checks++;
+    layout_t l = {NULL, NULL, n, op};
+    if (st != GCOLL_OK)
+        FAIL("reduce_scatter n=%zu: %s (%s)", n, gcoll_status_string(st), gcoll_comm_last_error(comm));
+    else if (op == GCOLL_AVG && (dt != GCOLL_INT32 && dt != GCOLL_INT64))
+        ; /* AVG of floats is covered by allreduce; integer AVG checks the truncation here */
+    else
+        verify("reduce_scatter", recv, n, dt, want_rs, &l);
+    free(send);
+    free(out);
+}
+
+/* alltoallv: rank r sends (r + j) % 3 * unit elements to rank j. */
+static size_t a2a_count(int from, int to, size_t unit, int variable)
+{
+    return variable ? (size_t)((from + to) % 3) * unit : unit;
+}
+
+static void check_alltoall(size_t unit, gcoll_dtype_t dt, int variable)
+{
+    size_t esz = gcoll_dtype_size(dt);
+    size_t *sc = calloc(4 * (size_t)size, sizeof(size_t)), *sd = sc + size, *rc = sd + size,
+           *rd = rc + size, stot = 0, rtot = 0;
+    for (int j = 0; j < size; j++) {
+        sc[j] = a2a_count(rank, j, unit, variable);
+        sd[j] = stot;
+        stot += sc[j];
+        rc[j] = a2a_count(j, rank, unit, variable);
+        rd[j] = rtot;
+        rtot += rc[j];
+    }
+    uint8_t *send = malloc(stot * esz + 1), *recv = malloc(rtot * esz + 1);
+    for (int j = 0; j < size; j++)
+        for (size_t i = 0; i < sc[j]; i++)
+            store(send, sd[j] + i, dt, blockval(rank * 7 + j, i));
+    gcoll_status_t st = variable ? gcoll_alltoallv(comm, send, sc, sd, recv, rc, rd, dt)
+                                 : gcoll_alltoall(comm, send, recv, unit, dt);
+    checks++;
+    if (st != GCOLL_OK) {
+        FAIL("alltoall%s unit=%zu: %s (%s)", variable ? "v" : "", unit, gcoll_status_string(st),
+             gcoll_comm_last_error(comm));
+    } else {
+        for (int j = 0; j < size; j++)
+            for (size_t i = 0; i < rc[j]; i++)
+                if (load(recv, rd[j] + i, dt) != (double)blockval(j * 7 + rank, i)) {
+                    FAIL("alltoall%s: block from rank %d wrong at %zu", variable ? "v" : "", j, i);
+                    j = size;
+                    break;
+                }
+    }
+    free(send);
+    free(recv);
+    free(sc);
+}
+
+static void run_gathers(void)
+{
+    const size_t units[] = {0, 1, 7, 10007};
+    for (size_t u = 0; u < sizeof(units) / sizeof(units[0]); u++) {
+        for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
+            check_allgatherv(units[u], dtypes[d], 0, 0);
+            check_allgatherv(units[u], dtypes[d], 0, 1);
+            check_allgatherv(units[u], dtypes[d], 1, 0);
+            check_alltoall(units[u], dtypes[d], 0);
+            check_alltoall(units[u], dtypes[d], 1);
+            for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+                check_reduce_scatter(units[u], dtypes[d], ops[o], (int)(o % 2));
+        }
+    }
+    check_allgatherv(300007, GCOLL_FLOAT32, 1, 0); /* several ring chunks per block */
+    check_reduce_scatter(300007, GCOLL_FLOAT32, GCOLL_SUM, 1);
+}
+
 /* Several nonblocking allreduces in flight at once, completed out of order. */
 static void check_nonblocking(void)
 {
@@ -266,8 +422,20 @@ static void check_bad_args(void)
         FAIL("last_error does not describe the bad argument: '%s'", gcoll_comm_last_error(comm));
 }
 
+/* Allreduce only, for each forced algorithm (GCOLL_ALGO set by the caller). */
+static int run_allreduce(void)
+{
+    const size_t counts[] = {0, 1, 2, 7, 1000, 65537, 1000003};
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+        for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
+            for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+                check_allreduce(counts[c], dtypes[d], ops[o], (int)((c + o) % 2));
+    return failures;
+}
+
 static int run_all(void)
 {
+    run_gathers();
     const size_t counts[] = {0, 1, 7, 1000003};
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
@@ -361,19 +529,41 @@ static int run_silent(int victim)
     return expect_error(st, "allreduce with a silent peer", t0, timeout_s() * 2 + 5);
 }
 
-/* Rank `victim` passes a different count: every rank must report GCOLL_ERR_MISMATCH. */
-static int run_mismatch(int victim)
+/* Rank `victim` passes a different count to collective `which`: every rank must report
+ * GCOLL_ERR_MISMATCH. */
+static int run_mismatch(int victim, const char *which)
 {
     size_t count = 10000 + (rank == victim ? 1 : 0);
-    float *x = calloc(count, sizeof(float));
+    float *x = calloc(count * (size_t)size + 1, sizeof(float)),
+          *y = calloc(count * (size_t)size + 1, sizeof(float));
     double t0 = now();
-    gcoll_status_t st = gcoll_allreduce(comm, x, x, count, GCOLL_FLOAT32, GCOLL_SUM);
+    gcoll_status_t st;
+    if (strcmp(which, "allgather") == 0)
+        st = gcoll_allgather(comm, x, y, count, GCOLL_FLOAT32);
+    else if (strcmp(which, "reduce_scatter") == 0)
+        st = gcoll_reduce_scatter(comm, x, y, count, GCOLL_FLOAT32, GCOLL_SUM);
+    else if (strcmp(which, "alltoall") == 0)
+        st = gcoll_alltoall(comm, x, y, count, GCOLL_FLOAT32);
+    else if (strcmp(which, "broadcast") == 0)
+        st = gcoll_broadcast(comm, x, count, GCOLL_FLOAT32, victim == 0 ? 1 : 0);
+    else if (strcmp(which, "op") == 0) /* same count, different op */
+        st = gcoll_allreduce(comm, x, x, 10000, GCOLL_FLOAT32, rank == victim ? GCOLL_MAX : GCOLL_SUM);
+    else
+        st = gcoll_allreduce(comm, x, x, count, GCOLL_FLOAT32, GCOLL_SUM);
+    if (st == GCOLL_OK && strcmp(which, "broadcast") == 0) {
+        /* In a broadcast data only flows down the tree: the root and ranks whose subtree
+         * holds no mismatched rank finish without seeing it. The detecting rank's abort
+         * reaches them, and their next call reports the mismatch. */
+        usleep(300000);
+        st = gcoll_barrier(comm);
+    }
     free(x);
+    free(y);
     if (st != GCOLL_ERR_MISMATCH)
-        FAIL("mismatched counts gave %s (%s), expected GCOLL_ERR_MISMATCH",
+        FAIL("mismatched %s gave %s (%s), expected GCOLL_ERR_MISMATCH", which,
              gcoll_status_string(st), gcoll_comm_last_error(comm));
     else
-        expect_error(st, "allreduce with mismatched counts", t0, timeout_s() + 5);
+        expect_error(st, "call with mismatched arguments", t0, timeout_s() + 5);
     return failures;
 }
 
@@ -421,12 +611,14 @@ int main(int argc, char **argv)
     int bad;
     if (strcmp(mode, "all") == 0)
         bad = run_all();
+    else if (strcmp(mode, "allreduce") == 0)
+        bad = run_allreduce();
     else if (strcmp(mode, "die") == 0)
         bad = run_die(victim);
     else if (strcmp(mode, "silent") == 0)
         bad = run_silent(victim);
     else if (strcmp(mode, "mismatch") == 0)
-        bad = run_mismatch(victim);
+        bad = run_mismatch(victim, argc > 3 ? argv[3] : "allreduce");
     else if (strcmp(mode, "abort") == 0)
         bad = run_abort();
     else {

@@ -2,7 +2,7 @@
 # timeout(1) and every background process is killed on exit.
 set -u
 : "${top_builddir:=$(pwd)}"
-: "${GCOLL_RUN:=$top_builddir/tools/gcoll-run}"
+: "${gcoll_run:=$top_builddir/tools/gcoll-run}"
 CHECK="$top_builddir/tests/integration/coll_check"
 INTRUDER="$top_builddir/tests/integration/intruder"
 DEMO="$top_builddir/tools/gcoll-demo"

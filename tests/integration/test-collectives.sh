@@ -6,13 +6,26 @@
 for tr in $(transports); do
     for n in 1 2 3 4 5; do
         out="$TMP/coll-$tr-$n.log"
-        if timeout 600 "$GCOLL_RUN" -n "$n" --timeout 500 -x GCOLL_TRANSPORT="$tr" \
+        if timeout 600 "$gcoll_run" -n "$n" --timeout 500 -x GCOLL_TRANSPORT="$tr" \
             -x GCOLL_TIMEOUT_MS=60s -- "$CHECK" all >"$out" 2>&1; then
             pass "$tr: $n rank(s): $(grep -c 'checks passed' "$out") rank(s) passed"
         else
             fail "$tr: $n rank(s)"
             tail -n 40 "$out"
         fi
+    done
+    # every allreduce algorithm forced in turn, on rank counts with and without a power of two
+    for algo in ring rhd tree; do
+        for n in 3 4; do
+            out="$TMP/allreduce-$tr-$algo-$n.log"
+            if timeout 600 "$gcoll_run" -n "$n" --timeout 500 -x GCOLL_TRANSPORT="$tr" \
+                -x GCOLL_ALGO="$algo" -x GCOLL_TIMEOUT_MS=60s -- "$CHECK" allreduce >"$out" 2>&1; then
+                pass "$tr: allreduce forced to $algo on $n ranks"
+            else
+                fail "$tr: allreduce forced to $algo on $n ranks"
+                tail -n 40 "$out"
+            fi
+        done
     done
 done
 finish

@@ -8,7 +8,7 @@ known=$("$top_builddir/tools/gcoll-info" -c | sed -n 's/^\(GCOLL_[A-Z0-9_]*\)=.*
 for v in $known; do
     grep -q "\`$v\`" "$readme" || fail "$v is not documented in README.md"
 done
-for v in $(grep -o 'GCOLL_[A-Z0-9_]*' "$readme" | sort -u); do
+for v in $(grep -o 'GCOLL_[A-Z0-9_]*[A-Z0-9]' "$readme" | sort -u); do
     case " $(echo $known) " in
     *" $v "*) ;;
     *) case "$v" in

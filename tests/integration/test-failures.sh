@@ -8,7 +8,7 @@ run() {
     name=$1 want=$2
     shift 2
     out="$TMP/$name.log"
-    timeout 120 "$GCOLL_RUN" --timeout 90 "$@" >"$out" 2>&1
+    timeout 120 "$gcoll_run" --timeout 90 "$@" >"$out" 2>&1
     got=$?
     if [ "$got" -ne "$want" ]; then
         fail "$name: exit status $got, expected $want"
@@ -39,8 +39,10 @@ for tr in $(transports); do
     run "silent-$tr" 0 -n 3 $common -- "$CHECK" silent 1 &&
         expect_lines "silent-$tr" "failed as expected" 2
     # Mismatched counts: GCOLL_ERR_MISMATCH on every rank.
-    run "mismatch-$tr" 0 -n 4 $common -- "$CHECK" mismatch 3 &&
-        expect_lines "mismatch-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4
+    for coll in allreduce op allgather reduce_scatter alltoall broadcast; do
+        run "mismatch-$coll-$tr" 0 -n 4 $common -- "$CHECK" mismatch 3 "$coll" &&
+            expect_lines "mismatch-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4
+    done
     # gcoll_comm_abort from another thread interrupts rank 0 and fails the others.
     run "abort-$tr" 0 -n 3 $common -- "$CHECK" abort &&
         expect_lines "abort-$tr" "failed as expected" 3

@@ -360,6 +360,38 @@ static void test_abort_frame(void **state)
     assert_non_null(strstr(gcoll_tcp_ops.last_error(p->t[1]), "rank 0 aborted: counts differ"));
 }
 
+/* A message whose receive is posted while it is half received: the part that arrived
+ * unexpected and the rest must both land (a bug once overwrote the rest). */
+static void test_posted_mid_message(void **state)
+{
+    pair_t *p = *state;
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN], payload[3000], out[3000] = {0};
+    for (size_t i = 0; i < sizeof(payload); i++)
+        payload[i] = (uint8_t)(i * 7 + 1);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 5, .msg_len = 3000,
+                           .frag_off = 0, .frag_len = 1000}, hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    write_all(p->raw[0], payload, 1000);
+    /* an empty message arriving before its receive, too */
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 6}, hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    for (int i = 0; i < 20; i++)
+        gcoll_tcp_ops.progress(p->t[0], 1);
+    gcoll_treq_t r = req(1, 5, out, sizeof(out)), e = req(1, 6, NULL, 0);
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &r), GCOLL_OK);
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &e), GCOLL_OK);
+    assert_true(e.done);
+    assert_int_equal(e.status, GCOLL_OK);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 5, .msg_len = 3000,
+                           .frag_off = 1000, .frag_len = 2000}, hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    write_all(p->raw[0], payload + 1000, 2000);
+    gcoll_treq_t *one[] = {&r};
+    drive(p, one, 1);
+    assert_int_equal(r.status, GCOLL_OK);
+    assert_memory_equal(out, payload, sizeof(payload));
+}
+
 static void test_cancel(void **state)
 {
     pair_t *p = *state;
@@ -383,6 +415,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mismatch, setup_pair, teardown),
         cmocka_unit_test_setup_teardown(test_abort_frame, setup_pair, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup_pair, teardown),
+        cmocka_unit_test_setup_teardown(test_posted_mid_message, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_garbage, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_oversized, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_truncated, setup_raw, teardown),

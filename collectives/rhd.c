@@ -1,0 +1,129 @@
+/* rhd.c: allreduce by recursive halving (reduce-scatter) and recursive doubling
+ * (allgather), with the fix-up that folds a non-power-of-two rank count into the largest
+ * power of two below it (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005). */
+#include <stdlib.h>
+
+#include "coll.h"
+#include "reduce.h"
+#include "util.h"
+
+/* Real rank of a rank in the power-of-two group: the first 2*rem ranks pair up and only
+ * the odd one of each pair stays. */
+static int real_rank(int nr, int rem) { return nr < rem ? 2 * nr + 1 : nr + rem; }
+
+/* Sends one span and receives another with a partner, then waits for both. */
+static gcoll_status_t exchange(gcoll_comm_t *comm, int peer, uint32_t sub, uint32_t sig,
+                               const uint8_t *sbuf, size_t slen, uint8_t *rbuf, size_t rlen)
+{
+    gcoll_treq_t req[2] = {0};
+    gcoll_status_t st;
+    int n = 0;
+    if (rbuf)
+        GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &req[n++], peer, sub, sig, rbuf, rlen, 0), st, out);
+    if (sbuf)
+        GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &req[n++], peer, sub, sig, sbuf, slen), st, out);
+    st = gcoll_net_waitall(comm, req, n);
+out:
+    if (st != GCOLL_OK)
+        gcoll_net_cancel(comm, req, 2);
+    return st;
+}
+
+gcoll_status_t gcoll_rhd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                   gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
+{
+    const int P = comm->size, r = comm->rank;
+    const size_t esz = gcoll_dtype_size(dtype);
+    if (P == 1 || count == 0)
+        return GCOLL_OK;
+    int p2 = 1, steps = 0;
+    while (p2 * 2 <= P) {
+        p2 *= 2;
+        steps++;
+    }
+    const int rem = P - p2;
+    uint8_t *buf = recvbuf, *tmp = malloc(count * esz);
+    size_t *lo = malloc(((size_t)steps + 1) * 2 * sizeof(size_t)), *hi = lo ? lo + steps + 1 : NULL;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!tmp || !lo)
+        goto out;
+    int nr; /* rank in the power-of-two group, -1 if folded away */
+    if (r < 2 * rem) {
+        if (r % 2 == 0) {
+            GCOLL_CHECK_GOTO(exchange(comm, r + 1, 0, sig, buf, count * esz, NULL, 0), st, out);
+            nr = -1;
+        } else {
+            GCOLL_CHECK_GOTO(exchange(comm, r - 1, 0, sig, NULL, 0, tmp, count * esz), st, out);
+            gcoll_reduce(buf, tmp, count, dtype, op);
+            nr = r / 2;
+        }
+    } else {
+        nr = r - rem;
+    }
+    if (nr >= 0) {
+        /* Halving: at each step keep one half of the current range and reduce into it. */
+        lo[0] = 0;
+        hi[0] = count;
+        for (int s = 0, mask = p2 / 2; mask >= 1; s++, mask /= 2) {
+            int pnr = nr ^ mask, peer = real_rank(pnr, rem);
+            size_t mid = lo[s] + (hi[s] - lo[s]) / 2;
+            size_t klo = nr < pnr ? lo[s] : mid, khi = nr < pnr ? mid : hi[s];
+            size_t slo = nr < pnr ? mid : lo[s], shi = nr < pnr ? hi[s] : mid;
+            GCOLL_CHECK_GOTO(exchange(comm, peer, 1 + (uint32_t)s, sig, buf + slo * esz,
+                                      (shi - slo) * esz, tmp + klo * esz, (khi - klo) * esz),
+                             st, out);
+            gcoll_reduce(buf + klo * esz, tmp + klo * esz, khi - klo, dtype, op);
+            lo[s + 1] = klo;
+            hi[s + 1] = khi;
+        }
+        /* Doubling: retrace the steps, swapping the fully reduced halves in place. */
+        for (int s = steps - 1, mask = 1; s >= 0; s--, mask *= 2) {
+            int peer = real_rank(nr ^ mask, rem);
+            size_t olo = lo[s + 1] == lo[s] ? hi[s + 1] : lo[s];
+            size_t ohi = lo[s + 1] == lo[s] ? hi[s] : lo[s + 1];
+            GCOLL_CHECK_GOTO(exchange(comm, peer, 1 + (uint32_t)(steps + s), sig,
+                                      buf + lo[s + 1] * esz, (hi[s + 1] - lo[s + 1]) * esz,
+                                      buf + olo * esz, (ohi - olo) * esz), st, out);
+        }
+    }
+    if (r < 2 * rem) {
+        uint32_t sub = 1 + 2 * (uint32_t)steps;
+        if (r % 2 == 1)
+            st = exchange(comm, r - 1, sub, sig, buf, count * esz, NULL, 0);
+        else
+            st = exchange(comm, r + 1, sub, sig, NULL, 0, buf, count * esz);
+    }
+out:
+    free(lo);
+    free(tmp);
+    return st;
+}
+
+gcoll_status_t gcoll_tree_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                    gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
+{
+    const int P = comm->size, r = comm->rank;
+    const size_t esz = gcoll_dtype_size(dtype), bytes = count * esz;
+    if (P == 1 || count == 0)
+        return GCOLL_OK;
+    uint8_t *tmp = malloc(bytes);
+    if (!tmp)
+        return GCOLL_ERR_NOMEM;
+    gcoll_status_t st = GCOLL_OK;
+    /* Binomial reduce to rank 0: children (r + 2^k) first, then send to the parent. */
+    uint32_t sub = 0;
+    for (int mask = 1; mask < P; mask <<= 1, sub++) {
+        if (r & mask) {
+            GCOLL_CHECK_GOTO(exchange(comm, r - mask, sub, sig, recvbuf, bytes, NULL, 0), st, out);
+            break;
+        }
+        if (r + mask < P) {
+            GCOLL_CHECK_GOTO(exchange(comm, r + mask, sub, sig, NULL, 0, tmp, bytes), st, out);
+            gcoll_reduce(recvbuf, tmp, count, dtype, op);
+        }
+    }
+    st = gcoll_bcast_run(comm, recvbuf, bytes, 0, sig, 64);
+out:
+    free(tmp);
+    return st;
+}

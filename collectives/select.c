@@ -1,0 +1,69 @@
+/* select.c: allreduce algorithm choice by an alpha-beta-gamma cost model (Hockney's model
+ * as used by Thakur, Rabenseifner & Gropp 2005), or by GCOLL_ALGO. */
+#include <stdio.h>
+
+#include "coll.h"
+#include "util.h"
+
+const char *const gcoll_algo_names[] = {"auto", "ring", "rhd", "tree"};
+
+/* Per-message latency, per-byte wire time and per-byte reduction time. Measured with
+ * gcoll-bench on loopback TCP on a 2-core VM (see docs/benchmarks.md); what matters is
+ * their ratio, which decides where the algorithms cross over. */
+#define ALPHA_NS 40000.0
+#define BETA_NS 0.5
+#define GAMMA_NS 0.25
+
+static int ceil_log2(int p)
+{
+    int l = 0;
+    while ((1 << l) < p)
+        l++;
+    return l;
+}
+
+/* Estimated time in ns of each algorithm for n bytes on P ranks. */
+static double cost(gcoll_algo_t a, double n, int P)
+{
+    double f = (double)(P - 1) / P;
+    int p2 = 1 << (ceil_log2(P + 1) - 1), lg = ceil_log2(p2);
+    switch (a) {
+    case GCOLL_ALGO_RING:
+        /* pipelined: reduction overlaps the transfer of the next chunk */
+        return 2.0 * (P - 1) * ALPHA_NS + 2.0 * f * n * BETA_NS;
+    case GCOLL_ALGO_RHD: {
+        double fp = (double)(p2 - 1) / p2;
+        double c = 2.0 * lg * ALPHA_NS + 2.0 * fp * n * BETA_NS + fp * n * GAMMA_NS;
+        if (p2 != P) /* fold-in and fold-out of the extra ranks: full vectors */
+            c += 2.0 * ALPHA_NS + 2.0 * n * BETA_NS + n * GAMMA_NS;
+        return c;
+    }
+    case GCOLL_ALGO_TREE: {
+        int l = ceil_log2(P);
+        return 2.0 * l * ALPHA_NS + 2.0 * l * n * BETA_NS + l * n * GAMMA_NS;
+    }
+    default: return 1e300;
+    }
+}
+
+gcoll_algo_t gcoll_algo_select(const gcoll_comm_t *comm, size_t bytes, char *why, size_t len)
+{
+    if (comm->cfg.algo != GCOLL_ALGO_AUTO) {
+        snprintf(why, len, "GCOLL_ALGO=%s", gcoll_algo_names[comm->cfg.algo]);
+        return (gcoll_algo_t)comm->cfg.algo;
+    }
+    /* Ties go to the simpler algorithm: tree, then rhd, then ring. */
+    static const gcoll_algo_t order[] = {GCOLL_ALGO_TREE, GCOLL_ALGO_RHD, GCOLL_ALGO_RING};
+    gcoll_algo_t best = GCOLL_ALGO_RING;
+    double bc = 1e300, c[3];
+    for (int i = 0; i < 3; i++) {
+        c[i] = cost(order[i], (double)bytes, comm->size);
+        if (c[i] < bc) {
+            bc = c[i];
+            best = order[i];
+        }
+    }
+    snprintf(why, len, "cost model for %zu bytes on %d ranks: tree %.0f us, rhd %.0f us, "
+             "ring %.0f us", bytes, comm->size, c[0] / 1e3, c[1] / 1e3, c[2] / 1e3);
+    return best;
+}
