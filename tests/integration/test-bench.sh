@@ -1,0 +1,37 @@
+#!/bin/sh
+# test-bench.sh: gcoll-bench runs every collective with -c on a few sizes and reports no
+# wrong element; its CSV and JSON outputs are well formed.
+. "$(dirname "$0")/lib.sh"
+BENCH="$top_builddir/tools/gcoll-bench"
+for tr in $(transports); do
+    for coll in allreduce allgather reduce_scatter alltoall broadcast; do
+        out="$TMP/bench-$tr-$coll.csv"
+        if timeout 120 "$gcoll_run" -n 3 -q --timeout 100 -x GCOLL_TRANSPORT="$tr" -- \
+            "$BENCH" -o "$coll" -b 12 -e 3M -f 8 -n 2 -w 1 -c --csv >"$out" 2>&1; then
+            rows=$(grep -c '^[0-9]' "$out")
+            bad=$(awk -F, '/^[0-9]/ && $8 != "0"' "$out" | wc -l)
+            if [ "$rows" -ge 4 ] && [ "$bad" -eq 0 ]; then
+                pass "$tr: gcoll-bench -o $coll -c: $rows sizes, none wrong"
+            else
+                fail "$tr: gcoll-bench -o $coll: $rows rows, $bad with wrong elements"
+                cat "$out"
+            fi
+        else
+            fail "$tr: gcoll-bench -o $coll failed"
+            tail -n 20 "$out"
+        fi
+    done
+done
+out="$TMP/bench.json"
+timeout 60 "$gcoll_run" -n 2 -q -- "$BENCH" -b 1K -e 4K -n 1 -w 0 -d half -r max --json >"$out" 2>&1
+if [ "$(grep -c '"busbw"' "$out")" -eq 3 ] && head -n 1 "$out" | grep -q '^\[' &&
+   tail -n 1 "$out" | grep -q '^\]'; then
+    pass "gcoll-bench --json"
+else
+    fail "gcoll-bench --json output"
+    cat "$out"
+fi
+timeout 30 "$BENCH" -o nonsense >"$TMP/usage.log" 2>&1
+[ $? -eq 2 ] && grep -q "bad value 'nonsense' for -o" "$TMP/usage.log" && pass "bad option" ||
+    fail "gcoll-bench bad option: $(cat "$TMP/usage.log")"
+finish
