@@ -14,6 +14,8 @@ enum {
     GCOLL_KIND_REDUCE_SCATTER,
     GCOLL_KIND_ALLTOALL,
     GCOLL_KIND_ALLTOALLV,
+    GCOLL_KIND_SPARSE,
+    GCOLL_KIND_COMPRESSED,
 };
 
 /* Allreduce algorithms (GCOLL_ALGO). */
@@ -47,6 +49,10 @@ gcoll_status_t gcoll_ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *plan)
  * GCOLL_RING_CHUNK, in passes of at most GCOLL_RING_SLICE bytes. Does not finish AVG. */
 gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
+/* The same with message tags starting at sub0 (for use as one phase of a collective). */
+gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                       gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                       uint32_t sub0);
 
 /* Recursive halving reduce-scatter + recursive doubling allgather with the
  * non-power-of-two fix-up (Rabenseifner; Thakur, Rabenseifner & Gropp 2005). */

@@ -116,6 +116,13 @@ out:
 gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
 {
+    return gcoll_ring_allreduce_at(comm, recvbuf, count, dtype, op, sig, 0);
+}
+
+gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                       gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                       uint32_t sub0)
+{
     const size_t P = (size_t)comm->size, esz = gcoll_dtype_size(dtype);
     if (P == 1 || count == 0)
         return GCOLL_OK;
@@ -130,7 +137,7 @@ gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t co
     }
     gcoll_ring_plan_t plan = {.tmp = tmp, .seg = seg, .esz = esz, .dtype = dtype, .op = op,
                               .rs_steps = P - 1, .ag_steps = P - 1, .rs_shift = 0, .ag_shift = 1,
-                              .sig = sig};
+                              .sig = sig, .sub0 = sub0};
     for (size_t off = 0; off < count; off += slice) {
         size_t n = GCOLL_MIN(slice, count - off);
         for (size_t i = 0; i < P; i++) {

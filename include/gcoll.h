@@ -246,37 +246,100 @@ GCOLL_EXPORT gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p);
 /* Compressors (codec layer; network-free). BEGIN COMPRESSOR SECTION          */
 
 /* A compressor is named by a spec string, the same as in GCOLL_COMPRESSOR:
- * "none", "fp16", "bf16", "topk:density=0.001", "topk:k=100,select=sample",
- * "randomk:density=0.01,seed=7", "threshold:tau=0.01", "sign", "qsgd:bits=4,bucket=512",
- * "topk:density=0.01+q8", "dgc:density=0.001,momentum=0.9". See README.md. */
+ * "none", "fp16", "bf16", "q8", "topk:density=0.001", "topk:k=100,select=sample",
+ * "randomk:density=0.01,seed=7", "threshold:tau=0.01", "sign:scale=l2",
+ * "qsgd:bits=4,bucket=512", "topk:density=0.01+q8", "dgc:density=0.001,momentum=0.9".
+ * Any spec also takes clip=C (scale the gradient to l2 norm <= C before compressing)
+ * and ef=0|1 (error feedback, default 1). Full syntax: docs/compressors.md.
+ * Compressors are immutable once created and may be shared by threads; a tensor state
+ * is used by one thread at a time. None of these calls blocks or communicates. */
 typedef struct gcoll_compressor gcoll_compressor_t;
 /* Per-tensor state: error-feedback residual, DGC buffers, step counter. */
 typedef struct gcoll_tensor_state gcoll_tensor_state_t;
 
 /* Parses spec. GCOLL_ERR_INVALID with a logged message naming the bad part. Thread safe. */
 GCOLL_EXPORT gcoll_status_t gcoll_compressor_create(const char *spec, gcoll_compressor_t **c_p);
+/* As create, without creating: errbuf (if not NULL) receives the message on error. */
+GCOLL_EXPORT gcoll_status_t gcoll_compressor_check(const char *spec, char *errbuf,
+                                                   size_t errlen);
 GCOLL_EXPORT void gcoll_compressor_destroy(gcoll_compressor_t *c);
-/* Worst-case encoded size in bytes (header included) of count elements. */
+/* Canonical spec: every parameter spelled out, equal for equal settings (ranks compare
+ * it at init). Valid while c lives. */
+GCOLL_EXPORT const char *gcoll_compressor_spec(const gcoll_compressor_t *c);
+/* Worst-case encoded size in bytes (header included) of count elements; 0 if count
+ * exceeds 2^32 - 1 (indices are 32-bit) or c is NULL. */
 GCOLL_EXPORT size_t gcoll_compressor_bound(const gcoll_compressor_t *c, size_t count);
+
+/* Properties of a codec (bits of gcoll_compressor_flags). */
+#define GCOLL_CODEC_SPARSE 0x1u      /* sends (index, value) pairs: topk, randomk, threshold, dgc */
+#define GCOLL_CODEC_RANDOMK 0x2u     /* indices follow from (seed, step): only values travel */
+#define GCOLL_CODEC_QUANTIZED 0x4u   /* values travel at reduced precision */
+#define GCOLL_CODEC_STOCHASTIC 0x8u  /* unbiased random rounding (qsgd) */
+#define GCOLL_CODEC_LOSSLESS 0x10u   /* decode(encode(x)) == x */
+#define GCOLL_CODEC_NEEDS_STATE 0x20u /* gcoll_encode needs a tensor state (dgc) */
+GCOLL_EXPORT unsigned gcoll_compressor_flags(const gcoll_compressor_t *c);
+
 /* State for one tensor of count elements; error feedback on unless the spec says ef=0. */
 GCOLL_EXPORT gcoll_status_t gcoll_state_create(gcoll_compressor_t *c, size_t count,
                                                gcoll_tensor_state_t **s_p);
 GCOLL_EXPORT void gcoll_state_destroy(gcoll_tensor_state_t *s);
-/* The residual (count floats), NULL if the state keeps no feedback. */
+/* The residual (count floats), NULL if the state keeps no feedback. For dgc it is the
+ * accumulation v (what was selected from but not yet sent). */
 GCOLL_EXPORT const float *gcoll_state_residual(const gcoll_tensor_state_t *s);
+/* Encodes done with this state so far (the step warm-up schedules use). */
+GCOLL_EXPORT uint64_t gcoll_state_step(const gcoll_tensor_state_t *s);
 /* Encodes in[0..count) into out (cap bytes); *len_p receives the encoded length. With a
  * state, applies error feedback / DGC and advances the state's step. GCOLL_ERR_INVALID on
- * NaN/Inf input, a too small cap, or a count that does not match the state. */
+ * NaN/Inf input (the state is then unchanged), a too small cap, or a count that does not
+ * match the state. */
 GCOLL_EXPORT gcoll_status_t gcoll_encode(gcoll_compressor_t *c, gcoll_tensor_state_t *s,
                                          const float *in, size_t count, void *out, size_t cap,
                                          size_t *len_p);
+/* Streaming form: encodes in[0..count) as elements [offset, offset+count) of the state's
+ * tensor (feedback uses that slice of the residual), one message per chunk, so chunks can
+ * be sent as soon as they are ready. Does not advance the step: call gcoll_state_advance
+ * once after the last chunk of a step. top-k (k=K) and density apply per chunk. The
+ * worst-case size of a chunk message is gcoll_compressor_bound(c, count). */
+GCOLL_EXPORT gcoll_status_t gcoll_encode_chunk(gcoll_compressor_t *c, gcoll_tensor_state_t *s,
+                                               size_t offset, const float *in, size_t count,
+                                               void *out, size_t cap, size_t *len_p);
+GCOLL_EXPORT void gcoll_state_advance(gcoll_tensor_state_t *s);
 /* Decodes len bytes into out[0..count) (overwrite, or add when accumulate != 0). Every
  * field is checked against len and count: GCOLL_ERR_INVALID on malformed input, never an
- * out-of-bounds access. */
+ * out-of-bounds access; out is untouched on error. Adding a sparse message costs O(nnz). */
 GCOLL_EXPORT gcoll_status_t gcoll_decode(const gcoll_compressor_t *c, const void *in,
                                          size_t len, float *out, size_t count, int accumulate);
+/* Elements and carried values of a well-formed message (header checks only). */
+GCOLL_EXPORT gcoll_status_t gcoll_decode_info(const void *in, size_t len, size_t *count_p,
+                                              size_t *nnz_p);
+/* Decodes to (index, value) pairs in ascending index order: nnz pairs for sparse and
+ * random-k messages, every element for dense ones. cap is the room in idx and val;
+ * GCOLL_ERR_INVALID if the message holds more (get nnz from gcoll_decode_info). */
+GCOLL_EXPORT gcoll_status_t gcoll_decode_pairs(const gcoll_compressor_t *c, const void *in,
+                                               size_t len, size_t count, uint32_t *idx,
+                                               float *val, size_t cap, size_t *nnz_p);
 
 /* END COMPRESSOR SECTION */
+
+/* ------------------------------------------------------------------------ */
+/* Sparse and compressed collectives                                         */
+
+/* out[0..dense_count) = op over ranks of each rank's sparse tensor: nnz (idx, val) pairs,
+ * indices unsorted and possibly repeated (repeats add), every index < dense_count, values
+ * finite. op is GCOLL_SUM or GCOLL_AVG. The plan (allgather of the pairs, split-and-reduce
+ * by index range, or a dense ring once the merged density makes it cheaper) is chosen
+ * from every rank's nnz, identically on every rank (GCOLL_SPARSE_ALGO forces one); the
+ * result is bit-identical on every rank. Inputs are copied. Errors: GCOLL_ERR_INVALID
+ * (bad index, NaN/Inf, NULL buffers, op), GCOLL_ERR_MISMATCH (dense_count or op differ
+ * across ranks), the transport errors. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_sparse_allreduce(gcoll_comm_t *comm, const uint32_t *idx,
+                                                   const float *val, size_t nnz,
+                                                   size_t dense_count, float *out,
+                                                   gcoll_op_t op);
+GCOLL_EXPORT gcoll_status_t gcoll_isparse_allreduce(gcoll_comm_t *comm, const uint32_t *idx,
+                                                    const float *val, size_t nnz,
+                                                    size_t dense_count, float *out,
+                                                    gcoll_op_t op, gcoll_request_t **req_p);
 
 #ifdef __cplusplus
 }

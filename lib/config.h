@@ -26,6 +26,8 @@ typedef struct gcoll_config {
     size_t ring_chunk;
     size_t ring_slice;
     int algo; /* gcoll_algo_t */
+    int sparse_algo; /* 0 auto, else gcoll_sparse_plan_t + 1 */
+    int codec_simd;  /* read by lib/compress/kernels.c at first use */
 } gcoll_config_t;
 
 enum { GCOLL_TRANSPORT_AUTO, GCOLL_TRANSPORT_TCP, GCOLL_TRANSPORT_UCX, GCOLL_TRANSPORT_VERBS };

@@ -12,6 +12,9 @@
 
 #include "gcoll.h"
 
+/* a few hundred pairs per rank, or all of a small tensor */
+#define GCOLL_SPARSE_N(count) ((count) < 300 ? (count) / 2 + 1 : 300)
+
 static int rank, size, failures, checks;
 static gcoll_comm_t *comm;
 
@@ -359,6 +362,98 @@ static void run_gathers(void)
     check_reduce_scatter(300007, GCOLL_FLOAT32, GCOLL_SUM, 1);
 }
 
+/* ---- sparse allreduce ---- */
+
+/* Rank r's pairs for pattern p: n pairs (unsorted, some repeated) with small integer
+ * values, so every sum is exact and the reference is independent of order. */
+static size_t sparse_pairs(int r, int pattern, size_t count, size_t n, uint32_t *idx, float *val)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t j = n - 1 - i; /* descending: unsorted input */
+        switch (pattern) {
+        case 0: idx[i] = (uint32_t)((j * 7919 + (size_t)r * 13) % count); break; /* overlapping */
+        case 1: idx[i] = (uint32_t)((j * (size_t)size + (size_t)r) % count); break; /* disjoint */
+        case 2: idx[i] = (uint32_t)(count / 2); break;                 /* all the same index */
+        default: idx[i] = (uint32_t)(j % count); break;                /* every index (k = n) */
+        }
+        val[i] = (float)((int)((i + (size_t)r * 3) % 11) - 5);
+    }
+    return n;
+}
+
+/* odd_empty: odd ranks contribute nothing. */
+static void check_sparse(size_t count, size_t n, int pattern, gcoll_op_t op, int odd_empty)
+{
+    uint32_t *idx = malloc((n + 1) * sizeof(uint32_t));
+    float *val = malloc((n + 1) * sizeof(float)), *out = malloc((count + 1) * sizeof(float));
+    double *want = calloc(count + 1, sizeof(double));
+    for (int r = 0; r < size; r++) {
+        size_t m = odd_empty && r % 2 ? 0 : n;
+        sparse_pairs(r, pattern, count, m, idx, val);
+        for (size_t i = 0; i < m; i++)
+            want[idx[i]] += val[i];
+    }
+    if (odd_empty && rank % 2)
+        n = 0;
+    sparse_pairs(rank, pattern, count, n, idx, val);
+    for (size_t i = 0; i < count; i++)
+        out[i] = 12345.0f;
+    gcoll_status_t st = gcoll_sparse_allreduce(comm, idx, val, n, count, out, op);
+    checks++;
+    if (st != GCOLL_OK) {
+        FAIL("sparse count=%zu nnz=%zu pattern %d: %s (%s)", count, n, pattern,
+             gcoll_status_string(st), gcoll_comm_last_error(comm));
+    } else {
+        for (size_t i = 0; i < count; i++) {
+            double w = op == GCOLL_AVG ? want[i] / size : want[i];
+            if (fabs(out[i] - w) > fabs(w) * 1e-6) {
+                FAIL("sparse count=%zu nnz=%zu pattern %d %s: wrong at %zu: got %g want %g",
+                     count, n, pattern, gcoll_op_name(op), i, out[i], w);
+                break;
+            }
+        }
+        /* every rank must hold exactly the same bits */
+        uint64_t h = 1469598103934665603ull;
+        for (size_t i = 0; i < count * sizeof(float); i++)
+            h = (h ^ ((uint8_t *)out)[i]) * 1099511628211ull;
+        uint64_t lo = h, hi = h;
+        if (gcoll_allreduce(comm, &lo, &lo, 1, GCOLL_INT64, GCOLL_MIN) != GCOLL_OK ||
+            gcoll_allreduce(comm, &hi, &hi, 1, GCOLL_INT64, GCOLL_MAX) != GCOLL_OK || lo != hi)
+            FAIL("sparse count=%zu pattern %d: results differ between ranks", count, pattern);
+    }
+    free(idx);
+    free(val);
+    free(out);
+    free(want);
+}
+
+static int run_sparse(void)
+{
+    const size_t counts[] = {1, 97, 100003};
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        size_t count = counts[c];
+        check_sparse(count, 0, 0, GCOLL_SUM, 0); /* empty everywhere */
+        for (int pattern = 0; pattern < 4; pattern++) {
+            size_t n = pattern == 3 ? count : GCOLL_SPARSE_N(count);
+            check_sparse(count, n, pattern, pattern % 2 ? GCOLL_AVG : GCOLL_SUM, 0);
+        }
+    }
+    check_sparse(1000, 20000, 0, GCOLL_SUM, 0); /* many repeats: nnz > dense size */
+    check_sparse(5000, 300, 0, GCOLL_SUM, 1); /* empty on some ranks only */
+    check_sparse(200000, 20000, 1, GCOLL_SUM, 0); /* large enough for split under auto */
+    /* bad arguments are local errors */
+    uint32_t bad_idx[2] = {0, 100};
+    float v[2] = {1, 2}, out[10], nan_v[1] = {NAN};
+    checks += 3;
+    if (gcoll_sparse_allreduce(comm, bad_idx, v, 2, 10, out, GCOLL_SUM) != GCOLL_ERR_INVALID)
+        FAIL("sparse: index beyond dense_count accepted");
+    if (gcoll_sparse_allreduce(comm, bad_idx, nan_v, 1, 10, out, GCOLL_SUM) != GCOLL_ERR_INVALID)
+        FAIL("sparse: NaN value accepted");
+    if (gcoll_sparse_allreduce(comm, bad_idx, v, 1, 10, out, GCOLL_MAX) != GCOLL_ERR_INVALID)
+        FAIL("sparse: op max accepted");
+    return failures;
+}
+
 /* Several nonblocking allreduces in flight at once, completed out of order. */
 static void check_nonblocking(void)
 {
@@ -611,6 +706,8 @@ int main(int argc, char **argv)
     int bad;
     if (strcmp(mode, "all") == 0)
         bad = run_all();
+    else if (strcmp(mode, "sparse") == 0)
+        bad = run_sparse();
     else if (strcmp(mode, "allreduce") == 0)
         bad = run_allreduce();
     else if (strcmp(mode, "die") == 0)

@@ -26,10 +26,22 @@ pass() { printf 'ok: %s\n' "$*"; }
 # A free loopback port (bound and released by the intruder helper).
 free_port() { "$INTRUDER" freeport; }
 
-# Transports to run the suite on: tcp always, ucx when built (GCOLL_TEST_TRANSPORTS overrides).
+# Transports to run the suite on: every usable one but ucx (GCOLL_TEST_TRANSPORTS overrides).
+# ucx runs in variants, one per UCX_TLS set: test-ucx.sh reruns every script that loops
+# over transports() once per variant, with GCOLL_TEST_TRANSPORTS=ucx and the variant's env.
 transports() {
     if [ -n "${GCOLL_TEST_TRANSPORTS:-}" ]; then echo "$GCOLL_TEST_TRANSPORTS"; return; fi
-    "$top_builddir/tools/gcoll-info" -t | awk '$2 == "usable" {printf "%s ", $1}'
+    "$top_builddir/tools/gcoll-info" -t | awk '$2 == "usable" && $1 != "ucx" {printf "%s ", $1}'
+}
+
+# UCX variants (names) and the environment of each: UCX's tcp on loopback only, and its
+# shared-memory transports (UCX 1.13: posix fifo, cma zero-copy, self).
+ucx_variants() { echo "ucx-tcp ucx-shm"; }
+ucx_variant_env() {
+    case "$1" in
+    ucx-tcp) echo "UCX_TLS=tcp UCX_NET_DEVICES=lo" ;;
+    ucx-shm) echo "UCX_TLS=posix,cma,self" ;;
+    esac
 }
 
 finish() {

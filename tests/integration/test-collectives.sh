@@ -27,5 +27,25 @@ for tr in $(transports); do
             fi
         done
     done
+    # sparse allreduce: each plan forced, then auto, which must use more than one plan
+    for plan in allgather split dense auto; do
+        for n in 3 4; do
+            out="$TMP/sparse-$tr-$plan-$n.log"
+            if timeout 300 "$gcoll_run" -n "$n" --timeout 250 -x GCOLL_TRANSPORT="$tr" \
+                -x GCOLL_SPARSE_ALGO="$plan" -x GCOLL_DEBUG=info -x GCOLL_DEBUG_SUBSYS=COLL \
+                -- "$CHECK" sparse >"$out" 2>&1; then
+                pass "$tr: sparse allreduce, plan $plan, $n ranks"
+            else
+                fail "$tr: sparse allreduce, plan $plan, $n ranks"
+                grep -v ' INFO ' "$out" | tail -n 30
+            fi
+        done
+    done
+    if grep -q "sparse allreduce: allgather plan" "$TMP/sparse-$tr-auto-4.log" &&
+       grep -q "sparse allreduce: dense plan" "$TMP/sparse-$tr-auto-4.log"; then
+        pass "$tr: sparse auto switches between allgather and dense by density"
+    else
+        fail "$tr: sparse auto did not use both the allgather and the dense plan"
+    fi
 done
 finish

@@ -1,0 +1,521 @@
+/* codec.c: message encode and decode for every codec: sparsify, pack values, write the wire format. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress.h"
+#include "kernels.h"
+#include "rng.h"
+#include "select.h"
+#include "values.h"
+#include "wire.h"
+
+/* --- properties and sizes ------------------------------------------------------------ */
+
+unsigned gcoll_codec_flags(const gcoll_compressor_t *c)
+{
+    unsigned f = 0;
+    switch (c->sparsify) {
+    case GCOLL_SPARSIFY_NONE:
+        break;
+    case GCOLL_SPARSIFY_RANDOMK:
+        f |= GCOLL_CODEC_SPARSE | GCOLL_CODEC_RANDOMK;
+        break;
+    case GCOLL_SPARSIFY_DGC:
+        f |= GCOLL_CODEC_SPARSE | GCOLL_CODEC_NEEDS_STATE;
+        break;
+    default:
+        f |= GCOLL_CODEC_SPARSE;
+    }
+    if (c->vs.fmt != GCOLL_VF_F32)
+        f |= GCOLL_CODEC_QUANTIZED;
+    if (c->vs.fmt == GCOLL_VF_QSGD)
+        f |= GCOLL_CODEC_STOCHASTIC;
+    if (c->sparsify == GCOLL_SPARSIFY_NONE && c->vs.fmt == GCOLL_VF_F32 && c->clip == 0)
+        f |= GCOLL_CODEC_LOSSLESS;
+    /* a sum of decoded messages is the decoding of nothing in particular, but adding
+     * decodes is always meaningful: every codec here decodes to a linear image */
+    return f;
+}
+
+/* DGC's warm-up (Lin et al. 2018, sec. 3.4): sparsity 75%, 93.75%, 98.4375%, 99.6% over
+ * the first epochs, then the target. warmup_steps is split into four equal stages. */
+static const double exp_stages[4] = {0.25, 0.0625, 0.015625, 0.004};
+
+double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step)
+{
+    if (c->sparsify == GCOLL_SPARSIFY_NONE || c->sparsify == GCOLL_SPARSIFY_THRESHOLD)
+        return 1.0;
+    double d = c->density;
+    if (c->k_fixed || c->warmup_steps == 0 || step >= c->warmup_steps)
+        return d;
+    double w;
+    switch (c->sched) {
+    case GCOLL_SCHED_EXP:
+        w = exp_stages[(size_t)((__uint128_t)step * 4 / c->warmup_steps)];
+        break;
+    case GCOLL_SCHED_LINEAR:
+        w = 0.25 + (d - 0.25) * ((double)step / (double)c->warmup_steps);
+        break;
+    case GCOLL_SCHED_STEP:
+        w = 0.25;
+        break;
+    default:
+        return d;
+    }
+    return w > d ? w : d;
+}
+
+static size_t k_for(const gcoll_compressor_t *c, size_t n, double d)
+{
+    if (n == 0)
+        return 0;
+    if (c->k_fixed)
+        return (size_t)GCOLL_MIN((uint64_t)n, c->k_fixed);
+    double kf = ceil(d * (double)n * (1.0 - 1e-12));
+    size_t k = kf < 1.0 ? 1 : (kf >= (double)n ? n : (size_t)kf);
+    return k;
+}
+
+size_t gcoll_codec_k(const gcoll_compressor_t *c, size_t n, uint64_t step)
+{
+    return k_for(c, n, gcoll_codec_density(c, step));
+}
+
+/* Most values a message of n elements may carry. */
+static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
+{
+    switch (c->sparsify) {
+    case GCOLL_SPARSIFY_NONE:
+    case GCOLL_SPARSIFY_THRESHOLD:
+        return n;
+    default: {
+        double d = c->density;
+        if (c->warmup_steps && c->sched != GCOLL_SCHED_NONE)
+            d = d > 0.25 ? d : 0.25;
+        size_t k = k_for(c, n, d);
+        if (c->select == GCOLL_SELECT_REUSE && c->sparsify != GCOLL_SPARSIFY_RANDOMK)
+            k = GCOLL_MIN(n, 2 * k);
+        return k;
+    }
+    }
+}
+
+static size_t sparse_size(const gcoll_vspec_t *vs, size_t nnz, size_t n)
+{
+    size_t dense = gcoll_vsec_size(vs, n), vals = gcoll_vsec_size(vs, nnz);
+    if (dense == SIZE_MAX || vals == SIZE_MAX)
+        return SIZE_MAX;
+    size_t sp = 4 * nnz + vals;
+    return GCOLL_WIRE_HDR + (sp < dense ? sp : dense);
+}
+
+size_t gcoll_codec_bound(const gcoll_compressor_t *c, size_t n)
+{
+    if (c == NULL || n > GCOLL_WIRE_MAX_COUNT)
+        return 0;
+    size_t sz;
+    if (c->sparsify == GCOLL_SPARSIFY_NONE || c->sparsify == GCOLL_SPARSIFY_RANDOMK) {
+        sz = gcoll_vsec_size(&c->vs, kmax_for(c, n));
+        return sz == SIZE_MAX ? 0 : GCOLL_WIRE_HDR + sz;
+    }
+    sz = sparse_size(&c->vs, kmax_for(c, n), n);
+    return sz == SIZE_MAX ? 0 : sz;
+}
+
+size_t gcoll_codec_pairs_bound(const gcoll_compressor_t *c, size_t nnz, size_t count)
+{
+    gcoll_vspec_t f32 = {GCOLL_VF_F32, 0, 0, 0};
+    if (count > GCOLL_WIRE_MAX_COUNT || nnz > count)
+        return 0;
+    size_t sz = sparse_size(c ? &c->vs : &f32, nnz, count);
+    return sz == SIZE_MAX ? 0 : sz;
+}
+
+/* --- encoding ------------------------------------------------------------------------ */
+
+static gcoll_status_t too_small(size_t need, size_t cap)
+{
+    GCOLL_WARN("compress: output buffer of %zu bytes, message needs %zu", cap, need);
+    return GCOLL_ERR_INVALID;
+}
+
+/* Writes a sparse message for the pairs (idx[j], vals[j]). Picks the smaller of raw and
+ * delta-bitpacked indices, and a dense message when that is smaller still. */
+static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, const uint32_t *idx,
+                                  const float *vals, size_t nnz, size_t n, uint64_t qkey,
+                                  gcoll_scratch_t *sc, uint8_t *out, size_t cap, size_t *len_p)
+{
+    size_t dense = gcoll_vsec_size(vs, n), vsz = gcoll_vsec_size(vs, nnz);
+    size_t delta = gcoll_idx_delta_size(idx, nnz);
+    int use_delta = delta < 4 * nnz;
+    size_t isz = use_delta ? delta : 4 * nnz;
+    gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, GCOLL_WIRE_F_SORTED, n, nnz, 0, *vs, 0};
+    if (isz + vsz > dense) {
+        if (GCOLL_WIRE_HDR + dense > cap)
+            return too_small(GCOLL_WIRE_HDR + dense, cap);
+        GCOLL_CHECK(gcoll_scratch_tmp(sc, n));
+        memset(sc->tmp, 0, n * sizeof(float));
+        for (size_t j = 0; j < nnz; j++)
+            sc->tmp[idx[j]] = vals[j];
+        h.flags = GCOLL_WIRE_F_DENSE;
+        h.nnz = n;
+        h.payload_len = dense;
+        gcoll_wire_put_hdr(out, &h);
+        GCOLL_CHECK(gcoll_vsec_put(vs, sc->tmp, n, qkey, out + GCOLL_WIRE_HDR));
+        *len_p = GCOLL_WIRE_HDR + dense;
+        return GCOLL_OK;
+    }
+    h.payload_len = isz + vsz;
+    if (GCOLL_WIRE_HDR + h.payload_len > cap)
+        return too_small(GCOLL_WIRE_HDR + h.payload_len, cap);
+    if (use_delta) {
+        h.flags |= GCOLL_WIRE_F_DELTA;
+        gcoll_idx_delta_write(idx, nnz, out + GCOLL_WIRE_HDR);
+    } else {
+        for (size_t j = 0; j < nnz; j++)
+            gcoll_put_u32(out + GCOLL_WIRE_HDR + 4 * j, idx[j]);
+    }
+    gcoll_wire_put_hdr(out, &h);
+    GCOLL_CHECK(gcoll_vsec_put(vs, vals, nnz, qkey, out + GCOLL_WIRE_HDR + isz));
+    *len_p = GCOLL_WIRE_HDR + h.payload_len;
+    return GCOLL_OK;
+}
+
+static uint64_t qsgd_key(uint64_t salt, uint64_t step, size_t off, int stateless)
+{
+    static uint64_t calls; /* stateless encodes must not repeat their rounding noise */
+    uint64_t extra = stateless ? __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) : 0;
+    return gcoll_mix64(gcoll_mix64(salt ^ 0x71736764ull) + step * 0x9e3779b97f4a7c15ull +
+                       (uint64_t)off * 0xd1b54a32d192ed03ull + extra * 0xbf58476d1ce4e5b9ull);
+}
+
+static gcoll_status_t bad_nonfinite(const float *x, size_t n, size_t i)
+{
+    GCOLL_WARN("compress: non-finite input %g at element %zu of %zu (NaN/Inf cannot be "
+               "compressed)", (double)x[i], i, n);
+    return GCOLL_ERR_INVALID;
+}
+
+/* Selects what a sparsifier sends from x[0..n); leaves ascending indices in sc->idx. */
+static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
+                               const float *x, size_t n, uint64_t step, size_t off,
+                               gcoll_scratch_t *sc, size_t *nnz_p)
+{
+    size_t k = gcoll_codec_k(c, n, step);
+    switch (c->sparsify) {
+    case GCOLL_SPARSIFY_THRESHOLD: {
+        uint32_t thr;
+        memcpy(&thr, &c->tau, 4);
+        return gcoll_select_ge(x, n, thr, n, sc, nnz_p);
+    }
+    case GCOLL_SPARSIFY_RANDOMK: {
+        size_t i = gcoll_kernels()->first_bad(x, n);
+        if (i < n)
+            return bad_nonfinite(x, n, i);
+        GCOLL_CHECK(gcoll_scratch_pairs(sc, k));
+        GCOLL_CHECK(gcoll_scratch_bitmap(sc, n));
+        GCOLL_CHECK(gcoll_randomk_indices(gcoll_randomk_key(c, step, off), n, k, sc->idx,
+                                          sc->bitmap));
+        *nnz_p = k;
+        return GCOLL_OK;
+    }
+    default:
+        break;
+    }
+    if (c->select == GCOLL_SELECT_SAMPLE)
+        return gcoll_select_topk_sample(x, n, k, gcoll_mix64(step + off * 31 + 7), sc, nnz_p);
+    if (c->select == GCOLL_SELECT_REUSE && s && off == 0 && n == s->count) {
+        /* Ok-Topk (Li & Hoefler 2022): thresholds drift slowly, so reuse the last exact
+         * one for reuse_steps steps; re-select exactly when the count leaves [k/4, 2k]. */
+        if (s->reuse_valid && step - s->reuse_at < c->reuse_steps) {
+            size_t cnt;
+            GCOLL_CHECK(gcoll_select_ge(x, n, s->reuse_thr, 2 * k, sc, &cnt));
+            if (cnt <= 2 * k && cnt >= k / 4) {
+                *nnz_p = cnt;
+                return GCOLL_OK;
+            }
+        }
+        GCOLL_CHECK(gcoll_select_topk_exact(x, n, k, sc, nnz_p));
+        s->reuse_thr = *nnz_p ? gcoll_select_min_abs(x, sc->idx, *nnz_p) : 1u;
+        s->reuse_at = step;
+        s->reuse_valid = 1;
+        return GCOLL_OK;
+    }
+    return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
+}
+
+static gcoll_status_t apply_checked(const gcoll_wire_hdr_t *h, const uint8_t *payload,
+                                    size_t isz, float *out, gcoll_dmode_t mode);
+
+gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
+                                        size_t off, const float *in, size_t n, uint64_t step,
+                                        void *out, size_t cap, size_t *len_p)
+{
+    if (!c || !out || !len_p || (n > 0 && !in)) {
+        GCOLL_WARN("compress: encode: NULL compressor, input, output or length pointer");
+        return GCOLL_ERR_INVALID;
+    }
+    if (n > GCOLL_WIRE_MAX_COUNT) {
+        GCOLL_WARN("compress: encode: %zu elements exceed the 32-bit index range", n);
+        return GCOLL_ERR_INVALID;
+    }
+    if (s && (s->c != c || off > s->count || n > s->count - off)) {
+        GCOLL_WARN("compress: encode: elements [%zu, %zu) do not fit the state (%zu elements%s)",
+                   off, off + n, s->count, s->c != c ? ", other compressor" : "");
+        return GCOLL_ERR_INVALID;
+    }
+    int dgc = c->sparsify == GCOLL_SPARSIFY_DGC && s && s->mode == GCOLL_STATE_WORKER;
+    if (c->sparsify == GCOLL_SPARSIFY_DGC && !s) {
+        GCOLL_WARN("compress: dgc keeps momentum and accumulation: it needs a tensor state");
+        return GCOLL_ERR_INVALID;
+    }
+    const gcoll_kernels_t *k = gcoll_kernels();
+    gcoll_scratch_t local = {0}, *sc = s ? &s->sc : &local;
+    gcoll_status_t st = GCOLL_OK;
+    int feedback = s && s->e;
+    int clip = c->clip > 0 && !(s && s->mode == GCOLL_STATE_SERVER);
+    float a = 1.0f;
+    const float *work = in;
+
+    if (feedback || clip) {
+        /* check before touching the state: a NaN in the residual would never leave */
+        size_t i = k->first_bad(in, n);
+        if (i < n) {
+            st = bad_nonfinite(in, n, i);
+            goto out_free;
+        }
+    }
+    if (clip) {
+        /* gradient clipping by l2 norm, as DGC applies before accumulation */
+        double norm = sqrt(k->sumsq_d(in, n));
+        if (norm > c->clip)
+            a = (float)(c->clip / norm);
+    }
+    if (dgc) {
+        k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);
+        work = s->e + off;
+    } else if (feedback) {
+        k->axpy(s->e + off, in, n, a);
+        work = s->e + off;
+    } else if (a != 1.0f) {
+        GCOLL_CHECK_GOTO(gcoll_scratch_tmp(sc, n), st, out_free);
+        memset(sc->tmp, 0, n * sizeof(float));
+        k->axpy(sc->tmp, in, n, a);
+        work = sc->tmp;
+    }
+
+    uint8_t *o = out;
+    uint64_t qkey = qsgd_key(s ? s->salt : 0, step, off, s == NULL);
+    size_t len = 0;
+    if (c->sparsify == GCOLL_SPARSIFY_NONE) {
+        size_t vsz = gcoll_vsec_size(&c->vs, n);
+        if (GCOLL_WIRE_HDR + vsz > cap) {
+            st = too_small(GCOLL_WIRE_HDR + vsz, cap);
+            goto out_free;
+        }
+        gcoll_wire_hdr_t h = {GCOLL_WIRE_DENSE, 0, n, n, vsz, c->vs, 0};
+        gcoll_wire_put_hdr(o, &h);
+        GCOLL_CHECK_GOTO(gcoll_vsec_put(&c->vs, work, n, qkey, o + GCOLL_WIRE_HDR), st, out_free);
+        len = GCOLL_WIRE_HDR + vsz;
+    } else {
+        size_t nnz = 0;
+        GCOLL_CHECK_GOTO(sparsify(c, s, work, n, step, off, sc, &nnz), st, out_free);
+        GCOLL_CHECK_GOTO(gcoll_scratch_pairs(sc, nnz), st, out_free);
+        float scale = 1.0f;
+        if (c->sparsify == GCOLL_SPARSIFY_RANDOMK && c->unbiased && nnz)
+            scale = (float)((double)n / (double)nnz);
+        for (size_t j = 0; j < nnz; j++)
+            sc->val[j] = work[sc->idx[j]] * scale;
+        if (c->sparsify == GCOLL_SPARSIFY_RANDOMK) {
+            size_t vsz = gcoll_vsec_size(&c->vs, nnz);
+            if (GCOLL_WIRE_HDR + vsz > cap) {
+                st = too_small(GCOLL_WIRE_HDR + vsz, cap);
+                goto out_free;
+            }
+            gcoll_wire_hdr_t h = {GCOLL_WIRE_RANDOMK, 0, n, nnz, vsz, c->vs,
+                                  gcoll_randomk_key(c, step, off)};
+            gcoll_wire_put_hdr(o, &h);
+            GCOLL_CHECK_GOTO(gcoll_vsec_put(&c->vs, sc->val, nnz, qkey, o + GCOLL_WIRE_HDR), st,
+                             out_free);
+            len = GCOLL_WIRE_HDR + vsz;
+        } else {
+            GCOLL_CHECK_GOTO(emit_sparse(&c->vs, sc->idx, sc->val, nnz, n, qkey, sc, o, cap,
+                                         &len), st, out_free);
+        }
+        if (dgc) /* momentum factor masking (Lin et al. 2018, sec. 3.2) */
+            for (size_t j = 0; j < nnz; j++)
+                s->u[off + sc->idx[j]] = 0.0f;
+    }
+    if (feedback) {
+        /* e -= D(c): subtract exactly what the receiver will decode, so that
+         * D(c) + e_new == e_old + g (bit-exact when D(c)_i == e_i, as for sparsifiers) */
+        gcoll_wire_hdr_t h;
+        size_t isz = 0;
+        GCOLL_CHECK_GOTO(gcoll_wire_parse_hdr(o, len, n, &h), st, out_free);
+        if (h.codec == GCOLL_WIRE_SPARSE && !(h.flags & GCOLL_WIRE_F_DENSE))
+            GCOLL_CHECK_GOTO(gcoll_idx_check(o + GCOLL_WIRE_HDR, (size_t)h.payload_len,
+                                             h.flags, h.nnz, h.count, &isz), st, out_free);
+        GCOLL_CHECK_GOTO(apply_checked(&h, o + GCOLL_WIRE_HDR, isz, s->e + off,
+                                       GCOLL_DECODE_SUB), st, out_free);
+    }
+    *len_p = len;
+out_free:
+    if (!s)
+        gcoll_scratch_free(&local);
+    return st;
+}
+
+gcoll_status_t gcoll_codec_encode_pairs(const gcoll_compressor_t *c, const uint32_t *idx,
+                                        const float *val, size_t nnz, size_t count, void *out,
+                                        size_t cap, size_t *len_p)
+{
+    gcoll_vspec_t f32 = {GCOLL_VF_F32, 0, 0, 0};
+    if (!out || !len_p || (nnz && (!idx || !val)) || nnz > count ||
+        count > GCOLL_WIRE_MAX_COUNT) {
+        GCOLL_WARN("compress: encode_pairs: bad arguments (nnz %zu, count %zu)", nnz, count);
+        return GCOLL_ERR_INVALID;
+    }
+    for (size_t j = 0; j < nnz; j++)
+        if (idx[j] >= count || (j > 0 && idx[j] <= idx[j - 1])) {
+            GCOLL_WARN("compress: encode_pairs: index %u at %zu not ascending or >= %zu",
+                       idx[j], j, count);
+            return GCOLL_ERR_INVALID;
+        }
+    gcoll_scratch_t sc = {0};
+    gcoll_status_t st = emit_sparse(c ? &c->vs : &f32, idx, val, nnz, count,
+                                    qsgd_key(0, 0, 0, 1), &sc, out, cap, len_p);
+    gcoll_scratch_free(&sc);
+    return st;
+}
+
+/* --- decoding ------------------------------------------------------------------------ */
+
+/* Full validation of the payload against the (already parsed) header. */
+static gcoll_status_t check_payload(const gcoll_wire_hdr_t *h, const uint8_t *pl,
+                                    size_t *isz_p)
+{
+    size_t isz = 0;
+    uint64_t nvals = h->codec == GCOLL_WIRE_DENSE ? h->count : h->nnz;
+    if (h->codec == GCOLL_WIRE_SPARSE && !(h->flags & GCOLL_WIRE_F_DENSE))
+        GCOLL_CHECK(gcoll_idx_check(pl, (size_t)h->payload_len, h->flags, h->nnz, h->count,
+                                    &isz));
+    size_t vsz = gcoll_vsec_size(&h->vs, nvals);
+    if (vsz == SIZE_MAX || (uint64_t)vsz != h->payload_len - isz) {
+        GCOLL_WARN("compress: malformed message: %llu value bytes for %llu values, "
+                   "expected %zu", (unsigned long long)(h->payload_len - isz),
+                   (unsigned long long)nvals, vsz);
+        return GCOLL_ERR_INVALID;
+    }
+    GCOLL_CHECK(gcoll_vsec_check(&h->vs, pl + isz, nvals));
+    *isz_p = isz;
+    return GCOLL_OK;
+}
+
+static gcoll_status_t match_codec(const gcoll_compressor_t *c, const gcoll_wire_hdr_t *h)
+{
+    if (!c)
+        return GCOLL_OK;
+    unsigned want = c->sparsify == GCOLL_SPARSIFY_NONE      ? GCOLL_WIRE_DENSE
+                    : c->sparsify == GCOLL_SPARSIFY_RANDOMK ? GCOLL_WIRE_RANDOMK
+                                                            : GCOLL_WIRE_SPARSE;
+    if (h->codec != want || h->vs.fmt != c->vs.fmt || h->vs.bits != c->vs.bits ||
+        h->vs.bucket != c->vs.bucket) {
+        GCOLL_WARN("compress: message (codec %u, value format %d/%u/%u) was not made by "
+                   "'%s'", h->codec, (int)h->vs.fmt, h->vs.bits, h->vs.bucket, c->spec);
+        return GCOLL_ERR_INVALID;
+    }
+    return GCOLL_OK;
+}
+
+static gcoll_status_t parse_full(const gcoll_compressor_t *c, const void *in, size_t len,
+                                 size_t count, gcoll_wire_hdr_t *h, size_t *isz_p)
+{
+    GCOLL_CHECK(gcoll_wire_parse_hdr(in, len, count, h));
+    GCOLL_CHECK(match_codec(c, h));
+    return check_payload(h, (const uint8_t *)in + GCOLL_WIRE_HDR, isz_p);
+}
+
+/* Applies a validated message; sparse ADD/SUB touch only the nnz targets. */
+static gcoll_status_t apply_checked(const gcoll_wire_hdr_t *h, const uint8_t *pl, size_t isz,
+                                    float *out, gcoll_dmode_t mode)
+{
+    size_t count = (size_t)h->count, nnz = (size_t)h->nnz;
+    if (h->codec == GCOLL_WIRE_DENSE || (h->flags & GCOLL_WIRE_F_DENSE)) {
+        gcoll_vsec_apply_range(&h->vs, pl, count, 0, count, out, mode);
+        return GCOLL_OK;
+    }
+    if (mode == GCOLL_DECODE_SET)
+        memset(out, 0, count * sizeof(float));
+    float sign = mode == GCOLL_DECODE_SUB ? -1.0f : 1.0f;
+    uint32_t ib[GCOLL_WIRE_IDX_BLOCK];
+    float vb[GCOLL_WIRE_IDX_BLOCK];
+    if (h->codec == GCOLL_WIRE_RANDOMK) {
+        uint32_t *idx = malloc(nnz ? nnz * sizeof(uint32_t) : 1);
+        if (!idx)
+            return GCOLL_ERR_NOMEM;
+        gcoll_status_t st = gcoll_randomk_indices(h->key, count, nnz, idx, NULL);
+        for (size_t j = 0; st == GCOLL_OK && j < nnz; j += GCOLL_WIRE_IDX_BLOCK) {
+            size_t m = GCOLL_MIN(nnz - j, (size_t)GCOLL_WIRE_IDX_BLOCK);
+            gcoll_vsec_apply_range(&h->vs, pl, nnz, j, m, vb, GCOLL_DECODE_SET);
+            for (size_t t = 0; t < m; t++)
+                out[idx[j + t]] += sign * vb[t];
+        }
+        free(idx);
+        return st;
+    }
+    gcoll_idx_iter_t it;
+    gcoll_idx_iter_init(&it, pl, h->flags, nnz);
+    size_t j = 0, m;
+    while ((m = gcoll_idx_iter_next(&it, ib)) > 0) {
+        gcoll_vsec_apply_range(&h->vs, pl + isz, nnz, j, m, vb, GCOLL_DECODE_SET);
+        for (size_t t = 0; t < m; t++)
+            out[ib[t]] += sign * vb[t];
+        j += m;
+    }
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_codec_decode(const gcoll_compressor_t *c, const void *in, size_t len,
+                                  float *out, size_t count, gcoll_dmode_t mode)
+{
+    gcoll_wire_hdr_t h;
+    size_t isz;
+    if ((count > 0 && !out) || (unsigned)mode > GCOLL_DECODE_SUB) {
+        GCOLL_WARN("compress: decode: NULL output or bad mode");
+        return GCOLL_ERR_INVALID;
+    }
+    GCOLL_CHECK(parse_full(c, in, len, count, &h, &isz));
+    return apply_checked(&h, (const uint8_t *)in + GCOLL_WIRE_HDR, isz, out, mode);
+}
+
+gcoll_status_t gcoll_codec_decode_pairs(const gcoll_compressor_t *c, const void *in,
+                                        size_t len, size_t count, uint32_t *idx, float *val,
+                                        size_t cap, size_t *nnz_p)
+{
+    gcoll_wire_hdr_t h;
+    size_t isz;
+    if (!nnz_p) {
+        GCOLL_WARN("compress: decode_pairs: NULL nnz pointer");
+        return GCOLL_ERR_INVALID;
+    }
+    GCOLL_CHECK(parse_full(c, in, len, count, &h, &isz));
+    size_t nnz = (size_t)h.nnz;
+    if (nnz > cap || (nnz && (!idx || !val))) {
+        GCOLL_WARN("compress: decode_pairs: message holds %zu pairs, room for %zu", nnz, cap);
+        return GCOLL_ERR_INVALID;
+    }
+    const uint8_t *pl = (const uint8_t *)in + GCOLL_WIRE_HDR;
+    if (h.codec == GCOLL_WIRE_DENSE || (h.flags & GCOLL_WIRE_F_DENSE)) {
+        for (size_t i = 0; i < nnz; i++)
+            idx[i] = (uint32_t)i;
+    } else if (h.codec == GCOLL_WIRE_RANDOMK) {
+        GCOLL_CHECK(gcoll_randomk_indices(h.key, count, nnz, idx, NULL));
+    } else {
+        gcoll_idx_read(pl, h.flags, nnz, idx);
+        pl += isz;
+    }
+    gcoll_vsec_apply_range(&h.vs, pl, nnz, 0, nnz, val, GCOLL_DECODE_SET);
+    *nnz_p = nnz;
+    return GCOLL_OK;
+}

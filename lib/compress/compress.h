@@ -1,0 +1,186 @@
+/* compress.h: internal codec-layer API shared by gcoll.h's compressor calls and the collectives. */
+#ifndef GCOLL_COMPRESS_H
+#define GCOLL_COMPRESS_H
+
+/*
+ * The codec layer never touches the network. A compressor is an immutable, parsed spec
+ * (safe to share between threads); a tensor state is per tensor and used by one thread at
+ * a time. Every message is self-describing (see wire.h), so any rank can decode it with a
+ * compressor created from the same spec.
+ *
+ * A codec is "sparsifier + value format":
+ *   sparsifier   none | topk | randomk | threshold | dgc
+ *   value format f32 | f16 | bf16 | q8 | qsgd | sign
+ * e.g. "fp16" is (none, f16), "topk:density=0.01+q8" is (topk, q8), "sign" is (none, sign).
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gcoll.h"
+#include "util.h"
+
+typedef enum {
+    GCOLL_SPARSIFY_NONE = 0,
+    GCOLL_SPARSIFY_TOPK,
+    GCOLL_SPARSIFY_RANDOMK,
+    GCOLL_SPARSIFY_THRESHOLD,
+    GCOLL_SPARSIFY_DGC
+} gcoll_sparsify_t;
+
+typedef enum { GCOLL_SELECT_EXACT = 0, GCOLL_SELECT_SAMPLE, GCOLL_SELECT_REUSE } gcoll_select_t;
+
+typedef enum {
+    GCOLL_SCHED_NONE = 0, /* target density from step 0 */
+    GCOLL_SCHED_EXP,      /* DGC: 0.25, 0.0625, 0.015625, 0.004, then the target */
+    GCOLL_SCHED_LINEAR,   /* 0.25 down to the target linearly over warmup_steps */
+    GCOLL_SCHED_STEP      /* 0.25 for warmup_steps, then the target */
+} gcoll_sched_t;
+
+/* Value formats: how the kept values travel. Numbering is part of the wire format. */
+typedef enum {
+    GCOLL_VF_F32 = 1,
+    GCOLL_VF_F16 = 2,
+    GCOLL_VF_BF16 = 3,
+    GCOLL_VF_Q8 = 4,   /* int8 per bucket, scale = max|x|/127, round to nearest (deterministic) */
+    GCOLL_VF_QSGD = 5, /* QSGD stochastic levels per bucket, l2-norm scale (unbiased) */
+    GCOLL_VF_SIGN = 6  /* 1 bit per value, one scale per chunk */
+} gcoll_vfmt_t;
+
+typedef struct {
+    gcoll_vfmt_t fmt;
+    unsigned bits;   /* qsgd: 2..8 */
+    uint32_t bucket; /* q8/qsgd values per scale; sign values per scale (0: whole message) */
+    int sign_l2;     /* sign: scale is ||x||_2/sqrt(n) (1-bit Adam) instead of mean |x| */
+} gcoll_vspec_t;
+
+#define GCOLL_SPEC_MAX 256
+
+struct gcoll_compressor {
+    char spec[GCOLL_SPEC_MAX]; /* canonical spec string, equal on ranks iff settings equal */
+    gcoll_sparsify_t sparsify;
+    double density;        /* topk/randomk/dgc target density (0 when k is fixed) */
+    uint64_t k_fixed;      /* topk:k=K */
+    gcoll_select_t select;
+    uint32_t reuse_steps;  /* select=reuse: recompute the threshold every N steps */
+    uint64_t seed;         /* randomk */
+    int unbiased;          /* randomk: scale kept values by n/k */
+    float tau;             /* threshold */
+    float momentum;        /* dgc */
+    uint64_t warmup_steps;
+    gcoll_sched_t sched;
+    double clip;           /* clip=C: scale the gradient to l2 norm <= C (0: off) */
+    int ef;                /* error feedback in states created from this compressor */
+    gcoll_vspec_t vs;
+};
+
+/* Scratch buffers, grown on demand and kept in a state between encodes. */
+typedef struct {
+    uint32_t *idx;
+    float *val;
+    size_t cap_pairs;
+    uint32_t *hist; /* 65536 counters for radix selection */
+    uint32_t *samp;
+    size_t cap_samp;
+    uint64_t *bitmap;
+    size_t cap_bitmap; /* words */
+    float *tmp;
+    size_t cap_tmp;
+} gcoll_scratch_t;
+
+typedef enum { GCOLL_STATE_WORKER = 0, GCOLL_STATE_SERVER = 1 } gcoll_state_mode_t;
+
+struct gcoll_tensor_state {
+    const gcoll_compressor_t *c;
+    size_t count;
+    uint64_t step;
+    gcoll_state_mode_t mode;
+    float *e;             /* error-feedback residual; for DGC the accumulation v */
+    float *u;             /* DGC velocity (worker mode only) */
+    uint32_t reuse_thr;   /* select=reuse: |x| bit pattern of the last threshold */
+    uint64_t reuse_at;    /* step the threshold was computed at */
+    int reuse_valid;
+    uint64_t salt;        /* mixed into QSGD's rounding stream; collectives set the rank */
+    gcoll_scratch_t sc;
+};
+
+/* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */
+unsigned gcoll_codec_flags(const gcoll_compressor_t *c);
+
+/* Density in force at step (warm-up schedule applied), and the k it gives for n elements
+ * (0 for n == 0, else clamped to [1, n]). For sparsifiers without a density (threshold,
+ * none) density is 1. */
+double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step);
+size_t gcoll_codec_k(const gcoll_compressor_t *c, size_t n, uint64_t step);
+
+/* Worst-case message size (header included) for n elements. 0 if it overflows. */
+size_t gcoll_codec_bound(const gcoll_compressor_t *c, size_t n);
+
+/* Encodes in[0..n), which is elements [off, off+n) of the tensor s was created for, at
+ * the given step. With s, error feedback / DGC use the state's buffers at [off, off+n);
+ * the state's step is NOT advanced (call gcoll_state_advance, public, once per step).
+ * s == NULL: no feedback (dgc then fails: it needs its buffers). This is what a
+ * collective calls per chunk; gcoll_encode is encode_range(off=0, n=count, s->step). */
+gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
+                                        size_t off, const float *in, size_t n, uint64_t step,
+                                        void *out, size_t cap, size_t *len_p);
+
+typedef enum { GCOLL_DECODE_SET = 0, GCOLL_DECODE_ADD = 1, GCOLL_DECODE_SUB = 2 } gcoll_dmode_t;
+
+/* Decodes a message into out[0..count): overwrite, add or subtract. c may be NULL to
+ * accept any well-formed message; otherwise the message's value format must be the one
+ * c produces. The whole message is validated before out is touched. Sparse ADD/SUB cost
+ * O(nnz), not O(count). */
+gcoll_status_t gcoll_codec_decode(const gcoll_compressor_t *c, const void *in, size_t len,
+                                  float *out, size_t count, gcoll_dmode_t mode);
+
+/* Decodes a sparse, random-k or dense message to (index, value) pairs, indices ascending
+ * (dense messages list every element, zeros included). cap is the room in idx/val;
+ * GCOLL_ERR_INVALID if nnz > cap (use gcoll_wire_peek for nnz first). */
+gcoll_status_t gcoll_codec_decode_pairs(const gcoll_compressor_t *c, const void *in,
+                                        size_t len, size_t count, uint32_t *idx, float *val,
+                                        size_t cap, size_t *nnz_p);
+
+/* Builds a sparse message from pairs (strictly ascending indices < count, finite values),
+ * values in c's value format (f32 when c is NULL). For re-sending a merged sparse chunk
+ * (SparCML split-and-reduce): no state, no feedback. Bound: gcoll_codec_pairs_bound. */
+gcoll_status_t gcoll_codec_encode_pairs(const gcoll_compressor_t *c, const uint32_t *idx,
+                                        const float *val, size_t nnz, size_t count,
+                                        void *out, size_t cap, size_t *len_p);
+size_t gcoll_codec_pairs_bound(const gcoll_compressor_t *c, size_t nnz, size_t count);
+
+/* A state for re-compressing a reduced chunk ("server" residual of the compressed
+ * allreduce, as in 1-bit Adam, Tang et al. 2021): plain error feedback, no DGC momentum,
+ * no clipping. count is the chunk length this rank owns. */
+gcoll_status_t gcoll_state_create_mode(const gcoll_compressor_t *c, size_t count,
+                                       gcoll_state_mode_t mode, gcoll_tensor_state_t **s_p);
+/* Ranks that quantize stochastically the same tensor should draw independent rounding
+ * noise, so averaging over ranks reduces the variance: set the salt to the rank. */
+static inline void gcoll_state_set_salt(gcoll_tensor_state_t *s, uint64_t salt) { s->salt = salt; }
+
+/* Random-k indices. Every rank derives the same key from (seed, step, offset of the
+ * chunk) and the same sorted, distinct indices from (key, n, k), so only values travel.
+ * bitmap: scratch of (n + 63) / 64 words, or NULL to allocate one. */
+uint64_t gcoll_randomk_key(const gcoll_compressor_t *c, uint64_t step, size_t off);
+gcoll_status_t gcoll_randomk_indices(uint64_t key, size_t n, size_t k, uint32_t *idx,
+                                     uint64_t *bitmap);
+
+/* Scratch management (select.c). */
+gcoll_status_t gcoll_scratch_pairs(gcoll_scratch_t *sc, size_t n);
+gcoll_status_t gcoll_scratch_tmp(gcoll_scratch_t *sc, size_t n);
+void gcoll_scratch_free(gcoll_scratch_t *sc);
+
+/* Spec parsing (spec.c); errbuf receives the message naming the bad part. */
+gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *errbuf,
+                                size_t errlen);
+
+/* Kernel implementation in use. Tests force the generic (non-AVX2) kernels with
+ * gcoll_simd_set(GCOLL_SIMD_GENERIC); GCOLL_CODEC_SIMD=generic|avx2|auto does the same
+ * from the environment. Returns the level now in force (AVX2 is refused when the CPU
+ * lacks it). Not thread safe with concurrent encodes. */
+typedef enum { GCOLL_SIMD_AUTO = 0, GCOLL_SIMD_GENERIC = 1, GCOLL_SIMD_AVX2 = 2 } gcoll_simd_t;
+gcoll_simd_t gcoll_simd_set(gcoll_simd_t level);
+gcoll_simd_t gcoll_simd_active(void);
+const char *gcoll_simd_name(gcoll_simd_t level);
+
+#endif /* GCOLL_COMPRESS_H */

@@ -1,0 +1,516 @@
+/* kernels.c: codec inner loops written once, compiled for generic x86-64 and for AVX2. */
+#include "kernels.h"
+
+#include <cpuid.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "half.h"
+
+/*
+ * Each *_body below is plain C shaped so the vectorizer handles it (fixed eight-lane
+ * accumulators, no early exits in the hot loop). CLONE2 instantiates it twice: once for
+ * the baseline target and once with AVX2 enabled, and gcoll_kernels() picks a table at
+ * run time from __builtin_cpu_supports. FMA is deliberately not enabled, so both clones
+ * round identically. Loops the compiler cannot vectorize well have hand-written AVX2
+ * versions in kernels_avx2.c.
+ */
+#define KBODY static inline __attribute__((always_inline))
+#define TARGET_AVX2 __attribute__((target("avx2,f16c,popcnt")))
+#define CLONE2(ret, name, params, args)                                                   \
+    static ret name##_gen params { return name##_body args; }                             \
+    TARGET_AVX2 static ret name##_avx2 params { return name##_body args; }
+
+#define EXP_MASK 0x7f800000u
+#define ABS_MASK 0x7fffffffu
+
+static inline uint32_t ld32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint16_t ld16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* out = / += / -= v, for one element; the mode switch sits outside the loops */
+#define APPLY_LOOP(n, mode, out, expr)                                                    \
+    do {                                                                                  \
+        if ((mode) == GCOLL_DECODE_SET) {                                                 \
+            for (size_t i = 0; i < (n); i++)                                              \
+                (out)[i] = (expr);                                                        \
+        } else if ((mode) == GCOLL_DECODE_ADD) {                                          \
+            for (size_t i = 0; i < (n); i++)                                              \
+                (out)[i] += (expr);                                                       \
+        } else {                                                                          \
+            for (size_t i = 0; i < (n); i++)                                              \
+                (out)[i] -= (expr);                                                       \
+        }                                                                                 \
+    } while (0)
+
+/* --- dense value sections ------------------------------------------------------------ */
+
+KBODY int f32_put_body(const float *x, size_t n, uint8_t *out)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = fbits(x[i]);
+        bad |= (u & EXP_MASK) == EXP_MASK;
+        memcpy(out + 4 * i, &u, 4);
+    }
+    return bad != 0;
+}
+CLONE2(int, f32_put, (const float *x, size_t n, uint8_t *out), (x, n, out))
+
+KBODY int f32_bad_body(const uint8_t *p, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad |= (ld32(p + 4 * i) & EXP_MASK) == EXP_MASK;
+    return bad != 0;
+}
+CLONE2(int, f32_bad, (const uint8_t *p, size_t n), (p, n))
+
+static inline float ldf(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+KBODY int f32_apply_body(const uint8_t *p, size_t n, float *out, int mode)
+{
+    if (mode == GCOLL_DECODE_SET) {
+        memcpy(out, p, 4 * n);
+        return 0;
+    }
+    APPLY_LOOP(n, mode, out, ldf(p + 4 * i));
+    return 0;
+}
+CLONE2(int, f32_apply, (const uint8_t *p, size_t n, float *out, int mode), (p, n, out, mode))
+static void f32_apply_gen_v(const uint8_t *p, size_t n, float *out, int mode)
+{
+    (void)f32_apply_gen(p, n, out, mode);
+}
+static void f32_apply_avx2_v(const uint8_t *p, size_t n, float *out, int mode)
+{
+    (void)f32_apply_avx2(p, n, out, mode);
+}
+
+/* Finite values beyond fp16's range saturate to +-65504 rather than become Inf (which
+ * no decoder accepts); error feedback keeps the excess. */
+static int f16_put_gen(const float *x, size_t n, uint8_t *out)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad |= (fbits(x[i]) & EXP_MASK) == EXP_MASK;
+        float v = x[i] > 65504.0f ? 65504.0f : (x[i] < -65504.0f ? -65504.0f : x[i]);
+        uint16_t h = gcoll_f32_to_f16(v);
+        memcpy(out + 2 * i, &h, 2);
+    }
+    return bad != 0;
+}
+
+KBODY int f16_bad_body(const uint8_t *p, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad |= (ld16(p + 2 * i) & 0x7c00u) == 0x7c00u;
+    return bad != 0;
+}
+CLONE2(int, f16_bad, (const uint8_t *p, size_t n), (p, n))
+
+static void f16_apply_gen(const uint8_t *p, size_t n, float *out, int mode)
+{
+    APPLY_LOOP(n, mode, out, gcoll_f16_to_f32(ld16(p + 2 * i)));
+}
+
+/* bf16 without the NaN branch of gcoll_f32_to_bf16: NaN/Inf input is rejected anyway,
+ * and finite values round identically, except that those which would round up to Inf
+ * (|x| >= 0x7f7f8000) saturate to the largest finite bf16. */
+KBODY int bf16_put_body(const float *x, size_t n, uint8_t *out)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = fbits(x[i]);
+        bad |= (u & EXP_MASK) == EXP_MASK;
+        uint16_t r = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        uint16_t sat = (uint16_t)(((u >> 16) & 0x8000u) | 0x7f7fu);
+        uint16_t h = (u & ABS_MASK) >= 0x7f7f8000u ? sat : r;
+        memcpy(out + 2 * i, &h, 2);
+    }
+    return bad != 0;
+}
+static int bf16_put_gen(const float *x, size_t n, uint8_t *out) { return bf16_put_body(x, n, out); }
+
+KBODY int bf16_bad_body(const uint8_t *p, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad |= (ld16(p + 2 * i) & 0x7f80u) == 0x7f80u;
+    return bad != 0;
+}
+CLONE2(int, bf16_bad, (const uint8_t *p, size_t n), (p, n))
+
+static inline float bf16f(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+KBODY int bf16_apply_body(const uint8_t *p, size_t n, float *out, int mode)
+{
+    APPLY_LOOP(n, mode, out, bf16f(ld16(p + 2 * i)));
+    return 0;
+}
+CLONE2(int, bf16_apply, (const uint8_t *p, size_t n, float *out, int mode), (p, n, out, mode))
+static void bf16_apply_gen_v(const uint8_t *p, size_t n, float *out, int mode)
+{
+    (void)bf16_apply_gen(p, n, out, mode);
+}
+static void bf16_apply_avx2_v(const uint8_t *p, size_t n, float *out, int mode)
+{
+    (void)bf16_apply_avx2(p, n, out, mode);
+}
+
+/* --- q8 ------------------------------------------------------------------------------ */
+
+KBODY float absmax_body(const float *x, size_t n)
+{
+    uint32_t m[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            uint32_t a = fbits(x[i + j]) & ABS_MASK;
+            m[j] = a > m[j] ? a : m[j];
+        }
+    for (int j = 0; i + (size_t)j < n; j++) {
+        uint32_t a = fbits(x[i + j]) & ABS_MASK;
+        m[j] = a > m[j] ? a : m[j];
+    }
+    uint32_t r = 0;
+    for (int j = 0; j < 8; j++)
+        r = m[j] > r ? m[j] : r;
+    if (r >= EXP_MASK)
+        return INFINITY;
+    float f;
+    memcpy(&f, &r, 4);
+    return f;
+}
+CLONE2(float, absmax, (const float *x, size_t n), (x, n))
+
+/* Round to nearest even by the 1.5*2^23 trick (|v| <= 127.x here), which vectorizes
+ * where lrintf does not. */
+KBODY int q8_put_body(const float *x, size_t n, float inv, int8_t *codes)
+{
+    const float magic = 12582912.0f;
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i] * inv;
+        float r = (v + magic) - magic;
+        r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
+        codes[i] = (int8_t)(int)r;
+    }
+    return 0;
+}
+static int q8_put_gen(const float *x, size_t n, float inv, int8_t *codes)
+{
+    return q8_put_body(x, n, inv, codes);
+}
+static void q8_put_gen_v(const float *x, size_t n, float inv, int8_t *codes)
+{
+    (void)q8_put_gen(x, n, inv, codes);
+}
+
+KBODY int q8_apply_body(const int8_t *codes, size_t n, float scale, float *out, int mode)
+{
+    APPLY_LOOP(n, mode, out, (float)codes[i] * scale);
+    return 0;
+}
+CLONE2(int, q8_apply, (const int8_t *codes, size_t n, float scale, float *out, int mode),
+       (codes, n, scale, out, mode))
+static void q8_apply_gen_v(const int8_t *c, size_t n, float s, float *out, int mode)
+{
+    (void)q8_apply_gen(c, n, s, out, mode);
+}
+static void q8_apply_avx2_v(const int8_t *c, size_t n, float s, float *out, int mode)
+{
+    (void)q8_apply_avx2(c, n, s, out, mode);
+}
+
+/* --- sign ---------------------------------------------------------------------------- */
+
+static float sign_put_gen(const float *x, size_t n, uint8_t *bits, int l2)
+{
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        unsigned b = 0;
+        for (int j = 0; j < 8; j++) {
+            uint32_t u = fbits(x[i + j]);
+            b |= (u >> 31) << j;
+            float a = fabsf(x[i + j]);
+            acc[j] += l2 ? a * a : a;
+        }
+        bits[i / 8] = (uint8_t)b;
+    }
+    if (i < n) {
+        unsigned b = 0;
+        for (int j = 0; i + (size_t)j < n; j++) {
+            b |= (fbits(x[i + j]) >> 31) << j;
+            float a = fabsf(x[i + j]);
+            acc[j] += l2 ? a * a : a;
+        }
+        bits[i / 8] = (uint8_t)b;
+    }
+    return gcoll_lanes8_sum(acc);
+}
+
+static void sign_apply_gen(const uint8_t *bits, size_t n, float scale, float *out, int mode)
+{
+    APPLY_LOOP(n, mode, out, ((bits[i >> 3] >> (i & 7)) & 1) ? -scale : scale);
+}
+
+/* --- reductions and feedback updates ------------------------------------------------- */
+
+KBODY float sumsq_body(const float *x, size_t n)
+{
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += x[i + j] * x[i + j];
+    for (int j = 0; i + (size_t)j < n; j++)
+        acc[j] += x[i + j] * x[i + j];
+    return gcoll_lanes8_sum(acc);
+}
+CLONE2(float, sumsq, (const float *x, size_t n), (x, n))
+
+KBODY double sumsq_d_body(const float *x, size_t n)
+{
+    double acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += (double)x[i + j] * (double)x[i + j];
+    for (int j = 0; i + (size_t)j < n; j++)
+        acc[j] += (double)x[i + j] * (double)x[i + j];
+    return gcoll_lanes8_sumd(acc);
+}
+CLONE2(double, sumsq_d, (const float *x, size_t n), (x, n))
+
+KBODY size_t first_bad_body(const float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i < n; i += 256) {
+        size_t m = GCOLL_MIN(n - i, (size_t)256);
+        uint32_t bad = 0;
+        for (size_t j = 0; j < m; j++)
+            bad |= (fbits(x[i + j]) & EXP_MASK) == EXP_MASK;
+        if (bad)
+            break;
+    }
+    for (; i < n; i++)
+        if ((fbits(x[i]) & EXP_MASK) == EXP_MASK)
+            return i;
+    return n;
+}
+CLONE2(size_t, first_bad, (const float *x, size_t n), (x, n))
+
+KBODY int axpy_body(float *e, const float *g, size_t n, float a)
+{
+    if (a == 1.0f)
+        for (size_t i = 0; i < n; i++)
+            e[i] += g[i];
+    else
+        for (size_t i = 0; i < n; i++)
+            e[i] += a * g[i];
+    return 0;
+}
+CLONE2(int, axpy, (float *e, const float *g, size_t n, float a), (e, g, n, a))
+static void axpy_gen_v(float *e, const float *g, size_t n, float a) { (void)axpy_gen(e, g, n, a); }
+static void axpy_avx2_v(float *e, const float *g, size_t n, float a)
+{
+    (void)axpy_avx2(e, g, n, a);
+}
+
+/* DGC momentum correction (Lin et al. 2018, Algorithm 1): u = m*u + g; v += u. */
+KBODY int dgc_body(float *u, float *v, const float *g, size_t n, float m, float a)
+{
+    for (size_t i = 0; i < n; i++) {
+        float ui = m * u[i] + a * g[i];
+        u[i] = ui;
+        v[i] += ui;
+    }
+    return 0;
+}
+CLONE2(int, dgc, (float *u, float *v, const float *g, size_t n, float m, float a),
+       (u, v, g, n, m, a))
+static void dgc_gen_v(float *u, float *v, const float *g, size_t n, float m, float a)
+{
+    (void)dgc_gen(u, v, g, n, m, a);
+}
+static void dgc_avx2_v(float *u, float *v, const float *g, size_t n, float m, float a)
+{
+    (void)dgc_avx2(u, v, g, n, m, a);
+}
+
+/* --- selection ----------------------------------------------------------------------- */
+
+KBODY int hist16_body(const float *x, size_t n, uint32_t *hist)
+{
+    /* two interleaved histograms halve store-forwarding stalls on runs of equal values */
+    uint32_t *h2 = hist + 65536;
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        hist[(fbits(x[i]) & ABS_MASK) >> 15]++;
+        h2[(fbits(x[i + 1]) & ABS_MASK) >> 15]++;
+    }
+    if (i < n)
+        hist[(fbits(x[i]) & ABS_MASK) >> 15]++;
+    for (size_t b = 0; b < 65536; b++)
+        hist[b] += h2[b];
+    return 0;
+}
+CLONE2(int, hist16, (const float *x, size_t n, uint32_t *hist), (x, n, hist))
+static void hist16_gen_v(const float *x, size_t n, uint32_t *h) { (void)hist16_gen(x, n, h); }
+static void hist16_avx2_v(const float *x, size_t n, uint32_t *h) { (void)hist16_avx2(x, n, h); }
+
+static size_t collect_ge_gen(const float *x, size_t n, uint32_t thr, uint32_t *idx,
+                             size_t cap, int *bad)
+{
+    size_t cnt = 0;
+    size_t i = 0;
+    for (; i < n; i += 8) {
+        size_t m = GCOLL_MIN(n - i, (size_t)8);
+        uint32_t any = 0;
+        for (size_t j = 0; j < m; j++)
+            any |= (fbits(x[i + j]) & ABS_MASK) >= thr;
+        if (!any)
+            continue;
+        for (size_t j = 0; j < m; j++) {
+            uint32_t a = fbits(x[i + j]) & ABS_MASK;
+            if (a >= thr) {
+                if (a >= EXP_MASK)
+                    *bad = 1;
+                if (cnt < cap)
+                    idx[cnt] = (uint32_t)(i + j);
+                cnt++;
+            }
+        }
+    }
+    return cnt;
+}
+
+/* --- dispatch ------------------------------------------------------------------------ */
+
+static const gcoll_kernels_t k_generic = {
+    .f32_put = f32_put_gen,       .f32_bad = f32_bad_gen,       .f32_apply = f32_apply_gen_v,
+    .f16_put = f16_put_gen,       .f16_bad = f16_bad_gen,       .f16_apply = f16_apply_gen,
+    .bf16_put = bf16_put_gen,     .bf16_bad = bf16_bad_gen,     .bf16_apply = bf16_apply_gen_v,
+    .absmax = absmax_gen,         .q8_put = q8_put_gen_v,       .q8_apply = q8_apply_gen_v,
+    .sign_put = sign_put_gen,     .sign_apply = sign_apply_gen, .sumsq = sumsq_gen,
+    .sumsq_d = sumsq_d_gen,       .first_bad = first_bad_gen,   .axpy = axpy_gen_v,
+    .dgc = dgc_gen_v,             .hist16 = hist16_gen_v,       .collect_ge = collect_ge_gen,
+};
+
+static const gcoll_kernels_t k_avx2 = {
+    .f32_put = f32_put_avx2,
+    .f32_bad = f32_bad_avx2,
+    .f32_apply = f32_apply_avx2_v,
+    .f16_put = gcoll_k_f16_put_avx2,
+    .f16_bad = f16_bad_avx2,
+    .f16_apply = gcoll_k_f16_apply_avx2,
+    .bf16_put = gcoll_k_bf16_put_avx2,
+    .bf16_bad = bf16_bad_avx2,
+    .bf16_apply = bf16_apply_avx2_v,
+    .absmax = absmax_avx2,
+    .q8_put = gcoll_k_q8_put_avx2,
+    .q8_apply = q8_apply_avx2_v,
+    .sign_put = gcoll_k_sign_put_avx2,
+    .sign_apply = gcoll_k_sign_apply_avx2,
+    .sumsq = sumsq_avx2,
+    .sumsq_d = sumsq_d_avx2,
+    .first_bad = first_bad_avx2,
+    .axpy = axpy_avx2_v,
+    .dgc = dgc_avx2_v,
+    .hist16 = hist16_avx2_v,
+    .collect_ge = gcoll_k_collect_ge_avx2,
+};
+
+static const gcoll_kernels_t *k_cur;
+static gcoll_simd_t simd_cur;
+
+/* AVX2 (which implies OS support for the YMM state) plus F16C, read from CPUID leaf 1
+ * since not every compiler knows "f16c" as a __builtin_cpu_supports feature. */
+static int cpu_has_avx2(void)
+{
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    return (c & bit_F16C) && (c & bit_POPCNT);
+}
+
+gcoll_simd_t gcoll_simd_set(gcoll_simd_t level)
+{
+    if (level == GCOLL_SIMD_AUTO) {
+        /* GCOLL_CODEC_SIMD=generic forces the fallback (CI runs the tests both ways) */
+        const char *env = getenv("GCOLL_CODEC_SIMD");
+        if (env && (!strcasecmp(env, "generic") || !strcasecmp(env, "scalar")))
+            level = GCOLL_SIMD_GENERIC;
+        else if (env && *env && strcasecmp(env, "auto") && strcasecmp(env, "avx2"))
+            GCOLL_WARN("compress: GCOLL_CODEC_SIMD=%s not understood (auto|generic|avx2)", env);
+        if (level == GCOLL_SIMD_AUTO)
+            level = cpu_has_avx2() ? GCOLL_SIMD_AVX2 : GCOLL_SIMD_GENERIC;
+    }
+    if (level == GCOLL_SIMD_AVX2 && !cpu_has_avx2()) {
+        GCOLL_WARN("compress: AVX2 kernels requested but this CPU lacks AVX2/F16C");
+        level = GCOLL_SIMD_GENERIC;
+    }
+    const gcoll_kernels_t *k = level == GCOLL_SIMD_AVX2 ? &k_avx2 : &k_generic;
+    __atomic_store_n(&simd_cur, level, __ATOMIC_RELAXED);
+    __atomic_store_n(&k_cur, k, __ATOMIC_RELEASE);
+    GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compress: using %s kernels", gcoll_simd_name(level));
+    return level;
+}
+
+const gcoll_kernels_t *gcoll_kernels(void)
+{
+    const gcoll_kernels_t *k = __atomic_load_n(&k_cur, __ATOMIC_ACQUIRE);
+    if (GCOLL_UNLIKELY(k == NULL)) {
+        gcoll_simd_set(GCOLL_SIMD_AUTO);
+        k = __atomic_load_n(&k_cur, __ATOMIC_ACQUIRE);
+    }
+    return k;
+}
+
+gcoll_simd_t gcoll_simd_active(void)
+{
+    (void)gcoll_kernels();
+    return __atomic_load_n(&simd_cur, __ATOMIC_RELAXED);
+}
+
+const char *gcoll_simd_name(gcoll_simd_t level)
+{
+    switch (level) {
+    case GCOLL_SIMD_GENERIC:
+        return "generic";
+    case GCOLL_SIMD_AVX2:
+        return "avx2";
+    default:
+        return "auto";
+    }
+}

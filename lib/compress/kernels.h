@@ -1,0 +1,78 @@
+/* kernels.h: the codec inner loops behind one dispatch table (generic and AVX2 builds). */
+#ifndef GCOLL_COMPRESS_KERNELS_H
+#define GCOLL_COMPRESS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compress.h"
+
+/*
+ * Conventions: payload pointers (uint8_t) may be unaligned and are read/written with
+ * memcpy-sized accesses; "mode" is a gcoll_dmode_t (SET, ADD, SUB). Reductions use eight
+ * fixed lanes, so the generic and AVX2 kernels give bit-identical results; no kernel
+ * uses FMA contraction for the same reason. Kernels that return "bad" report whether
+ * any input was NaN/Inf (encoders) or whether a payload holds a non-finite pattern
+ * (decoder checks).
+ */
+typedef struct {
+    /* dense value sections */
+    int (*f32_put)(const float *x, size_t n, uint8_t *out);
+    int (*f32_bad)(const uint8_t *p, size_t n);
+    void (*f32_apply)(const uint8_t *p, size_t n, float *out, int mode);
+    int (*f16_put)(const float *x, size_t n, uint8_t *out);
+    int (*f16_bad)(const uint8_t *p, size_t n);
+    void (*f16_apply)(const uint8_t *p, size_t n, float *out, int mode);
+    int (*bf16_put)(const float *x, size_t n, uint8_t *out);
+    int (*bf16_bad)(const uint8_t *p, size_t n);
+    void (*bf16_apply)(const uint8_t *p, size_t n, float *out, int mode);
+    /* q8: max |x| (NaN/Inf -> +inf), quantize with inv = 127/max, dequantize */
+    float (*absmax)(const float *x, size_t n);
+    void (*q8_put)(const float *x, size_t n, float inv, int8_t *codes);
+    void (*q8_apply)(const int8_t *codes, size_t n, float scale, float *out, int mode);
+    /* sign: packs sign bits of x (n multiple of 8 except the message tail) and returns
+     * sum |x| (l2 == 0) or sum x^2 (l2 == 1) */
+    float (*sign_put)(const float *x, size_t n, uint8_t *bits, int l2);
+    void (*sign_apply)(const uint8_t *bits, size_t n, float scale, float *out, int mode);
+    /* sums of squares: float lanes (qsgd) and double lanes (clipping norm) */
+    float (*sumsq)(const float *x, size_t n);
+    double (*sumsq_d)(const float *x, size_t n);
+    /* index of the first NaN/Inf, n if none */
+    size_t (*first_bad)(const float *x, size_t n);
+    /* e += a * g; DGC momentum correction u = m*u + a*g, v += u */
+    void (*axpy)(float *e, const float *g, size_t n, float a);
+    void (*dgc)(float *u, float *v, const float *g, size_t n, float m, float a);
+    /* selection: histogram of |x| bits >> 15 into hist[0..65536); hist has 131072
+     * counters, all zeroed by the caller (the upper half is a second lane); collect
+     * base+i for |x| bits >= thr (thr >= 1), storing at most cap, returning the count;
+     * *bad set if a NaN/Inf was seen */
+    void (*hist16)(const float *x, size_t n, uint32_t *hist);
+    size_t (*collect_ge)(const float *x, size_t n, uint32_t thr, uint32_t *idx, size_t cap,
+                         int *bad);
+} gcoll_kernels_t;
+
+/* The table in force (see gcoll_simd_set). */
+const gcoll_kernels_t *gcoll_kernels(void);
+
+/* AVX2 replacements for the loops the compiler cannot vectorize well (kernels_avx2.c). */
+int gcoll_k_f16_put_avx2(const float *x, size_t n, uint8_t *out);
+void gcoll_k_f16_apply_avx2(const uint8_t *p, size_t n, float *out, int mode);
+float gcoll_k_sign_put_avx2(const float *x, size_t n, uint8_t *bits, int l2);
+size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr, uint32_t *idx,
+                               size_t cap, int *bad);
+int gcoll_k_bf16_put_avx2(const float *x, size_t n, uint8_t *out);
+void gcoll_k_q8_put_avx2(const float *x, size_t n, float inv, int8_t *codes);
+void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float scale, float *out,
+                             int mode);
+
+/* Shared helpers: fixed-order combine of eight lanes. */
+static inline float gcoll_lanes8_sum(const float a[8])
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+static inline double gcoll_lanes8_sumd(const double a[8])
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+#endif /* GCOLL_COMPRESS_KERNELS_H */

@@ -1,0 +1,241 @@
+/* kernels_avx2.c: hand-written AVX2/F16C loops (fp16 conversion, sign packing, selection). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "half.h"
+#include "kernels.h"
+
+#define TARGET_AVX2 __attribute__((target("avx2,f16c,popcnt")))
+
+TARGET_AVX2 int gcoll_k_f16_put_avx2(const float *x, size_t n, uint8_t *out)
+{
+    const __m256i expm = _mm256_set1_epi32(0x7f800000);
+    const __m256 hi = _mm256_set1_ps(65504.0f), lo = _mm256_set1_ps(-65504.0f);
+    __m256i bad = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256i e = _mm256_and_si256(_mm256_castps_si256(v), expm);
+        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(e, expm));
+        v = _mm256_max_ps(_mm256_min_ps(v, hi), lo); /* saturate, as the generic kernel */
+        __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), h);
+    }
+    int any = !_mm256_testz_si256(bad, bad);
+    for (; i < n; i++) {
+        uint32_t u = gcoll_f32_bits(x[i]);
+        any |= (u & 0x7f800000u) == 0x7f800000u;
+        float v = x[i] > 65504.0f ? 65504.0f : (x[i] < -65504.0f ? -65504.0f : x[i]);
+        uint16_t h = gcoll_f32_to_f16(v);
+        memcpy(out + 2 * i, &h, 2);
+    }
+    return any;
+}
+
+TARGET_AVX2 void gcoll_k_f16_apply_avx2(const uint8_t *p, size_t n, float *out, int mode)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + 2 * i)));
+        if (mode == GCOLL_DECODE_ADD)
+            v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+        else if (mode == GCOLL_DECODE_SUB)
+            v = _mm256_sub_ps(_mm256_loadu_ps(out + i), v);
+        _mm256_storeu_ps(out + i, v);
+    }
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        float f = gcoll_f16_to_f32(h);
+        if (mode == GCOLL_DECODE_SET)
+            out[i] = f;
+        else if (mode == GCOLL_DECODE_ADD)
+            out[i] += f;
+        else
+            out[i] -= f;
+    }
+}
+
+/* EF-SignSGD (Karimireddy et al. 2019) and 1-bit Adam (Tang et al. 2021) scales need
+ * sum |x| or sum x^2 beside the sign bits; one pass produces both. Lane j of the
+ * accumulator holds elements i + j, exactly as in the generic kernel. */
+TARGET_AVX2 float gcoll_k_sign_put_avx2(const float *x, size_t n, uint8_t *bits, int l2)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    if (l2) {
+        for (; i + 8 <= n; i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i);
+            bits[i / 8] = (uint8_t)_mm256_movemask_ps(v);
+            __m256 a = _mm256_and_ps(v, absm);
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(a, a));
+        }
+    } else {
+        for (; i + 32 <= n; i += 32) {
+            __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+            __m256 v2 = _mm256_loadu_ps(x + i + 16), v3 = _mm256_loadu_ps(x + i + 24);
+            uint32_t b = (uint32_t)_mm256_movemask_ps(v0) |
+                         ((uint32_t)_mm256_movemask_ps(v1) << 8) |
+                         ((uint32_t)_mm256_movemask_ps(v2) << 16) |
+                         ((uint32_t)_mm256_movemask_ps(v3) << 24);
+            memcpy(bits + i / 8, &b, 4);
+            /* keep the generic kernel's order: one add per 8-element block */
+            acc = _mm256_add_ps(acc, _mm256_and_ps(v0, absm));
+            acc = _mm256_add_ps(acc, _mm256_and_ps(v1, absm));
+            acc = _mm256_add_ps(acc, _mm256_and_ps(v2, absm));
+            acc = _mm256_add_ps(acc, _mm256_and_ps(v3, absm));
+        }
+        for (; i + 8 <= n; i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i);
+            bits[i / 8] = (uint8_t)_mm256_movemask_ps(v);
+            acc = _mm256_add_ps(acc, _mm256_and_ps(v, absm));
+        }
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    if (i < n) {
+        unsigned b = 0;
+        for (int j = 0; i + (size_t)j < n; j++) {
+            b |= (gcoll_f32_bits(x[i + j]) >> 31) << j;
+            float a = x[i + j] < 0 ? -x[i + j] : x[i + j];
+            lanes[j] += l2 ? a * a : a;
+        }
+        bits[i / 8] = (uint8_t)b;
+    }
+    return gcoll_lanes8_sum(lanes);
+}
+
+TARGET_AVX2 void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float scale,
+                                         float *out, int mode)
+{
+    const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i sgn = _mm256_set1_epi32((int)0x80000000u);
+    const __m256 sv = _mm256_set1_ps(scale);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i b = _mm256_set1_epi32(bits[i / 8]);
+        __m256i m = _mm256_cmpeq_epi32(_mm256_and_si256(b, sel), sel);
+        __m256 v = _mm256_xor_ps(sv, _mm256_castsi256_ps(_mm256_and_si256(m, sgn)));
+        if (mode == GCOLL_DECODE_ADD)
+            v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+        else if (mode == GCOLL_DECODE_SUB)
+            v = _mm256_sub_ps(_mm256_loadu_ps(out + i), v);
+        _mm256_storeu_ps(out + i, v);
+    }
+    for (; i < n; i++) {
+        float f = ((bits[i >> 3] >> (i & 7)) & 1) ? -scale : scale;
+        if (mode == GCOLL_DECODE_SET)
+            out[i] = f;
+        else if (mode == GCOLL_DECODE_ADD)
+            out[i] += f;
+        else
+            out[i] -= f;
+    }
+}
+
+/* Streams through x 32 floats at a time; only blocks holding a hit leave the vector
+ * loop, so the cost is close to a streaming read when hits are rare. */
+TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr,
+                                           uint32_t *idx, size_t cap, int *bad)
+{
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff);
+    const __m256i t1 = _mm256_set1_epi32((int)(thr - 1u)); /* thr >= 1 */
+    size_t cnt = 0, i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i a0 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)), absm);
+        __m256i a1 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 8)), absm);
+        __m256i a2 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 16)), absm);
+        __m256i a3 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 24)), absm);
+        __m256i g0 = _mm256_cmpgt_epi32(a0, t1), g1 = _mm256_cmpgt_epi32(a1, t1);
+        __m256i g2 = _mm256_cmpgt_epi32(a2, t1), g3 = _mm256_cmpgt_epi32(a3, t1);
+        __m256i any = _mm256_or_si256(_mm256_or_si256(g0, g1), _mm256_or_si256(g2, g3));
+        if (_mm256_testz_si256(any, any))
+            continue;
+        uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g0)) |
+                        ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8) |
+                        ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g2)) << 16) |
+                        ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g3)) << 24);
+        while (mask) {
+            unsigned j = (unsigned)__builtin_ctz(mask);
+            mask &= mask - 1;
+            if ((gcoll_f32_bits(x[i + j]) & 0x7fffffffu) >= 0x7f800000u)
+                *bad = 1;
+            if (cnt < cap)
+                idx[cnt] = (uint32_t)(i + j);
+            cnt++;
+        }
+    }
+    for (; i < n; i++) {
+        uint32_t a = gcoll_f32_bits(x[i]) & 0x7fffffffu;
+        if (a >= thr) {
+            if (a >= 0x7f800000u)
+                *bad = 1;
+            if (cnt < cap)
+                idx[cnt] = (uint32_t)i;
+            cnt++;
+        }
+    }
+    return cnt;
+}
+
+/* q8: round to nearest even by cvtps (MXCSR default), saturating packs, clamp to -127;
+ * identical to the generic kernel's magic-number rounding for |v| <= 127.x. */
+TARGET_AVX2 void gcoll_k_q8_put_avx2(const float *x, size_t n, float inv, int8_t *codes)
+{
+    const __m256 iv = _mm256_set1_ps(inv);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i lo = _mm256_set1_epi8(-127);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), iv));
+        __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), iv));
+        __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 16), iv));
+        __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 24), iv));
+        __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+        __m256i q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), perm);
+        _mm256_storeu_si256((__m256i *)(void *)(codes + i), _mm256_max_epi8(q, lo));
+    }
+    const float magic = 12582912.0f;
+    for (; i < n; i++) {
+        float r = (x[i] * inv + magic) - magic;
+        r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
+        codes[i] = (int8_t)(int)r;
+    }
+}
+
+/* bf16: the generic kernel's rounding and saturation, 16 values per iteration. */
+TARGET_AVX2 int gcoll_k_bf16_put_avx2(const float *x, size_t n, uint8_t *out)
+{
+    const __m256i expm = _mm256_set1_epi32(0x7f800000), absm = _mm256_set1_epi32(0x7fffffff);
+    const __m256i satlim = _mm256_set1_epi32(0x7f7f7fff), c7fff = _mm256_set1_epi32(0x7fff);
+    const __m256i one = _mm256_set1_epi32(1), sgn = _mm256_set1_epi32(0x8000);
+    const __m256i maxf = _mm256_set1_epi32(0x7f7f);
+    __m256i bad = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i r[2];
+        for (int h = 0; h < 2; h++) {
+            __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i + 8 * h));
+            bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(u, expm), expm));
+            __m256i hi = _mm256_srli_epi32(u, 16);
+            __m256i rr = _mm256_srli_epi32(
+                _mm256_add_epi32(u, _mm256_add_epi32(c7fff, _mm256_and_si256(hi, one))), 16);
+            __m256i sat = _mm256_or_si256(_mm256_and_si256(hi, sgn), maxf);
+            __m256i m = _mm256_cmpgt_epi32(_mm256_and_si256(u, absm), satlim);
+            r[h] = _mm256_blendv_epi8(rr, sat, m);
+        }
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xd8);
+        _mm256_storeu_si256((__m256i *)(void *)(out + 2 * i), p);
+    }
+    int any = !_mm256_testz_si256(bad, bad);
+    for (; i < n; i++) {
+        uint32_t u = gcoll_f32_bits(x[i]);
+        any |= (u & 0x7f800000u) == 0x7f800000u;
+        uint16_t r = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        uint16_t sat = (uint16_t)(((u >> 16) & 0x8000u) | 0x7f7fu);
+        uint16_t h = (u & 0x7fffffffu) >= 0x7f7f8000u ? sat : r;
+        memcpy(out + 2 * i, &h, 2);
+    }
+    return any;
+}

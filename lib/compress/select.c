@@ -1,0 +1,366 @@
+/* select.c: choosing what a sparsifier sends: exact and sampled top-k, threshold, random-k. */
+#include "select.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "rng.h"
+
+#define ABS_MASK 0x7fffffffu
+#define NONFINITE_BIN (0x7f800000u >> 15)
+#define HIST_BINS 65536u
+
+/* --- scratch ------------------------------------------------------------------------ */
+
+static int grow(void **p, size_t *cap, size_t want, size_t elem)
+{
+    if (want <= *cap)
+        return 0;
+    size_t n = want + want / 4 + 64, bytes;
+    if (gcoll_mul_size(n, elem, &bytes))
+        return -1;
+    void *q = realloc(*p, bytes);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+gcoll_status_t gcoll_scratch_pairs(gcoll_scratch_t *sc, size_t n)
+{
+    if (n <= sc->cap_pairs)
+        return GCOLL_OK;
+    size_t c1 = sc->cap_pairs, c2 = sc->cap_pairs;
+    if (grow((void **)&sc->idx, &c1, n, sizeof(uint32_t)) ||
+        grow((void **)&sc->val, &c2, n, sizeof(float))) {
+        GCOLL_WARN("compress: cannot allocate scratch for %zu pairs", n);
+        return GCOLL_ERR_NOMEM;
+    }
+    sc->cap_pairs = GCOLL_MIN(c1, c2);
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_scratch_tmp(gcoll_scratch_t *sc, size_t n)
+{
+    if (grow((void **)&sc->tmp, &sc->cap_tmp, n, sizeof(float))) {
+        GCOLL_WARN("compress: cannot allocate %zu scratch floats", n);
+        return GCOLL_ERR_NOMEM;
+    }
+    return GCOLL_OK;
+}
+
+static gcoll_status_t scratch_hist(gcoll_scratch_t *sc)
+{
+    if (!sc->hist && !(sc->hist = malloc(2 * HIST_BINS * sizeof(uint32_t))))
+        return GCOLL_ERR_NOMEM;
+    return GCOLL_OK;
+}
+
+void gcoll_scratch_free(gcoll_scratch_t *sc)
+{
+    free(sc->idx);
+    free(sc->val);
+    free(sc->hist);
+    free(sc->samp);
+    free(sc->bitmap);
+    free(sc->tmp);
+    memset(sc, 0, sizeof(*sc));
+}
+
+static inline uint32_t absbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u & ABS_MASK;
+}
+
+static gcoll_status_t report_nonfinite(const float *x, size_t n)
+{
+    size_t i = gcoll_kernels()->first_bad(x, n);
+    GCOLL_WARN("compress: non-finite input %g at element %zu (NaN/Inf cannot be compressed)",
+               i < n ? (double)x[i] : 0.0, i);
+    return GCOLL_ERR_INVALID;
+}
+
+/* --- exact top-k by two-level radix selection ---------------------------------------- */
+
+/*
+ * For non-negative floats the order of the bit patterns is the order of the values, so
+ * the k-th largest |x| is found by radix selection on |x|'s bits: one histogram of the
+ * top 16 bits over the whole tensor finds the bin holding the k-th value, a collection
+ * pass keeps everything at or above that bin, and a second histogram of the low 15 bits
+ * over that (small) list settles the exact threshold. O(n), no sort. Ties at the
+ * threshold go to the lowest indices, so the result is deterministic.
+ */
+static void topr_in_list(const float *x, uint32_t *L, size_t *m_p, size_t r, uint32_t *hist)
+{
+    size_t m = *m_p;
+    if (m <= r)
+        return;
+    memset(hist, 0, HIST_BINS * sizeof(uint32_t));
+    for (size_t j = 0; j < m; j++)
+        hist[absbits(x[L[j]]) >> 15]++;
+    size_t cum = 0, b = HIST_BINS;
+    while (b > 0) {
+        b--;
+        if (cum + hist[b] >= r)
+            break;
+        cum += hist[b];
+    }
+    size_t r1 = r - cum; /* still needed from bin b */
+    memset(hist, 0, 32768 * sizeof(uint32_t));
+    for (size_t j = 0; j < m; j++) {
+        uint32_t a = absbits(x[L[j]]);
+        if ((a >> 15) == b)
+            hist[a & 0x7fffu]++;
+    }
+    size_t cum2 = 0, b2 = 32768;
+    while (b2 > 0) {
+        b2--;
+        if (cum2 + hist[b2] >= r1)
+            break;
+        cum2 += hist[b2];
+    }
+    size_t ties = r1 - cum2, out = 0;
+    for (size_t j = 0; j < m; j++) {
+        uint32_t a = absbits(x[L[j]]);
+        uint32_t hi = a >> 15, lo = a & 0x7fffu;
+        int keep = hi > b || (hi == b && (lo > b2 || (lo == b2 && ties > 0 && ties--)));
+        if (keep)
+            L[out++] = L[j];
+    }
+    *m_p = out;
+}
+
+/* r-th largest (1-based) of a[0..m), reordering a. Hoare quickselect, median of three. */
+static uint32_t kth_largest(uint32_t *a, size_t m, size_t r)
+{
+    size_t lo = 0, hi = m - 1, want = r - 1;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint32_t x = a[lo], y = a[mid], z = a[hi];
+        uint32_t piv = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
+        size_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > piv)
+                i++;
+            while (a[j] < piv)
+                j--;
+            if (i <= j) {
+                uint32_t t = a[i];
+                a[i] = a[j];
+                a[j] = t;
+                i++;
+                if (j == 0)
+                    break;
+                j--;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            return a[want];
+    }
+    return a[want];
+}
+
+/* Small tensors: quickselect on a copy of |x| bits, then one collection pass; avoids
+ * clearing the 512 KiB of histograms the radix path needs. */
+#define SMALL_N 16384
+static gcoll_status_t topk_small(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
+                                 size_t *nnz_p)
+{
+    if (grow((void **)&sc->samp, &sc->cap_samp, n, sizeof(uint32_t)))
+        return GCOLL_ERR_NOMEM;
+    uint32_t mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        sc->samp[i] = absbits(x[i]);
+        mx = sc->samp[i] > mx ? sc->samp[i] : mx;
+    }
+    if (mx >= 0x7f800000u)
+        return report_nonfinite(x, n);
+    uint32_t t = kth_largest(sc->samp, n, k);
+    GCOLL_CHECK(gcoll_scratch_pairs(sc, n));
+    int bad = 0;
+    size_t cnt = gcoll_kernels()->collect_ge(x, n, t ? t : 1u, sc->idx, n, &bad);
+    size_t gt = 0;
+    for (size_t j = 0; j < cnt; j++)
+        gt += absbits(x[sc->idx[j]]) > t;
+    size_t ties = k > gt ? k - gt : 0, out = 0;
+    for (size_t j = 0; j < cnt; j++) {
+        uint32_t a = absbits(x[sc->idx[j]]);
+        if (a > t || (a == t && ties > 0 && ties--))
+            sc->idx[out++] = sc->idx[j];
+    }
+    *nnz_p = out;
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
+                                       size_t *nnz_p)
+{
+    if (k == 0 || n == 0) {
+        *nnz_p = 0;
+        return GCOLL_OK;
+    }
+    if (n <= SMALL_N)
+        return topk_small(x, n, k, sc, nnz_p);
+    const gcoll_kernels_t *kn = gcoll_kernels();
+    GCOLL_CHECK(scratch_hist(sc));
+    uint32_t *hist = sc->hist;
+    memset(hist, 0, 2 * HIST_BINS * sizeof(uint32_t));
+    kn->hist16(x, n, hist);
+    for (uint32_t b = NONFINITE_BIN; b < HIST_BINS; b++)
+        if (hist[b])
+            return report_nonfinite(x, n);
+    size_t cum = 0;
+    uint32_t b = NONFINITE_BIN;
+    while (b > 0) {
+        b--;
+        cum += hist[b];
+        if (cum >= k)
+            break;
+    }
+    uint32_t thr = b << 15;
+    thr = thr ? thr : 1u; /* zeros are never sent */
+    GCOLL_CHECK(gcoll_scratch_pairs(sc, cum));
+    int bad = 0;
+    size_t cnt = kn->collect_ge(x, n, thr, sc->idx, cum, &bad);
+    if (cnt > cum || bad)
+        return GCOLL_ERR_INTERNAL; /* the histogram said otherwise */
+    topr_in_list(x, sc->idx, &cnt, k, hist);
+    *nnz_p = cnt;
+    return GCOLL_OK;
+}
+
+/* --- sampled top-k (DGC) -------------------------------------------------------------- */
+
+/*
+ * DGC's sampled threshold (Lin et al. 2018, sec. 4.4 "sampling"): estimate the k-th
+ * largest |x| from a ~1% stratified sample, collect everything above it in one streaming
+ * pass, and if that overshoots run the exact selection on the (small) candidate list.
+ * The sample rank is padded by three standard deviations, so undershooting (which would
+ * need a second pass) is rare; when it happens by more than 10% the exact path runs.
+ */
+gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint64_t key,
+                                        gcoll_scratch_t *sc, size_t *nnz_p)
+{
+    if (k == 0 || n == 0) {
+        *nnz_p = 0;
+        return GCOLL_OK;
+    }
+    size_t m = GCOLL_MAX(n / 100, GCOLL_MIN(n, (size_t)4096));
+    if (k * 4 >= n || m >= n)
+        return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
+    if (grow((void **)&sc->samp, &sc->cap_samp, m, sizeof(uint32_t)))
+        return GCOLL_ERR_NOMEM;
+    size_t stride = n / m;
+    uint64_t rs = key;
+    for (size_t j = 0; j < m; j++)
+        sc->samp[j] = absbits(x[j * stride + (size_t)gcoll_rng_below(&rs, stride)]);
+    double ks = (double)k * (double)m / (double)n;
+    size_t rank = (size_t)(ks * 1.3 + 3.0 * __builtin_sqrt(ks) + 2.0);
+    rank = GCOLL_MIN(rank, m);
+    uint32_t thr = kth_largest(sc->samp, m, rank);
+    if (thr >= 0x7f800000u)
+        return report_nonfinite(x, n);
+    thr = thr ? thr : 1u;
+    size_t cap = 4 * k + 1024;
+    GCOLL_CHECK(gcoll_scratch_pairs(sc, cap));
+    int bad = 0;
+    size_t cnt = gcoll_kernels()->collect_ge(x, n, thr, sc->idx, cap, &bad);
+    if (bad)
+        return report_nonfinite(x, n);
+    if (cnt > cap || (cnt < k - k / 10 && thr > 1)) {
+        GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compress: sampled top-k got %zu of %zu, exact pass",
+                    cnt, k);
+        return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
+    }
+    GCOLL_CHECK(scratch_hist(sc));
+    topr_in_list(x, sc->idx, &cnt, k, sc->hist);
+    *nnz_p = cnt;
+    return GCOLL_OK;
+}
+
+/* --- threshold and reuse ------------------------------------------------------------- */
+
+gcoll_status_t gcoll_select_ge(const float *x, size_t n, uint32_t thr, size_t cap,
+                               gcoll_scratch_t *sc, size_t *cnt_p)
+{
+    GCOLL_CHECK(gcoll_scratch_pairs(sc, cap));
+    int bad = 0;
+    size_t cnt = gcoll_kernels()->collect_ge(x, n, thr ? thr : 1u, sc->idx, cap, &bad);
+    if (bad)
+        return report_nonfinite(x, n);
+    *cnt_p = cnt;
+    return GCOLL_OK;
+}
+
+uint32_t gcoll_select_min_abs(const float *x, const uint32_t *idx, size_t nnz)
+{
+    uint32_t mn = 0xffffffffu;
+    for (size_t j = 0; j < nnz; j++) {
+        uint32_t a = absbits(x[idx[j]]);
+        mn = a < mn ? a : mn;
+    }
+    return mn;
+}
+
+/* --- random-k ------------------------------------------------------------------------ */
+
+uint64_t gcoll_randomk_key(const gcoll_compressor_t *c, uint64_t step, size_t off)
+{
+    uint64_t k = gcoll_mix64(c->seed ^ 0x72616e646f6d6bull);
+    k = gcoll_mix64(k + step * 0x9e3779b97f4a7c15ull);
+    k = gcoll_mix64(k ^ ((uint64_t)off * 0xd1b54a32d192ed03ull));
+    return k ? k : 1; /* 0 marks "no key" on the wire */
+}
+
+/* Floyd's algorithm (Bentley & Floyd 1987) draws k distinct indices with exactly k calls
+ * to the generator; a bitmap makes membership O(1) and yields them in ascending order. */
+gcoll_status_t gcoll_randomk_indices(uint64_t key, size_t n, size_t k, uint32_t *idx,
+                                     uint64_t *bitmap)
+{
+    if (k > n || n > 0xffffffffull)
+        return GCOLL_ERR_INVALID;
+    if (k == 0)
+        return GCOLL_OK;
+    size_t words = (n + 63) / 64;
+    uint64_t *bm = bitmap;
+    if (!bm) {
+        bm = calloc(words, sizeof(uint64_t));
+        if (!bm)
+            return GCOLL_ERR_NOMEM;
+    } else {
+        memset(bm, 0, words * sizeof(uint64_t));
+    }
+    uint64_t rs = key;
+    for (size_t j = n - k; j < n; j++) {
+        size_t t = (size_t)gcoll_rng_below(&rs, (uint64_t)j + 1);
+        if (bm[t >> 6] & (1ull << (t & 63)))
+            t = j;
+        bm[t >> 6] |= 1ull << (t & 63);
+    }
+    size_t o = 0;
+    for (size_t w = 0; w < words && o < k; w++) {
+        uint64_t v = bm[w];
+        while (v) {
+            idx[o++] = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(v));
+            v &= v - 1;
+        }
+    }
+    if (!bitmap)
+        free(bm);
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_scratch_bitmap(gcoll_scratch_t *sc, size_t n)
+{
+    if (grow((void **)&sc->bitmap, &sc->cap_bitmap, (n + 63) / 64, sizeof(uint64_t)))
+        return GCOLL_ERR_NOMEM;
+    return GCOLL_OK;
+}

@@ -1,0 +1,27 @@
+/* select.h: index selection for the sparsifiers (top-k exact/sampled, threshold, random-k). */
+#ifndef GCOLL_COMPRESS_SELECT_H
+#define GCOLL_COMPRESS_SELECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compress.h"
+
+/* Each selector leaves ascending indices in sc->idx[0..*nnz_p) and rejects NaN/Inf input
+ * with a logged GCOLL_ERR_INVALID. Exact zeros are never selected. */
+
+/* The k largest |x| (fewer if x has fewer non-zeros); ties go to lower indices. */
+gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
+                                       size_t *nnz_p);
+/* DGC's sampled threshold; usually k, at least 0.9k unless x has fewer non-zeros. */
+gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint64_t key,
+                                        gcoll_scratch_t *sc, size_t *nnz_p);
+/* Every i with |x[i]| bits >= thr; stores at most cap and returns the full count. */
+gcoll_status_t gcoll_select_ge(const float *x, size_t n, uint32_t thr, size_t cap,
+                               gcoll_scratch_t *sc, size_t *cnt_p);
+/* Smallest |x| bit pattern among the selected (0xffffffff if none). */
+uint32_t gcoll_select_min_abs(const float *x, const uint32_t *idx, size_t nnz);
+
+gcoll_status_t gcoll_scratch_bitmap(gcoll_scratch_t *sc, size_t n);
+
+#endif /* GCOLL_COMPRESS_SELECT_H */

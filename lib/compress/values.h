@@ -1,0 +1,23 @@
+/* values.h: encode, validate and decode value sections (see wire.h for their layout). */
+#ifndef GCOLL_COMPRESS_VALUES_H
+#define GCOLL_COMPRESS_VALUES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compress.h"
+
+/* Encodes x[0..n) into out (gcoll_vsec_size(vs, n) bytes). key seeds QSGD's rounding.
+ * GCOLL_ERR_INVALID (logged) if x holds NaN/Inf. */
+gcoll_status_t gcoll_vsec_put(const gcoll_vspec_t *vs, const float *x, size_t n, uint64_t key,
+                              uint8_t *out);
+
+/* Checks a value section of n values whose size was already checked: finite values and
+ * scales, codes in range. */
+gcoll_status_t gcoll_vsec_check(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n);
+
+/* Decodes values [start, start+m) of a checked section of n values into out[0..m). */
+void gcoll_vsec_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n,
+                            size_t start, size_t m, float *out, int mode);
+
+#endif /* GCOLL_COMPRESS_VALUES_H */

@@ -1,0 +1,338 @@
+/* test_compress_wire.c: every class of malformed message is refused, and nothing is written on error. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "compress/compress.h"
+#include "compress/wire.h"
+
+#define N 1000
+#define SENTINEL 7.25f
+
+static gcoll_compressor_t *mk(const char *spec)
+{
+    gcoll_compressor_t *c = NULL;
+    if (gcoll_compressor_create(spec, &c) != GCOLL_OK)
+        fail_msg("spec '%s' rejected", spec);
+    return c;
+}
+
+static void fill(float *x, size_t n, unsigned seed)
+{
+    uint64_t s = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = ((float)(s >> 40) / 16777216.0f - 0.5f) * (float)(1 + i % 7);
+    }
+}
+
+/* A valid message of c for N elements (heap, *len bytes, with spare room after it). */
+static uint8_t *valid_msg(gcoll_compressor_t *c, size_t *len)
+{
+    float x[N];
+    fill(x, N, 1);
+    size_t cap = gcoll_compressor_bound(c, N) + 64;
+    uint8_t *b = calloc(1, cap);
+    assert_int_equal(gcoll_encode(c, NULL, x, N, b, cap, len), GCOLL_OK);
+    return b;
+}
+
+/* The message must be refused by every decoder and leave the output untouched. */
+static void expect_bad_n(const gcoll_compressor_t *c, const uint8_t *b, size_t len, size_t count,
+                         const char *what)
+{
+    static float out[N + 8];
+    static uint32_t pi[N + 8];
+    static float pv[N + 8];
+    for (size_t i = 0; i < N + 8; i++)
+        out[i] = SENTINEL;
+    for (int acc = 0; acc < 2; acc++)
+        if (gcoll_decode(c, b, len, out, count, acc) != GCOLL_ERR_INVALID)
+            fail_msg("%s: decode (accumulate=%d) accepted a malformed message", what, acc);
+    for (size_t i = 0; i < N + 8; i++)
+        if (out[i] != SENTINEL)
+            fail_msg("%s: output element %zu written on error", what, i);
+    size_t nnz = 12345;
+    if (gcoll_decode_pairs(c, b, len, count, pi, pv, N + 8, &nnz) != GCOLL_ERR_INVALID)
+        fail_msg("%s: decode_pairs accepted a malformed message", what);
+    assert_int_equal(nnz, 12345);
+}
+static void expect_bad(const gcoll_compressor_t *c, const uint8_t *b, size_t len, const char *what)
+{
+    expect_bad_n(c, b, len, N, what);
+}
+
+static void expect_ok(const gcoll_compressor_t *c, const uint8_t *b, size_t len, const char *what)
+{
+    float out[N];
+    if (gcoll_decode(c, b, len, out, N, 0) != GCOLL_OK)
+        fail_msg("%s: valid message refused", what);
+}
+
+static const char *all_specs[] = {
+    "none", "fp16", "bf16", "q8:bucket=100", "sign:chunk=64", "qsgd:bits=3,bucket=50",
+    "topk:density=0.05", "topk:density=0.3", "topk:density=0.05+q8:bucket=16",
+    "topk:density=0.05+qsgd:bits=5,bucket=16", "threshold:tau=0.01", "randomk:density=0.05,seed=2",
+    "randomk:density=0.05,seed=2+bf16", "topk:density=0.05+sign",
+};
+#define NSPECS (sizeof(all_specs) / sizeof(*all_specs))
+
+/* Every strict prefix and one extra trailing byte are refused. */
+static void test_truncation_and_trailing(void **unused)
+{
+    (void)unused;
+    for (size_t s = 0; s < NSPECS; s++) {
+        gcoll_compressor_t *c = mk(all_specs[s]);
+        size_t len;
+        uint8_t *b = valid_msg(c, &len);
+        expect_ok(c, b, len, all_specs[s]);
+        for (size_t l = 0; l < len; l++)
+            expect_bad(c, b, l, all_specs[s]);
+        expect_bad(c, b, len + 1, all_specs[s]);
+        expect_bad(c, NULL, len, all_specs[s]);
+        free(b);
+        gcoll_compressor_destroy(c);
+    }
+}
+
+static void test_header_fields(void **unused)
+{
+    (void)unused;
+    for (size_t s = 0; s < NSPECS; s++) {
+        gcoll_compressor_t *c = mk(all_specs[s]);
+        size_t len;
+        uint8_t *b = valid_msg(c, &len), *m = malloc(len + 64);
+        const char *sp = all_specs[s];
+#define MUT(stmt, what)                                                                   \
+    do {                                                                                  \
+        memcpy(m, b, len);                                                                \
+        stmt;                                                                             \
+        expect_bad(c, m, len, what);                                                      \
+    } while (0)
+        MUT(m[0] ^= 1, "bad magic");
+        MUT(m[4] = 2, "future version");
+        MUT(m[4] = 0, "version 0");
+        MUT(m[5] = 9, "unknown codec id");
+        MUT(m[5] = (uint8_t)(m[5] == GCOLL_WIRE_DENSE ? GCOLL_WIRE_SPARSE : GCOLL_WIRE_DENSE),
+            "codec id of another codec");
+        MUT(gcoll_put_u16(m + 6, 0x80), "unknown flag");
+        MUT(gcoll_put_u64(m + 8, N - 1), "count one less");
+        MUT(gcoll_put_u64(m + 8, N + 1), "count one more");
+        MUT(gcoll_put_u64(m + 8, 1ull << 40), "absurd count");
+        MUT(gcoll_put_u64(m + 16, N + 1), "nnz > count");
+        MUT(gcoll_put_u64(m + 16, ~0ull), "absurd nnz");
+        MUT(gcoll_put_u64(m + 24, gcoll_get_u64(m + 24) + 1), "payload length + 1");
+        MUT(gcoll_put_u64(m + 24, gcoll_get_u64(m + 24) - 1), "payload length - 1");
+        MUT(gcoll_put_u64(m + 24, ~0ull), "absurd payload length");
+        MUT(m[32] = 99, "unknown value format");
+        MUT(m[32] = (uint8_t)(m[32] == GCOLL_VF_F16 ? GCOLL_VF_BF16 : GCOLL_VF_F16),
+            "value format of another codec");
+        MUT(m[33] ^= 0x10, "bits field");
+        MUT(m[34] = 1, "reserved parameter bits");
+        MUT(gcoll_put_u32(m + 36, gcoll_get_u32(m + 36) + 8), "bucket of another codec");
+        if (m[5] != GCOLL_WIRE_RANDOMK)
+            MUT(gcoll_put_u64(m + 40, 5), "random-k key on a non-random-k message");
+        else
+            MUT(gcoll_put_u16(m + 6, GCOLL_WIRE_F_SORTED), "random-k with index flags");
+        /* the expected element count is checked too */
+        expect_bad_n(c, b, len, N - 1, sp);
+        expect_bad_n(c, b, len, N + 1, sp);
+        /* a message from another compressor */
+        gcoll_compressor_t *other = mk(strcmp(sp, "fp16") ? "fp16" : "bf16");
+        expect_bad(other, b, len, "decoded with another compressor");
+        gcoll_compressor_destroy(other);
+#undef MUT
+        free(m);
+        free(b);
+        gcoll_compressor_destroy(c);
+    }
+}
+
+/* Sparse message with raw u32 indices and f32 values, built by hand. */
+static size_t build_raw(uint8_t *out, const uint32_t *idx, size_t nnz, unsigned flags,
+                        uint64_t count)
+{
+    gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, flags, count, nnz, 8 * nnz,
+                          {GCOLL_VF_F32, 0, 0, 0}, 0};
+    gcoll_wire_put_hdr(out, &h);
+    for (size_t j = 0; j < nnz; j++) {
+        gcoll_put_u32(out + 48 + 4 * j, idx[j]);
+        float v = 1.0f + (float)j;
+        memcpy(out + 48 + 4 * nnz + 4 * j, &v, 4);
+    }
+    return 48 + 8 * nnz;
+}
+
+static void test_sparse_indices(void **unused)
+{
+    (void)unused;
+    gcoll_compressor_t *c = mk("topk:density=0.01");
+    uint8_t m[4096];
+    uint32_t ok[] = {0, 5, 17, 999};
+    size_t len = build_raw(m, ok, 4, GCOLL_WIRE_F_SORTED, N);
+    expect_ok(c, m, len, "raw sorted");
+    uint32_t oob[] = {0, 5, 17, 1000};
+    expect_bad(c, m, build_raw(m, oob, 4, GCOLL_WIRE_F_SORTED, N), "index == count");
+    uint32_t huge[] = {0xffffffffu};
+    expect_bad(c, m, build_raw(m, huge, 1, GCOLL_WIRE_F_SORTED, N), "index 2^32-1");
+    uint32_t dup[] = {0, 5, 5, 999};
+    expect_bad(c, m, build_raw(m, dup, 4, GCOLL_WIRE_F_SORTED, N), "duplicate");
+    uint32_t uns[] = {0, 17, 5, 999};
+    expect_bad(c, m, build_raw(m, uns, 4, GCOLL_WIRE_F_SORTED, N), "unsorted");
+    /* without the sorted promise, order and repeats are legal: values add up */
+    float out[N];
+    len = build_raw(m, dup, 4, 0, N);
+    assert_int_equal(gcoll_decode(c, m, len, out, N, 0), GCOLL_OK);
+    assert_true(out[5] == 2.0f + 3.0f && out[0] == 1.0f && out[999] == 4.0f && out[1] == 0.0f);
+    expect_bad(c, m, build_raw(m, oob, 4, 0, N), "unsorted mode still range-checks");
+    /* delta coding promised without sortedness */
+    len = build_raw(m, ok, 4, GCOLL_WIRE_F_DELTA, N);
+    expect_bad(c, m, len, "delta without sorted");
+    /* dense fallback flag combined with others, or with nnz != count */
+    len = build_raw(m, ok, 4, GCOLL_WIRE_F_DENSE | GCOLL_WIRE_F_SORTED, N);
+    expect_bad(c, m, len, "dense flag + sorted");
+    len = build_raw(m, ok, 4, GCOLL_WIRE_F_DENSE, N);
+    expect_bad(c, m, len, "dense flag with nnz < count");
+    /* non-finite values in the payload */
+    len = build_raw(m, ok, 4, GCOLL_WIRE_F_SORTED, N);
+    float nan = NAN;
+    memcpy(m + 48 + 16 + 8, &nan, 4);
+    expect_bad(c, m, len, "NaN value");
+    gcoll_compressor_destroy(c);
+}
+
+/* Delta-bitpacked index blocks: widths, truncation, running past count. */
+static void test_delta_indices(void **unused)
+{
+    (void)unused;
+    gcoll_compressor_t *c = mk("topk:density=0.2");
+    uint32_t idx[200];
+    for (uint32_t j = 0; j < 200; j++)
+        idx[j] = j * 4 + (j % 3);
+    size_t isz = gcoll_idx_delta_size(idx, 200);
+    uint8_t m[4096];
+    gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, GCOLL_WIRE_F_SORTED | GCOLL_WIRE_F_DELTA, N, 200,
+                          isz + 800, {GCOLL_VF_F32, 0, 0, 0}, 0};
+    gcoll_wire_put_hdr(m, &h);
+    assert_int_equal(gcoll_idx_delta_write(idx, 200, m + 48), isz);
+    for (int j = 0; j < 200; j++) {
+        float v = 0.5f;
+        memcpy(m + 48 + isz + 4 * j, &v, 4);
+    }
+    size_t len = 48 + isz + 800;
+    expect_ok(c, m, len, "delta valid");
+    uint8_t w0 = m[48];
+    m[48] = 33;
+    expect_bad(c, m, len, "width 33");
+    m[48] = 32; /* wider blocks than the bytes present */
+    expect_bad(c, m, len, "width 32, truncated block");
+    m[48] = w0;
+    /* second block header: make its gaps run past count */
+    size_t b2 = 48 + 1 + (128 * w0 + 7) / 8;
+    uint8_t w1 = m[b2];
+    m[b2] = (uint8_t)(w1 + 1);
+    expect_bad(c, m, len, "second block width changed");
+    m[b2] = w1;
+    memset(m + b2 + 1, 0xff, (size_t)((72 * w1 + 7) / 8));
+    expect_bad(c, m, len, "gaps past count");
+    gcoll_compressor_destroy(c);
+}
+
+/* Value sections: scales, codes and half-precision patterns that no encoder emits. */
+static void test_value_sections(void **unused)
+{
+    (void)unused;
+    struct {
+        const char *spec;
+        size_t off; /* from the payload start */
+        uint8_t byte;
+        const char *what;
+    } cases[] = {
+        {"none", 3, 0x7f, "f32 exponent all ones (high byte)"},
+        {"fp16", 1, 0x7c, "fp16 infinity"},
+        {"fp16", 1, 0xfe, "fp16 NaN"},
+        {"bf16", 1, 0x7f, "bf16 NaN/Inf"},
+        {"q8:bucket=100", 3, 0xff, "q8 scale NaN"},
+        {"q8:bucket=100", 3, 0x80, "q8 scale negative"},
+        {"q8:bucket=100", 40 + 5, 0x80, "q8 code -128"},
+        {"qsgd:bits=2,bucket=50", 3, 0xff, "qsgd norm NaN"},
+        {"qsgd:bits=2,bucket=50", 80 + 2, 0xff, "qsgd code 3 with s = 1"},
+        {"sign:chunk=64", 3, 0x80, "sign scale negative"},
+        {"sign:chunk=64", 3, 0x7f, "sign scale infinite"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        gcoll_compressor_t *c = mk(cases[i].spec);
+        size_t len;
+        uint8_t *b = valid_msg(c, &len);
+        b[48 + cases[i].off] = cases[i].byte;
+        if (cases[i].byte == 0x7f && !strcmp(cases[i].spec, "none"))
+            b[48 + 2] = 0x80; /* 0x7f80.... = inf */
+        if (cases[i].byte == 0x7f && strstr(cases[i].spec, "sign"))
+            b[48 + 2] = 0x80;
+        if (!strcmp(cases[i].spec, "bf16"))
+            b[48] = 0x80; /* 0x7f80 */
+        expect_bad(c, b, len, cases[i].what);
+        free(b);
+        gcoll_compressor_destroy(c);
+    }
+}
+
+/* Random corruption: any outcome but a crash or an out-of-bounds access (the fuzzers
+ * run the same under AddressSanitizer); a refused message leaves out untouched. */
+static void test_random_corruption(void **unused)
+{
+    (void)unused;
+    uint64_t r = 99;
+    for (size_t s = 0; s < NSPECS; s++) {
+        gcoll_compressor_t *c = mk(all_specs[s]);
+        size_t len;
+        uint8_t *b = valid_msg(c, &len), *m = malloc(len);
+        float out[N];
+        for (int t = 0; t < 3000; t++) {
+            memcpy(m, b, len);
+            int flips = 1 + t % 4;
+            for (int f = 0; f < flips; f++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                m[(r >> 33) % len] ^= (uint8_t)(1u << ((r >> 20) % 8));
+            }
+            for (size_t i = 0; i < N; i++)
+                out[i] = SENTINEL;
+            gcoll_status_t st = gcoll_decode(c, m, len, out, N, 1);
+            assert_true(st == GCOLL_OK || st == GCOLL_ERR_INVALID);
+            if (st != GCOLL_OK)
+                for (size_t i = 0; i < N; i++)
+                    assert_true(out[i] == SENTINEL);
+            else
+                for (size_t i = 0; i < N; i++)
+                    assert_true(isfinite(out[i]));
+        }
+        free(m);
+        free(b);
+        gcoll_compressor_destroy(c);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_truncation_and_trailing),
+        cmocka_unit_test(test_header_fields),
+        cmocka_unit_test(test_sparse_indices),
+        cmocka_unit_test(test_delta_indices),
+        cmocka_unit_test(test_value_sections),
+        cmocka_unit_test(test_random_corruption),
+    };
+    /* once with the generic (non-AVX2) kernels, once with what the CPU offers */
+    gcoll_simd_set(GCOLL_SIMD_GENERIC);
+    int rc = cmocka_run_group_tests_name("generic kernels", tests, NULL, NULL);
+    gcoll_simd_set(GCOLL_SIMD_AUTO);
+    rc += cmocka_run_group_tests_name("best kernels", tests, NULL, NULL);
+    return rc;
+}
