@@ -431,7 +431,8 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
                                 gcoll_sparse_plan_t *plan_p)
 {
     const int P = comm->size, r = comm->rank;
-    uint32_t sig = gcoll_call_sig(GCOLL_KIND_SPARSE, c->count, GCOLL_FLOAT32, c->op, c->kind);
+    uint32_t sig = c->sig ? c->sig
+                          : gcoll_call_sig(GCOLL_KIND_SPARSE, c->count, GCOLL_FLOAT32, c->op, c->kind);
     census_t *cen = calloc((size_t)P, sizeof(*cen));
     if (!cen)
         return GCOLL_ERR_NOMEM;

@@ -28,6 +28,7 @@ typedef struct {
     float *out;
     gcoll_op_t op; /* SUM or AVG */
     int kind;      /* hashed into the signature: which call this is */
+    uint32_t sig;  /* signature of the caller's call (0: derived from kind, count and op) */
 } gcoll_sparse_call_t;
 
 /* Copies, sorts and merges repeated indices (no validation: callers check first). */

@@ -341,6 +341,43 @@ GCOLL_EXPORT gcoll_status_t gcoll_isparse_allreduce(gcoll_comm_t *comm, const ui
                                                     size_t dense_count, float *out,
                                                     gcoll_op_t op, gcoll_request_t **req_p);
 
+/* out[0..count) = SUM or AVG over ranks of grad, each rank's grad passed through its
+ * tensor state's compressor with error feedback (and DGC state): the residual keeps what
+ * was not sent and the state's step advances. Schemes by codec: sparsifiers (topk,
+ * threshold, dgc) through the sparse allreduce of what was sent; random-k (shared seed,
+ * the same indices on every rank) by a dense allreduce of the k values; quantizers (fp16,
+ * bf16, q8, sign, qsgd) by all-to-all of compressed chunks, reduction of its chunk on each
+ * rank, re-compression with a per-state server residual, and a gather (1-bit Adam's
+ * scheme); "none" by the dense ring. The result is bit-identical on every rank. Every rank
+ * must pass states of the same spec, count and step: GCOLL_ERR_MISMATCH otherwise.
+ * GCOLL_ERR_INVALID for NaN/Inf in grad, a count that is not the state's, op other than
+ * SUM/AVG. The state must not be used elsewhere until the call completes. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_compressed_allreduce(gcoll_comm_t *comm,
+                                                       gcoll_tensor_state_t *state,
+                                                       const float *grad, float *out,
+                                                       size_t count, gcoll_op_t op);
+GCOLL_EXPORT gcoll_status_t gcoll_icompressed_allreduce(gcoll_comm_t *comm,
+                                                        gcoll_tensor_state_t *state,
+                                                        const float *grad, float *out,
+                                                        size_t count, gcoll_op_t op,
+                                                        gcoll_request_t **req_p);
+
+/* ZeRO-style sharding: shard receives this rank's part of the SUM/AVG over ranks of the
+ * compressed grad: elements [offset, offset+len) as given by gcoll_shard_range (balanced
+ * split of count over ranks, rank order). The all-to-all half of the quantizer scheme,
+ * for every codec. Parameters are gathered back with gcoll_allgatherv. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_compressed_reduce_scatter(gcoll_comm_t *comm,
+                                                            gcoll_tensor_state_t *state,
+                                                            const float *grad, float *shard,
+                                                            size_t count, gcoll_op_t op);
+GCOLL_EXPORT gcoll_status_t gcoll_icompressed_reduce_scatter(gcoll_comm_t *comm,
+                                                             gcoll_tensor_state_t *state,
+                                                             const float *grad, float *shard,
+                                                             size_t count, gcoll_op_t op,
+                                                             gcoll_request_t **req_p);
+GCOLL_EXPORT void gcoll_shard_range(const gcoll_comm_t *comm, size_t count, size_t *offset_p,
+                                    size_t *len_p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -102,6 +102,9 @@ struct gcoll_tensor_state {
     int reuse_valid;
     uint64_t salt;        /* mixed into QSGD's rounding stream; collectives set the rank */
     gcoll_scratch_t sc;
+    /* compressed allreduce: residual of the reduced chunk this rank re-compresses (the
+     * "server" side of 1-bit Adam's scheme), created on first use, freed with the state */
+    struct gcoll_tensor_state *server;
 };
 
 /* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */

@@ -454,6 +454,215 @@ static int run_sparse(void)
     return failures;
 }
 
+/* ---- compressed allreduce ---- */
+
+static float grad_of(int r, int step, size_t k)
+{
+    return sinf((float)k * 0.37f + (float)r * 1.3f + (float)step * 0.7f) * (float)(1 + k % 13);
+}
+
+/* The collective's chunking: a balanced split of count over the ranks. */
+static void chunk_of(size_t count, int j, size_t *off, size_t *len)
+{
+    size_t base = count / (size_t)size, extra = count % (size_t)size;
+    *off = (size_t)j * base + ((size_t)j < extra ? (size_t)j : extra);
+    *len = base + ((size_t)j < extra);
+}
+
+/* Simulates every rank's codec with the public codec API and returns what the compressed
+ * allreduce must produce: the sum of what each rank's codec sent (quantizers: the
+ * re-compressed sum of each chunk). The simulated worker states are returned so the
+ * caller can compare residuals. */
+static void simulate(gcoll_compressor_t *c, gcoll_tensor_state_t **ws, gcoll_tensor_state_t **ss,
+                     int step, size_t count, int quantizer, gcoll_op_t op, float *want)
+{
+    size_t cap = gcoll_compressor_bound(c, count), len;
+    uint8_t *msg = malloc(cap);
+    float *g = malloc(count * sizeof(float)), *acc = calloc(count + 1, sizeof(float));
+    for (int i = 0; i < size; i++) {
+        for (size_t k = 0; k < count; k++)
+            g[k] = grad_of(i, step, k);
+        if (!quantizer) {
+            if (gcoll_encode(c, ws[i], g, count, msg, cap, &len) != GCOLL_OK ||
+                gcoll_decode(c, msg, len, acc, count, 1) != GCOLL_OK)
+                FAIL("simulated encode failed");
+            continue;
+        }
+        for (int j = 0; j < size; j++) {
+            size_t off, n;
+            chunk_of(count, j, &off, &n);
+            if (gcoll_encode_chunk(c, ws[i], off, g + off, n, msg, cap, &len) != GCOLL_OK ||
+                gcoll_decode(c, msg, len, acc + off, n, i > 0) != GCOLL_OK)
+                FAIL("simulated chunk encode failed");
+        }
+        gcoll_state_advance(ws[i]);
+    }
+    if (op == GCOLL_AVG)
+        for (size_t k = 0; k < count; k++)
+            acc[k] /= (float)size;
+    if (quantizer) {
+        for (int j = 0; j < size; j++) {
+            size_t off, n;
+            chunk_of(count, j, &off, &n);
+            if (gcoll_encode(c, ss[j], acc + off, n, msg, cap, &len) != GCOLL_OK ||
+                gcoll_decode(c, msg, len, want + off, n, 0) != GCOLL_OK)
+                FAIL("simulated server encode failed");
+        }
+    } else {
+        memcpy(want, acc, count * sizeof(float));
+    }
+    free(msg);
+    free(g);
+    free(acc);
+}
+
+static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
+{
+    gcoll_compressor_t *c;
+    if (gcoll_compressor_create(spec, &c) != GCOLL_OK) {
+        FAIL("compressor '%s' not created", spec);
+        return;
+    }
+    unsigned fl = gcoll_compressor_flags(c);
+    int quantizer = !(fl & GCOLL_CODEC_SPARSE) && !((fl & GCOLL_CODEC_LOSSLESS) && strncmp(spec, "none", 4) == 0);
+    int stochastic = (fl & GCOLL_CODEC_STOCHASTIC) != 0;
+    gcoll_tensor_state_t *st = NULL, **ws = calloc((size_t)size, sizeof(*ws)),
+                         **ss = calloc((size_t)size, sizeof(*ss));
+    gcoll_state_create(c, count, &st);
+    for (int i = 0; i < size; i++) {
+        size_t off, n;
+        chunk_of(count, i, &off, &n);
+        gcoll_state_create(c, count, &ws[i]);
+        gcoll_state_create(c, n, &ss[i]);
+    }
+    float *g = malloc((count + 1) * sizeof(float)), *out = malloc((count + 1) * sizeof(float)),
+          *want = malloc((count + 1) * sizeof(float));
+    for (int step = 0; step < 3; step++) {
+        for (size_t k = 0; k < count; k++)
+            g[k] = grad_of(rank, step, k);
+        gcoll_status_t rc = gcoll_compressed_allreduce(comm, st, g, out, count, op);
+        checks++;
+        if (rc != GCOLL_OK) {
+            FAIL("compressed '%s' step %d: %s (%s)", spec, step, gcoll_status_string(rc),
+                 gcoll_comm_last_error(comm));
+            break;
+        }
+        simulate(c, ws, ss, step, count, quantizer, op, want);
+        double err = 0, norm = 0;
+        size_t bad = 0, first = 0;
+        for (size_t k = 0; k < count; k++) {
+            /* exact up to float summation order: inputs are at most 13 in magnitude */
+            double tol = 1e-5 * fabs(want[k]) + 4e-6 * 13 * size;
+            err += (out[k] - want[k]) * (out[k] - want[k]);
+            norm += want[k] * want[k];
+            if (!(fabs(out[k] - want[k]) <= tol) && !bad++)
+                first = k;
+        }
+        if (stochastic) {
+            /* QSGD draws per-rank rounding noise the simulation cannot reproduce: check
+             * the result is a plausible estimate of the exact sum instead (without error
+             * feedback: QSGD is unbiased but not a contraction, so feedback can grow) */
+            double e2 = 0, n2 = 0;
+            for (size_t k = 0; k < count; k++) {
+                double exact = 0;
+                for (int i = 0; i < size; i++)
+                    exact += grad_of(i, step, k);
+                if (op == GCOLL_AVG)
+                    exact /= size;
+                e2 += (out[k] - exact) * (out[k] - exact);
+                n2 += exact * exact;
+            }
+            if (!(e2 < n2))
+                FAIL("compressed '%s' step %d: relative error %.3f", spec, step, sqrt(e2 / n2));
+        } else if (bad) {
+            FAIL("compressed '%s' step %d: %zu of %zu wrong, first at %zu: got %g want %g "
+                 "(rel l2 %.2g)", spec, step, bad, count, first, out[first], want[first],
+                 sqrt(err / (norm + 1e-30)));
+        }
+        /* the residual carried to the next step is exactly what the codec left behind */
+        const float *res = gcoll_state_residual(st), *sres = gcoll_state_residual(ws[rank]);
+        if (!stochastic && res && sres && memcmp(res, sres, count * sizeof(float)) != 0)
+            FAIL("compressed '%s' step %d: residual differs from the codec's", spec, step);
+        uint64_t h = 1469598103934665603ull;
+        for (size_t i = 0; i < count * sizeof(float); i++)
+            h = (h ^ ((uint8_t *)out)[i]) * 1099511628211ull;
+        uint64_t lo = h, hi = h;
+        if (gcoll_allreduce(comm, &lo, &lo, 1, GCOLL_INT64, GCOLL_MIN) != GCOLL_OK ||
+            gcoll_allreduce(comm, &hi, &hi, 1, GCOLL_INT64, GCOLL_MAX) != GCOLL_OK || lo != hi)
+            FAIL("compressed '%s' step %d: results differ between ranks", spec, step);
+    }
+    /* reduce-scatter: this rank's shard of the worker-compressed sum */
+    size_t off, n;
+    gcoll_shard_range(comm, count, &off, &n);
+    if (quantizer && !stochastic) {
+        for (size_t k = 0; k < count; k++)
+            g[k] = grad_of(rank, 3, k);
+        checks++;
+        gcoll_status_t rc = gcoll_compressed_reduce_scatter(comm, st, g, out, count, op);
+        if (rc != GCOLL_OK)
+            FAIL("compressed reduce_scatter '%s': %s", spec, gcoll_status_string(rc));
+        /* the reduce-scatter is the first half of the simulation */
+        size_t cap = gcoll_compressor_bound(c, count), len;
+        uint8_t *msg = malloc(cap);
+        float *acc = calloc(n + 1, sizeof(float)), *gi = malloc(count * sizeof(float));
+        for (int i = 0; i < size; i++) {
+            for (size_t k = 0; k < count; k++)
+                gi[k] = grad_of(i, 3, k);
+            gcoll_encode_chunk(c, ws[i], off, gi + off, n, msg, cap, &len);
+            gcoll_decode(c, msg, len, acc, n, i > 0);
+        }
+        for (size_t k = 0; rc == GCOLL_OK && k < n; k++) {
+            float w = op == GCOLL_AVG ? acc[k] / (float)size : acc[k];
+            if (out[k] != w) {
+                FAIL("compressed reduce_scatter '%s': wrong at %zu: %g vs %g", spec, k, out[k], w);
+                break;
+            }
+        }
+        free(msg);
+        free(acc);
+        free(gi);
+    }
+    free(g);
+    free(out);
+    free(want);
+    for (int i = 0; i < size; i++) {
+        gcoll_state_destroy(ws[i]);
+        gcoll_state_destroy(ss[i]);
+    }
+    free(ws);
+    free(ss);
+    gcoll_state_destroy(st);
+    gcoll_compressor_destroy(c);
+}
+
+static int run_compressed(void)
+{
+    static const char *const specs[] = {
+        "none", "fp16", "bf16", "q8", "sign", "sign:scale=l2", "qsgd:bits=8,ef=0",
+        "topk:density=0.01", "topk:density=0.05,select=sample", "topk:density=0.01+q8",
+        "topk:density=0.01,ef=0", "threshold:tau=8", "randomk:density=0.05,seed=3",
+        "randomk:density=0.05,seed=3,unbiased=1", "dgc:density=0.01,momentum=0.9",
+    };
+    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
+        check_compressed(specs[i], 30011, i % 2 ? GCOLL_AVG : GCOLL_SUM);
+    check_compressed("topk:density=0.02", 7, GCOLL_SUM); /* fewer elements than ranks */
+    /* bad input is a local error */
+    gcoll_compressor_t *c;
+    gcoll_tensor_state_t *st;
+    gcoll_compressor_create("fp16", &c);
+    gcoll_state_create(c, 10, &st);
+    float g[10] = {0}, out[10];
+    g[3] = NAN;
+    checks += 2;
+    if (gcoll_compressed_allreduce(comm, st, g, out, 10, GCOLL_SUM) != GCOLL_ERR_INVALID)
+        FAIL("compressed: NaN accepted");
+    if (gcoll_compressed_allreduce(comm, st, g, out, 9, GCOLL_SUM) != GCOLL_ERR_INVALID)
+        FAIL("compressed: count differing from the state accepted");
+    gcoll_state_destroy(st);
+    gcoll_compressor_destroy(c);
+    return failures;
+}
+
 /* Several nonblocking allreduces in flight at once, completed out of order. */
 static void check_nonblocking(void)
 {
@@ -641,7 +850,21 @@ static int run_mismatch(int victim, const char *which)
         st = gcoll_alltoall(comm, x, y, count, GCOLL_FLOAT32);
     else if (strcmp(which, "broadcast") == 0)
         st = gcoll_broadcast(comm, x, count, GCOLL_FLOAT32, victim == 0 ? 1 : 0);
-    else if (strcmp(which, "op") == 0) /* same count, different op */
+    else if (strcmp(which, "codec") == 0 || strcmp(which, "tensor") == 0 ||
+             strcmp(which, "sparsecodec") == 0) {
+        /* compressed allreduce with another codec, or a tensor of another size */
+        const char *spec = strcmp(which, "sparsecodec") == 0
+                               ? (rank == victim ? "topk:density=0.01+q8" : "topk:density=0.01")
+                               : (strcmp(which, "codec") == 0 && rank == victim ? "bf16" : "fp16");
+        size_t n = strcmp(which, "tensor") == 0 ? count : 10000;
+        gcoll_compressor_t *c;
+        gcoll_tensor_state_t *s;
+        gcoll_compressor_create(spec, &c);
+        gcoll_state_create(c, n, &s);
+        st = gcoll_compressed_allreduce(comm, s, x, y, n, GCOLL_SUM);
+        gcoll_state_destroy(s);
+        gcoll_compressor_destroy(c);
+    } else if (strcmp(which, "op") == 0) /* same count, different op */
         st = gcoll_allreduce(comm, x, x, 10000, GCOLL_FLOAT32, rank == victim ? GCOLL_MAX : GCOLL_SUM);
     else
         st = gcoll_allreduce(comm, x, x, count, GCOLL_FLOAT32, GCOLL_SUM);
@@ -706,6 +929,8 @@ int main(int argc, char **argv)
     int bad;
     if (strcmp(mode, "all") == 0)
         bad = run_all();
+    else if (strcmp(mode, "compressed") == 0)
+        bad = run_compressed();
     else if (strcmp(mode, "sparse") == 0)
         bad = run_sparse();
     else if (strcmp(mode, "allreduce") == 0)

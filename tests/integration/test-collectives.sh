@@ -41,6 +41,16 @@ for tr in $(transports); do
             fi
         done
     done
+    for n in 2 3 5; do
+        out="$TMP/compressed-$tr-$n.log"
+        if timeout 300 "$gcoll_run" -n "$n" --timeout 250 -x GCOLL_TRANSPORT="$tr" \
+            -- "$CHECK" compressed >"$out" 2>&1; then
+            pass "$tr: compressed allreduce and reduce-scatter, every codec, $n ranks"
+        else
+            fail "$tr: compressed allreduce, $n ranks"
+            tail -n 30 "$out"
+        fi
+    done
     if grep -q "sparse allreduce: allgather plan" "$TMP/sparse-$tr-auto-4.log" &&
        grep -q "sparse allreduce: dense plan" "$TMP/sparse-$tr-auto-4.log"; then
         pass "$tr: sparse auto switches between allgather and dense by density"

@@ -39,10 +39,13 @@ for tr in $(transports); do
     run "silent-$tr" 0 -n 3 $common -- "$CHECK" silent 1 &&
         expect_lines "silent-$tr" "failed as expected" 2
     # Mismatched counts: GCOLL_ERR_MISMATCH on every rank.
-    for coll in allreduce op allgather reduce_scatter alltoall broadcast; do
+    for coll in allreduce op allgather reduce_scatter alltoall broadcast codec sparsecodec tensor; do
         run "mismatch-$coll-$tr" 0 -n 4 $common -- "$CHECK" mismatch 3 "$coll" &&
             expect_lines "mismatch-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4
     done
+    # A peer whose sparse pieces carry indices beyond the dense size: an error everywhere.
+    run "sparse-bad-$tr" 0 -n 4 $common -- "$top_builddir/tests/integration/sparse_bad" 2 &&
+        expect_lines "sparse-bad-$tr" "misbehaving rank 2: GCOLL_ERR" 4
     # gcoll_comm_abort from another thread interrupts rank 0 and fails the others.
     run "abort-$tr" 0 -n 3 $common -- "$CHECK" abort &&
         expect_lines "abort-$tr" "failed as expected" 3

@@ -1,0 +1,375 @@
+/* compressed.c: allreduce and reduce-scatter of a gradient through its tensor state's
+ * compressor, with error feedback. Sparsifiers go through the sparse allreduce; random-k
+ * with a shared seed reduces only the k selected values densely; quantizers use the
+ * scheme of 1-bit Adam (Tang et al. 2021): compress with the worker residual, all-to-all
+ * the chunks, each rank decodes and reduces its chunk, re-compresses it with a server
+ * residual, and everyone gathers the compressed chunks. Every rank decodes the same bytes,
+ * so the result is bit-identical on every rank. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "compress/compress.h"
+#include "reduce.h"
+#include "sparse.h"
+#include "util.h"
+
+#define PHASE(n) ((uint32_t)(n) << 24)
+
+typedef struct {
+    gcoll_tensor_state_t *state;
+    int shard_only; /* reduce-scatter: stop after reducing this rank's chunk */
+} comp_args_t;
+
+static gcoll_span_t chunk(size_t count, int P, int j)
+{
+    size_t base = count / (size_t)P, extra = count % (size_t)P;
+    return (gcoll_span_t){(size_t)j * base + GCOLL_MIN((size_t)j, extra), base + ((size_t)j < extra)};
+}
+
+/* Every rank sends sbuf[j] to rank j and receives at most rcap[j] bytes from rank j. */
+static gcoll_status_t exchange(gcoll_comm_t *comm, uint32_t sub, uint32_t sig,
+                               uint8_t *const *sbuf, const size_t *slen, uint8_t *const *rbuf,
+                               const size_t *rcap, size_t *rlen)
+{
+    const int P = comm->size, r = comm->rank;
+    gcoll_treq_t *req = calloc(2 * (size_t)P, sizeof(*req));
+    if (!req)
+        return GCOLL_ERR_NOMEM;
+    gcoll_status_t st = GCOLL_OK;
+    int n = 0;
+    for (int k = 1; k < P; k++) {
+        int from = (r - k + P) % P;
+        GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &req[n++], from, sub, sig, rbuf[from], rcap[from],
+                                         GCOLL_TREQ_ANYLEN), st, out);
+    }
+    for (int k = 1; k < P; k++) {
+        int to = (r + k) % P;
+        GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &req[n++], to, sub, sig, sbuf[to], slen[to]), st,
+                         out);
+    }
+    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, req, n), st, out);
+    for (int i = 0; i < P - 1; i++)
+        rlen[req[i].peer] = req[i].nbytes;
+out:
+    if (st != GCOLL_OK)
+        gcoll_net_cancel(comm, req, n);
+    free(req);
+    return st;
+}
+
+/* Quantizers: all-to-all of worker-compressed chunks, reduce, re-compress, gather. */
+static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+                                    const float *grad, float *out, size_t count, gcoll_op_t op,
+                                    int shard_only, uint32_t sig)
+{
+    const int P = comm->size, r = comm->rank;
+    const gcoll_compressor_t *c = s->c;
+    const gcoll_span_t mine = chunk(count, P, r);
+    size_t *len = calloc(3 * (size_t)P, sizeof(size_t)), *cap = len + P, *rlen = cap + P;
+    uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
+    uint8_t *sstore = NULL, *rstore = NULL, *smsg = NULL;
+    float *acc = NULL;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!len || !sbuf)
+        goto out;
+    size_t stot = 0, rtot = 0;
+    for (int j = 0; j < P; j++) {
+        cap[j] = gcoll_codec_bound(c, chunk(count, P, j).len);
+        stot += cap[j];
+        rtot += gcoll_codec_bound(c, mine.len);
+    }
+    if (!(sstore = malloc(stot)) || !(rstore = malloc(rtot)) ||
+        !(acc = malloc((mine.len + 1) * sizeof(float))))
+        goto out;
+    /* 1. worker: compress every chunk with its slice of the residual */
+    uint64_t t0 = gcoll_time_ns();
+    gcoll_state_set_salt(s, (uint64_t)r);
+    stot = rtot = 0;
+    for (int j = 0; j < P; j++) {
+        gcoll_span_t ch = chunk(count, P, j);
+        sbuf[j] = sstore + stot;
+        GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step,
+                                                  sbuf[j], cap[j], &len[j]), st, out);
+        stot += cap[j];
+        rbuf[j] = rstore + rtot;
+        rtot += gcoll_codec_bound(c, mine.len);
+    }
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    /* 2. chunk j goes to rank j */
+    size_t rc = gcoll_codec_bound(c, mine.len);
+    size_t *rcap = calloc((size_t)P, sizeof(size_t));
+    if (!rcap)
+        goto out;
+    for (int j = 0; j < P; j++)
+        rcap[j] = rc;
+    st = exchange(comm, PHASE(0), sig, sbuf, len, rbuf, rcap, rlen);
+    free(rcap);
+    if (st != GCOLL_OK)
+        goto out;
+    rbuf[r] = sbuf[r];
+    rlen[r] = len[r];
+    /* 3. reduce my chunk, contributions in rank order */
+    t0 = gcoll_time_ns();
+    for (int i = 0; i < P; i++) {
+        st = gcoll_codec_decode(c, rbuf[i], rlen[i], acc, mine.len,
+                                i == 0 ? GCOLL_DECODE_SET : GCOLL_DECODE_ADD);
+        if (st != GCOLL_OK) {
+            gcoll_comm_set_error(comm, "the compressed chunk from rank %d is malformed", i);
+            goto out;
+        }
+    }
+    if (op == GCOLL_AVG)
+        for (size_t i = 0; i < mine.len; i++)
+            acc[i] /= (float)P;
+    if (shard_only) {
+        memcpy(out, acc, mine.len * sizeof(float));
+        comm->counters.ns_compress += gcoll_time_ns() - t0;
+        goto out;
+    }
+    /* 4. server: re-compress the reduced chunk with its own residual */
+    if (!s->server || s->server->count != mine.len) {
+        if (s->server)
+            GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compressed allreduce: chunk size changed; "
+                                              "server residual reset");
+        gcoll_state_destroy(s->server);
+        s->server = NULL;
+        GCOLL_CHECK_GOTO(gcoll_state_create_mode(c, mine.len, GCOLL_STATE_SERVER, &s->server),
+                         st, out);
+    }
+    gcoll_state_set_salt(s->server, (uint64_t)(P + r));
+    size_t mcap = gcoll_codec_bound(c, mine.len), mlen = 0;
+    st = GCOLL_ERR_NOMEM;
+    if (!(smsg = malloc(mcap)))
+        goto out;
+    GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s->server, 0, acc, mine.len, s->step, smsg, mcap,
+                                              &mlen), st, out);
+    s->server->step++;
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    /* 5. everyone gathers every compressed chunk and decodes it in place */
+    for (int j = 0; j < P; j++) {
+        sbuf[j] = smsg;
+        len[j] = mlen;
+    }
+    free(rstore);
+    rtot = 0;
+    for (int j = 0; j < P; j++)
+        rtot += cap[j];
+    st = GCOLL_ERR_NOMEM;
+    if (!(rstore = malloc(rtot)))
+        goto out;
+    rtot = 0;
+    for (int j = 0; j < P; j++) {
+        rbuf[j] = rstore + rtot;
+        rtot += cap[j];
+    }
+    GCOLL_CHECK_GOTO(exchange(comm, PHASE(1), sig, sbuf, len, rbuf, cap, rlen), st, out);
+    rbuf[r] = smsg;
+    rlen[r] = mlen;
+    t0 = gcoll_time_ns();
+    for (int j = 0; j < P; j++) {
+        gcoll_span_t ch = chunk(count, P, j);
+        st = gcoll_codec_decode(c, rbuf[j], rlen[j], out + ch.off, ch.len, GCOLL_DECODE_SET);
+        if (st != GCOLL_OK) {
+            gcoll_comm_set_error(comm, "the reduced chunk from rank %d is malformed", j);
+            goto out;
+        }
+    }
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
+out:
+    free(smsg);
+    free(acc);
+    free(rstore);
+    free(sstore);
+    free(sbuf);
+    free(len);
+    return st;
+}
+
+/* Sparsifiers: encode once, then the sparse allreduce of what was sent. */
+static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+                                 float *out, size_t count, gcoll_op_t op, uint32_t sig)
+{
+    const gcoll_compressor_t *c = s->c;
+    size_t cap = gcoll_codec_bound(c, count), len = 0, nnz = 0;
+    uint8_t *msg = malloc(cap);
+    gcoll_pairs_t pairs = {0};
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!msg)
+        return st;
+    uint64_t t0 = gcoll_time_ns();
+    GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, cap, &len), st,
+                     out);
+    GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &nnz), st, out);
+    pairs.idx = malloc((nnz + 1) * sizeof(uint32_t));
+    pairs.val = malloc((nnz + 1) * sizeof(float));
+    st = GCOLL_ERR_NOMEM;
+    if (!pairs.idx || !pairs.val)
+        goto out;
+    GCOLL_CHECK_GOTO(gcoll_codec_decode_pairs(c, msg, len, count, pairs.idx, pairs.val, nnz,
+                                              &pairs.n), st, out);
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    gcoll_sparse_call_t call = {.codec = c, .pairs = &pairs, .msg = msg, .msglen = len,
+                                .count = count, .out = out, .op = op,
+                                .kind = GCOLL_KIND_COMPRESSED, .sig = sig};
+    st = gcoll_sparse_run(comm, &call, NULL);
+out:
+    gcoll_pairs_free(&pairs);
+    free(msg);
+    return st;
+}
+
+/* Random-k with a shared seed: every rank picked the same indices, so only the k values
+ * are reduced, densely. */
+static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+                                  const float *grad, float *out, size_t count, gcoll_op_t op,
+                                  uint32_t sig)
+{
+    const gcoll_compressor_t *c = s->c;
+    size_t cap = gcoll_codec_bound(c, count), len = 0, k = 0;
+    uint8_t *msg = malloc(cap);
+    uint32_t *idx = NULL;
+    float *val = NULL;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!msg)
+        return st;
+    uint64_t t0 = gcoll_time_ns();
+    GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, cap, &len), st,
+                     out);
+    GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &k), st, out);
+    idx = malloc((k + 1) * sizeof(uint32_t));
+    val = malloc((k + 1) * sizeof(float));
+    st = GCOLL_ERR_NOMEM;
+    if (!idx || !val)
+        goto out;
+    GCOLL_CHECK_GOTO(gcoll_codec_decode_pairs(c, msg, len, count, idx, val, k, &k), st, out);
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    GCOLL_CHECK_GOTO(gcoll_ring_allreduce_at(comm, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig,
+                                             PHASE(0)), st, out);
+    memset(out, 0, count * sizeof(float));
+    float scale = op == GCOLL_AVG ? 1.0f / (float)comm->size : 1.0f;
+    for (size_t i = 0; i < k; i++)
+        out[idx[i]] = op == GCOLL_AVG ? val[i] * scale : val[i];
+out:
+    free(idx);
+    free(val);
+    free(msg);
+    return st;
+}
+
+static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    const gcoll_args_t *a = &req->a;
+    const comp_args_t *ca = a->ext;
+    gcoll_tensor_state_t *s = ca->state;
+    const gcoll_compressor_t *c = s->c;
+    unsigned flags = gcoll_codec_flags(c);
+    /* the signature covers the spec, the count and the step: ranks whose states disagree
+     * (another codec, or random-k indices from another step) fail with a mismatch */
+    uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
+    uint32_t sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, a->count, (int)(h & 0xffff),
+                                  a->op, (int)(h >> 32) ^ ca->shard_only);
+    gcoll_status_t st;
+    const char *scheme;
+    if (ca->shard_only || !(flags & GCOLL_CODEC_SPARSE)) {
+        scheme = (flags & GCOLL_CODEC_LOSSLESS) && !ca->shard_only ? "dense ring" : "alltoall";
+        if ((flags & GCOLL_CODEC_LOSSLESS) && !ca->shard_only && c->vs.fmt == GCOLL_VF_F32) {
+            memcpy(a->recvbuf, a->sendbuf, a->count * sizeof(float));
+            st = gcoll_ring_allreduce_at(comm, a->recvbuf, a->count, GCOLL_FLOAT32, GCOLL_SUM, sig,
+                                         0);
+            if (st == GCOLL_OK)
+                gcoll_reduce_finish(a->recvbuf, a->count, GCOLL_FLOAT32, a->op, comm->size);
+        } else {
+            scheme = "alltoall";
+            st = run_quantized(comm, s, a->sendbuf, a->recvbuf, a->count, a->op, ca->shard_only,
+                               sig);
+        }
+    } else if (flags & GCOLL_CODEC_RANDOMK) {
+        scheme = "random-k dense values";
+        st = run_randomk(comm, s, a->sendbuf, a->recvbuf, a->count, a->op, sig);
+    } else {
+        scheme = "sparse";
+        st = run_sparse(comm, s, a->sendbuf, a->recvbuf, a->count, a->op, sig);
+    }
+    GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme, step %llu",
+                ca->shard_only ? "reduce-scatter" : "allreduce", a->count, c->spec, scheme,
+                (unsigned long long)s->step);
+    if (st == GCOLL_OK) {
+        gcoll_state_advance(s);
+        comm->counters.bytes_raw += a->count * sizeof(float);
+    }
+    return st;
+}
+
+static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_state_t *state,
+                             const float *grad, float *out, size_t count, gcoll_op_t op,
+                             int shard_only, gcoll_request_t **req_p)
+{
+    if (!comm) {
+        GCOLL_WARN("%s: NULL communicator", what);
+        return GCOLL_ERR_INVALID;
+    }
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, state != NULL, "NULL tensor state"));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, state->count == count,
+                                      "count %zu differs from the state's %zu", count,
+                                      state->count));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, op == GCOLL_SUM || op == GCOLL_AVG,
+                                      "op %s: only sum and avg", gcoll_op_name(op)));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || (grad && out),
+                                      "NULL buffer with count %zu", count));
+    for (size_t i = 0; i < count; i++)
+        GCOLL_CHECK(gcoll_comm_check_args(comm, what, grad[i] - grad[i] == 0.0f,
+                                          "grad[%zu] is NaN or infinite", i));
+    comp_args_t *ca = calloc(1, sizeof(*ca));
+    if (!ca)
+        return GCOLL_ERR_NOMEM;
+    ca->state = state;
+    ca->shard_only = shard_only;
+    gcoll_args_t a = {.sendbuf = grad, .recvbuf = out, .count = count, .dtype = GCOLL_FLOAT32,
+                      .op = op, .ext = ca, .release = free};
+    gcoll_request_t *req = gcoll_request_new(comm, what, run_compressed, &a);
+    if (!req) {
+        free(ca);
+        return GCOLL_ERR_NOMEM;
+    }
+    return gcoll_comm_submit(comm, req, req_p);
+}
+
+gcoll_status_t gcoll_icompressed_allreduce(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
+                                           const float *grad, float *out, size_t count,
+                                           gcoll_op_t op, gcoll_request_t **req_p)
+{
+    return submit(comm, "gcoll_compressed_allreduce", state, grad, out, count, op, 0, req_p);
+}
+
+gcoll_status_t gcoll_compressed_allreduce(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
+                                          const float *grad, float *out, size_t count,
+                                          gcoll_op_t op)
+{
+    return submit(comm, "gcoll_compressed_allreduce", state, grad, out, count, op, 0, NULL);
+}
+
+gcoll_status_t gcoll_icompressed_reduce_scatter(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
+                                                const float *grad, float *shard, size_t count,
+                                                gcoll_op_t op, gcoll_request_t **req_p)
+{
+    return submit(comm, "gcoll_compressed_reduce_scatter", state, grad, shard, count, op, 1,
+                  req_p);
+}
+
+gcoll_status_t gcoll_compressed_reduce_scatter(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
+                                               const float *grad, float *shard, size_t count,
+                                               gcoll_op_t op)
+{
+    return submit(comm, "gcoll_compressed_reduce_scatter", state, grad, shard, count, op, 1,
+                  NULL);
+}
+
+void gcoll_shard_range(const gcoll_comm_t *comm, size_t count, size_t *offset_p, size_t *len_p)
+{
+    gcoll_span_t ch = chunk(count, comm ? comm->size : 1, comm ? comm->rank : 0);
+    if (offset_p)
+        *offset_p = ch.off;
+    if (len_p)
+        *len_p = ch.len;
+}
