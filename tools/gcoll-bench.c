@@ -31,6 +31,10 @@ static void usage(FILE *f)
             "  -r OP     sum (default), avg, min, max, prod\n"
             "  -R ROOT   broadcast root (default 0)\n"
             "  -a ALGO   allreduce algorithm: ring, rhd, tree, auto (sets GCOLL_ALGO)\n"
+            "  -z SPEC   compressed allreduce with compressor SPEC (float sum); extra columns:\n"
+            "            wire bytes per rank per op, compression ratio, compress time, and the\n"
+            "            relative error of one fresh step against the dense sum; with -c, the\n"
+            "            result is checked against what every rank's codec sent, summed\n"
             "  --csv     comma-separated output      --json   JSON output\n"
             "Sizes follow nccl-tests: for gathers, size is the total gathered. algbw = size /\n"
             "time; busbw = algbw * 2(n-1)/n (allreduce), (n-1)/n (allgather, reduce_scatter,\n"
@@ -67,6 +71,30 @@ static void emit(const bench_row_t *r, void *ctx)
         snprintf(wrong, sizeof(wrong), "N/A");
     else
         snprintf(wrong, sizeof(wrong), "%ld", r->wrong);
+    if (p->o->spec) {
+        switch (p->out) {
+        case OUT_TABLE:
+            printf("%12zu %12zu %12.2f %10.3f %10.3f %12.0f %8.1f %10.2f %9.2e %8s\n", r->bytes,
+                   r->count, r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio, r->comp_us,
+                   r->rel_err, wrong);
+            break;
+        case OUT_CSV:
+            printf("%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.3f,%.3f,%.4e,%s\n", r->bytes, r->count,
+                   r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio, r->comp_us,
+                   r->rel_err, wrong);
+            break;
+        case OUT_JSON:
+            printf("%s\n  {\"size\": %zu, \"count\": %zu, \"time_us\": %.3f, \"algbw\": %.4f, "
+                   "\"busbw\": %.4f, \"wire_bytes\": %.0f, \"ratio\": %.3f, \"comp_us\": %.3f, "
+                   "\"rel_err\": %.4e, \"wrong\": %ld}", p->rows ? "," : "", r->bytes, r->count,
+                   r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio, r->comp_us, r->rel_err,
+                   r->wrong);
+            break;
+        }
+        p->rows++;
+        fflush(stdout);
+        return;
+    }
     switch (p->out) {
     case OUT_TABLE:
         printf("%12zu %12zu %9s %6s %12.2f %10.3f %10.3f %8s\n", r->bytes, r->count, type, op,
@@ -98,7 +126,7 @@ int main(int argc, char **argv)
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "o:b:e:f:i:n:w:cd:r:R:a:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "o:b:e:f:i:n:w:cd:r:R:a:z:h", longopts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 'o': bad = bench_parse_coll(optarg, &o.coll); break;
@@ -113,6 +141,7 @@ int main(int argc, char **argv)
         case 'r': bad = bench_parse_op(optarg, &o.op); break;
         case 'R': o.root = atoi(optarg); break;
         case 'a': setenv("GCOLL_ALGO", optarg, 1); break;
+        case 'z': o.spec = optarg; break;
         case 'C': p.out = OUT_CSV; break;
         case 'J': p.out = OUT_JSON; break;
         case 'h': usage(stdout); return 0;
@@ -142,12 +171,20 @@ int main(int argc, char **argv)
     if (p.rank == 0) {
         const char *algo = getenv("GCOLL_ALGO");
         if (p.out == OUT_TABLE) {
-            printf("# gcoll-bench %s: %s on %d ranks over %s, algorithm %s, %d iterations "
-                   "(%d warm-up)\n", gcoll_version(), bench_coll_name(o.coll),
-                   gcoll_comm_size(comm), gcoll_comm_transport(comm), algo ? algo : "auto",
-                   o.iters, o.warmup);
-            printf("#%11s %12s %9s %6s %12s %10s %10s %8s\n", "size(B)", "count", "type",
-                   "redop", "time(us)", "algbw(GB/s)", "busbw", "#wrong");
+            printf("# gcoll-bench %s: %s%s%s on %d ranks over %s, algorithm %s, %d iterations "
+                   "(%d warm-up)\n", gcoll_version(), o.spec ? "compressed " : "",
+                   bench_coll_name(o.coll), o.spec ? "" : "", gcoll_comm_size(comm),
+                   gcoll_comm_transport(comm), algo ? algo : "auto", o.iters, o.warmup);
+            if (o.spec)
+                printf("# compressor %s; algbw and busbw count uncompressed bytes (effective)\n"
+                       "#%11s %12s %12s %10s %10s %12s %8s %10s %9s %8s\n", o.spec, "size(B)",
+                       "count", "time(us)", "algbw(GB/s)", "busbw", "wire(B)", "ratio",
+                       "comp(us)", "relerr", "#wrong");
+            else
+                printf("#%11s %12s %9s %6s %12s %10s %10s %8s\n", "size(B)", "count", "type",
+                       "redop", "time(us)", "algbw(GB/s)", "busbw", "#wrong");
+        } else if (p.out == OUT_CSV && o.spec) {
+            printf("size,count,time_us,algbw_GBps,busbw_GBps,wire_bytes,ratio,comp_us,rel_err,wrong\n");
         } else if (p.out == OUT_CSV) {
             printf("size,count,type,redop,time_us,algbw_GBps,busbw_GBps,wrong\n");
         } else {

@@ -2,6 +2,7 @@
  * and the algbw/busbw arithmetic of nccl-tests. */
 #include "bench.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,13 @@ double bench_bus_factor(bench_coll_t c, int n)
     }
     return 1.0;
 }
+
+#define GCOLL_BENCH_CHECK(call)                                                           \
+    do {                                                                                  \
+        gcoll_status_t st_ = (call);                                                      \
+        if (st_ != GCOLL_OK)                                                              \
+            return st_;                                                                   \
+    } while (0)
 
 static double now_us(void)
 {
@@ -182,6 +190,124 @@ static long check(gcoll_comm_t *comm, const bench_opts_t *o, void *in, void *out
     return wrong;
 }
 
+/* ---- compressed allreduce ---------------------------------------------------------- */
+
+/* Gradient-like input of rank r. */
+static float gval(int r, size_t i)
+{
+    return sinf((float)i * 0.618f + (float)r * 2.1f) * (1.0f + (float)(i % 17) * 0.25f);
+}
+
+static void chunk_span(size_t count, int n, int j, size_t *off, size_t *len)
+{
+    size_t base = count / (size_t)n, extra = count % (size_t)n;
+    *off = (size_t)j * base + ((size_t)j < extra ? (size_t)j : extra);
+    *len = base + ((size_t)j < extra);
+}
+
+/* What a fresh compressed allreduce must return: every rank's codec output, summed (for
+ * quantizers, each chunk re-compressed by its owner), simulated with fresh states. */
+static gcoll_status_t expected_compressed(gcoll_compressor_t *c, int n, size_t count,
+                                          float *want)
+{
+    unsigned fl = gcoll_compressor_flags(c);
+    int quant = !(fl & GCOLL_CODEC_SPARSE) && !(fl & GCOLL_CODEC_LOSSLESS &&
+                                                 strncmp(gcoll_compressor_spec(c), "none", 4) == 0);
+    size_t cap = gcoll_compressor_bound(c, count), len;
+    uint8_t *msg = malloc(cap);
+    float *g = malloc((count + 1) * sizeof(float)), *acc = calloc(count + 1, sizeof(float));
+    gcoll_status_t st = msg && g && acc ? GCOLL_OK : GCOLL_ERR_NOMEM;
+    for (int i = 0; i < n && st == GCOLL_OK; i++) {
+        gcoll_tensor_state_t *s;
+        if ((st = gcoll_state_create(c, count, &s)) != GCOLL_OK)
+            break;
+        for (size_t k = 0; k < count; k++)
+            g[k] = gval(i, k);
+        for (int j = 0; j < (quant ? n : 1) && st == GCOLL_OK; j++) {
+            size_t off = 0, m = count;
+            if (quant)
+                chunk_span(count, n, j, &off, &m);
+            st = gcoll_encode_chunk(c, s, off, g + off, m, msg, cap, &len);
+            if (st == GCOLL_OK)
+                st = gcoll_decode(c, msg, len, acc + off, m, 1);
+        }
+        gcoll_state_destroy(s);
+    }
+    for (int j = 0; quant && j < n && st == GCOLL_OK; j++) {
+        size_t off, m;
+        gcoll_tensor_state_t *s;
+        chunk_span(count, n, j, &off, &m);
+        if ((st = gcoll_state_create(c, m, &s)) != GCOLL_OK)
+            break;
+        st = gcoll_encode(c, s, acc + off, m, msg, cap, &len);
+        if (st == GCOLL_OK)
+            st = gcoll_decode(c, msg, len, acc + off, m, 0);
+        gcoll_state_destroy(s);
+    }
+    if (st == GCOLL_OK)
+        memcpy(want, acc, count * sizeof(float));
+    free(msg);
+    free(g);
+    free(acc);
+    return st;
+}
+
+static gcoll_status_t run_compressed(gcoll_comm_t *comm, const bench_opts_t *o,
+                                     gcoll_compressor_t *c, size_t count, float *in, float *out,
+                                     float *ref, bench_row_t *row)
+{
+    const int n = gcoll_comm_size(comm), r = gcoll_comm_rank(comm);
+    gcoll_tensor_state_t *s;
+    gcoll_counters_t c0, c1;
+    for (size_t i = 0; i < count; i++)
+        in[i] = gval(r, i);
+    GCOLL_BENCH_CHECK(gcoll_state_create(c, count, &s));
+    gcoll_status_t st = GCOLL_OK;
+    /* one fresh step: relative error against the dense sum, and the exact check */
+    st = gcoll_compressed_allreduce(comm, s, in, out, count, GCOLL_SUM);
+    if (st == GCOLL_OK)
+        st = gcoll_allreduce(comm, in, ref, count, GCOLL_FLOAT32, GCOLL_SUM);
+    double e2 = 0, r2 = 0;
+    for (size_t i = 0; st == GCOLL_OK && i < count; i++) {
+        e2 += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
+        r2 += (double)ref[i] * ref[i];
+    }
+    row->rel_err = r2 > 0 ? sqrt(e2 / r2) : 0;
+    row->wrong = -1;
+    if (st == GCOLL_OK && o->check && !(gcoll_compressor_flags(c) & GCOLL_CODEC_STOCHASTIC)) {
+        st = expected_compressed(c, n, count, ref);
+        long wrong = 0;
+        for (size_t i = 0; st == GCOLL_OK && i < count; i++)
+            wrong += !(fabs((double)out[i] - ref[i]) <= 1e-5 * fabs(ref[i]) + 1e-5 * n);
+        row->wrong = wrong;
+    }
+    for (int w = 0; w < o->warmup && st == GCOLL_OK; w++)
+        st = gcoll_compressed_allreduce(comm, s, in, out, count, GCOLL_SUM);
+    if (st == GCOLL_OK)
+        st = gcoll_barrier(comm);
+    gcoll_comm_counters(comm, &c0);
+    double t0 = now_us();
+    for (int it = 0; it < o->iters && st == GCOLL_OK; it++)
+        st = gcoll_compressed_allreduce(comm, s, in, out, count, GCOLL_SUM);
+    double t = (now_us() - t0) / o->iters;
+    gcoll_comm_counters(comm, &c1);
+    gcoll_state_destroy(s);
+    if (st != GCOLL_OK)
+        return st;
+    double v[4] = {t, (double)(c1.ns_compress - c0.ns_compress) / 1e3 / o->iters,
+                   (double)(c1.bytes_sent - c0.bytes_sent) / o->iters, (double)row->wrong};
+    double mx[2] = {v[0], v[1]}, sum[2] = {v[2], v[3] < 0 ? 0 : v[3]};
+    GCOLL_BENCH_CHECK(gcoll_allreduce(comm, mx, mx, 2, GCOLL_FLOAT64, GCOLL_MAX));
+    GCOLL_BENCH_CHECK(gcoll_allreduce(comm, sum, sum, 2, GCOLL_FLOAT64, GCOLL_SUM));
+    row->time_us = mx[0];
+    row->comp_us = mx[1];
+    row->wire_bytes = sum[0] / n;
+    row->ratio = row->wire_bytes > 0 ? (double)(count * sizeof(float)) / row->wire_bytes : 0;
+    if (row->wrong >= 0)
+        row->wrong = (long)sum[1];
+    return GCOLL_OK;
+}
+
 gcoll_status_t bench_run(gcoll_comm_t *comm, const bench_opts_t *o,
                          void (*emit)(const bench_row_t *row, void *ctx), void *ctx)
 {
@@ -196,8 +322,31 @@ gcoll_status_t bench_run(gcoll_comm_t *comm, const bench_opts_t *o,
         return GCOLL_ERR_NOMEM;
     }
     gcoll_status_t st = GCOLL_OK;
-    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes;) {
+    gcoll_compressor_t *comp = NULL;
+    float *ref = NULL;
+    if (o->spec) {
+        if (o->coll != BENCH_ALLREDUCE || o->dtype != GCOLL_FLOAT32 || o->op != GCOLL_SUM)
+            st = GCOLL_ERR_UNSUPPORTED; /* compression is for float32 sum allreduce */
+        else if ((st = gcoll_compressor_create(o->spec, &comp)) == GCOLL_OK &&
+                 !(ref = calloc(nout + 1, sizeof(float))))
+            st = GCOLL_ERR_NOMEM;
+    }
+    for (size_t bytes = o->min_bytes; st == GCOLL_OK && bytes <= o->max_bytes;) {
         shape(o, bytes, n, &nin, &nout, &count, &size);
+        if (comp) {
+            bench_row_t row = {.bytes = size, .count = count};
+            if ((st = run_compressed(comm, o, comp, count, (float *)in, (float *)out, ref,
+                                     &row)) != GCOLL_OK)
+                break;
+            row.algbw = row.time_us > 0 ? (double)size / row.time_us / 1e3 : 0;
+            row.busbw = row.algbw * bench_bus_factor(o->coll, n);
+            emit(&row, ctx);
+            size_t next = o->factor > 1 ? (size_t)((double)bytes * o->factor) : bytes + o->step;
+            if (next <= bytes)
+                break;
+            bytes = next;
+            continue;
+        }
         for (size_t i = 0; i < nin; i++)
             put(in, i, o->dtype, 1);
         for (int w = 0; w < o->warmup && st == GCOLL_OK; w++)
@@ -232,6 +381,8 @@ gcoll_status_t bench_run(gcoll_comm_t *comm, const bench_opts_t *o,
             break;
         bytes = next;
     }
+    gcoll_compressor_destroy(comp);
+    free(ref);
     free(in);
     free(out);
     return st;

@@ -25,6 +25,7 @@ typedef struct {
     size_t step;      /* additive step (-i) */
     int iters, warmup;
     int check;        /* verify results (-c) */
+    const char *spec; /* -z: compressed allreduce with this compressor (NULL: dense) */
 } bench_opts_t;
 
 typedef struct {
@@ -34,6 +35,11 @@ typedef struct {
     double algbw;     /* GB/s: bytes / time */
     double busbw;     /* GB/s: algbw * collective factor */
     long wrong;       /* elements wrong across ranks, -1 when not checked */
+    /* compressed runs only */
+    double wire_bytes;  /* bytes this rank sent per operation (mean over ranks) */
+    double ratio;       /* uncompressed payload / wire bytes */
+    double comp_us;     /* compress + decompress time per operation (slowest rank) */
+    double rel_err;     /* ||compressed - dense|| / ||dense|| of one fresh step */
 } bench_row_t;
 
 int bench_parse_coll(const char *s, bench_coll_t *c);
