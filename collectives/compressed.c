@@ -257,48 +257,52 @@ out:
     return st;
 }
 
-static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
+gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+                                    const float *grad, float *out, size_t count, gcoll_op_t op,
+                                    int shard_only)
 {
-    const gcoll_args_t *a = &req->a;
-    const comp_args_t *ca = a->ext;
-    gcoll_tensor_state_t *s = ca->state;
     const gcoll_compressor_t *c = s->c;
     unsigned flags = gcoll_codec_flags(c);
     /* the signature covers the spec, the count and the step: ranks whose states disagree
      * (another codec, or random-k indices from another step) fail with a mismatch */
     uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
-    uint32_t sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, a->count, (int)(h & 0xffff),
-                                  a->op, (int)(h >> 32) ^ ca->shard_only);
+    uint32_t sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, count, (int)(h & 0xffff), op,
+                                  (int)(h >> 32) ^ shard_only);
     gcoll_status_t st;
     const char *scheme;
-    if (ca->shard_only || !(flags & GCOLL_CODEC_SPARSE)) {
-        scheme = (flags & GCOLL_CODEC_LOSSLESS) && !ca->shard_only ? "dense ring" : "alltoall";
-        if ((flags & GCOLL_CODEC_LOSSLESS) && !ca->shard_only && c->vs.fmt == GCOLL_VF_F32) {
-            memcpy(a->recvbuf, a->sendbuf, a->count * sizeof(float));
-            st = gcoll_ring_allreduce_at(comm, a->recvbuf, a->count, GCOLL_FLOAT32, GCOLL_SUM, sig,
-                                         0);
-            if (st == GCOLL_OK)
-                gcoll_reduce_finish(a->recvbuf, a->count, GCOLL_FLOAT32, a->op, comm->size);
-        } else {
-            scheme = "alltoall";
-            st = run_quantized(comm, s, a->sendbuf, a->recvbuf, a->count, a->op, ca->shard_only,
-                               sig);
-        }
+    if (!shard_only && (flags & GCOLL_CODEC_LOSSLESS) && c->vs.fmt == GCOLL_VF_F32) {
+        scheme = "dense ring";
+        if (out != grad)
+            memcpy(out, grad, count * sizeof(float));
+        st = gcoll_ring_allreduce_at(comm, out, count, GCOLL_FLOAT32, GCOLL_SUM, sig, 0);
+        if (st == GCOLL_OK)
+            gcoll_reduce_finish(out, count, GCOLL_FLOAT32, op, comm->size);
+    } else if (shard_only || !(flags & GCOLL_CODEC_SPARSE)) {
+        scheme = "alltoall";
+        st = run_quantized(comm, s, grad, out, count, op, shard_only, sig);
     } else if (flags & GCOLL_CODEC_RANDOMK) {
         scheme = "random-k dense values";
-        st = run_randomk(comm, s, a->sendbuf, a->recvbuf, a->count, a->op, sig);
+        st = run_randomk(comm, s, grad, out, count, op, sig);
     } else {
         scheme = "sparse";
-        st = run_sparse(comm, s, a->sendbuf, a->recvbuf, a->count, a->op, sig);
+        st = run_sparse(comm, s, grad, out, count, op, sig);
     }
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme, step %llu",
-                ca->shard_only ? "reduce-scatter" : "allreduce", a->count, c->spec, scheme,
+                shard_only ? "reduce-scatter" : "allreduce", count, c->spec, scheme,
                 (unsigned long long)s->step);
     if (st == GCOLL_OK) {
         gcoll_state_advance(s);
-        comm->counters.bytes_raw += a->count * sizeof(float);
+        comm->counters.bytes_raw += count * sizeof(float);
     }
     return st;
+}
+
+static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    const gcoll_args_t *a = &req->a;
+    const comp_args_t *ca = a->ext;
+    return gcoll_compressed_run(comm, ca->state, a->sendbuf, a->recvbuf, a->count, a->op,
+                                ca->shard_only);
 }
 
 static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_state_t *state,

@@ -365,8 +365,19 @@ static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, 
                                                      size_t errlen)
 {
     const char *want = gcoll_transport_names[cfg->transport];
-    if (cfg->transport == GCOLL_TRANSPORT_AUTO)
+    if (cfg->transport == GCOLL_TRANSPORT_AUTO) {
+#ifdef GCOLL_HAVE_UCX
+        /* ucx when UCX reports an RDMA device (rc, dc, ud); declared in transports/ucx.h */
+        extern int gcoll_ucx_rdma_capable(char *desc, size_t desclen);
+        char desc[256];
+        if (gcoll_ucx_rdma_capable(desc, sizeof(desc))) {
+            GCOLL_INFO(GCOLL_SUBSYS_INIT, "GCOLL_TRANSPORT=auto: ucx, UCX offers RDMA (%s)",
+                       desc);
+            return &gcoll_ucx_ops;
+        }
+#endif
         return &gcoll_tcp_ops;
+    }
     const gcoll_transport_ops_t *ops = gcoll_transport_find(want);
     if (!ops) {
         snprintf(err, errlen, "GCOLL_TRANSPORT=%s, but this build has only: %s", want,

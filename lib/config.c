@@ -81,6 +81,37 @@ static const param_t params[] = {
     {"GCOLL_RING_SLICE", P_SIZE, "64mb",
      "largest piece a ring reduces in one pass (bounds its temporary memory)", OFF(ring_slice),
      F_MUST_MATCH, NULL},
+    /* verbs transport */
+    {"GCOLL_IB_HCA", P_STRING, "",
+     "verbs: devices and ports to use, NCCL-style 'mlx5_0:1,mlx5_1' (first usable wins; "
+     "default: the first active port)", OFF(ib_hca), 0, NULL},
+    {"GCOLL_IB_GID_INDEX", P_INT, "-1",
+     "verbs: GID table index for RoCE (-1: an IPv4-mapped GID, RoCE v2 first, else 0)",
+     OFF(ib_gid_index), 0, "-1:255"},
+    {"GCOLL_IB_QPS_PER_PEER", P_INT, "1",
+     "verbs: reliable-connected queue pairs per peer; messages are spread over them",
+     OFF(ib_qps_per_peer), F_MUST_MATCH, "1:16"},
+    {"GCOLL_IB_MTU", P_ENUM, "auto",
+     "verbs: path MTU in bytes (auto: the smaller active MTU of the two ports)", OFF(ib_mtu), 0,
+     "auto|256|512|1024|2048|4096"},
+    {"GCOLL_IB_TIMEOUT", P_INT, "18",
+     "verbs: ACK timeout exponent, 4.096 us * 2^n per retry (18: about 1 s)", OFF(ib_timeout),
+     0, "1:31"},
+    {"GCOLL_IB_RETRY_CNT", P_INT, "7", "verbs: transport retries before a send fails",
+     OFF(ib_retry_cnt), 0, "0:7"},
+    {"GCOLL_IB_EAGER_SLOTS", P_INT, "16",
+     "verbs: pre-registered receive slots per peer (the credits a sender holds)",
+     OFF(ib_eager_slots), 0, "2:4096"},
+    {"GCOLL_IB_EAGER_SIZE", P_SIZE, "8kb",
+     "verbs: bytes per slot; messages up to this minus a 48-byte header go eagerly, larger "
+     "ones by rendezvous (RDMA write into the posted receive)", OFF(ib_eager_size), 0, NULL},
+    {"GCOLL_IB_CHUNK", P_SIZE, "0",
+     "verbs: largest single RDMA write of a rendezvous (0: the port's max_msg_sz)",
+     OFF(ib_chunk), 0, NULL},
+    {"GCOLL_IB_REG_CACHE", P_INT, "0",
+     "verbs: user-buffer registrations kept for reuse (0: register per message; enable only "
+     "if buffers are not freed and reallocated while the communicator lives)",
+     OFF(ib_reg_cache), 0, "0:65536"},
 };
 
 uint64_t gcoll_hash64(const void *data, size_t len, uint64_t seed)

@@ -28,6 +28,17 @@ typedef struct gcoll_config {
     int algo; /* gcoll_algo_t */
     int sparse_algo; /* 0 auto, else gcoll_sparse_plan_t + 1 */
     int codec_simd;  /* read by lib/compress/kernels.c at first use */
+    /* verbs transport (GCOLL_IB_*) */
+    char *ib_hca;         /* "mlx5_0:1,mlx5_1" or NULL */
+    long ib_gid_index;    /* -1: automatic */
+    long ib_qps_per_peer;
+    int ib_mtu;           /* 0 auto, else enum ibv_mtu (1 = 256 ... 5 = 4096) */
+    long ib_timeout;      /* local ACK timeout exponent: 4.096 us * 2^n */
+    long ib_retry_cnt;
+    long ib_eager_slots;
+    size_t ib_eager_size;
+    size_t ib_chunk;      /* 0: the port's max_msg_sz */
+    long ib_reg_cache;    /* cached registrations; 0: off */
 } gcoll_config_t;
 
 enum { GCOLL_TRANSPORT_AUTO, GCOLL_TRANSPORT_TCP, GCOLL_TRANSPORT_UCX, GCOLL_TRANSPORT_VERBS };

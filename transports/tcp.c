@@ -78,7 +78,13 @@ struct gcoll_transport {
     int wake_fd;
     char addr[128];
     tcp_peer_t *peers;
-    gcoll_status_t abort_status; /* set once a peer announced an abort */
+    /* A peer announced an abort. Its notice can overtake data it sent earlier on another
+     * socket, so pending operations are failed only after a grace period without any
+     * completion (ABORT_GRACE_MS): whatever was in flight still lands. */
+    gcoll_status_t abort_status;
+    uint64_t abort_quiet_since; /* last abort notice or completion, ms */
+    int abort_final;            /* grace over: everything pending has failed */
+    uint64_t completions;       /* requests completed successfully */
     char errmsg[512];
     uint8_t scratch[65536]; /* sink for discarded payload */
 };
@@ -97,12 +103,28 @@ static void set_error(gcoll_transport_t *t, const char *fmt, ...)
         snprintf(t->errmsg, sizeof(t->errmsg), "%s", msg);
 }
 
+#define ABORT_GRACE_MS 200
+
 static void complete(gcoll_treq_t *req, gcoll_status_t st)
 {
     if (req->done)
         return;
     req->status = st;
     req->done = 1;
+}
+
+/* Status for a peer that went away: after an abort notice its departure is part of
+ * that abort (and keeps a mismatch a mismatch), otherwise the peer failed. */
+static gcoll_status_t gone_status(const gcoll_transport_t *t)
+{
+    return t->abort_status < 0 ? t->abort_status : GCOLL_ERR_PEER;
+}
+
+/* Successful completions also count as progress for the abort grace period. */
+static void complete_ok(gcoll_transport_t *t, gcoll_treq_t *req)
+{
+    t->completions++;
+    complete(req, GCOLL_OK);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -193,6 +215,7 @@ static void abandon_tx(gcoll_transport_t *t, tcp_sock_t *s, gcoll_status_t st)
 static void fail_pending_all(gcoll_transport_t *t, gcoll_status_t st)
 {
     t->abort_status = st;
+    t->abort_final = 1;
     for (int i = 0; i < t->size; i++) {
         tcp_peer_t *p = &t->peers[i];
         for (int k = 0; k < t->nsocks; k++) {
@@ -242,13 +265,13 @@ static gcoll_status_t check_match(gcoll_transport_t *t, int peer, const gcoll_tr
     return GCOLL_ERR_MISMATCH;
 }
 
-static void finish_msg(tcp_peer_t *p, rx_msg_t *m)
+static void finish_msg(gcoll_transport_t *t, tcp_peer_t *p, rx_msg_t *m)
 {
     if (m->req) {
         if (m->ubuf && !m->discard)
             memcpy(m->req->buf, m->ubuf, m->len);
         m->req->nbytes = m->len;
-        complete(m->req, GCOLL_OK);
+        complete_ok(t, m->req);
     } else if (!m->discard) {
         return; /* unexpected: stays until a receive claims it */
     }
@@ -335,7 +358,7 @@ static void sock_eof(gcoll_transport_t *t, tcp_sock_t *s)
     } else {
         GCOLL_DEBUG(GCOLL_SUBSYS_NET, "rank %d closed its connections", s->peer);
     }
-    peer_fail(t, s->peer, t->abort_status < 0 ? t->abort_status : GCOLL_ERR_PEER);
+    peer_fail(t, s->peer, gone_status(t));
 }
 
 static void proto_error(gcoll_transport_t *t, tcp_sock_t *s, const char *why)
@@ -391,14 +414,16 @@ static void on_payload_done(gcoll_transport_t *t, tcp_sock_t *s)
         const char *why = s->frame.frag_len > 0 ? (char *)s->ctl + 1 : "";
         set_error(t, "rank %d aborted: %s", s->peer, why);
         GCOLL_WARN("rank %d aborted: %s", s->peer, why);
-        fail_pending_all(t, mismatch ? GCOLL_ERR_MISMATCH : GCOLL_ERR_PEER);
+        if (t->abort_status == GCOLL_OK || mismatch)
+            t->abort_status = mismatch ? GCOLL_ERR_MISMATCH : GCOLL_ERR_PEER;
+        t->abort_quiet_since = gcoll_time_ms();
         return;
     }
     rx_msg_t *m = s->msg;
     m->got += s->frame.frag_len;
     s->msg = NULL;
     if (m->got == m->len)
-        finish_msg(&t->peers[s->peer], m);
+        finish_msg(t, &t->peers[s->peer], m);
 }
 
 static void handle_read(gcoll_transport_t *t, tcp_sock_t *s)
@@ -447,7 +472,7 @@ static void handle_read(gcoll_transport_t *t, tcp_sock_t *s)
         int peer = s->peer;
         set_error(t, "connection to rank %d failed: %s", peer, strerror(errno));
         GCOLL_WARN("connection to rank %d failed: %s", peer, strerror(errno));
-        peer_fail(t, peer, GCOLL_ERR_PEER);
+        peer_fail(t, peer, gone_status(t));
         return;
     }
 }
@@ -492,7 +517,7 @@ static void flush(gcoll_transport_t *t, tcp_sock_t *s)
             int peer = s->peer;
             set_error(t, "send to rank %d failed: %s", peer, strerror(errno));
             GCOLL_WARN("send to rank %d failed: %s", peer, strerror(errno));
-            peer_fail(t, peer, GCOLL_ERR_PEER);
+            peer_fail(t, peer, gone_status(t));
             return;
         }
         size_t done = (size_t)n;
@@ -506,7 +531,7 @@ static void flush(gcoll_transport_t *t, tcp_sock_t *s)
             done -= rem;
             s->txq = f->next;
             if (f->req && --f->req->pending == 0)
-                complete(f->req, GCOLL_OK);
+                complete_ok(t, f->req);
             free(f->owned);
             free(f);
         }
@@ -553,8 +578,8 @@ static gcoll_status_t send_self(gcoll_transport_t *t, gcoll_treq_t *req)
     if (!m->discard && req->len)
         memcpy(m->req ? m->req->buf : m->ubuf, req->buf, req->len);
     m->got = m->len;
-    finish_msg(&t->peers[t->rank], m);
-    complete(req, GCOLL_OK);
+    finish_msg(t, &t->peers[t->rank], m);
+    complete_ok(t, req);
     return GCOLL_OK;
 }
 
@@ -564,7 +589,7 @@ static gcoll_status_t tcp_isend(gcoll_transport_t *t, gcoll_treq_t *req)
         return GCOLL_ERR_INVALID;
     req->done = 0;
     req->status = GCOLL_INPROGRESS;
-    if (t->abort_status < 0) {
+    if (t->abort_final) {
         complete(req, t->abort_status);
         return GCOLL_OK;
     }
@@ -603,7 +628,7 @@ static gcoll_status_t tcp_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
     req->done = 0;
     req->status = GCOLL_INPROGRESS;
     req->nbytes = 0;
-    if (t->abort_status < 0) {
+    if (t->abort_final) {
         complete(req, t->abort_status);
         return GCOLL_OK;
     }
@@ -616,12 +641,12 @@ static gcoll_status_t tcp_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
             complete(req, st);
             m->discard = 1;
             if (m->got == m->len)
-                finish_msg(p, m);
+                finish_msg(t, p, m);
             return GCOLL_OK;
         }
         m->req = req;
         if (m->got == m->len)
-            finish_msg(p, m);
+            finish_msg(t, p, m);
         return GCOLL_OK;
     }
     if (p->failed && req->peer != t->rank) {
@@ -665,6 +690,7 @@ static gcoll_status_t tcp_progress(gcoll_transport_t *t, int timeout_ms)
         set_error(t, "epoll_wait: %s", strerror(errno));
         return GCOLL_ERR_TRANSPORT;
     }
+    uint64_t before = t->completions;
     for (int i = 0; i < n; i++) {
         tcp_sock_t *s = ev[i].data.ptr;
         if (s == NULL) /* the wake fd */
@@ -673,6 +699,13 @@ static gcoll_status_t tcp_progress(gcoll_transport_t *t, int timeout_ms)
             flush(t, s);
         if (s->open && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
             handle_read(t, s);
+    }
+    if (t->abort_status < 0 && !t->abort_final) {
+        uint64_t now = gcoll_time_ms();
+        if (t->completions != before)
+            t->abort_quiet_since = now;
+        else if (now - t->abort_quiet_since >= ABORT_GRACE_MS)
+            fail_pending_all(t, t->abort_status);
     }
     return GCOLL_OK;
 }

@@ -246,8 +246,10 @@ static gcoll_status_t parse_sparsifier_key(pctx_t *p, gcoll_compressor_t *c, see
     if (sp == GCOLL_SPARSIFY_THRESHOLD && !strcmp(key, "tau")) {
         ONCE(have_tau, key);
         double t;
-        if (parse_double(val, &t) || !(t > 0) || t > 3.0e38)
-            return perr(p, "tau=%s must be a positive finite number", val);
+        /* tau is kept as a float: values that round to zero or a subnormal would not
+         * parse back from the canonical spec (a fuzzer found tau=2E-223) */
+        if (parse_double(val, &t) || !(t >= 1.1754944e-38) || t > 3.0e38)
+            return perr(p, "tau=%s must be a positive finite number from 1.2e-38 to 3e38", val);
         c->tau = (float)t;
         return GCOLL_OK;
     }

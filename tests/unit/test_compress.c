@@ -130,6 +130,7 @@ static void test_spec_errors(void **unused)
         {"randomk:density=0.1,seed=-1", "seed=-1"},
         {"threshold", "tau"},
         {"threshold:tau=-1", "tau=-1"},
+        {"threshold:tau=2E-223", "tau=2E-223"}, /* underflows a float: fuzzer finding */
         {"qsgd:bits=1", "bits=1"},
         {"qsgd:bits=9", "bits=9"},
         {"qsgd:bucket=0", "bucket=0"},

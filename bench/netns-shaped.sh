@@ -1,0 +1,134 @@
+#!/bin/sh
+# netns-shaped.sh: 4 ranks, one per network namespace, joined through a bridge by veth
+# links shaped with tc tbf (1 Gbit/s, then 10 Gbit/s), timing one allreduce of a 25M-float
+# gradient: dense gcoll ring, Gloo's dense allreduce (when bench/gloo_allreduce is built),
+# and gcoll compressed with several codecs. For each compressed row it prints the time its
+# wire bytes need at the link rate and its compression time, and which bound it is at.
+#
+#   sudo bench/netns-shaped.sh [BUILD_DIR]      (BUILD_DIR: where tools/ were built, default .)
+# Environment: RATES ("1gbit 10gbit"), COUNT (25000000 floats), ITERS (3), SPECS (codecs).
+# Needs root, iproute2 and tc; skips with a message where namespaces cannot be made.
+# Everything it creates (namespaces gcoll-ns0..3, gcoll-br, temp files) is removed on exit.
+set -u
+BUILD=${1:-.}
+BENCH="$BUILD/tools/gcoll-bench"
+GLOO="${GLOO_DRIVER:-$BUILD/bench/gloo_allreduce}"
+RATES=${RATES:-"1gbit 10gbit"}
+COUNT=${COUNT:-25000000}
+ITERS=${ITERS:-3}
+SPECS=${SPECS:-"topk:density=0.01 topk:density=0.001+q8 sign qsgd:bits=4 randomk:density=0.01"}
+N=4
+PORT=29731
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gcoll-netns.XXXXXX")
+BR=gcoll-br
+
+skip() { echo "netns-shaped: SKIP: $*"; rm -rf "$TMP"; exit 0; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || skip "ip and tc (iproute2) not found"
+[ -x "$BENCH" ] || { echo "netns-shaped: $BENCH not built" >&2; exit 1; }
+
+cleanup() {
+    for i in $(seq 0 $((N - 1))); do ip netns del "gcoll-ns$i" 2>/dev/null; done
+    ip netns del "$BR" 2>/dev/null
+    rm -rf "$TMP"
+}
+trap cleanup EXIT INT TERM
+cleanup_quiet() { for i in $(seq 0 $((N - 1))); do ip netns del "gcoll-ns$i" 2>/dev/null; done; ip netns del "$BR" 2>/dev/null; }
+cleanup_quiet
+
+# A bridge in its own namespace, each rank's namespace hanging off it by a veth pair with
+# private addresses that exist only inside the namespaces.
+ip netns add "$BR" || skip "cannot create network namespaces here"
+ip -n "$BR" link add br0 type bridge && ip -n "$BR" link set br0 up && ip -n "$BR" link set lo up ||
+    skip "cannot create a bridge"
+for i in $(seq 0 $((N - 1))); do
+    ns=gcoll-ns$i
+    ip netns add "$ns" || skip "cannot create namespace $ns"
+    ip link add "gc$i" netns "$ns" type veth peer name "gcb$i" netns "$BR" || skip "cannot create veth"
+    ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev "gc$i"
+    ip -n "$ns" link set "gc$i" up
+    ip -n "$ns" link set lo up
+    ip -n "$BR" link set "gcb$i" master br0
+    ip -n "$BR" link set "gcb$i" up
+done
+
+shape() { # rate: tbf on both ends of every link, so each direction is limited
+    for i in $(seq 0 $((N - 1))); do
+        for where in "-n gcoll-ns$i gc$i" "-n $BR gcb$i"; do
+            set -- $where
+            tc "$1" "$2" qdisc replace dev "$3" root tbf rate "$rate" burst 512kb latency 100ms ||
+                skip "tc tbf is not available"
+        done
+    done
+}
+
+# run_gcoll OUT [gcoll-bench args]: one rank per namespace; rank 0's CSV goes to OUT.
+run_gcoll() {
+    out=$1
+    shift
+    key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    pids=""
+    for i in $(seq 0 $((N - 1))); do
+        ip netns exec "gcoll-ns$i" env GCOLL_RANK="$i" GCOLL_SIZE=$N GCOLL_ROOT="10.77.0.1:$PORT" \
+            GCOLL_JOB_KEY="$key" GCOLL_TIMEOUT_MS=120s timeout 600 "$BENCH" "$@" --csv \
+            >"$TMP/rank$i.csv" 2>"$TMP/rank$i.err" &
+        pids="$pids $!"
+    done
+    ok=0
+    for p in $pids; do wait "$p" || ok=1; done
+    PORT=$((PORT + 1))
+    cp "$TMP/rank0.csv" "$out"
+    [ "$ok" -eq 0 ] || { echo "netns-shaped: gcoll-bench failed:"; cat "$TMP"/rank*.err; }
+    return $ok
+}
+
+run_gloo() {
+    [ -x "$GLOO" ] || return 1
+    store="$TMP/gloo-store"
+    rm -rf "$store"
+    mkdir -p "$store"
+    pids=""
+    for i in $(seq 0 $((N - 1))); do
+        ip netns exec "gcoll-ns$i" timeout 600 "$GLOO" --rank "$i" --size $N --store "$store" \
+            --iface-addr "10.77.0.$((i + 1))" --algo ring_chunked --bytes $((COUNT * 4)) \
+            --iters "$ITERS" --warmup 1 >"$TMP/gloo$i.csv" 2>"$TMP/gloo$i.err" &
+        pids="$pids $!"
+    done
+    ok=0
+    for p in $pids; do wait "$p" || ok=1; done
+    [ "$ok" -eq 0 ] && cp "$TMP/gloo0.csv" "$1"
+    return $ok
+}
+
+bytes=$((COUNT * 4))
+printf '# netns-shaped: %d ranks, one allreduce of %d floats (%d MB), %d iterations\n' $N "$COUNT" $((bytes / 1000000)) "$ITERS"
+for rate in $RATES; do
+    shape
+    bps=$(echo "$rate" | awk '/gbit/ {print $0 * 1e9} /mbit/ {print $0 * 1e6}')
+    printf '\n## link %s per direction (tc tbf on both ends of every veth)\n' "$rate"
+    printf '%-28s %10s %12s %10s %10s %10s %s\n' "method" "time(s)" "wire(MB)" "wire(s)" "comp(s)" "vs gloo" "bound"
+    run_gcoll "$TMP/dense.csv" -b $bytes -e $bytes -n "$ITERS" -w 1 -a ring >/dev/null 2>&1
+    dense=$(awk -F, '/^[0-9]/ {print $5 / 1e6}' "$TMP/dense.csv")
+    dwire=$(awk -v n=$N -v b=$bytes 'BEGIN {print 2 * (n - 1) / n * b}')
+    dmb=$(awk -v w="$dwire" 'BEGIN {print w / 1e6}')
+    dsec=$(awk -v w="$dwire" -v r="$bps" 'BEGIN {print w * 8 / r}')
+    printf '%-28s %10.3f %12.1f %10.3f %10s %10s %s\n' "gcoll dense ring" "$dense" "$dmb" "$dsec" "-" "" "wire"
+    gloo=""
+    if run_gloo "$TMP/gloo.csv"; then
+        gloo=$(awk -F, '/^[0-9]/ {print $5 / 1e6}' "$TMP/gloo.csv")
+        printf '%-28s %10.3f %12.1f %10.3f %10s %10s %s\n' "gloo dense (ring_chunked)" "$gloo" \
+            "$dmb" "$dsec" "-" "1.0x" "wire"
+    else
+        echo "(gloo driver not available: build it with bench/compare-dense.sh; comparing with gcoll's dense ring)"
+    fi
+    base=${gloo:-$dense}
+    for spec in $SPECS; do
+        run_gcoll "$TMP/z.csv" -z "$spec" -b $bytes -e $bytes -n "$ITERS" -w 1 >/dev/null 2>&1 || continue
+        awk -F, -v spec="$spec" -v bps="$bps" -v base="$base" '/^[0-9]/ {
+            t = $3 / 1e6; wire = $6; ws = wire * 8 / bps; cs = $8 / 1e6;
+            bound = ws > cs ? "wire" : "compression";
+            lim = ws > cs ? ws : cs;
+            printf "%-28s %10.3f %12.1f %10.3f %10.3f %9.1fx %s (%.2fx of it)\n", "gcoll " spec, t,
+                   wire / 1e6, ws, cs, base / t, bound, t / lim }' "$TMP/z.csv"
+    done
+done
