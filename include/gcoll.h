@@ -378,6 +378,44 @@ GCOLL_EXPORT gcoll_status_t gcoll_icompressed_reduce_scatter(gcoll_comm_t *comm,
 GCOLL_EXPORT void gcoll_shard_range(const gcoll_comm_t *comm, size_t count, size_t *offset_p,
                                     size_t *len_p);
 
+/* ------------------------------------------------------------------------ */
+/* Bucketer: overlap of gradient reduction with the backward pass            */
+
+typedef struct gcoll_bucketer gcoll_bucketer_t;
+typedef struct {
+    size_t bucket_bytes;      /* largest fused bucket (0: GCOLL_BUCKET_BYTES) */
+    gcoll_op_t op;            /* GCOLL_AVG (as DDP) or GCOLL_SUM */
+    const char *policy;       /* layer policy, GCOLL_LAYER_POLICY syntax (NULL: none) */
+    const char *default_spec; /* compressor when no rule matches (NULL: "none") */
+    int accumulate_steps;     /* communicate every N steps, summing locally (0, 1: every step) */
+} gcoll_bucketer_config_t;
+
+/* Creates a bucketer on comm; cfg NULL reads GCOLL_BUCKET_BYTES, GCOLL_BUCKET_OP,
+ * GCOLL_LAYER_POLICY, GCOLL_COMPRESSOR, GCOLL_ACCUMULATE_STEPS. GCOLL_ERR_INVALID names
+ * a bad policy rule. Not collective; does not block. */
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm,
+                                                  const gcoll_bucketer_config_t *cfg,
+                                                  gcoll_bucketer_t **b_p);
+/* Registers a gradient tensor once, in backward order (last layer first), before the first
+ * ready(). compressor_spec NULL lets the policy decide; only float32 tensors are
+ * compressed. Reduced results are written back into grad. GCOLL_ERR_INVALID for a name
+ * registered twice, or a registration after training started. */
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_add_tensor(gcoll_bucketer_t *b, const char *name,
+                                                      float *grad, size_t count,
+                                                      gcoll_dtype_t dtype,
+                                                      const char *compressor_spec, int *id_p);
+/* This tensor's gradient is final for this step. Returns at once; when its bucket is
+ * complete (and the buckets before it are launched), the bucket is compressed, reduced and
+ * written back on the progress thread. The gradient must not change until wait(). */
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_ready(gcoll_bucketer_t *b, int id);
+/* Waits until every bucket of this step is reduced and written back. A tensor not marked
+ * ready is GCOLL_ERR_INVALID here, naming it (the other ranks then time out in its bucket,
+ * with an error naming the bucket and its tensors). Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b);
+GCOLL_EXPORT int gcoll_bucketer_num_buckets(const gcoll_bucketer_t *b);
+/* Waits for launched buckets, then frees. */
+GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,6 +28,12 @@ typedef struct gcoll_config {
     int algo; /* gcoll_algo_t */
     int sparse_algo; /* 0 auto, else gcoll_sparse_plan_t + 1 */
     int codec_simd;  /* read by lib/compress/kernels.c at first use */
+    char *compressor;      /* default compressor spec of tools and the bucketer */
+    size_t bucket_bytes;
+    int bucket_op;         /* 0 avg, 1 sum */
+    char *layer_policy;
+    long accumulate_steps;
+    char *progress_cpu;    /* "auto", "none" or a CPU number */
     /* verbs transport (GCOLL_IB_*) */
     char *ib_hca;         /* "mlx5_0:1,mlx5_1" or NULL */
     long ib_gid_index;    /* -1: automatic */

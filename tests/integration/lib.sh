@@ -28,9 +28,11 @@ free_port() { "$INTRUDER" freeport; }
 
 # Transports to run the suite on: every usable one but ucx (GCOLL_TEST_TRANSPORTS overrides).
 # ucx runs in variants, one per UCX_TLS set: test-ucx.sh reruns every script that loops
-# over transports() once per variant, with GCOLL_TEST_TRANSPORTS=ucx and the variant's env.
+# over transports() once per variant, with suite_transports=ucx (lower case: the ranks
+# would warn about an unknown GCOLL_ variable) and the variant's environment.
 transports() {
     if [ -n "${GCOLL_TEST_TRANSPORTS:-}" ]; then echo "$GCOLL_TEST_TRANSPORTS"; return; fi
+    if [ -n "${suite_transports:-}" ]; then echo "$suite_transports"; return; fi
     "$top_builddir/tools/gcoll-info" -t | awk '$2 == "usable" && $1 != "ucx" {printf "%s ", $1}'
 }
 

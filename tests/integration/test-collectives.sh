@@ -41,6 +41,16 @@ for tr in $(transports); do
             fi
         done
     done
+    for n in 2 4; do
+        out="$TMP/bucketer-$tr-$n.log"
+        if timeout 300 "$gcoll_run" -n "$n" --timeout 250 -x GCOLL_TRANSPORT="$tr" \
+            -- "$CHECK" bucketer >"$out" 2>&1; then
+            pass "$tr: bucketer (any ready order, accumulation, one-bucket codecs), $n ranks"
+        else
+            fail "$tr: bucketer, $n ranks"
+            tail -n 30 "$out"
+        fi
+    done
     for n in 2 3 5; do
         out="$TMP/compressed-$tr-$n.log"
         if timeout 300 "$gcoll_run" -n "$n" --timeout 250 -x GCOLL_TRANSPORT="$tr" \

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test-ucx.sh: the integration suite over the ucx transport, once per UCX transport set
 # (lib.sh: ucx_variants): every script that loops over transports() is rerun with
-# GCOLL_TEST_TRANSPORTS=ucx and the variant's UCX_TLS, so no test is copied. Then checks of
+# suite_transports=ucx and the variant's UCX_TLS, so no test is copied. Then checks of
 # UCX's own: an idle wait sleeps instead of spinning a core. Skips (77) without ucx.
 . "$(dirname "$0")/lib.sh"
 
@@ -21,7 +21,7 @@ for v in $(ucx_variants); do
         name="$v: $(basename "$s")"
         out="$TMP/$v-$(basename "$s").log"
         # shellcheck disable=SC2046
-        if env $(ucx_variant_env "$v") GCOLL_TEST_TRANSPORTS=ucx sh "$s" >"$out" 2>&1; then
+        if env $(ucx_variant_env "$v") suite_transports=ucx sh "$s" >"$out" 2>&1; then
             pass "$name ($(grep -c '^ok:' "$out") checks)"
         else
             st=$?
@@ -43,7 +43,7 @@ if command -v bash >/dev/null 2>&1; then
         # shellcheck disable=SC2046
         cpu=$(env $(ucx_variant_env "$v") TIMEFORMAT='%U %S' bash -c \
             'time "$0" --timeout 60 -n 3 -x GCOLL_TRANSPORT=ucx -x GCOLL_TIMEOUT_MS=3000 \
-             -- "$1" silent 1 >/dev/null 2>&1' "$GCOLL_RUN" "$CHECK" 2>&1 |
+             -- "$1" silent 1 >/dev/null 2>&1' "$gcoll_run" "$CHECK" 2>&1 |
             awk 'NF == 2 {printf "%.2f", $1 + $2}')
         took=$(( $(date +%s) - start ))
         if [ -n "$cpu" ] && awk -v c="$cpu" 'BEGIN {exit !(c < 2.0)}'; then

@@ -1,0 +1,375 @@
+/* bucketer.c: overlap of gradient reduction with the backward pass. Tensors registered in
+ * backward order are fused into buckets (consecutive tensors with the same codec, up to
+ * GCOLL_BUCKET_BYTES, as PyTorch DDP's buckets and Horovod's tensor fusion); a bucket is
+ * queued on the progress thread as soon as all its tensors are ready, buckets in the same
+ * order on every rank, and there it is gathered, compressed, reduced and scattered back
+ * while the caller keeps computing. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "compress/compress.h"
+#include "policy.h"
+#include "reduce.h"
+#include "sparse.h"
+#include "util.h"
+
+typedef struct {
+    char *name;
+    float *grad;
+    size_t count;
+    gcoll_dtype_t dtype;
+    char *spec; /* explicit, or NULL: the policy decides */
+    int bucket;
+    size_t off; /* in the bucket's fused buffer */
+    int ready;
+} tensor_t;
+
+typedef struct {
+    int first, n; /* tensors [first, first+n) */
+    size_t count;
+    gcoll_dtype_t dtype;
+    char *spec;
+    char label[160];
+    gcoll_compressor_t *comp;
+    gcoll_tensor_state_t *state;
+    float *fused;
+    float *acc; /* local accumulation across GCOLL_ACCUMULATE_STEPS (NULL when 1) */
+    int nready;
+    gcoll_request_t *req;
+    gcoll_bucketer_t *b;
+} bucket_t;
+
+struct gcoll_bucketer {
+    gcoll_comm_t *comm;
+    gcoll_bucketer_config_t cfg;
+    char *policy_text;
+    char *default_spec;
+    gcoll_policy_t policy;
+    pthread_mutex_t lock;
+    tensor_t *t;
+    int nt, capt;
+    bucket_t *bk;
+    int nb;
+    int finalized;
+    int next_launch;
+    long step; /* steps completed */
+    char err[512];
+};
+
+static void bucket_free(bucket_t *k)
+{
+    gcoll_state_destroy(k->state);
+    gcoll_compressor_destroy(k->comp);
+    free(k->fused);
+    free(k->acc);
+    free(k->spec);
+}
+
+GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b)
+{
+    if (!b)
+        return;
+    for (int i = 0; i < b->nb; i++) {
+        if (b->bk[i].req)
+            gcoll_wait(b->bk[i].req);
+        bucket_free(&b->bk[i]);
+    }
+    for (int i = 0; i < b->nt; i++) {
+        free(b->t[i].name);
+        free(b->t[i].spec);
+    }
+    gcoll_policy_free(&b->policy);
+    free(b->policy_text);
+    free(b->default_spec);
+    free(b->t);
+    free(b->bk);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcoll_bucketer_config_t *cfg,
+                                     gcoll_bucketer_t **b_p)
+{
+    if (!comm || !b_p)
+        return GCOLL_ERR_INVALID;
+    gcoll_bucketer_t *b = calloc(1, sizeof(*b));
+    if (!b)
+        return GCOLL_ERR_NOMEM;
+    pthread_mutex_init(&b->lock, NULL);
+    b->comm = comm;
+    if (cfg) {
+        b->cfg = *cfg;
+    } else {
+        b->cfg.bucket_bytes = comm->cfg.bucket_bytes;
+        b->cfg.op = comm->cfg.bucket_op == 1 ? GCOLL_SUM : GCOLL_AVG;
+        b->cfg.policy = comm->cfg.layer_policy;
+        b->cfg.default_spec = comm->cfg.compressor;
+        b->cfg.accumulate_steps = (int)comm->cfg.accumulate_steps;
+    }
+    if (b->cfg.bucket_bytes == 0)
+        b->cfg.bucket_bytes = comm->cfg.bucket_bytes;
+    if (b->cfg.accumulate_steps < 1)
+        b->cfg.accumulate_steps = 1;
+    b->policy_text = strdup(b->cfg.policy ? b->cfg.policy : "");
+    b->default_spec = strdup(b->cfg.default_spec && *b->cfg.default_spec ? b->cfg.default_spec
+                                                                         : "none");
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!b->policy_text || !b->default_spec)
+        goto err;
+    st = gcoll_comm_check_args(comm, "gcoll_bucketer_create",
+                               b->cfg.op == GCOLL_SUM || b->cfg.op == GCOLL_AVG,
+                               "op must be sum or avg");
+    if (st != GCOLL_OK)
+        goto err;
+    char perr[512];
+    st = gcoll_policy_parse(b->policy_text, &b->policy, perr, sizeof(perr));
+    if (st != GCOLL_OK) {
+        gcoll_comm_check_args(comm, "gcoll_bucketer_create", 0, "GCOLL_LAYER_POLICY: %s", perr);
+        goto err;
+    }
+    char cerr[256];
+    if (gcoll_compressor_check(b->default_spec, cerr, sizeof(cerr)) != GCOLL_OK) {
+        st = gcoll_comm_check_args(comm, "gcoll_bucketer_create", 0, "default compressor: %s",
+                                   cerr);
+        goto err;
+    }
+    *b_p = b;
+    return GCOLL_OK;
+err:
+    gcoll_bucketer_destroy(b);
+    return st;
+}
+
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_add_tensor(gcoll_bucketer_t *b, const char *name, float *grad,
+                                         size_t count, gcoll_dtype_t dtype,
+                                         const char *compressor_spec, int *id_p)
+{
+    const char *what = "gcoll_bucketer_add_tensor";
+    if (!b || !name || !id_p)
+        return GCOLL_ERR_INVALID;
+    gcoll_comm_t *comm = b->comm;
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, !b->finalized,
+                                      "'%s' registered after the first ready(): register every "
+                                      "tensor once, before training", name));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || grad, "NULL gradient '%s'", name));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, dtype >= GCOLL_FLOAT32 && dtype <= GCOLL_INT64,
+                                      "unknown dtype for '%s'", name));
+    for (int i = 0; i < b->nt; i++)
+        GCOLL_CHECK(gcoll_comm_check_args(comm, what, strcmp(b->t[i].name, name) != 0,
+                                          "'%s' is already registered (with %zu elements)", name,
+                                          b->t[i].count));
+    if (compressor_spec) {
+        char cerr[256];
+        GCOLL_CHECK(gcoll_comm_check_args(
+            comm, what, gcoll_compressor_check(compressor_spec, cerr, sizeof(cerr)) == GCOLL_OK,
+            "tensor '%s': %s", name, cerr));
+    }
+    if (b->nt == b->capt) {
+        int cap = b->capt ? 2 * b->capt : 64;
+        tensor_t *t = realloc(b->t, (size_t)cap * sizeof(*t));
+        if (!t)
+            return GCOLL_ERR_NOMEM;
+        b->t = t;
+        b->capt = cap;
+    }
+    tensor_t *t = &b->t[b->nt];
+    memset(t, 0, sizeof(*t));
+    t->name = strdup(name);
+    t->spec = compressor_spec ? strdup(compressor_spec) : NULL;
+    if (!t->name || (compressor_spec && !t->spec)) {
+        free(t->name);
+        free(t->spec);
+        return GCOLL_ERR_NOMEM;
+    }
+    t->grad = grad;
+    t->count = count;
+    t->dtype = dtype;
+    *id_p = b->nt++;
+    return GCOLL_OK;
+}
+
+/* Assigns codecs by policy and cuts the tensors into buckets. */
+static gcoll_status_t finalize(gcoll_bucketer_t *b)
+{
+    b->bk = calloc((size_t)b->nt + 1, sizeof(bucket_t));
+    if (!b->bk)
+        return GCOLL_ERR_NOMEM;
+    for (int i = 0; i < b->nt; i++) {
+        tensor_t *t = &b->t[i];
+        const char *spec = t->spec ? t->spec
+                                   : gcoll_policy_pick(&b->policy, t->name, t->count, i, b->nt,
+                                                       b->default_spec);
+        /* only float32 gradients are compressed */
+        if (t->dtype != GCOLL_FLOAT32)
+            spec = "none";
+        bucket_t *k = b->nb ? &b->bk[b->nb - 1] : NULL;
+        size_t esz = gcoll_dtype_size(t->dtype);
+        if (!k || strcmp(k->spec, spec) != 0 || k->dtype != t->dtype ||
+            (k->count > 0 && (k->count + t->count) * esz > b->cfg.bucket_bytes)) {
+            k = &b->bk[b->nb++];
+            k->first = i;
+            k->dtype = t->dtype;
+            k->b = b;
+            if (!(k->spec = strdup(spec)))
+                return GCOLL_ERR_NOMEM;
+        }
+        t->bucket = (int)(k - b->bk);
+        t->off = k->count;
+        k->count += t->count;
+        k->n++;
+        GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: tensor %d '%s' (%zu elements) -> bucket %d, %s",
+                   i, t->name, t->count, t->bucket, spec);
+    }
+    for (int j = 0; j < b->nb; j++) {
+        bucket_t *k = &b->bk[j];
+        snprintf(k->label, sizeof(k->label), "gcoll_bucketer bucket %d [%s .. %s]", j,
+                 b->t[k->first].name, b->t[k->first + k->n - 1].name);
+        size_t esz = gcoll_dtype_size(k->dtype);
+        k->fused = malloc(k->count * esz + 1);
+        if (!k->fused || (b->cfg.accumulate_steps > 1 && !(k->acc = calloc(k->count + 1, esz))))
+            return GCOLL_ERR_NOMEM;
+        if (k->dtype == GCOLL_FLOAT32) {
+            GCOLL_CHECK(gcoll_compressor_create(k->spec, &k->comp));
+            GCOLL_CHECK(gcoll_state_create(k->comp, k->count, &k->state));
+        }
+    }
+    GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: %d tensors in %d buckets of up to %zu bytes", b->nt,
+               b->nb, b->cfg.bucket_bytes);
+    b->finalized = 1;
+    return GCOLL_OK;
+}
+
+/* Adds src into dst (n elements of dtype) for local accumulation. */
+static void accumulate(void *dst, const void *src, size_t n, gcoll_dtype_t dtype)
+{
+    gcoll_reduce(dst, src, n, dtype, GCOLL_SUM);
+}
+
+/* On the progress thread: gather, reduce (compressed for float32), scatter back. */
+static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    bucket_t *k = req->a.ext;
+    gcoll_bucketer_t *b = k->b;
+    size_t esz = gcoll_dtype_size(k->dtype);
+    uint8_t *fused = (uint8_t *)k->fused;
+    for (int i = k->first; i < k->first + k->n; i++) {
+        tensor_t *t = &b->t[i];
+        memcpy(fused + t->off * esz, t->grad, t->count * esz);
+    }
+    if (k->acc) {
+        accumulate(fused, k->acc, k->count, k->dtype);
+        memset(k->acc, 0, k->count * esz);
+    }
+    gcoll_status_t st;
+    if (k->dtype == GCOLL_FLOAT32) {
+        st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
+    } else {
+        uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, k->count, k->dtype, b->cfg.op, 0);
+        st = gcoll_ring_allreduce(comm, fused, k->count, k->dtype, b->cfg.op, sig);
+        if (st == GCOLL_OK)
+            gcoll_reduce_finish(fused, k->count, k->dtype, b->cfg.op, comm->size);
+    }
+    if (st != GCOLL_OK)
+        return st;
+    for (int i = k->first; i < k->first + k->n; i++) {
+        tensor_t *t = &b->t[i];
+        memcpy(t->grad, fused + t->off * esz, t->count * esz);
+    }
+    return GCOLL_OK;
+}
+
+/* Is this a step that communicates (the last of an accumulation cycle)? */
+static int communicating(const gcoll_bucketer_t *b)
+{
+    return (b->step + 1) % b->cfg.accumulate_steps == 0;
+}
+
+/* Queues every complete bucket whose predecessors are queued: the same order everywhere. */
+static gcoll_status_t launch_ready(gcoll_bucketer_t *b)
+{
+    while (b->next_launch < b->nb && b->bk[b->next_launch].nready == b->bk[b->next_launch].n) {
+        bucket_t *k = &b->bk[b->next_launch];
+        gcoll_args_t a = {.count = k->count, .dtype = k->dtype, .op = b->cfg.op, .ext = k};
+        gcoll_request_t *req = gcoll_request_new(b->comm, k->label, run_bucket, &a);
+        if (!req)
+            return GCOLL_ERR_NOMEM;
+        GCOLL_CHECK(gcoll_comm_submit(b->comm, req, &k->req));
+        b->next_launch++;
+    }
+    return GCOLL_OK;
+}
+
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_ready(gcoll_bucketer_t *b, int id)
+{
+    if (!b)
+        return GCOLL_ERR_INVALID;
+    pthread_mutex_lock(&b->lock);
+    gcoll_status_t st = GCOLL_OK;
+    if (!b->finalized && (st = finalize(b)) != GCOLL_OK)
+        goto out;
+    st = gcoll_comm_check_args(b->comm, "gcoll_bucketer_ready", id >= 0 && id < b->nt,
+                               "no tensor %d (%d registered)", id, b->nt);
+    if (st != GCOLL_OK)
+        goto out;
+    tensor_t *t = &b->t[id];
+    st = gcoll_comm_check_args(b->comm, "gcoll_bucketer_ready", !t->ready,
+                               "tensor '%s' marked ready twice in one step", t->name);
+    if (st != GCOLL_OK)
+        goto out;
+    t->ready = 1;
+    bucket_t *k = &b->bk[t->bucket];
+    if (!communicating(b)) {
+        /* accumulate locally; nothing travels this step */
+        size_t esz = gcoll_dtype_size(t->dtype);
+        accumulate((uint8_t *)k->acc + t->off * esz, t->grad, t->count, t->dtype);
+        k->nready++;
+        goto out;
+    }
+    k->nready++;
+    st = launch_ready(b);
+out:
+    pthread_mutex_unlock(&b->lock);
+    return st;
+}
+
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
+{
+    if (!b)
+        return GCOLL_ERR_INVALID;
+    pthread_mutex_lock(&b->lock);
+    gcoll_status_t st = GCOLL_OK;
+    if (!b->finalized && (st = finalize(b)) != GCOLL_OK) {
+        pthread_mutex_unlock(&b->lock);
+        return st;
+    }
+    /* A tensor never marked ready: its bucket was never launched here, so the others
+     * time out in it; say which one on this rank at once. */
+    for (int i = 0; i < b->nt && st == GCOLL_OK; i++)
+        if (!b->t[i].ready)
+            st = gcoll_comm_check_args(b->comm, "gcoll_bucketer_wait", 0,
+                                       "tensor '%s' (bucket %d) was not marked ready this step",
+                                       b->t[i].name, b->t[i].bucket);
+    pthread_mutex_unlock(&b->lock);
+    for (int j = 0; j < b->nb; j++) {
+        if (!b->bk[j].req)
+            continue;
+        gcoll_status_t s2 = gcoll_wait(b->bk[j].req);
+        b->bk[j].req = NULL;
+        if (st == GCOLL_OK)
+            st = s2;
+    }
+    pthread_mutex_lock(&b->lock);
+    for (int i = 0; i < b->nt; i++)
+        b->t[i].ready = 0;
+    for (int j = 0; j < b->nb; j++)
+        b->bk[j].nready = 0;
+    b->next_launch = 0;
+    b->step++;
+    pthread_mutex_unlock(&b->lock);
+    return st;
+}
+
+GCOLL_EXPORT int gcoll_bucketer_num_buckets(const gcoll_bucketer_t *b) { return b ? b->nb : 0; }
