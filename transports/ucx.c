@@ -1,0 +1,748 @@
+/* ucx.c: the UCX transport's data path: one UCP active message per gcoll message, matched
+ * here by (peer, tag) with length and signature checks, rendezvous data received straight
+ * into the caller's buffer; progress sleeps on UCX's event fd. Setup is in ucx_setup.c. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "ucx_int.h"
+#include "util.h"
+
+/* How long cancel waits for UCX to finish an operation it already owns before giving up the
+ * peer's endpoint (UCX 1.13 cannot cancel sends or started rendezvous receives). */
+#define CANCEL_DRAIN_MS 200
+/* How long a closed connection waits for an abort explaining it. A rank that failed (say
+ * on a mismatch) tells everyone and exits; its neighbour can see the exit before the
+ * abort of another rank reaches it, and must still report the real cause. */
+#define EP_ERROR_GRACE_MS 500
+
+void gcoll_ucx_set_error(gcoll_transport_t *t, const char *fmt, ...)
+{
+    if (t->errmsg[0] != '\0')
+        return; /* the first failure is the one worth reporting */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->errmsg, sizeof(t->errmsg), fmt, ap);
+    va_end(ap);
+}
+
+gcoll_status_t gcoll_ucx_status(ucs_status_t s)
+{
+    switch (s) {
+    case UCS_OK:
+        return GCOLL_OK;
+    case UCS_ERR_CANCELED:
+        return GCOLL_ERR_ABORTED;
+    case UCS_ERR_NO_MEMORY:
+        return GCOLL_ERR_NOMEM;
+    case UCS_ERR_MESSAGE_TRUNCATED: /* not expected: lengths are checked before receiving */
+        return GCOLL_ERR_MISMATCH;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+        return GCOLL_ERR_PEER;
+    default:
+        return GCOLL_ERR_TRANSPORT;
+    }
+}
+
+void gcoll_ucx_hdr_encode(const ucx_hdr_t *h, uint8_t out[GCOLL_UCX_HDR_LEN])
+{
+    gcoll_put_u32(out, GCOLL_UCX_MAGIC);
+    out[4] = GCOLL_UCX_VERSION;
+    out[5] = (uint8_t)h->type;
+    out[6] = (uint8_t)(-h->status);
+    out[7] = 0;
+    gcoll_put_u32(out + 8, h->src);
+    gcoll_put_u32(out + 12, h->sig);
+    gcoll_put_u64(out + 16, h->cookie);
+    gcoll_put_u64(out + 24, h->tag);
+}
+
+const char *gcoll_ucx_hdr_decode(const void *buf, size_t len, ucx_hdr_t *h)
+{
+    const uint8_t *p = buf;
+    if (len != GCOLL_UCX_HDR_LEN || !p)
+        return "bad header length";
+    if (gcoll_get_u32(p) != GCOLL_UCX_MAGIC)
+        return "bad magic";
+    if (p[4] != GCOLL_UCX_VERSION)
+        return "unsupported version";
+    if (p[5] < UCX_MSG_DATA || p[5] > UCX_MSG_ABORT)
+        return "unknown message type";
+    h->type = p[5];
+    h->status = -(int)p[6];
+    h->src = gcoll_get_u32(p + 8);
+    h->sig = gcoll_get_u32(p + 12);
+    h->cookie = gcoll_get_u64(p + 16);
+    h->tag = gcoll_get_u64(p + 24);
+    return NULL;
+}
+
+static void complete(gcoll_transport_t *t, gcoll_treq_t *req, gcoll_status_t st)
+{
+    if (req->done)
+        return;
+    req->priv = NULL;
+    req->status = st;
+    req->done = 1;
+    t->events++;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Operations owned by UCX                                                              */
+
+static void op_link(gcoll_transport_t *t, ucx_op_t *op)
+{
+    op->prev = NULL;
+    op->next = t->ops;
+    if (t->ops)
+        t->ops->prev = op;
+    t->ops = op;
+}
+
+static void op_unlink(gcoll_transport_t *t, ucx_op_t *op)
+{
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        t->ops = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    op->next = op->prev = NULL;
+}
+
+static void op_finish(ucx_op_t *op, void *ucp_req, ucs_status_t status)
+{
+    gcoll_transport_t *t = op->t;
+    op_unlink(t, op);
+    if (op->req) {
+        gcoll_status_t st = gcoll_ucx_status(status);
+        ucx_peer_t *p = &t->peers[op->peer];
+        if (st != GCOLL_OK && p->failed)
+            st = p->status; /* the peer's failure says more than UCX's purge status */
+        if (st != GCOLL_OK && !p->failed) {
+            gcoll_ucx_set_error(t, "%s rank %d failed: %s",
+                                op->is_recv ? "receive from" : "send to", op->peer,
+                                ucs_status_string(status));
+            GCOLL_WARN("ucx: %s rank %d failed: %s", op->is_recv ? "receive from" : "send to",
+                       op->peer, ucs_status_string(status));
+        }
+        if (st == GCOLL_OK && op->is_recv)
+            op->req->nbytes = op->len;
+        complete(t, op->req, st);
+    }
+    t->events++;
+    if (ucp_req)
+        ucp_request_free(ucp_req);
+    free(op->owned);
+    free(op);
+}
+
+/* UCX may complete an operation (typically with an error) from inside the call that
+ * starts it and still return its request: the op is then finished by the poster. */
+static void op_callback(ucx_op_t *op, void *request, ucs_status_t status)
+{
+    if (op->posting) {
+        op->inline_done = 1;
+        op->inline_req = request;
+        op->inline_status = status;
+        return;
+    }
+    op_finish(op, request, status);
+}
+
+static void send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    op_callback(user_data, request, status);
+}
+
+static void recv_data_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    (void)length;
+    op_callback(user_data, request, status);
+}
+
+/* Takes over what the starting call returned. */
+static void op_posted(ucx_op_t *op, ucs_status_ptr_t sp)
+{
+    op->posting = 0;
+    if (op->inline_done)
+        op_finish(op, op->inline_req ? op->inline_req : (UCS_PTR_IS_PTR(sp) ? sp : NULL),
+                  op->inline_status);
+    else if (UCS_PTR_IS_PTR(sp))
+        op->ucp_req = sp;
+    else
+        op_finish(op, NULL, UCS_PTR_STATUS(sp));
+}
+
+/* Starts the data phase of a matched rendezvous message into req->buf. Returns 0 if it
+ * could not (out of memory), in which case the descriptor is still the caller's. */
+static int rndv_recv(gcoll_transport_t *t, int peer, gcoll_treq_t *req, void *desc, size_t len)
+{
+    ucx_op_t *op = calloc(1, sizeof(*op));
+    if (!op) {
+        gcoll_ucx_set_error(t, "out of memory receiving %zu bytes from rank %d", len, peer);
+        complete(t, req, GCOLL_ERR_NOMEM);
+        return 0;
+    }
+    op->t = t;
+    op->req = req;
+    op->peer = peer;
+    op->is_recv = 1;
+    op->len = len;
+    ucp_request_param_t prm = {.op_attr_mask =
+                                   UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+                               .cb.recv_am = recv_data_cb,
+                               .user_data = op};
+    ucp_mem_h memh = gcoll_ucx_reg_lookup(t, req->buf, len);
+    if (memh) {
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        prm.memh = memh;
+    }
+    op_link(t, op);
+    req->priv = op;
+    op->posting = 1;
+    op_posted(op, ucp_am_recv_data_nbx(t->worker, desc, req->buf, len, &prm));
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Matching                                                                             */
+
+static gcoll_status_t check_match(gcoll_transport_t *t, int peer, const gcoll_treq_t *req,
+                                  size_t len, uint32_t sig)
+{
+    int len_ok = (req->flags & GCOLL_TREQ_ANYLEN) ? len <= req->len : len == req->len;
+    if (len_ok && sig == req->sig)
+        return GCOLL_OK;
+    if (sig != req->sig)
+        gcoll_ucx_set_error(t,
+                            "rank %d is in a different call: another collective, or another "
+                            "count, dtype, op or root (signature %08x, here %08x)",
+                            peer, sig, req->sig);
+    else
+        gcoll_ucx_set_error(t,
+                            "rank %d sent %zu bytes where %s%zu were expected (counts "
+                            "differ)",
+                            peer, len, (req->flags & GCOLL_TREQ_ANYLEN) ? "at most " : "",
+                            req->len);
+    return GCOLL_ERR_MISMATCH;
+}
+
+static void msg_free(gcoll_transport_t *t, ucx_msg_t *m)
+{
+    if (m->desc)
+        ucp_am_data_release(t->worker, m->desc); /* rendezvous: tells the sender it is done */
+    free(m->copy);
+    free(m);
+}
+
+/* Delivers an arrived message to a posted receive, or keeps it as unexpected. Returns what
+ * the AM handler returns: UCS_INPROGRESS when UCX's descriptor is kept. */
+static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig, void *data,
+                            size_t len, int rndv, int persistent)
+{
+    ucx_peer_t *p = &t->peers[peer];
+    t->events++;
+    gcoll_treq_t **pp = &p->posted, *prev = NULL;
+    while (*pp && (*pp)->tag != tag) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp) {
+        gcoll_treq_t *req = *pp;
+        *pp = req->next;
+        if (p->posted_tail == req)
+            p->posted_tail = prev;
+        gcoll_status_t st = check_match(t, peer, req, len, sig);
+        if (st != GCOLL_OK) {
+            complete(t, req, st);
+            return UCS_OK; /* dropped; for rendezvous UCX acknowledges the sender */
+        }
+        if (rndv) /* UCS_INPROGRESS: the descriptor now belongs to the receive */
+            return rndv_recv(t, peer, req, data, len) ? UCS_INPROGRESS : UCS_OK;
+        if (len)
+            memcpy(req->buf, data, len);
+        req->nbytes = len;
+        complete(t, req, GCOLL_OK);
+        return UCS_OK;
+    }
+    ucx_msg_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        goto err_nomem;
+    m->tag = tag;
+    m->sig = sig;
+    m->len = len;
+    ucs_status_t ret = UCS_OK;
+    if (rndv || persistent) {
+        m->desc = data;
+        m->rndv = rndv;
+        ret = UCS_INPROGRESS;
+    } else if (len) {
+        m->copy = malloc(len);
+        if (!m->copy) {
+            free(m);
+            goto err_nomem;
+        }
+        memcpy(m->copy, data, len);
+    }
+    if (p->unexp_tail)
+        p->unexp_tail->next = m;
+    else
+        p->unexp = m;
+    p->unexp_tail = m;
+    return ret;
+err_nomem:
+    gcoll_ucx_set_error(t, "cannot buffer an unexpected message of %zu bytes from rank %d", len,
+                        peer);
+    gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_NOMEM);
+    return UCS_OK;
+}
+
+static void on_abort(gcoll_transport_t *t, int peer, int status, const void *data, size_t len)
+{
+    char why[GCOLL_UCX_MAX_REASON + 1];
+    len = GCOLL_MIN(len, (size_t)GCOLL_UCX_MAX_REASON);
+    if (len && data)
+        memcpy(why, data, len);
+    why[len] = '\0';
+    gcoll_ucx_set_error(t, "rank %d aborted with %s: %s", peer, gcoll_status_string(status), why);
+    GCOLL_WARN("rank %d aborted with %s: %s", peer, gcoll_status_string(status), why);
+    gcoll_status_t st = status == GCOLL_ERR_MISMATCH ? GCOLL_ERR_MISMATCH : GCOLL_ERR_PEER;
+    t->aborted = 1;
+    for (int i = 0; i < t->size; i++)
+        if (i != t->rank)
+            gcoll_ucx_peer_fail(t, i, st);
+}
+
+ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length, void *data,
+                             size_t length, const ucp_am_recv_param_t *param)
+{
+    gcoll_transport_t *t = arg;
+    ucx_hdr_t h;
+    const char *why = gcoll_ucx_hdr_decode(header, header_length, &h);
+    if (!why && h.cookie != t->cookie)
+        why = "wrong cookie (not from a rank of this communicator)";
+    if (!why && (h.src >= (uint32_t)t->size || h.src == (uint32_t)t->rank))
+        why = "source rank out of range";
+    if (why) {
+        GCOLL_WARN("ucx: dropped a message of %zu bytes: %s", length, why);
+        return UCS_OK;
+    }
+    int peer = (int)h.src;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    GCOLL_TRACE(GCOLL_SUBSYS_NET, "ucx: from rank %d: type %d tag %016llx sig %08x, %zu bytes%s",
+                peer, h.type, (unsigned long long)h.tag, h.sig, length, rndv ? " (rndv)" : "");
+    if (t->peers[peer].failed || t->closing)
+        return UCS_OK;
+    switch (h.type) {
+    case UCX_MSG_HELLO:
+        /* the round a hello belongs to travels in the status byte (1 hello, 2 ready) */
+        t->peers[peer].hello = GCOLL_MAX(t->peers[peer].hello, -h.status);
+        t->events++;
+        return UCS_OK;
+    case UCX_MSG_ABORT:
+        t->in_cb++;
+        on_abort(t, peer, h.status, rndv ? NULL : data, rndv ? 0 : length);
+        t->in_cb--;
+        return UCS_OK;
+    default:
+        break;
+    }
+    t->in_cb++;
+    ucs_status_t ret = deliver(t, peer, h.tag, h.sig, data, length, rndv,
+                               (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0);
+    t->in_cb--;
+    return ret;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Posting                                                                              */
+
+/* Sends one message; a control message's payload is copied (owned by the op). */
+static gcoll_status_t send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const ucx_hdr_t *h,
+                              const void *buf, size_t len)
+{
+    ucx_peer_t *p = &t->peers[peer];
+    ucx_op_t *op = calloc(1, sizeof(*op));
+    if (!op)
+        return GCOLL_ERR_NOMEM;
+    if (!req && len) {
+        if (!(op->owned = malloc(len))) {
+            free(op);
+            return GCOLL_ERR_NOMEM;
+        }
+        memcpy(op->owned, buf, len);
+        buf = op->owned;
+    }
+    op->is_ctl = req == NULL;
+    op->t = t;
+    op->req = req;
+    op->peer = peer;
+    gcoll_ucx_hdr_encode(h, op->hdr);
+    ucp_request_param_t prm = {.op_attr_mask =
+                                   UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+                               .cb.send = send_cb,
+                               .user_data = op};
+    ucp_mem_h memh = len ? gcoll_ucx_reg_lookup(t, buf, len) : NULL;
+    if (memh) {
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        prm.memh = memh;
+    }
+    op_link(t, op);
+    if (req)
+        req->priv = op;
+    op->posting = 1;
+    op_posted(op,
+              ucp_am_send_nbx(p->ep, GCOLL_UCX_AM_ID, op->hdr, GCOLL_UCX_HDR_LEN, buf, len, &prm));
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_ucx_send_ctl(gcoll_transport_t *t, int peer, int type, int status,
+                                  const void *data, size_t len)
+{
+    ucx_hdr_t h = {
+        .type = type, .status = status, .src = (uint32_t)t->rank, .cookie = t->peers[peer].cookie};
+    return send_op(t, peer, NULL, &h, data, len);
+}
+
+static gcoll_status_t check_req(gcoll_transport_t *t, gcoll_treq_t *req)
+{
+    if (req->peer < 0 || req->peer >= t->size || (req->len && !req->buf))
+        return GCOLL_ERR_INVALID;
+    req->done = 0;
+    req->status = GCOLL_INPROGRESS;
+    req->priv = NULL;
+    return GCOLL_OK;
+}
+
+static gcoll_status_t ucx_isend(gcoll_transport_t *t, gcoll_treq_t *req)
+{
+    GCOLL_CHECK(check_req(t, req));
+    if (req->peer == t->rank) {
+        /* Sends to oneself never touch UCX: delivered (copied) into the receive side. */
+        deliver(t, t->rank, req->tag, req->sig, req->buf, req->len, 0, 0);
+        if (t->peers[t->rank].failed)
+            return GCOLL_ERR_NOMEM;
+        complete(t, req, GCOLL_OK);
+        return GCOLL_OK;
+    }
+    ucx_peer_t *p = &t->peers[req->peer];
+    if (p->failed) {
+        complete(t, req, p->status);
+        return GCOLL_OK;
+    }
+    ucx_hdr_t h = {.type = UCX_MSG_DATA,
+                   .src = (uint32_t)t->rank,
+                   .sig = req->sig,
+                   .cookie = p->cookie,
+                   .tag = req->tag};
+    return send_op(t, req->peer, req, &h, req->buf, req->len);
+}
+
+static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
+{
+    GCOLL_CHECK(check_req(t, req));
+    req->nbytes = 0;
+    ucx_peer_t *p = &t->peers[req->peer];
+    ucx_msg_t *prev = NULL;
+    for (ucx_msg_t *m = p->unexp; m; prev = m, m = m->next) {
+        if (m->tag != req->tag)
+            continue;
+        if (prev)
+            prev->next = m->next;
+        else
+            p->unexp = m->next;
+        if (p->unexp_tail == m)
+            p->unexp_tail = prev;
+        gcoll_status_t st = check_match(t, req->peer, req, m->len, m->sig);
+        if (st != GCOLL_OK) {
+            complete(t, req, st);
+        } else if (m->rndv) {
+            if (rndv_recv(t, req->peer, req, m->desc, m->len))
+                m->desc = NULL; /* UCX took the descriptor over */
+        } else {
+            if (m->len)
+                memcpy(req->buf, m->copy ? (void *)m->copy : m->desc, m->len);
+            req->nbytes = m->len;
+            complete(t, req, GCOLL_OK);
+        }
+        msg_free(t, m);
+        return GCOLL_OK;
+    }
+    if (p->failed) {
+        complete(t, req, p->status);
+        return GCOLL_OK;
+    }
+    req->next = NULL;
+    if (p->posted_tail)
+        p->posted_tail->next = req;
+    else
+        p->posted = req;
+    p->posted_tail = req;
+    return GCOLL_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Failure                                                                              */
+
+static void close_failed_eps(gcoll_transport_t *t)
+{
+    for (int i = 0; i < t->size; i++) {
+        ucx_peer_t *p = &t->peers[i];
+        if (!p->close_pending)
+            continue;
+        p->close_pending = 0;
+        if (!p->ep)
+            continue;
+        ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                   .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
+        p->ep = NULL;
+        /* A forced close completes without the peer; the request only needs releasing. */
+        if (UCS_PTR_IS_PTR(sp)) {
+            uint64_t end = gcoll_time_ms() + 100;
+            while (ucp_request_check_status(sp) == UCS_INPROGRESS && gcoll_time_ms() < end)
+                ucp_worker_progress(t->worker);
+            ucp_request_free(sp);
+        }
+    }
+}
+
+void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
+{
+    ucx_peer_t *p = &t->peers[peer];
+    if (p->failed)
+        return;
+    p->failed = 1;
+    p->status = st;
+    for (gcoll_treq_t *r = p->posted; r; r = r->next)
+        complete(t, r, st);
+    p->posted = p->posted_tail = NULL;
+    while (p->unexp) {
+        ucx_msg_t *m = p->unexp;
+        p->unexp = m->next;
+        msg_free(t, m);
+    }
+    p->unexp_tail = NULL;
+    /* Operations UCX still owns complete through their callbacks once the endpoint is
+     * closed (UCX purges them); until then their buffers stay in UCX's hands, so the
+     * requests are not completed here. */
+    if (peer != t->rank && p->ep) {
+        p->close_pending = 1;
+        if (!t->in_cb)
+            close_failed_eps(t);
+    }
+}
+
+/* UCX reports a failed endpoint from inside its progress. The peer may have told us why
+ * (an abort) in a message still queued on another lane (shared memory: its fifo), so the
+ * failure is taken up after the queue is drained, in handle_ep_errors. */
+void gcoll_ucx_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucx_peer_t *p = arg;
+    (void)ep;
+    if (p->failed || p->ep_error != UCS_OK)
+        return;
+    p->ep_error = status;
+    p->ep_error_ms = gcoll_time_ms();
+    p->t->ep_errors = 1;
+}
+
+static void handle_ep_errors(gcoll_transport_t *t)
+{
+    if (!t->ep_errors)
+        return;
+    t->ep_errors = 0;
+    for (int i = 0; i < 16 && ucp_worker_progress(t->worker); i++)
+        ;
+    uint64_t now = gcoll_time_ms();
+    for (int r = 0; r < t->size; r++) {
+        ucx_peer_t *p = &t->peers[r];
+        ucs_status_t status = p->ep_error;
+        if (status == UCS_OK || p->failed)
+            continue;
+        int busy = p->posted != NULL;
+        for (ucx_op_t *op = t->ops; op && !busy; op = op->next)
+            busy = op->peer == r && op->req;
+        if (busy && now < p->ep_error_ms + EP_ERROR_GRACE_MS) {
+            t->ep_errors = 1; /* look again on the next progress */
+            continue;
+        }
+        if (busy) {
+            gcoll_ucx_set_error(t,
+                                "connection to rank %d failed with operations pending: %s "
+                                "(rank %d exited or died)",
+                                r, ucs_status_string(status), r);
+            GCOLL_WARN("ucx: connection to rank %d failed with operations pending: %s (rank %d "
+                       "exited or died)",
+                       r, ucs_status_string(status), r);
+        } else {
+            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: connection to rank %d closed: %s", r,
+                        ucs_status_string(status));
+        }
+        gcoll_ucx_peer_fail(t, r, GCOLL_ERR_PEER);
+    }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Progress, cancel, abort                                                              */
+
+unsigned gcoll_ucx_drive(gcoll_transport_t *t)
+{
+    unsigned total = 0, n;
+    int rounds = 0;
+    do {
+        n = ucp_worker_progress(t->worker);
+        total += n;
+    } while (n && ++rounds < 64);
+    if (!t->closing)
+        handle_ep_errors(t);
+    close_failed_eps(t);
+    return total;
+}
+
+static gcoll_status_t ucx_progress(gcoll_transport_t *t, int timeout_ms)
+{
+    unsigned long ev = t->events;
+    if (gcoll_ucx_drive(t) || t->events != ev || timeout_ms <= 0)
+        return GCOLL_OK;
+    if (t->ep_errors) /* a failed connection is in its grace period: look again soon */
+        timeout_ms = GCOLL_MIN(timeout_ms, 50);
+    /* Idle: sleep on UCX's event fd (and the communicator's wake fd) rather than spin.
+     * Arming reports BUSY when events are already pending (UCX's wakeup protocol). */
+    ucs_status_t s = ucp_worker_arm(t->worker);
+    if (s == UCS_ERR_BUSY) {
+        gcoll_ucx_drive(t);
+        return GCOLL_OK;
+    }
+    if (s != UCS_OK) {
+        gcoll_ucx_set_error(t, "ucp_worker_arm: %s", ucs_status_string(s));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    struct epoll_event e[2];
+    int n = epoll_wait(t->epfd, e, 2, timeout_ms);
+    if (n < 0 && errno != EINTR) {
+        gcoll_ucx_set_error(t, "epoll_wait: %s", strerror(errno));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    gcoll_ucx_drive(t);
+    return GCOLL_OK;
+}
+
+static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
+{
+    if (req->done || req->peer < 0 || req->peer >= t->size)
+        return;
+    ucx_peer_t *p = &t->peers[req->peer];
+    gcoll_treq_t *prev = NULL;
+    for (gcoll_treq_t **pp = &p->posted; *pp; prev = *pp, pp = &(*pp)->next) {
+        if (*pp == req) {
+            *pp = req->next;
+            if (p->posted_tail == req)
+                p->posted_tail = prev;
+            complete(t, req, GCOLL_ERR_ABORTED);
+            return;
+        }
+    }
+    ucx_op_t *op = req->priv;
+    if (!op) {
+        complete(t, req, GCOLL_ERR_ABORTED);
+        return;
+    }
+    /* UCX owns the buffer (a send, or a rendezvous receive under way). ucp_request_cancel
+     * only withdraws unmatched tag receives in UCX 1.13, so let the operation finish for a
+     * short while; if it does not, close the endpoint so that UCX lets go of the buffer
+     * before the caller frees it. The communicator is failing at this point anyway. */
+    ucp_request_cancel(t->worker, op->ucp_req);
+    uint64_t end = gcoll_time_ms() + CANCEL_DRAIN_MS;
+    while (!req->done && !p->failed && gcoll_time_ms() < end)
+        gcoll_ucx_drive(t);
+    if (req->done)
+        return;
+    if (!p->failed) {
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET,
+                    "ucx: cancel: %s rank %d did not finish in %d ms; "
+                    "closing the endpoint",
+                    req == op->req && op->is_recv ? "receive from" : "send to", req->peer,
+                    CANCEL_DRAIN_MS);
+        gcoll_ucx_peer_fail(t, req->peer, GCOLL_ERR_ABORTED);
+    }
+    if (!req->done) {
+        op->req = NULL; /* UCX's completion will find nobody to tell */
+        complete(t, req, GCOLL_ERR_ABORTED);
+    }
+}
+
+/* The reason without the status's own text (the status travels in the header), cut to
+ * what fits a short message. */
+static size_t compact_reason(gcoll_status_t status, const char *reason, char *out)
+{
+    const char *ss = gcoll_status_string(status);
+    const char *at = strstr(reason, ss);
+    size_t o = 0;
+    for (const char *r = reason; *r && o < GCOLL_UCX_ABORT_INLINE;) {
+        if (r == at) {
+            r += strlen(ss);
+            r += strspn(r, ": ");
+            continue;
+        }
+        out[o++] = *r++;
+    }
+    return o;
+}
+
+static void ucx_abort(gcoll_transport_t *t, gcoll_status_t status, const char *full)
+{
+    char reason[GCOLL_UCX_ABORT_INLINE];
+    size_t len = compact_reason(status, full, reason);
+    int sent = 0;
+    for (int peer = 0; peer < t->size; peer++) {
+        if (peer == t->rank || t->peers[peer].failed || !t->peers[peer].ep)
+            continue;
+        if (gcoll_ucx_send_ctl(t, peer, UCX_MSG_ABORT, status, reason, len) == GCOLL_OK)
+            sent++;
+    }
+    /* Bounded drain: the aborts are small eager messages, out in microseconds normally.
+     * The reason string is ours until they complete, so wait for the control sends. */
+    uint64_t t0 = gcoll_time_ms(), end = t0 + 1000;
+    for (;;) {
+        int pending = 0;
+        for (ucx_op_t *op = t->ops; op && !pending; op = op->next)
+            pending = op->is_ctl && !t->peers[op->peer].failed;
+        if (!pending || gcoll_time_ms() >= end)
+            break;
+        ucx_progress(t, 10);
+    }
+    GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: abort sent to %d peer(s) in %llu ms", sent,
+                (unsigned long long)(gcoll_time_ms() - t0));
+}
+
+static const char *ucx_last_error(gcoll_transport_t *t)
+{
+    return t->errmsg;
+}
+
+const gcoll_transport_ops_t gcoll_ucx_ops = {
+    .size = sizeof(gcoll_transport_ops_t),
+    .name = "ucx",
+    .probe = gcoll_ucx_probe,
+    .create = gcoll_ucx_create,
+    .address = gcoll_ucx_address,
+    .connect = gcoll_ucx_connect,
+    .isend = ucx_isend,
+    .irecv = ucx_irecv,
+    .progress = ucx_progress,
+    .cancel = ucx_cancel,
+    .abort = ucx_abort,
+    .last_error = ucx_last_error,
+    .mem_reg = gcoll_ucx_mem_reg,
+    .mem_dereg = gcoll_ucx_mem_dereg,
+    .destroy = gcoll_ucx_destroy,
+};

@@ -1,0 +1,163 @@
+/* ucx_int.h: state shared by the UCX transport's files (ucx.c data path, ucx_setup.c life
+ * cycle, ucx_mem.c registration cache). Internal to transports/ucx*.c. */
+#ifndef GCOLL_UCX_INT_H
+#define GCOLL_UCX_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#include "transport.h"
+#include "ucx.h"
+
+/* Every message is one UCP active message (ucp_am_send_nbx) with this header. AM rather
+ * than tag matching because gcoll's tag is already 64 bits (seq << 32 | sub): UCP's 64-bit
+ * tag has no room left for the source rank and the 32-bit signature, while an AM header
+ * carries all of them, and the receiver sees length and signature before a byte lands in
+ * the caller's buffer (so a mismatch is never an overrun nor a UCX truncation error).
+ *
+ * Layout (little-endian, GCOLL_UCX_HDR_LEN bytes): magic u32, version u8, type u8,
+ * status u8 (abort: the gcoll status, negated), reserved u8, source rank u32, sig u32,
+ * cookie u64 (the receiver's, from its address blob), tag u64. */
+#define GCOLL_UCX_AM_ID 7
+#define GCOLL_UCX_MAGIC 0x58554347u /* "GCUX" */
+#define GCOLL_UCX_VERSION 1
+#define GCOLL_UCX_HDR_LEN 32
+#define GCOLL_UCX_MAX_REASON 1024 /* longest abort reason accepted */
+/* Longest abort reason sent: the whole message must fit one UCX short active message
+ * (100 bytes on UCX 1.13's shared-memory fifo, with UCP's 8-byte header and ours); a
+ * longer one waits on shared memory until the peer progresses, which may be too late. */
+#define GCOLL_UCX_ABORT_INLINE 56
+
+enum { UCX_MSG_DATA = 1, UCX_MSG_HELLO = 2, UCX_MSG_ABORT = 3 };
+
+typedef struct {
+    int type;
+    int status; /* abort: the gcoll status (<= 0) */
+    uint32_t src;
+    uint32_t sig;
+    uint64_t cookie;
+    uint64_t tag;
+} ucx_hdr_t;
+
+void gcoll_ucx_hdr_encode(const ucx_hdr_t *h, uint8_t out[GCOLL_UCX_HDR_LEN]);
+/* NULL if valid, else what is wrong. */
+const char *gcoll_ucx_hdr_decode(const void *buf, size_t len, ucx_hdr_t *h);
+
+/* An operation handed to UCX (a send, or the data phase of a rendezvous receive). UCX's
+ * callback gets this, never the gcoll_treq_t, so a withdrawn request can be forgotten
+ * while UCX still owns the operation. */
+typedef struct ucx_op {
+    struct ucx_op *next, *prev;
+    gcoll_transport_t *t;
+    gcoll_treq_t *req; /* NULL once withdrawn (cancel) or failed with the peer */
+    void *ucp_req;     /* UCX's request while in flight */
+    int peer;
+    int is_recv;
+    int is_ctl;                     /* hello or abort: no gcoll request behind it */
+    int posting;                    /* inside the UCX call that starts it */
+    int inline_done;                /* UCX called back before that call returned */
+    void *inline_req;               /* ... with this request */
+    ucs_status_t inline_status;     /* ... and this status */
+    uint8_t *owned;                 /* control payload owned by the op */
+    size_t len;                     /* receive: message length */
+    uint8_t hdr[GCOLL_UCX_HDR_LEN]; /* send: must live until UCX completes the send */
+} ucx_op_t;
+
+/* A message that arrived before its receive was posted. */
+typedef struct ucx_msg {
+    struct ucx_msg *next;
+    uint64_t tag;
+    uint32_t sig;
+    size_t len;
+    void *desc;    /* UCX data descriptor (eager persistent or rendezvous), or NULL */
+    int rndv;      /* desc is a rendezvous descriptor: data still at the sender */
+    uint8_t *copy; /* our copy when UCX's data could not be kept (and sends to self) */
+} ucx_msg_t;
+
+typedef struct ucx_peer {
+    gcoll_transport_t *t;
+    int rank;
+    ucp_ep_h ep;
+    int failed;
+    gcoll_status_t status;
+    int close_pending;     /* failed: force-close ep once out of UCX's callbacks */
+    ucs_status_t ep_error; /* UCX reported the endpoint failed; handled after progress */
+    uint64_t ep_error_ms;  /* when */
+    int hello;             /* last connect round heard from it (1 hello, 2 ready) */
+    uint64_t cookie;       /* the peer's cookie, echoed in every header sent to it */
+    gcoll_treq_t *posted, *posted_tail; /* receives not yet matched, oldest first */
+    ucx_msg_t *unexp, *unexp_tail;      /* unexpected messages, oldest first */
+} ucx_peer_t;
+
+#define GCOLL_UCX_RCACHE_SIZE 16
+
+typedef struct {
+    void *addr;
+    size_t len;
+    ucp_mem_h memh;
+    int refs;  /* handles given out and not yet deregistered */
+    int stale; /* the range was unmapped: never hand out again */
+    uint64_t used;
+} ucx_reg_t;
+
+struct gcoll_transport {
+    int rank, size;
+    int wake_fd;
+    int epfd;
+    int efd; /* UCX's worker event fd */
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    uint64_t cookie;
+    void *addr; /* worker address */
+    size_t addr_len;
+    ucx_peer_t *peers;
+    ucx_op_t *ops;        /* in flight in UCX */
+    unsigned long events; /* completions and arrivals, to tell progress it did something */
+    int in_cb;            /* inside a UCX callback: defer endpoint closes */
+    int aborted;          /* a peer's abort arrived (its status is in the peers) */
+    int ep_errors;        /* some peer has ep_error set */
+    int closing;          /* destroy: arrivals are dropped */
+    char errmsg[512];
+    /* registration cache (ucx_mem.c) */
+    pthread_mutex_t reg_lock;
+    ucx_reg_t reg[GCOLL_UCX_RCACHE_SIZE];
+    uint64_t reg_clock;
+    int reg_hooked; /* UCM unmap events invalidate entries */
+};
+
+void gcoll_ucx_set_error(gcoll_transport_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+gcoll_status_t gcoll_ucx_status(ucs_status_t s);
+/* Fails everything pending with this peer; later posts to it fail at once. */
+void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st);
+/* Drives UCX until it has nothing more to do right now; returns the work done. */
+unsigned gcoll_ucx_drive(gcoll_transport_t *t);
+/* Endpoint error handler (arg: the ucx_peer_t): a failed peer fails its operations. */
+void gcoll_ucx_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status);
+/* UCX's active-message handler (ucx.c), installed by create. */
+ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length, void *data,
+                             size_t length, const ucp_am_recv_param_t *param);
+/* Sends a small control message (hello, abort) to peer; the op is tracked like a send. */
+gcoll_status_t gcoll_ucx_send_ctl(gcoll_transport_t *t, int peer, int type, int status,
+                                  const void *data, size_t len);
+
+/* Registration cache (ucx_mem.c). */
+gcoll_status_t gcoll_ucx_reg_init(gcoll_transport_t *t);
+void gcoll_ucx_reg_fini(gcoll_transport_t *t);
+gcoll_status_t gcoll_ucx_mem_reg(gcoll_transport_t *t, void *buf, size_t len, void **handle_p);
+void gcoll_ucx_mem_dereg(gcoll_transport_t *t, void *handle);
+/* Memory handle of a live registration covering [buf, buf+len), or NULL. */
+ucp_mem_h gcoll_ucx_reg_lookup(gcoll_transport_t *t, const void *buf, size_t len);
+
+/* Life cycle (ucx_setup.c). */
+gcoll_status_t gcoll_ucx_probe(char *why, size_t whylen);
+gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_transport_t **t_p);
+gcoll_status_t gcoll_ucx_address(gcoll_transport_t *t, void *buf, size_t *len_p);
+gcoll_status_t gcoll_ucx_connect(gcoll_transport_t *t, const void *const *blobs, const size_t *lens,
+                                 uint64_t deadline_ms);
+void gcoll_ucx_destroy(gcoll_transport_t *t);
+
+#endif /* GCOLL_UCX_INT_H */
