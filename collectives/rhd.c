@@ -42,7 +42,7 @@ gcoll_status_t gcoll_rhd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t cou
         steps++;
     }
     const int rem = P - p2;
-    uint8_t *buf = recvbuf, *tmp = malloc(count * esz);
+    uint8_t *buf = recvbuf, *tmp = gcoll_comm_scratch(comm, count * esz);
     size_t *lo = malloc(((size_t)steps + 1) * 2 * sizeof(size_t)), *hi = lo ? lo + steps + 1 : NULL;
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (!tmp || !lo)
@@ -95,7 +95,6 @@ gcoll_status_t gcoll_rhd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t cou
     }
 out:
     free(lo);
-    free(tmp);
     return st;
 }
 
@@ -106,7 +105,7 @@ gcoll_status_t gcoll_tree_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t co
     const size_t esz = gcoll_dtype_size(dtype), bytes = count * esz;
     if (P == 1 || count == 0)
         return GCOLL_OK;
-    uint8_t *tmp = malloc(bytes);
+    uint8_t *tmp = gcoll_comm_scratch(comm, bytes);
     if (!tmp)
         return GCOLL_ERR_NOMEM;
     gcoll_status_t st = GCOLL_OK;
@@ -124,6 +123,5 @@ gcoll_status_t gcoll_tree_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t co
     }
     st = gcoll_bcast_run(comm, recvbuf, bytes, 0, sig, 64);
 out:
-    free(tmp);
     return st;
 }

@@ -129,7 +129,7 @@ gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t
     size_t slice = GCOLL_MAX(comm->cfg.ring_slice / esz, P);
     size_t maxcount = GCOLL_MIN(count, slice);
     gcoll_span_t *seg = calloc(P, sizeof(*seg));
-    uint8_t *tmp = malloc(maxcount * esz);
+    uint8_t *tmp = gcoll_comm_scratch(comm, maxcount * esz);
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (!tmp || !seg) {
         gcoll_comm_set_error(comm, "cannot allocate %zu bytes for the ring", maxcount * esz);
@@ -152,6 +152,5 @@ gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t
     st = GCOLL_OK;
 out:
     free(seg);
-    free(tmp);
     return st;
 }

@@ -413,6 +413,9 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_ready(gcoll_bucketer_t *b, int id);
  * with an error naming the bucket and its tensors). Blocks. */
 GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b);
 GCOLL_EXPORT int gcoll_bucketer_num_buckets(const gcoll_bucketer_t *b);
+/* The density bucket i compresses to now (1 for codecs without one). With GCOLL_ADAPT it
+ * changes between steps, identically on every rank. */
+GCOLL_EXPORT double gcoll_bucketer_density(const gcoll_bucketer_t *b, int bucket);
 /* Waits for launched buckets, then frees. */
 GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b);
 

@@ -4,11 +4,13 @@
  * queued on the progress thread as soon as all its tensors are ready, buckets in the same
  * order on every rank, and there it is gathered, compressed, reduced and scattered back
  * while the caller keeps computing. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "adapt.h"
 #include "comm.h"
 #include "compress/compress.h"
 #include "policy.h"
@@ -40,6 +42,12 @@ typedef struct {
     int nready;
     gcoll_request_t *req;
     gcoll_bucketer_t *b;
+    /* adaptation: measured on the progress thread during the bucket's run */
+    int adaptive; /* the codec has a density to tune */
+    gcoll_density_ctl_t ctl;
+    double base_density; /* the spec's */
+    gcoll_bw_est_t bw;
+    double t_launch, run_s, comp_s, bytes, norm2;
 } bucket_t;
 
 struct gcoll_bucketer {
@@ -56,6 +64,8 @@ struct gcoll_bucketer {
     int finalized;
     int next_launch;
     long step; /* steps completed */
+    int adapt;  /* GCOLL_ADAPT: bit 0 bandwidth, bit 1 phase */
+    gcoll_phase_t phase;
     char err[512];
 };
 
@@ -113,6 +123,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
         b->cfg.bucket_bytes = comm->cfg.bucket_bytes;
     if (b->cfg.accumulate_steps < 1)
         b->cfg.accumulate_steps = 1;
+    b->adapt = comm->cfg.adapt; /* 1 bandwidth, 2 phase, 3 both */
+    gcoll_phase_init(&b->phase, 0.5, 2);
     b->policy_text = strdup(b->cfg.policy ? b->cfg.policy : "");
     b->default_spec = strdup(b->cfg.default_spec && *b->cfg.default_spec ? b->cfg.default_spec
                                                                          : "none");
@@ -234,6 +246,13 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
         if (k->dtype == GCOLL_FLOAT32) {
             GCOLL_CHECK(gcoll_compressor_create(k->spec, &k->comp));
             GCOLL_CHECK(gcoll_state_create(k->comp, k->count, &k->state));
+            k->adaptive = b->adapt && k->comp->density > 0 && k->comp->k_fixed == 0;
+            if (k->adaptive) {
+                const gcoll_config_t *cf = &b->comm->cfg;
+                k->base_density = k->comp->density;
+                gcoll_ctl_init(&k->ctl, cf->density_min, cf->density_max, k->comp->density);
+                gcoll_bw_init(&k->bw, (double)cf->adapt_half_life);
+            }
         }
     }
     GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: %d tensors in %d buckets of up to %zu bytes", b->nt,
@@ -264,8 +283,19 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
         memset(k->acc, 0, k->count * esz);
     }
     gcoll_status_t st;
+    double t0 = (double)gcoll_time_ns() * 1e-9;
+    uint64_t sent0 = comm->counters.bytes_sent, comp0 = comm->counters.ns_compress;
+    if (k->adaptive && (b->adapt & 2)) {
+        double n2 = 0;
+        for (size_t i = 0; i < k->count; i++)
+            n2 += (double)k->fused[i] * k->fused[i];
+        k->norm2 = n2;
+    }
     if (k->dtype == GCOLL_FLOAT32) {
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
+        k->run_s = (double)gcoll_time_ns() * 1e-9 - t0;
+        k->comp_s = (double)(comm->counters.ns_compress - comp0) * 1e-9;
+        k->bytes = (double)(comm->counters.bytes_sent - sent0);
     } else {
         uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, k->count, k->dtype, b->cfg.op, 0);
         st = gcoll_ring_allreduce(comm, fused, k->count, k->dtype, b->cfg.op, sig);
@@ -296,6 +326,7 @@ static gcoll_status_t launch_ready(gcoll_bucketer_t *b)
         gcoll_request_t *req = gcoll_request_new(b->comm, k->label, run_bucket, &a);
         if (!req)
             return GCOLL_ERR_NOMEM;
+        k->t_launch = (double)gcoll_time_ns() * 1e-9;
         GCOLL_CHECK(gcoll_comm_submit(b->comm, req, &k->req));
         b->next_launch++;
     }
@@ -335,6 +366,95 @@ out:
     return st;
 }
 
+/* Swaps a bucket's compressor for a copy at another density; the residuals stay. */
+static gcoll_status_t set_density(bucket_t *k, double d)
+{
+    gcoll_compressor_t *c = malloc(sizeof(*c));
+    if (!c)
+        return GCOLL_ERR_NOMEM;
+    *c = *k->comp;
+    c->density = d;
+    gcoll_spec_canon(c);
+    k->state->c = c;
+    if (k->state->server)
+        k->state->server->c = c;
+    gcoll_compressor_destroy(k->comp);
+    k->comp = c;
+    return GCOLL_OK;
+}
+
+/* After a communicating step: agree on the measurements (the slowest rank's times, the
+ * largest gradient norm), then let each adaptive bucket's controller pick its density.
+ * Every rank runs the same controller on the same numbers, so all decide alike. */
+static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
+{
+    int na = 0;
+    double first = 1e300;
+    for (int j = 0; j < b->nb; j++)
+        if (b->bk[j].adaptive) {
+            na++;
+            first = b->bk[j].t_launch < first ? b->bk[j].t_launch : first;
+        }
+    if (na == 0)
+        return GCOLL_OK;
+    double *v = calloc((size_t)na * 4 + 1, sizeof(double));
+    if (!v)
+        return GCOLL_ERR_NOMEM;
+    double window = t_end - first, norm2 = 0, raw = 0;
+    int i = 0;
+    for (int j = 0; j < b->nb; j++) {
+        bucket_t *k = &b->bk[j];
+        if (!k->adaptive)
+            continue;
+        v[i++] = k->run_s;
+        v[i++] = k->comp_s;
+        v[i++] = k->bytes;
+        v[i++] = k->norm2;
+        raw += (double)k->count;
+    }
+    v[i++] = -window; /* MAX of the negation: the shortest window of any rank */
+    gcoll_status_t st = gcoll_allreduce(b->comm, v, v, (size_t)i, GCOLL_FLOAT64, GCOLL_MAX);
+    if (st == GCOLL_OK) {
+        window = -v[i - 1];
+        for (int a = 0; a < na; a++)
+            norm2 += v[4 * a + 3];
+        int critical = (b->adapt & 2) ? gcoll_phase_update(&b->phase, sqrt(norm2)) : 0;
+        i = 0;
+        for (int j = 0; j < b->nb && st == GCOLL_OK; j++) {
+            bucket_t *k = &b->bk[j];
+            if (!k->adaptive)
+                continue;
+            double run = v[i++], comp = v[i++], bytes = v[i++];
+            i++;
+            double wire = run - comp > 1e-6 ? run - comp : 1e-6;
+            gcoll_bw_update(&k->bw, bytes, wire);
+            double share = window * (double)k->count / raw;
+            double full = bytes / k->comp->density; /* the model: bytes linear in density */
+            double old = k->ctl.density;
+            /* phase only: the spec's density, or the maximum in a critical regime */
+            double d = (b->adapt & 1)
+                           ? gcoll_ctl_step(&k->ctl, share, comp, k->bw.bw, full, critical)
+                           : (critical ? k->ctl.dmax : k->base_density);
+            GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT,
+                        "bucket %d: window %.1f ms (share of %.1f), comm %.1f ms, compress %.1f "
+                        "ms, %.0f bytes, bandwidth %.1f MB/s, critical %d: density %g -> %g",
+                        j, share * 1e3, window * 1e3, wire * 1e3, comp * 1e3, bytes,
+                        k->bw.bw / 1e6, critical, old, d);
+            if (d != k->comp->density)
+                st = set_density(k, d);
+        }
+    }
+    free(v);
+    return st;
+}
+
+GCOLL_EXPORT double gcoll_bucketer_density(const gcoll_bucketer_t *b, int bucket)
+{
+    if (!b || bucket < 0 || bucket >= b->nb || !b->bk[bucket].comp)
+        return 0;
+    return b->bk[bucket].comp->density > 0 ? b->bk[bucket].comp->density : 1.0;
+}
+
 GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
 {
     if (!b)
@@ -352,6 +472,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
             st = gcoll_comm_check_args(b->comm, "gcoll_bucketer_wait", 0,
                                        "tensor '%s' (bucket %d) was not marked ready this step",
                                        b->t[i].name, b->t[i].bucket);
+    double t_end = (double)gcoll_time_ns() * 1e-9; /* the end of backward */
     pthread_mutex_unlock(&b->lock);
     for (int j = 0; j < b->nb; j++) {
         if (!b->bk[j].req)
@@ -361,6 +482,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
         if (st == GCOLL_OK)
             st = s2;
     }
+    if (st == GCOLL_OK && b->adapt && communicating(b))
+        st = adapt(b, t_end);
     pthread_mutex_lock(&b->lock);
     for (int i = 0; i < b->nt; i++)
         b->t[i].ready = 0;

@@ -431,8 +431,19 @@ static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, 
     return ops;
 }
 
+void *gcoll_comm_scratch(gcoll_comm_t *comm, size_t len)
+{
+    if (len > comm->scratch_len) {
+        free(comm->scratch);
+        comm->scratch = malloc(len);
+        comm->scratch_len = comm->scratch ? len : 0;
+    }
+    return comm->scratch;
+}
+
 static void comm_free(gcoll_comm_t *comm)
 {
+    free(comm->scratch);
     if (comm->tp)
         comm->tops->destroy(comm->tp);
     if (comm->wake_fd >= 0)

@@ -96,6 +96,17 @@ static const param_t params[] = {
     {"GCOLL_PROGRESS_CPU", P_STRING, "auto",
      "progress thread placement: a CPU number, none, or auto (a core other than the caller's)",
      OFF(progress_cpu), 0, NULL},
+    {"GCOLL_ADAPT", P_ENUM, "off",
+     "bucketer: adapt each bucket's density to measured bandwidth (bandwidth), to the "
+     "training phase (phase: ACCORDION's gradient-norm signal), both, or off",
+     OFF(adapt), F_MUST_MATCH, "off|bandwidth|phase|both"},
+    {"GCOLL_DENSITY_MIN", P_STRING, "0.0001", "adaptation: lowest density it may choose",
+     OFF(density_min_s), F_MUST_MATCH, NULL},
+    {"GCOLL_DENSITY_MAX", P_STRING, "0.1", "adaptation: highest density it may choose",
+     OFF(density_max_s), F_MUST_MATCH, NULL},
+    {"GCOLL_ADAPT_HALF_LIFE", P_INT, "4",
+     "adaptation: half-life in steps of the bandwidth estimate (EWMA)", OFF(adapt_half_life),
+     F_MUST_MATCH, "1:1000"},
     {"GCOLL_RING_SLICE", P_SIZE, "64mb",
      "largest piece a ring reduces in one pass (bounds its temporary memory)", OFF(ring_slice),
      F_MUST_MATCH, NULL},
@@ -350,6 +361,29 @@ static gcoll_status_t load(gcoll_config_t *cfg, char *err, size_t errlen, int de
             gcoll_config_free(cfg);
             return GCOLL_ERR_INVALID;
         }
+    }
+    static const struct {
+        const char *name;
+        size_t soff, doff;
+    } dens[] = {{"GCOLL_DENSITY_MIN", OFF(density_min_s), OFF(density_min)},
+                {"GCOLL_DENSITY_MAX", OFF(density_max_s), OFF(density_max)}};
+    for (size_t i = 0; i < 2; i++) {
+        const char *v = *(char **)((char *)cfg + dens[i].soff);
+        char *end = NULL;
+        double d = v ? strtod(v, &end) : 0;
+        if (!v || end == v || *end || !(d > 0 && d <= 1)) {
+            snprintf(err, errlen, "%s='%s' is invalid: expected a density in (0, 1]",
+                     dens[i].name, v ? v : "");
+            gcoll_config_free(cfg);
+            return GCOLL_ERR_INVALID;
+        }
+        *(double *)((char *)cfg + dens[i].doff) = d;
+    }
+    if (cfg->density_min > cfg->density_max) {
+        snprintf(err, errlen, "GCOLL_DENSITY_MIN (%g) is above GCOLL_DENSITY_MAX (%g)",
+                 cfg->density_min, cfg->density_max);
+        gcoll_config_free(cfg);
+        return GCOLL_ERR_INVALID;
     }
     if (cfg->log_subsys) {
         unsigned mask;

@@ -34,6 +34,10 @@ typedef struct gcoll_config {
     char *layer_policy;
     long accumulate_steps;
     char *progress_cpu;    /* "auto", "none" or a CPU number */
+    int adapt;             /* 0 off, 1 bandwidth, 2 phase, 3 both */
+    double density_min, density_max;
+    char *density_min_s, *density_max_s;
+    long adapt_half_life;
     /* verbs transport (GCOLL_IB_*) */
     char *ib_hca;         /* "mlx5_0:1,mlx5_1" or NULL */
     long ib_gid_index;    /* -1: automatic */

@@ -177,6 +177,9 @@ void gcoll_scratch_free(gcoll_scratch_t *sc);
 gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *errbuf,
                                 size_t errlen);
 
+/* Rewrites c->spec from its fields (after a collective changes, say, the density). */
+void gcoll_spec_canon(gcoll_compressor_t *c);
+
 /* Kernel implementation in use. Tests force the generic (non-AVX2) kernels with
  * gcoll_simd_set(GCOLL_SIMD_GENERIC); GCOLL_CODEC_SIMD=generic|avx2|auto does the same
  * from the environment. Returns the level now in force (AVX2 is refused when the CPU

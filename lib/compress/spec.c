@@ -341,7 +341,7 @@ static char *find_plus(char *s)
     return NULL;
 }
 
-static void canon(gcoll_compressor_t *c)
+void gcoll_spec_canon(gcoll_compressor_t *c)
 {
     char n1[32], n2[32];
     char b[GCOLL_SPEC_MAX];
@@ -486,6 +486,6 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
     default:
         break;
     }
-    canon(c);
+    gcoll_spec_canon(c);
     return GCOLL_OK;
 }

@@ -833,6 +833,61 @@ static int run_bucketer(void)
     return failures;
 }
 
+/* GCOLL_ADAPT (set by the caller): every rank measures its own (noisy) times, yet all
+ * must pick the same densities at every step, within the configured bounds. */
+static int run_adapt(void)
+{
+    gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .op = GCOLL_AVG,
+                                   .policy = "*bias*=none;*=topk:density=0.01"};
+    gcoll_bucketer_t *b;
+    if (gcoll_bucketer_create(comm, &cfg, &b) != GCOLL_OK) {
+        FAIL("bucketer_create: %s", gcoll_comm_last_error(comm));
+        return failures;
+    }
+    float *g[NLAYERS];
+    int id[NLAYERS];
+    for (int l = 0; l < NLAYERS; l++) {
+        g[l] = malloc(layers[l].count * sizeof(float));
+        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
+                                  &id[l]);
+    }
+    int changed = 0;
+    double first = -1;
+    for (int step = 0; step < 12; step++) {
+        for (int l = 0; l < NLAYERS; l++)
+            for (size_t i = 0; i < layers[l].count; i++)
+                g[l][i] = layer_val(rank, step, l, i) * (step < 6 ? 1.0f : 5.0f);
+        ready_all(b, id, -1);
+        checks++;
+        if (gcoll_bucketer_wait(b) != GCOLL_OK) {
+            FAIL("adapt step %d: %s", step, gcoll_comm_last_error(comm));
+            break;
+        }
+        for (int k = 0; k < gcoll_bucketer_num_buckets(b); k++) {
+            double d = gcoll_bucketer_density(b, k), lo = d, hi = d;
+            if (gcoll_allreduce(comm, &lo, &lo, 1, GCOLL_FLOAT64, GCOLL_MIN) != GCOLL_OK ||
+                gcoll_allreduce(comm, &hi, &hi, 1, GCOLL_FLOAT64, GCOLL_MAX) != GCOLL_OK ||
+                lo != hi)
+                FAIL("adapt step %d bucket %d: ranks chose different densities (%g..%g)", step,
+                     k, lo, hi);
+            if (d != 1.0 && (d < 0.001 - 1e-12 || d > 0.2 + 1e-12))
+                FAIL("adapt step %d bucket %d: density %g outside [0.001, 0.2]", step, k, d);
+            if (k == gcoll_bucketer_num_buckets(b) - 1 && d != 1.0) {
+                if (first < 0)
+                    first = d;
+                changed |= d != first;
+            }
+        }
+    }
+    printf("rank %d: adaptation kept densities equal on every rank; last bucket's density now "
+           "%g%s\n", rank, gcoll_bucketer_density(b, gcoll_bucketer_num_buckets(b) - 1),
+           changed ? " (changed during the run)" : "");
+    gcoll_bucketer_destroy(b);
+    for (int l = 0; l < NLAYERS; l++)
+        free(g[l]);
+    return failures;
+}
+
 /* Rank `victim` never marks fc2.weight ready: it reports that tensor, the others time out
  * in its bucket with an error naming the bucket. */
 static int run_bucket_missing(int victim)
@@ -1132,6 +1187,8 @@ int main(int argc, char **argv)
     int bad;
     if (strcmp(mode, "all") == 0)
         bad = run_all();
+    else if (strcmp(mode, "adapt") == 0)
+        bad = run_adapt();
     else if (strcmp(mode, "bucketer") == 0)
         bad = run_bucketer();
     else if (strcmp(mode, "bucket_missing") == 0)

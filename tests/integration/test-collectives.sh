@@ -51,6 +51,17 @@ for tr in $(transports); do
             tail -n 30 "$out"
         fi
     done
+    for mode in bandwidth both; do
+        out="$TMP/adapt-$tr-$mode.log"
+        if timeout 300 "$gcoll_run" -n 3 --timeout 250 -x GCOLL_TRANSPORT="$tr" \
+            -x GCOLL_ADAPT="$mode" -x GCOLL_DENSITY_MIN=0.001 -x GCOLL_DENSITY_MAX=0.2 \
+            -- "$CHECK" adapt >"$out" 2>&1; then
+            pass "$tr: adaptation ($mode): same densities on every rank, within bounds"
+        else
+            fail "$tr: adaptation ($mode)"
+            tail -n 30 "$out"
+        fi
+    done
     for n in 2 3 5; do
         out="$TMP/compressed-$tr-$n.log"
         if timeout 300 "$gcoll_run" -n "$n" --timeout 250 -x GCOLL_TRANSPORT="$tr" \

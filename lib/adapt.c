@@ -1,0 +1,89 @@
+/* adapt.c: bandwidth estimation, the density controller and the phase detector. Pure
+ * functions of their inputs: ranks that feed them the same (agreed) measurements make the
+ * same decisions. */
+#include "adapt.h"
+
+#include <math.h>
+#include <string.h>
+
+void gcoll_bw_init(gcoll_bw_est_t *e, double half_life)
+{
+    memset(e, 0, sizeof(*e));
+    e->half_life = half_life > 0 ? half_life : 4;
+}
+
+void gcoll_bw_update(gcoll_bw_est_t *e, double bytes, double seconds)
+{
+    if (!(bytes > 0) || !(seconds > 0))
+        return;
+    double s = bytes / seconds;
+    if (e->n == 0) {
+        e->bw = s;
+    } else {
+        /* clip outliers: one stalled or lucky measurement cannot swing the estimate */
+        if (s > 4 * e->bw)
+            s = 4 * e->bw;
+        if (s < e->bw / 4)
+            s = e->bw / 4;
+        double alpha = 1.0 - pow(0.5, 1.0 / e->half_life);
+        e->bw += alpha * (s - e->bw);
+    }
+    e->n++;
+}
+
+void gcoll_ctl_init(gcoll_density_ctl_t *c, double dmin, double dmax, double start)
+{
+    memset(c, 0, sizeof(*c));
+    c->dmin = dmin;
+    c->dmax = dmax;
+    c->density = start < dmin ? dmin : start > dmax ? dmax : start;
+    c->hysteresis = 0.25;
+    c->min_hold = 3;
+    c->held = c->min_hold;
+}
+
+double gcoll_ctl_step(gcoll_density_ctl_t *c, double window_s, double fixed_s, double bw,
+                      double bytes_at_full, int critical)
+{
+    c->held++;
+    double target;
+    if (critical) {
+        target = c->dmax;
+    } else if (!(bw > 0) || !(bytes_at_full > 0)) {
+        return c->density; /* nothing measured yet */
+    } else {
+        double budget = window_s - fixed_s;
+        target = budget > 0 ? budget * bw / bytes_at_full : c->dmin;
+    }
+    if (target < c->dmin)
+        target = c->dmin;
+    if (target > c->dmax)
+        target = c->dmax;
+    double rel = fabs(target - c->density) / c->density;
+    /* a critical phase or a bound being hit acts at once; otherwise hysteresis and a
+     * minimum hold keep noise from making the density oscillate */
+    int urgent = critical && target != c->density;
+    if (urgent || (rel > c->hysteresis && c->held >= c->min_hold)) {
+        c->density = target;
+        c->held = 0;
+        c->changes++;
+    }
+    return c->density;
+}
+
+void gcoll_phase_init(gcoll_phase_t *p, double eta, int lag)
+{
+    memset(p, 0, sizeof(*p));
+    p->eta = eta > 0 ? eta : 0.5;
+    p->lag = lag < 1 ? 1 : lag > 63 ? 63 : lag;
+}
+
+int gcoll_phase_update(gcoll_phase_t *p, double g)
+{
+    p->hist[p->n % 64] = g;
+    p->n++;
+    if (p->n <= p->lag)
+        return 1; /* the first steps are critical (as ACCORDION treats early training) */
+    double old = p->hist[(p->n - 1 - p->lag) % 64];
+    return old > 0 && fabs(g - old) / old > p->eta;
+}

@@ -1,0 +1,52 @@
+/* adapt.h: choosing each bucket's compression from measured bandwidth and the compute
+ * window it has to fit in, and from the training phase (gradient-norm changes). */
+#ifndef GCOLL_ADAPT_H
+#define GCOLL_ADAPT_H
+
+#include <stddef.h>
+
+/* Bandwidth estimate: an EWMA with a half-life in samples, robust to outliers (a sample
+ * more than 4x away from the estimate moves it by at most 4x, and only at the EWMA rate). */
+typedef struct {
+    double half_life;
+    double bw; /* bytes per second, 0 until the first sample */
+    long n;
+} gcoll_bw_est_t;
+
+void gcoll_bw_init(gcoll_bw_est_t *e, double half_life);
+void gcoll_bw_update(gcoll_bw_est_t *e, double bytes, double seconds);
+
+/* Density controller of one bucket. */
+typedef struct {
+    double dmin, dmax;  /* bounds (GCOLL_DENSITY_MIN, GCOLL_DENSITY_MAX) */
+    double density;     /* current decision */
+    double hysteresis;  /* relative change below which the density stays */
+    int min_hold;       /* steps between two changes */
+    int held;           /* steps since the last change */
+    long changes;
+} gcoll_density_ctl_t;
+
+void gcoll_ctl_init(gcoll_density_ctl_t *c, double dmin, double dmax, double start);
+
+/* The model: communication of density d costs fixed_s + d * bytes_at_full / bw seconds,
+ * where bytes_at_full is what this bucket would put on the wire at density 1. Returns the
+ * largest density whose communication fits in window_s (never compressing more than
+ * needed), within bounds, applied with hysteresis and rate limiting. critical (a phase
+ * signal) asks for dmax. */
+double gcoll_ctl_step(gcoll_density_ctl_t *c, double window_s, double fixed_s, double bw,
+                      double bytes_at_full, int critical);
+
+/* ACCORDION's critical-regime detector (Agarwal et al. 2021): the gradient norm changing
+ * by more than eta relative to its value `lag` observations ago. */
+typedef struct {
+    double eta;
+    int lag;
+    double hist[64];
+    long n;
+} gcoll_phase_t;
+
+void gcoll_phase_init(gcoll_phase_t *p, double eta, int lag);
+/* Records this step's gradient norm; returns 1 in a critical regime. */
+int gcoll_phase_update(gcoll_phase_t *p, double grad_norm);
+
+#endif /* GCOLL_ADAPT_H */

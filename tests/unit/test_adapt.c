@@ -1,0 +1,138 @@
+/* test_adapt.c: the adaptation controller on synthetic traces: bandwidth step changes,
+ * noise and outliers; bounds, convergence, no oscillation; the phase detector. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "adapt.h"
+
+/* Deterministic noise in [-1, 1]. */
+static double noise(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*s >> 11) / (double)(1ull << 53) * 2 - 1;
+}
+
+/* One simulated step: a bucket of 25M floats whose top-k pairs cost 8 bytes each, a 100 ms
+ * window, 5 ms of compression, on a link of `rate` bytes/s with relative noise. */
+static double sim_step(gcoll_density_ctl_t *c, gcoll_bw_est_t *e, double rate, double jitter,
+                       uint64_t *seed)
+{
+    const double full = 25e6 * 8, window = 0.1, comp = 0.005;
+    double bytes = full * c->density;
+    double t = bytes / (rate * (1 + jitter * noise(seed)));
+    gcoll_bw_update(e, bytes, t);
+    return gcoll_ctl_step(c, window, comp, e->bw, full, 0);
+}
+
+static void test_step_changes(void **state)
+{
+    (void)state;
+    gcoll_density_ctl_t c;
+    gcoll_bw_est_t e;
+    gcoll_ctl_init(&c, 1e-4, 0.1, 0.01);
+    gcoll_bw_init(&e, 2);
+    uint64_t seed = 1;
+    const double rates[4] = {1.25e9, 1.25e8, 2.5e7, 1.25e9}; /* 10G, 1G, 200M, 10G bit/s */
+    for (int phase = 0; phase < 4; phase++) {
+        double d = 0;
+        long changes0 = c.changes;
+        for (int step = 0; step < 40; step++)
+            d = sim_step(&c, &e, rates[phase], 0.0, &seed);
+        /* the ideal density: what fits in the window, within bounds */
+        double ideal = (0.1 - 0.005) * rates[phase] / (25e6 * 8);
+        ideal = ideal < 1e-4 ? 1e-4 : ideal > 0.1 ? 0.1 : ideal;
+        if (fabs(d - ideal) > 0.3 * ideal)
+            fail_msg("phase %d: density %g, ideal %g", phase, d, ideal);
+        assert_true(d >= 1e-4 && d <= 0.1);
+        /* converged without oscillating: a handful of changes per phase at most */
+        assert_true(c.changes - changes0 <= 6);
+    }
+    /* the fast link goes to the maximum */
+    assert_true(c.density == 0.1);
+}
+
+static void test_noise_no_oscillation(void **state)
+{
+    (void)state;
+    gcoll_density_ctl_t c;
+    gcoll_bw_est_t e;
+    gcoll_ctl_init(&c, 1e-4, 0.1, 0.001);
+    gcoll_bw_init(&e, 4);
+    uint64_t seed = 7;
+    for (int step = 0; step < 30; step++)
+        sim_step(&c, &e, 1.25e8, 0.3, &seed); /* settle on 1 Gbit/s with 30% noise */
+    long before = c.changes;
+    for (int step = 0; step < 200; step++)
+        sim_step(&c, &e, 1.25e8, 0.3, &seed);
+    /* 200 noisy steps on a steady link: hysteresis keeps the decision still */
+    assert_true(c.changes - before <= 2);
+}
+
+static void test_outliers(void **state)
+{
+    (void)state;
+    gcoll_bw_est_t e;
+    gcoll_bw_init(&e, 4);
+    for (int i = 0; i < 20; i++)
+        gcoll_bw_update(&e, 1e8, 1.0);
+    gcoll_bw_update(&e, 1e8, 1000.0); /* one stall */
+    assert_true(e.bw > 0.8e8);
+    gcoll_bw_update(&e, 1e8, 1e-6); /* one absurdly fast sample */
+    assert_true(e.bw < 1.5e8);
+    gcoll_bw_update(&e, 0, 1);  /* ignored */
+    gcoll_bw_update(&e, 1, 0);  /* ignored */
+    assert_true(e.bw > 0.8e8 && e.bw < 1.5e8);
+}
+
+static void test_bounds_and_hold(void **state)
+{
+    (void)state;
+    gcoll_density_ctl_t c;
+    gcoll_ctl_init(&c, 0.001, 0.05, 0.5); /* start above the maximum: clamped */
+    assert_true(c.density == 0.05);
+    /* an impossible window: the minimum, never below */
+    assert_true(gcoll_ctl_step(&c, 0.0, 0.01, 1e6, 1e9, 0) == 0.001);
+    /* a change right after another waits for the hold */
+    double d = gcoll_ctl_step(&c, 10.0, 0, 1e9, 1e6, 0);
+    assert_true(d == 0.001);
+    for (int i = 0; i < c.min_hold; i++)
+        d = gcoll_ctl_step(&c, 10.0, 0, 1e9, 1e6, 0);
+    assert_true(d == 0.05);
+    /* a critical phase asks for the maximum at once */
+    gcoll_ctl_init(&c, 0.001, 0.05, 0.001);
+    c.held = 0;
+    assert_true(gcoll_ctl_step(&c, 0.0, 0, 1e6, 1e9, 1) == 0.05);
+    /* nothing measured yet: no change */
+    gcoll_ctl_init(&c, 0.001, 0.05, 0.01);
+    assert_true(gcoll_ctl_step(&c, 1, 0, 0, 0, 0) == 0.01);
+}
+
+static void test_phase(void **state)
+{
+    (void)state;
+    gcoll_phase_t p;
+    gcoll_phase_init(&p, 0.5, 2);
+    assert_int_equal(gcoll_phase_update(&p, 10), 1); /* early training is critical */
+    assert_int_equal(gcoll_phase_update(&p, 9), 1);
+    assert_int_equal(gcoll_phase_update(&p, 9.5), 0); /* steady */
+    assert_int_equal(gcoll_phase_update(&p, 9.2), 0);
+    assert_int_equal(gcoll_phase_update(&p, 30), 1); /* the norm jumps: critical */
+    assert_int_equal(gcoll_phase_update(&p, 31), 1);
+    assert_int_equal(gcoll_phase_update(&p, 30.5), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_step_changes), cmocka_unit_test(test_noise_no_oscillation),
+        cmocka_unit_test(test_outliers),     cmocka_unit_test(test_bounds_and_hold),
+        cmocka_unit_test(test_phase),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
