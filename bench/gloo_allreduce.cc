@@ -88,7 +88,10 @@ int run(int argc, char **argv)
     }
 
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1"; // loopback, like gcoll and Open MPI in compare-dense.sh
+    // loopback, like gcoll and Open MPI in compare-dense.sh; netns-shaped.sh passes the
+    // namespace's own address
+    const char *host = getenv("GLOO_HOSTNAME");
+    attr.hostname = host && *host ? host : "127.0.0.1";
     auto dev = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore store(o.store);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, n);

@@ -13,6 +13,12 @@ set -u
 BUILD=${1:-.}
 BENCH="$BUILD/tools/gcoll-bench"
 GLOO="${GLOO_DRIVER:-$BUILD/bench/gloo_allreduce}"
+# build the Gloo driver if it is not there (libgloo-dev)
+if [ ! -x "$GLOO" ] && [ -f /usr/include/gloo/allreduce_ring_chunked.h ]; then
+    mkdir -p "$(dirname "$GLOO")"
+    g++ -O2 -std=c++17 -o "$GLOO" "$(dirname "$0")/gloo_allreduce.cc" -lgloo -lpthread 2>/dev/null ||
+        echo "netns-shaped: could not build the Gloo driver"
+fi
 RATES=${RATES:-"1gbit 10gbit"}
 COUNT=${COUNT:-25000000}
 ITERS=${ITERS:-3}
@@ -89,9 +95,10 @@ run_gloo() {
     mkdir -p "$store"
     pids=""
     for i in $(seq 0 $((N - 1))); do
-        ip netns exec "gcoll-ns$i" timeout 600 "$GLOO" --rank "$i" --size $N --store "$store" \
-            --iface-addr "10.77.0.$((i + 1))" --algo ring_chunked --bytes $((COUNT * 4)) \
-            --iters "$ITERS" --warmup 1 >"$TMP/gloo$i.csv" 2>"$TMP/gloo$i.err" &
+        ip netns exec "gcoll-ns$i" env GCOLL_RANK="$i" GCOLL_SIZE=$N \
+            GLOO_HOSTNAME="10.77.0.$((i + 1))" timeout 600 "$GLOO" -s "$store" -a ring_chunked \
+            -b $((COUNT * 4)) -e $((COUNT * 4)) -n "$ITERS" -w 1 --csv \
+            >"$TMP/gloo$i.csv" 2>"$TMP/gloo$i.err" &
         pids="$pids $!"
     done
     ok=0
