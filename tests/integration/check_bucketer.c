@@ -1,0 +1,260 @@
+/* check_bucketer.c: coll_check's bucketer, adapt and bucket_missing modes. */
+#include "check.h"
+
+/* ---- bucketer ---- */
+
+static const struct {
+    const char *name;
+    size_t count;
+} layers[] = {
+    /* backward order: the network's last layer first */
+    {"fc3.bias", 10},       {"fc3.weight", 2560},  {"norm2.weight", 256}, {"fc2.bias", 256},
+    {"fc2.weight", 65536},  {"fc1.bias", 512},     {"fc1.weight", 200704},
+};
+#define NLAYERS ((int)(sizeof(layers) / sizeof(layers[0])))
+
+static float layer_val(int r, int step, int l, size_t i)
+{
+    return (float)((int)((i * 7 + (size_t)l * 5 + (size_t)r * 3 + (size_t)step) % 19) - 9);
+}
+
+/* Ready order: a different permutation on every rank. */
+static void ready_all(gcoll_bucketer_t *b, const int *id, int skip)
+{
+    for (int k = 0; k < NLAYERS; k++) {
+        int l = (k * 3 + rank * 5 + 1) % NLAYERS;
+        if (l != skip && gcoll_bucketer_ready(b, id[l]) != GCOLL_OK)
+            FAIL("bucketer_ready(%s)", layers[l].name);
+    }
+}
+
+static void check_bucketer_dense(int accumulate)
+{
+    gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .op = GCOLL_AVG,
+                                   .default_spec = "none", .accumulate_steps = accumulate};
+    gcoll_bucketer_t *b;
+    if (gcoll_bucketer_create(comm, &cfg, &b) != GCOLL_OK) {
+        FAIL("bucketer_create");
+        return;
+    }
+    float *g[NLAYERS];
+    int id[NLAYERS];
+    for (int l = 0; l < NLAYERS; l++) {
+        g[l] = malloc(layers[l].count * sizeof(float));
+        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
+                                  &id[l]);
+    }
+    for (int step = 0; step < 2 * accumulate; step++) {
+        for (int l = 0; l < NLAYERS; l++)
+            for (size_t i = 0; i < layers[l].count; i++)
+                g[l][i] = layer_val(rank, step, l, i);
+        ready_all(b, id, -1);
+        checks++;
+        if (gcoll_bucketer_wait(b) != GCOLL_OK) {
+            FAIL("bucketer_wait: %s", gcoll_comm_last_error(comm));
+            break;
+        }
+        int comm_step = (step + 1) % accumulate == 0;
+        for (int l = 0; l < NLAYERS; l++) {
+            for (size_t i = 0; i < layers[l].count; i++) {
+                double want = 0;
+                if (!comm_step) {
+                    want = layer_val(rank, step, l, i); /* untouched: accumulated locally */
+                } else {
+                    for (int r = 0; r < size; r++)
+                        for (int s2 = step + 1 - accumulate; s2 <= step; s2++)
+                            want += layer_val(r, s2, l, i);
+                    want /= size;
+                }
+                if (fabs(g[l][i] - want) > 1e-6 * (fabs(want) + 1)) {
+                    FAIL("bucketer (accumulate %d) step %d %s[%zu]: got %g want %g", accumulate,
+                         step, layers[l].name, i, g[l][i], want);
+                    l = NLAYERS;
+                    break;
+                }
+            }
+        }
+    }
+    if (gcoll_bucketer_num_buckets(b) < 3)
+        FAIL("bucketer made %d buckets, expected several", gcoll_bucketer_num_buckets(b));
+    gcoll_bucketer_destroy(b);
+    for (int l = 0; l < NLAYERS; l++)
+        free(g[l]);
+}
+
+/* One bucket of one codec equals the compressed allreduce of the fused tensors, step
+ * after step (the bucket's residual carries over like a tensor state's). */
+static void check_bucketer_compressed(const char *spec)
+{
+    gcoll_bucketer_config_t cfg = {.bucket_bytes = 64 << 20, .op = GCOLL_SUM,
+                                   .default_spec = spec};
+    gcoll_bucketer_t *b;
+    gcoll_bucketer_create(comm, &cfg, &b);
+    gcoll_compressor_t *c;
+    gcoll_tensor_state_t *st;
+    size_t total = 0;
+    for (int l = 0; l < NLAYERS; l++)
+        total += layers[l].count;
+    gcoll_compressor_create(spec, &c);
+    gcoll_state_create(c, total, &st);
+    float *g[NLAYERS], *fused = malloc(total * sizeof(float)), *ref = malloc(total * sizeof(float));
+    int id[NLAYERS];
+    for (int l = 0; l < NLAYERS; l++) {
+        g[l] = malloc(layers[l].count * sizeof(float));
+        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
+                                  &id[l]);
+    }
+    for (int step = 0; step < 2; step++) {
+        size_t off = 0;
+        for (int l = 0; l < NLAYERS; l++)
+            for (size_t i = 0; i < layers[l].count; i++)
+                fused[off++] = g[l][i] = layer_val(rank, step, l, i) * 0.37f;
+        ready_all(b, id, -1);
+        checks++;
+        if (gcoll_bucketer_wait(b) != GCOLL_OK ||
+            gcoll_compressed_allreduce(comm, st, fused, ref, total, GCOLL_SUM) != GCOLL_OK) {
+            FAIL("bucketer %s: %s", spec, gcoll_comm_last_error(comm));
+            break;
+        }
+        off = 0;
+        for (int l = 0; l < NLAYERS; l++, off += layers[l - 1].count)
+            if (memcmp(g[l], ref + off, layers[l].count * sizeof(float)) != 0) {
+                FAIL("bucketer %s step %d: %s differs from the compressed allreduce", spec, step,
+                     layers[l].name);
+                break;
+            }
+    }
+    if (gcoll_bucketer_num_buckets(b) != 1)
+        FAIL("bucketer %s: %d buckets, expected 1", spec, gcoll_bucketer_num_buckets(b));
+    gcoll_bucketer_destroy(b);
+    gcoll_state_destroy(st);
+    gcoll_compressor_destroy(c);
+    for (int l = 0; l < NLAYERS; l++)
+        free(g[l]);
+    free(fused);
+    free(ref);
+}
+
+static void check_bucketer_errors(void)
+{
+    gcoll_bucketer_t *b;
+    gcoll_bucketer_config_t bad = {.policy = "*bias*=none;size<oops=fp16;*=topk:density=0.01"};
+    checks += 4;
+    if (gcoll_bucketer_create(comm, &bad, &b) != GCOLL_ERR_INVALID ||
+        !strstr(gcoll_comm_last_error(comm), "size<oops=fp16"))
+        FAIL("bad policy rule not named: '%s'", gcoll_comm_last_error(comm));
+    gcoll_bucketer_config_t badspec = {.policy = "fc*=topk:density=7"};
+    if (gcoll_bucketer_create(comm, &badspec, &b) != GCOLL_ERR_INVALID ||
+        !strstr(gcoll_comm_last_error(comm), "fc*=topk:density=7"))
+        FAIL("bad compressor in a policy rule not named: '%s'", gcoll_comm_last_error(comm));
+    gcoll_bucketer_config_t ok = {.default_spec = "none"};
+    gcoll_bucketer_create(comm, &ok, &b);
+    float x[4];
+    int id;
+    gcoll_bucketer_add_tensor(b, "w", x, 4, GCOLL_FLOAT32, NULL, &id);
+    if (gcoll_bucketer_add_tensor(b, "w", x, 3, GCOLL_FLOAT32, NULL, &id) != GCOLL_ERR_INVALID)
+        FAIL("re-registration accepted");
+    if (gcoll_bucketer_ready(b, 99) != GCOLL_ERR_INVALID)
+        FAIL("ready on an unknown tensor accepted");
+    gcoll_bucketer_ready(b, 0);
+    gcoll_bucketer_wait(b);
+    gcoll_bucketer_destroy(b);
+}
+
+int run_bucketer(void)
+{
+    check_bucketer_dense(1);
+    check_bucketer_dense(2);
+    check_bucketer_compressed("topk:density=0.01+q8");
+    check_bucketer_compressed("sign");
+    check_bucketer_errors();
+    return failures;
+}
+
+/* GCOLL_ADAPT (set by the caller): every rank measures its own (noisy) times, yet all
+ * must pick the same densities at every step, within the configured bounds. */
+int run_adapt(void)
+{
+    gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .op = GCOLL_AVG,
+                                   .policy = "*bias*=none;*=topk:density=0.01"};
+    gcoll_bucketer_t *b;
+    if (gcoll_bucketer_create(comm, &cfg, &b) != GCOLL_OK) {
+        FAIL("bucketer_create: %s", gcoll_comm_last_error(comm));
+        return failures;
+    }
+    float *g[NLAYERS];
+    int id[NLAYERS];
+    for (int l = 0; l < NLAYERS; l++) {
+        g[l] = malloc(layers[l].count * sizeof(float));
+        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
+                                  &id[l]);
+    }
+    int changed = 0;
+    double first = -1;
+    for (int step = 0; step < 12; step++) {
+        for (int l = 0; l < NLAYERS; l++)
+            for (size_t i = 0; i < layers[l].count; i++)
+                g[l][i] = layer_val(rank, step, l, i) * (step < 6 ? 1.0f : 5.0f);
+        ready_all(b, id, -1);
+        checks++;
+        if (gcoll_bucketer_wait(b) != GCOLL_OK) {
+            FAIL("adapt step %d: %s", step, gcoll_comm_last_error(comm));
+            break;
+        }
+        for (int k = 0; k < gcoll_bucketer_num_buckets(b); k++) {
+            double d = gcoll_bucketer_density(b, k), lo = d, hi = d;
+            if (gcoll_allreduce(comm, &lo, &lo, 1, GCOLL_FLOAT64, GCOLL_MIN) != GCOLL_OK ||
+                gcoll_allreduce(comm, &hi, &hi, 1, GCOLL_FLOAT64, GCOLL_MAX) != GCOLL_OK ||
+                lo != hi)
+                FAIL("adapt step %d bucket %d: ranks chose different densities (%g..%g)", step,
+                     k, lo, hi);
+            if (d != 1.0 && (d < 0.001 - 1e-12 || d > 0.2 + 1e-12))
+                FAIL("adapt step %d bucket %d: density %g outside [0.001, 0.2]", step, k, d);
+            if (k == gcoll_bucketer_num_buckets(b) - 1 && d != 1.0) {
+                if (first < 0)
+                    first = d;
+                changed |= d != first;
+            }
+        }
+    }
+    printf("rank %d: adaptation kept densities equal on every rank; last bucket's density now "
+           "%g%s\n", rank, gcoll_bucketer_density(b, gcoll_bucketer_num_buckets(b) - 1),
+           changed ? " (changed during the run)" : "");
+    gcoll_bucketer_destroy(b);
+    for (int l = 0; l < NLAYERS; l++)
+        free(g[l]);
+    return failures;
+}
+
+/* Rank `victim` never marks fc2.weight ready: it reports that tensor, the others time out
+ * in its bucket with an error naming the bucket. */
+int run_bucket_missing(int victim)
+{
+    gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .default_spec = "none"};
+    gcoll_bucketer_t *b;
+    gcoll_bucketer_create(comm, &cfg, &b);
+    float *g[NLAYERS];
+    int id[NLAYERS];
+    for (int l = 0; l < NLAYERS; l++) {
+        g[l] = calloc(layers[l].count, sizeof(float));
+        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
+                                  &id[l]);
+    }
+    double t0 = now();
+    ready_all(b, id, rank == victim ? 4 : -1);
+    gcoll_status_t st = gcoll_bucketer_wait(b);
+    const char *err = gcoll_comm_last_error(comm);
+    if (st == GCOLL_OK)
+        FAIL("missing ready() went unnoticed");
+    else if (rank == victim && !strstr(err, "fc2.weight"))
+        FAIL("the rank that skipped ready() does not name the tensor: %s", err);
+    else if (rank != victim && !strstr(err, "bucket"))
+        FAIL("the others' error does not name the bucket: %s", err);
+    else
+        printf("rank %d: missing ready() failed as expected after %.2f s: %s | %s\n", rank,
+               now() - t0, gcoll_status_string(st), err);
+    gcoll_bucketer_destroy(b);
+    for (int l = 0; l < NLAYERS; l++)
+        free(g[l]);
+    return failures;
+}
