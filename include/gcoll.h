@@ -235,7 +235,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_ialltoallv(gcoll_comm_t *comm, const void *sen
                                              gcoll_request_t **req_p);
 
 /* Waits for a request to complete and frees it; returns the operation's status. Blocks
- * (bounded by the timeout). Call from the thread that owns the communicator. */
+ * (bounded by the timeout). Any thread may wait for a request (completion is guarded by
+ * the communicator's lock), but only one thread may wait for a given request. */
 GCOLL_EXPORT gcoll_status_t gcoll_wait(gcoll_request_t *req);
 
 /* Sets *done_p to 1 if the request completed (then gcoll_wait returns at once with its

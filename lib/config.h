@@ -38,6 +38,7 @@ typedef struct gcoll_config {
     double density_min, density_max;
     char *density_min_s, *density_max_s;
     long adapt_half_life;
+    char *library; /* read by the Python binding only */
     /* verbs transport (GCOLL_IB_*) */
     char *ib_hca;         /* "mlx5_0:1,mlx5_1" or NULL */
     long ib_gid_index;    /* -1: automatic */

@@ -1,0 +1,34 @@
+# gcoll/__init__.py: Python binding of gcoll (ctypes over libgcoll.so); see docs/python.md.
+"""gcoll: compression-aware collectives for distributed training.
+
+    import gcoll, numpy as np
+    with gcoll.Comm() as comm:                       # rank, size, root from the environment
+        x = np.ones(1000, dtype=np.float32)
+        comm.allreduce(x, op="avg")                  # in place, no copy
+        st = gcoll.TensorState(gcoll.Compressor("topk:density=0.01"), x.size)
+        out = comm.compressed_allreduce(st, x, np.empty_like(x), op="avg")
+        print(comm.counters().bytes_sent)
+
+Arrays are numpy.ndarray or torch CPU tensors, contiguous, passed by pointer. Failures
+raise gcoll.GcollError (status, status_name, message). The PyTorch DDP communication hook
+is in gcoll.torch (imported separately: it needs torch).
+"""
+
+from ._lib import (AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, PROD,
+                   STATUS_NAMES, SUM, Counters, GcollError, status_string, transports_built,
+                   version)
+from ._lib import path as library_path
+from .comm import Comm, Request
+from .compress import (CODEC_LOSSLESS, CODEC_NEEDS_STATE, CODEC_QUANTIZED, CODEC_RANDOMK,
+                       CODEC_SPARSE, CODEC_STOCHASTIC, Compressor, TensorState, check_spec)
+
+__version__ = version()
+
+__all__ = [
+    "Comm", "Request", "Compressor", "TensorState", "GcollError", "Counters", "check_spec",
+    "version", "status_string", "transports_built", "library_path", "STATUS_NAMES",
+    "SUM", "AVG", "MIN", "MAX", "PROD",
+    "FLOAT32", "FLOAT16", "BFLOAT16", "FLOAT64", "INT32", "INT64",
+    "CODEC_SPARSE", "CODEC_RANDOMK", "CODEC_QUANTIZED", "CODEC_STOCHASTIC", "CODEC_LOSSLESS",
+    "CODEC_NEEDS_STATE",
+]

@@ -1,0 +1,60 @@
+#!/bin/sh
+# test-python.sh: the Python binding and the PyTorch DDP hook, on Debian's /usr/bin/python3.
+#
+# Runs bindings/python/tests: the codec round trips in one process, then the collectives
+# (test_comm.py) and the DDP hook (test_hook.py) on 2 ranks through gcoll-run. Exits 77
+# (SKIP) when /usr/bin/python3 cannot import numpy and torch (Debian: apt-get install
+# python3-numpy python3-torch) or when the library cannot be loaded into Python (no shared
+# library, or a sanitizer build). Takes about 10 s on a 2-core machine.
+
+. "$(dirname "$0")/lib.sh"
+
+PY=${GCOLL_TEST_PYTHON:-/usr/bin/python3}
+LIB="$top_builddir/.libs/libgcoll.so"
+SRC=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
+TESTS_DIR="$SRC/bindings/python/tests"
+# Bound on one launch; the slowest (test_hook.py) needs about 3 s.
+limit=${GCOLL_PYTHON_TEST_LIMIT:-60}
+
+skip() { note "SKIP: test-python: $*"; exit 77; }
+
+[ -x "$PY" ] || skip "$PY not found (Debian's python3 runs the binding's tests)"
+if ! missing=$(timeout 60 "$PY" -c 'import numpy, torch' 2>&1); then
+    skip "$PY cannot import numpy and torch ($(printf '%s' "$missing" | tail -n 1));" \
+        "apt-get install python3-numpy python3-torch"
+fi
+[ -e "$LIB" ] || skip "$LIB not built (configure --disable-shared?)"
+if ldd "$LIB" 2>/dev/null | grep -q 'libasan\|libubsan'; then
+    skip "libgcoll.so is a sanitizer build, which Python cannot load without LD_PRELOAD"
+fi
+
+# The binding finds the library in $top_builddir/.libs; PYTHONPATH points at the package.
+export top_builddir
+export PYTHONPATH="$SRC/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
+export GCOLL_DEBUG=none
+unset GCOLL_LIBRARY
+cd "$TMP" || exit 1
+
+# run NAME COMMAND...: one bounded launch; output kept in $TMP/NAME.out.
+run() {
+    name=$1
+    shift
+    t0=$(date +%s)
+    timeout -k 5 "$limit" "$@" >"$TMP/$name.out" 2>&1
+    rc=$?
+    t=$(($(date +%s) - t0))
+    if [ "$rc" -eq 0 ]; then
+        pass "$name (${t} s)"
+    else
+        fail "$name: exit status $rc after ${t} s:"
+        tail -n 40 "$TMP/$name.out"
+    fi
+}
+
+run codec "$PY" "$TESTS_DIR/test_codec.py"
+run comm "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s -- \
+    "$PY" "$TESTS_DIR/test_comm.py"
+run ddp-hook "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s \
+    -x GCOLL_TEST_STORE="$TMP/gloo-store" -- "$PY" "$TESTS_DIR/test_hook.py"
+
+finish
