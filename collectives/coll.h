@@ -80,4 +80,11 @@ gcoll_status_t gcoll_alltoall_run(gcoll_comm_t *comm, const uint8_t *sendbuf,
                                   const gcoll_span_t *sspan, uint8_t *recvbuf,
                                   const gcoll_span_t *rspan, uint32_t sig);
 
+/* Every rank sends sbuf[j] (slen[j] bytes) to rank j and receives at most rcap[j] bytes
+ * from it into rbuf[j] (rlen[j] receives the length), for exchanges whose lengths are not
+ * known in advance; NULL buffers are skipped, and so is this rank's own entry. */
+gcoll_status_t gcoll_exchange_anylen(gcoll_comm_t *comm, uint32_t sub, uint32_t sig,
+                                     uint8_t *const *sbuf, const size_t *slen,
+                                     uint8_t *const *rbuf, const size_t *rcap, size_t *rlen);
+
 #endif /* GCOLL_COLL_H */

@@ -27,36 +27,6 @@ static gcoll_span_t chunk(size_t count, int P, int j)
     return (gcoll_span_t){(size_t)j * base + GCOLL_MIN((size_t)j, extra), base + ((size_t)j < extra)};
 }
 
-/* Every rank sends sbuf[j] to rank j and receives at most rcap[j] bytes from rank j. */
-static gcoll_status_t exchange(gcoll_comm_t *comm, uint32_t sub, uint32_t sig,
-                               uint8_t *const *sbuf, const size_t *slen, uint8_t *const *rbuf,
-                               const size_t *rcap, size_t *rlen)
-{
-    const int P = comm->size, r = comm->rank;
-    gcoll_treq_t *req = calloc(2 * (size_t)P, sizeof(*req));
-    if (!req)
-        return GCOLL_ERR_NOMEM;
-    gcoll_status_t st = GCOLL_OK;
-    int n = 0;
-    for (int k = 1; k < P; k++) {
-        int from = (r - k + P) % P;
-        GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &req[n++], from, sub, sig, rbuf[from], rcap[from],
-                                         GCOLL_TREQ_ANYLEN), st, out);
-    }
-    for (int k = 1; k < P; k++) {
-        int to = (r + k) % P;
-        GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &req[n++], to, sub, sig, sbuf[to], slen[to]), st,
-                         out);
-    }
-    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, req, n), st, out);
-    for (int i = 0; i < P - 1; i++)
-        rlen[req[i].peer] = req[i].nbytes;
-out:
-    if (st != GCOLL_OK)
-        gcoll_net_cancel(comm, req, n);
-    free(req);
-    return st;
-}
 
 /* Quantizers: all-to-all of worker-compressed chunks, reduce, re-compress, gather. */
 static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
@@ -103,7 +73,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         goto out;
     for (int j = 0; j < P; j++)
         rcap[j] = rc;
-    st = exchange(comm, PHASE(0), sig, sbuf, len, rbuf, rcap, rlen);
+    st = gcoll_exchange_anylen(comm, PHASE(0), sig, sbuf, len, rbuf, rcap, rlen);
     free(rcap);
     if (st != GCOLL_OK)
         goto out;
@@ -163,7 +133,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         rbuf[j] = rstore + rtot;
         rtot += cap[j];
     }
-    GCOLL_CHECK_GOTO(exchange(comm, PHASE(1), sig, sbuf, len, rbuf, cap, rlen), st, out);
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(1), sig, sbuf, len, rbuf, cap, rlen), st, out);
     rbuf[r] = smsg;
     rlen[r] = mlen;
     t0 = gcoll_time_ns();

@@ -380,3 +380,39 @@ gcoll_status_t gcoll_alltoall(gcoll_comm_t *comm, const void *sendbuf, void *rec
 {
     return gcoll_ialltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, NULL);
 }
+
+/* Every rank sends sbuf[j] (slen[j] bytes) to rank j and receives at most rcap[j] bytes
+ * from it into rbuf[j]; rlen[j] receives the length. Used where lengths are not known in
+ * advance; the receive side checks them against the cap. */
+gcoll_status_t gcoll_exchange_anylen(gcoll_comm_t *comm, uint32_t sub, uint32_t sig,
+                                     uint8_t *const *sbuf, const size_t *slen,
+                                     uint8_t *const *rbuf, const size_t *rcap, size_t *rlen)
+{
+    const int P = comm->size, r = comm->rank;
+    gcoll_treq_t *req = calloc(2 * (size_t)P, sizeof(*req));
+    if (!req)
+        return GCOLL_ERR_NOMEM;
+    gcoll_status_t st = GCOLL_OK;
+    int n = 0;
+    for (int k = 1; k < P; k++) {
+        int from = (r - k + P) % P;
+        if (rbuf[from])
+            GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &req[n++], from, sub, sig, rbuf[from],
+                                             rcap[from], GCOLL_TREQ_ANYLEN), st, out);
+    }
+    for (int k = 1; k < P; k++) {
+        int to = (r + k) % P;
+        if (sbuf[to])
+            GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &req[n++], to, sub, sig, sbuf[to], slen[to]),
+                             st, out);
+    }
+    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, req, n), st, out);
+    for (int i = 0; i < n; i++)
+        if (req[i].flags & GCOLL_TREQ_ANYLEN)
+            rlen[req[i].peer] = req[i].nbytes;
+out:
+    if (st != GCOLL_OK)
+        gcoll_net_cancel(comm, req, n);
+    free(req);
+    return st;
+}

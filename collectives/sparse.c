@@ -102,43 +102,7 @@ void gcoll_pairs_free(gcoll_pairs_t *p)
     p->n = 0;
 }
 
-/* ---- exchanges of variable-length messages --------------------------------------------- */
-
-/* Every rank sends sbuf[j] (slen[j] bytes) to rank j and receives at most rcap[j] bytes
- * from it into rbuf[j]; rlen[j] receives the length. Used where lengths are not known in
- * advance; the receive side checks them against the cap. */
-static gcoll_status_t exchange(gcoll_comm_t *comm, uint32_t sub, uint32_t sig,
-                               uint8_t *const *sbuf, const size_t *slen, uint8_t *const *rbuf,
-                               const size_t *rcap, size_t *rlen)
-{
-    const int P = comm->size, r = comm->rank;
-    gcoll_treq_t *req = calloc(2 * (size_t)P, sizeof(*req));
-    if (!req)
-        return GCOLL_ERR_NOMEM;
-    gcoll_status_t st = GCOLL_OK;
-    int n = 0;
-    for (int k = 1; k < P; k++) {
-        int from = (r - k + P) % P;
-        if (rbuf[from])
-            GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &req[n++], from, sub, sig, rbuf[from],
-                                             rcap[from], GCOLL_TREQ_ANYLEN), st, out);
-    }
-    for (int k = 1; k < P; k++) {
-        int to = (r + k) % P;
-        if (sbuf[to])
-            GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &req[n++], to, sub, sig, sbuf[to], slen[to]),
-                             st, out);
-    }
-    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, req, n), st, out);
-    for (int i = 0; i < n; i++)
-        if (req[i].flags & GCOLL_TREQ_ANYLEN)
-            rlen[req[i].peer] = req[i].nbytes;
-out:
-    if (st != GCOLL_OK)
-        gcoll_net_cancel(comm, req, n);
-    free(req);
-    return st;
-}
+/* ---- exchanges ----------------------------------------------------------------------------- */
 
 /* Allgather of one 16-byte record per rank over the ring engine. */
 static gcoll_status_t allgather_small(gcoll_comm_t *comm, uint8_t *all, size_t each,
@@ -286,7 +250,8 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
         rbuf[j] = rstore + rtot;
         rtot += rcap[j];
     }
-    GCOLL_CHECK_GOTO(exchange(comm, PHASE(3), sig, sbuf, slen, rbuf, rcap, rlen), st, out);
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(3), sig, sbuf, slen, rbuf, rcap, rlen), st,
+                     out);
     rbuf[r] = sbuf[r];
     rlen[r] = slen[r];
     /* 2. reduce my range, contributions in rank order, then keep the touched indices */
@@ -361,7 +326,8 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
         rbuf[j] = j == r ? NULL : rstore + rtot;
         rtot += rcap[j];
     }
-    GCOLL_CHECK_GOTO(exchange(comm, PHASE(4), sig, sbuf, slen, rbuf, rcap, rlen), st, out);
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(4), sig, sbuf, slen, rbuf, rcap, rlen), st,
+                     out);
     rbuf[r] = piece;
     rlen[r] = plen;
     memset(c->out, 0, c->count * sizeof(float));
