@@ -1,0 +1,281 @@
+/* train.c: the data-parallel training loop. Every rank holds the whole model; each step it
+ * takes its slice of a global batch, runs forward and backward, and hands each layer's
+ * gradients to gcoll's bucketer as soon as backward produces them (last layer first), so
+ * their compression and reduction overlap the backward pass of the earlier layers; after
+ * gcoll_bucketer_wait() every rank holds the same averaged gradient and takes the same step.
+ *
+ * DGC (Lin et al. 2018, "Deep Gradient Compression") corrects momentum inside the codec: it
+ * accumulates velocity u = m u + g per rank and sends the largest entries of the
+ * accumulation, so, as in the paper, the trainer applies plain SGD to its output. Other
+ * codecs are followed by SGD with momentum on the reduced gradient; error feedback, when on,
+ * is the codec state's (EF-SGD / EF-SignSGD, Karimireddy et al. 2019). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gemm.h"
+#include "train.h"
+
+void train_opts_default(train_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->epochs = 5;
+    o->compressor = "none";
+    o->policy = "";
+    o->seed = 1;
+    o->batch = 64;
+    o->lr = 0.05f;
+    o->momentum = -1.0f;
+    o->bucket_bytes = 1;
+    o->sizes[0] = 784;
+    o->sizes[1] = 512;
+    o->sizes[2] = 256;
+    o->sizes[3] = TRAIN_CLASSES;
+    o->nsizes = 4;
+}
+
+int train_uses_dgc(const char *compressor, const char *policy)
+{
+    return (compressor && strstr(compressor, "dgc")) || (policy && strstr(policy, "dgc"));
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    gcoll_bucketer_t *b;
+    int id_w[TRAIN_MAX_LAYERS], id_b[TRAIN_MAX_LAYERS];
+    gcoll_status_t st;
+} ready_ctx_t;
+
+static int layer_ready(int layer, void *arg)
+{
+    ready_ctx_t *c = arg;
+    if ((c->st = gcoll_bucketer_ready(c->b, c->id_b[layer])) != GCOLL_OK ||
+        (c->st = gcoll_bucketer_ready(c->b, c->id_w[layer])) != GCOLL_OK)
+        return -1;
+    return 0;
+}
+
+static int fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
+{
+    const char *detail = gcoll_comm_last_error(comm);
+    fprintf(stderr, "gcoll-train: rank %d: %s: %s%s%s\n", gcoll_comm_rank(comm), what,
+            gcoll_status_string(st), *detail ? ": " : "", detail);
+    return -1;
+}
+
+/* Test loss and accuracy of this rank's share of the test set (summed, not averaged). */
+static void evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int rank, int size, float *x,
+                     uint8_t *y, uint32_t *idx, double *loss_sum, long *correct)
+{
+    size_t lo = n * (size_t)rank / (size_t)size, hi = n * (size_t)(rank + 1) / (size_t)size;
+    for (size_t i = lo; i < hi; i += (size_t)m->cap) {
+        int b = (int)(hi - i < (size_t)m->cap ? hi - i : (size_t)m->cap);
+        for (int j = 0; j < b; j++)
+            idx[j] = (uint32_t)(i + (size_t)j);
+        train_gather(t, idx, (size_t)b, x, y);
+        *loss_sum += train_mlp_forward(m, x, y, b, correct) * b;
+    }
+}
+
+int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, FILE *out,
+              int keep_params, train_result_t *res)
+{
+    int rank = gcoll_comm_rank(comm), size = gcoll_comm_size(comm);
+    memset(res, 0, sizeof(*res));
+    if (rank != 0)
+        out = NULL;
+    size_t ntrain = o->limit && o->limit < d->train.n ? o->limit : d->train.n;
+    size_t ntest = o->test_limit && o->test_limit < d->test.n ? o->test_limit : d->test.n;
+    size_t global = (size_t)o->batch * (size_t)size;
+    if (o->batch < 1 || global > ntrain) {
+        fprintf(stderr,
+                "gcoll-train: rank %d: a global batch of %zu (%d per rank x %d ranks) needs at "
+                "least that many training examples, have %zu\n",
+                rank, global, o->batch, size, ntrain);
+        return -1;
+    }
+    int sizes[TRAIN_MAX_LAYERS + 1];
+    memcpy(sizes, o->sizes, sizeof(sizes));
+    sizes[0] = (int)d->train.dim;
+    if (o->nsizes < 2 || sizes[o->nsizes - 1] != TRAIN_CLASSES) {
+        fprintf(stderr, "gcoll-train: rank %d: the last layer must have %d outputs\n", rank,
+                TRAIN_CLASSES);
+        return -1;
+    }
+    size_t steps = ntrain / global;
+    float momentum = o->momentum >= 0.0f                        ? o->momentum
+                     : train_uses_dgc(o->compressor, o->policy) ? 0.0f
+                                                                : 0.9f;
+    int cap = o->batch > 500 ? o->batch : 500; /* evaluation runs 500 examples at a time */
+    train_sgemm_init();
+
+    int rc = -1;
+    train_mlp_t m;
+    if (train_mlp_init(&m, sizes, o->nsizes, cap, o->seed) != 0) {
+        fprintf(stderr, "gcoll-train: rank %d: cannot create the model (out of memory?)\n", rank);
+        return -1;
+    }
+    float *x = malloc((size_t)cap * d->train.dim * sizeof(float));
+    uint8_t *y = malloc((size_t)cap);
+    uint32_t *perm = malloc(ntrain * sizeof(uint32_t));
+    uint32_t *idx = malloc((size_t)cap * sizeof(uint32_t));
+    gcoll_bucketer_t *b = NULL;
+    if (!x || !y || !perm || !idx) {
+        fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
+        goto out;
+    }
+
+    /* One bucket per tensor by default (bucket_bytes 1): each layer's reduction starts as
+     * soon as backward has produced it, and each tensor gets its own codec state (DGC
+     * selects per layer). Registered in backward order, bias before weight within a layer,
+     * as DDP does (reversed parameters()). */
+    gcoll_bucketer_config_t bc = {
+        .bucket_bytes = o->bucket_bytes,
+        .op = GCOLL_AVG,
+        .policy = o->policy && *o->policy ? o->policy : NULL,
+        .default_spec = o->compressor,
+        .accumulate_steps = 1,
+    };
+    gcoll_status_t st = gcoll_bucketer_create(comm, &bc, &b);
+    if (st != GCOLL_OK) {
+        fail(comm, "bucketer", st);
+        goto out;
+    }
+    ready_ctx_t rctx = {.b = b};
+    for (int l = m.nl - 1; l >= 0; l--) {
+        char name[32];
+        snprintf(name, sizeof(name), "fc%d.bias", l + 1);
+        st = gcoll_bucketer_add_tensor(b, name, m.l[l].gb, (size_t)m.l[l].out, GCOLL_FLOAT32, NULL,
+                                       &rctx.id_b[l]);
+        if (st == GCOLL_OK) {
+            snprintf(name, sizeof(name), "fc%d.weight", l + 1);
+            st = gcoll_bucketer_add_tensor(b, name, m.l[l].gw, (size_t)m.l[l].in * m.l[l].out,
+                                           GCOLL_FLOAT32, NULL, &rctx.id_w[l]);
+        }
+        if (st != GCOLL_OK) {
+            fail(comm, "bucketer registration", st);
+            goto out;
+        }
+    }
+
+    if (out) {
+        const char *c = o->csv ? "# " : "";
+        fprintf(out, "%sgcoll-train: %d rank%s (%s), MLP", c, size, size == 1 ? "" : "s",
+                gcoll_comm_transport(comm));
+        for (int i = 0; i < o->nsizes; i++)
+            fprintf(out, "%s%d", i ? "-" : " ", sizes[i]);
+        fprintf(out, " (%zu parameters), sgemm %s\n", train_mlp_num_params(&m), train_sgemm_name());
+        fprintf(out,
+                "%scompressor %s, policy %s, buckets of %zu bytes%s; batch %d per rank (%zu "
+                "global), lr %g, momentum %g%s; %zu steps per epoch on %zu examples, %zu test; "
+                "seed %llu\n",
+                c, o->compressor, o->policy && *o->policy ? o->policy : "none", o->bucket_bytes,
+                o->bucket_bytes == 1   ? " (one per tensor)"
+                : o->bucket_bytes == 0 ? " (GCOLL_BUCKET_BYTES)"
+                                       : "",
+                o->batch, global, (double)o->lr, (double)momentum,
+                o->momentum < 0.0f && momentum == 0.0f ? " (DGC corrects momentum itself)" : "",
+                steps, ntrain, ntest, (unsigned long long)o->seed);
+        if (o->csv)
+            fprintf(out, "epoch,train_loss,test_loss,test_acc,wire_bytes,raw_bytes,seconds,"
+                         "wait_seconds\n");
+        else
+            fprintf(out, "%5s %10s %9s %8s %10s %10s %8s %7s %6s\n", "epoch", "train_loss",
+                    "test_loss", "test_acc", "wire_MB", "raw_MB", "wire/raw", "time_s", "wait_s");
+        fflush(out);
+    }
+
+    for (int e = 0; e < o->epochs; e++) {
+        double t0 = now_s(), wait_s = 0.0, loss_sum = 0.0;
+        gcoll_counters_t c0, c1;
+        gcoll_comm_counters(comm, &c0);
+        train_permutation(perm, ntrain, o->seed, (uint64_t)e);
+        for (size_t s = 0; s < steps; s++) {
+            /* rank r takes the r-th slice of global batch s: together the ranks cover exactly
+             * what one rank with the global batch would */
+            train_gather(&d->train, perm + s * global + (size_t)rank * o->batch, (size_t)o->batch,
+                         x, y);
+            double loss = train_mlp_forward(&m, x, y, o->batch, NULL);
+            if (!isfinite(loss)) {
+                fprintf(stderr,
+                        "gcoll-train: rank %d: the loss diverged (%g) at epoch %d step %zu: "
+                        "try a smaller --lr\n",
+                        rank, loss, e + 1, s);
+                gcoll_comm_abort(comm);
+                goto out;
+            }
+            loss_sum += loss;
+            if (train_mlp_backward(&m, y, layer_ready, &rctx) != 0) {
+                fail(comm, "gcoll_bucketer_ready", rctx.st);
+                goto out;
+            }
+            double tw = now_s();
+            st = gcoll_bucketer_wait(b);
+            wait_s += now_s() - tw;
+            if (st != GCOLL_OK) {
+                fail(comm, "gcoll_bucketer_wait", st);
+                goto out;
+            }
+            train_mlp_sgd(&m, o->lr, momentum);
+        }
+        gcoll_comm_counters(comm, &c1);
+        double test_loss = 0.0;
+        long correct = 0;
+        evaluate(&m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
+        double v[5] = {loss_sum, (double)correct, test_loss,
+                       (double)(c1.bytes_sent - c0.bytes_sent),
+                       (double)(c1.bytes_raw - c0.bytes_raw)};
+        st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
+        if (st != GCOLL_OK) {
+            fail(comm, "epoch statistics", st);
+            goto out;
+        }
+        double train_loss = v[0] / ((double)steps * size), acc = v[1] / (double)ntest;
+        double secs = now_s() - t0;
+        if (e == 0)
+            res->first_loss = train_loss;
+        res->last_loss = train_loss;
+        res->final_acc = acc;
+        res->wire_bytes += (uint64_t)v[3];
+        res->raw_bytes += (uint64_t)v[4];
+        if (out) {
+            if (o->csv)
+                fprintf(out, "%d,%.6f,%.6f,%.4f,%.0f,%.0f,%.3f,%.3f\n", e + 1, train_loss,
+                        v[2] / (double)ntest, acc, v[3], v[4], secs, wait_s);
+            else
+                fprintf(out, "%5d %10.4f %9.4f %8.4f %10.2f %10.2f %8.4f %7.2f %6.2f\n", e + 1,
+                        train_loss, v[2] / (double)ntest, acc, v[3] / 1e6, v[4] / 1e6,
+                        v[4] > 0 ? v[3] / v[4] : 0.0, secs, wait_s);
+            fflush(out);
+        }
+    }
+    if (out) {
+        fprintf(out, "final test accuracy: %.4f\n", res->final_acc);
+        fflush(out);
+    }
+    if (keep_params) {
+        res->nparams = train_mlp_num_params(&m);
+        res->params = malloc(res->nparams * sizeof(float));
+        if (!res->params) {
+            fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
+            goto out;
+        }
+        train_mlp_get_params(&m, res->params);
+    }
+    rc = 0;
+out:
+    gcoll_bucketer_destroy(b);
+    train_mlp_free(&m);
+    free(x);
+    free(y);
+    free(perm);
+    free(idx);
+    return rc;
+}

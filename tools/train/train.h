@@ -1,0 +1,48 @@
+/* train.h: data-parallel minibatch SGD of the MLP over a gcoll communicator, gradients
+ * reduced (and compressed) by gcoll's bucketer layer by layer during the backward pass. */
+#ifndef GCOLL_TRAIN_TRAIN_H
+#define GCOLL_TRAIN_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gcoll.h"
+#include "data.h"
+#include "mlp.h"
+
+typedef struct {
+    int epochs;
+    const char *compressor; /* default codec of the bucketer ("none": dense fp32) */
+    const char *policy;     /* GCOLL_LAYER_POLICY syntax, "" or NULL for none */
+    uint64_t seed;          /* initialization and shuffles */
+    int batch;              /* examples per rank per step */
+    float lr;
+    float momentum;      /* < 0: 0.9, or 0 when a DGC codec is in use (it has its own) */
+    size_t limit;        /* train on the first N examples (0: all) */
+    size_t test_limit;   /* evaluate on the first N test examples (0: all) */
+    size_t bucket_bytes; /* 0: GCOLL_BUCKET_BYTES; 1: one bucket per tensor */
+    int csv;
+    int sizes[TRAIN_MAX_LAYERS + 1]; /* hidden and output widths; sizes[0] is the input */
+    int nsizes;
+} train_opts_t;
+
+/* Defaults: 784-512-256-10, batch 64, lr 0.05, momentum auto, 5 epochs, seed 1, dense. */
+void train_opts_default(train_opts_t *o);
+
+typedef struct {
+    double first_loss, last_loss;   /* mean train loss of the first and last epoch */
+    double final_acc;               /* test accuracy after the last epoch */
+    uint64_t wire_bytes, raw_bytes; /* gradient traffic, summed over ranks and epochs */
+    float *params;                  /* when keep_params: every parameter (caller frees) */
+    size_t nparams;
+} train_result_t;
+
+/* Whether spec or policy puts any tensor on a DGC codec. */
+int train_uses_dgc(const char *compressor, const char *policy);
+
+/* Trains on d (every rank passes the same data) and writes per-epoch lines to out on rank 0
+ * (out may be NULL). Returns 0, or -1 after printing the error to stderr. Collective. */
+int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, FILE *out,
+              int keep_params, train_result_t *res);
+
+#endif
