@@ -7,6 +7,8 @@
 #
 #   sudo bench/netns-shaped.sh [BUILD_DIR]      (BUILD_DIR: where tools/ were built, default .)
 # Environment: RATES ("1gbit 10gbit"), COUNT (25000000 floats), ITERS (3), SPECS (codecs).
+# MODE=overlap runs tools/gcoll-overlap-bench instead (ResNet-50's backward pass with
+# COMPUTE_MS of compute, through the bucketer) for dense and each of SPECS.
 # Needs root, iproute2 and tc; skips with a message where namespaces cannot be made.
 # Everything it creates (namespaces gcoll-ns0..3, gcoll-br, temp files) is removed on exit.
 set -u
@@ -106,6 +108,31 @@ run_gloo() {
     [ "$ok" -eq 0 ] && cp "$TMP/gloo0.csv" "$1"
     return $ok
 }
+
+if [ "${MODE:-}" = overlap ]; then
+    OVERLAP="$BUILD/tools/gcoll-overlap-bench"
+    for rate in $RATES; do
+        shape
+        printf '\n## link %s per direction: overlap of ResNet-50 gradients with %s ms of compute\n' \
+            "$rate" "${COMPUTE_MS:-1000}"
+        for spec in none $SPECS; do
+            key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+            pids=""
+            for i in $(seq 0 $((N - 1))); do
+                ip netns exec "gcoll-ns$i" env GCOLL_RANK="$i" GCOLL_SIZE=$N \
+                    GCOLL_ROOT="10.77.0.1:$PORT" GCOLL_JOB_KEY="$key" GCOLL_TIMEOUT_MS=120s \
+                    timeout 900 "$OVERLAP" -c "${COMPUTE_MS:-1000}" -n "$ITERS" -z "$spec" \
+                    >"$TMP/ov$i.out" 2>"$TMP/ov$i.err" &
+                pids="$pids $!"
+            done
+            for p in $pids; do wait "$p"; done
+            PORT=$((PORT + 1))
+            echo "### $spec"
+            cat "$TMP/ov0.out"
+        done
+    done
+    exit 0
+fi
 
 bytes=$((COUNT * 4))
 printf '# netns-shaped: %d ranks, one allreduce of %d floats (%d MB), %d iterations\n' $N "$COUNT" $((bytes / 1000000)) "$ITERS"
