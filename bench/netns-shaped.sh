@@ -109,6 +109,39 @@ run_gloo() {
     return $ok
 }
 
+if [ "${MODE:-}" = adapt ]; then
+    # GCOLL_ADAPT=bandwidth while the links change rate: 10 Gbit/s -> 1 Gbit/s ->
+    # 200 Mbit/s -> 10 Gbit/s, PHASE_S seconds each; rank 0 prints one line per step.
+    OVERLAP="$BUILD/tools/gcoll-overlap-bench"
+    PHASES=${PHASES:-"10gbit 1gbit 200mbit 10gbit"}
+    PHASE_S=${PHASE_S:-15}
+    nph=$(echo $PHASES | wc -w)
+    steps=$(( (nph * PHASE_S * 1000) / (${COMPUTE_MS:-1500} + 200) ))
+    rate=$(echo $PHASES | awk '{print $1}')
+    shape
+    key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    pids=""
+    for i in $(seq 0 $((N - 1))); do
+        ip netns exec "gcoll-ns$i" env GCOLL_RANK="$i" GCOLL_SIZE=$N GCOLL_ROOT="10.77.0.1:$PORT" \
+            GCOLL_JOB_KEY="$key" GCOLL_TIMEOUT_MS=120s GCOLL_ADAPT="${ADAPT:-bandwidth}" \
+            GCOLL_DENSITY_MIN="${DMIN:-0.0001}" GCOLL_DENSITY_MAX="${DMAX:-0.1}" \
+            GCOLL_DEBUG="${ADAPT_DEBUG:-warn}" GCOLL_DEBUG_SUBSYS=ADAPT \
+            timeout 900 "$OVERLAP" -c "${COMPUTE_MS:-1500}" -s "$steps" \
+            -z "${SPEC:-topk:density=0.01}" >"$TMP/ad$i.out" 2>"$TMP/ad$i.err" &
+        pids="$pids $!"
+    done
+    start=$(date +%s)
+    for rate in $PHASES; do
+        shape
+        echo "# $(( $(date +%s) - start )) s: links now $rate"
+        sleep "$PHASE_S"
+    done
+    for p in $pids; do wait "$p"; done
+    cat "$TMP/ad0.out"
+    [ -s "$TMP/ad0.err" ] && cat "$TMP/ad0.err"
+    exit 0
+fi
+
 if [ "${MODE:-}" = overlap ]; then
     OVERLAP="$BUILD/tools/gcoll-overlap-bench"
     for rate in $RATES; do
