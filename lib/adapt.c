@@ -60,9 +60,10 @@ double gcoll_ctl_step(gcoll_density_ctl_t *c, double window_s, double fixed_s, d
     if (target > c->dmax)
         target = c->dmax;
     double rel = fabs(target - c->density) / c->density;
-    /* a critical phase or a bound being hit acts at once; otherwise hysteresis and a
+    /* a critical phase acts at once, and so does an overrun (the model says to send less
+     * than two thirds of now: the step is waiting on the wire); otherwise hysteresis and a
      * minimum hold keep noise from making the density oscillate */
-    int urgent = critical && target != c->density;
+    int urgent = (critical && target != c->density) || target < c->density / 1.5;
     if (urgent || (rel > c->hysteresis && c->held >= c->min_hold)) {
         c->density = target;
         c->held = 0;

@@ -31,8 +31,8 @@ void gcoll_ctl_init(gcoll_density_ctl_t *c, double dmin, double dmax, double sta
 /* The model: communication of density d costs fixed_s + d * bytes_at_full / bw seconds,
  * where bytes_at_full is what this bucket would put on the wire at density 1. Returns the
  * largest density whose communication fits in window_s (never compressing more than
- * needed), within bounds, applied with hysteresis and rate limiting. critical (a phase
- * signal) asks for dmax. */
+ * needed), within bounds, applied with hysteresis and rate limiting (a large cut acts at
+ * once: the step is waiting on the wire). critical (a phase signal) asks for dmax. */
 double gcoll_ctl_step(gcoll_density_ctl_t *c, double window_s, double fixed_s, double bw,
                       double bytes_at_full, int critical);
 

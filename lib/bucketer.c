@@ -46,7 +46,6 @@ typedef struct {
     int adaptive; /* the codec has a density to tune */
     gcoll_density_ctl_t ctl;
     double base_density; /* the spec's */
-    gcoll_bw_est_t bw;
     double t_launch, run_s, comp_s, bytes, norm2;
 } bucket_t;
 
@@ -66,6 +65,7 @@ struct gcoll_bucketer {
     long step; /* steps completed */
     int adapt;  /* GCOLL_ADAPT: bit 0 bandwidth, bit 1 phase */
     gcoll_phase_t phase;
+    gcoll_bw_est_t bw; /* of all adaptive buckets together */
     char err[512];
 };
 
@@ -125,6 +125,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
         b->cfg.accumulate_steps = 1;
     b->adapt = comm->cfg.adapt; /* 1 bandwidth, 2 phase, 3 both */
     gcoll_phase_init(&b->phase, 0.5, 2);
+    gcoll_bw_init(&b->bw, (double)comm->cfg.adapt_half_life);
     b->policy_text = strdup(b->cfg.policy ? b->cfg.policy : "");
     b->default_spec = strdup(b->cfg.default_spec && *b->cfg.default_spec ? b->cfg.default_spec
                                                                          : "none");
@@ -251,7 +252,6 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
                 const gcoll_config_t *cf = &b->comm->cfg;
                 k->base_density = k->comp->density;
                 gcoll_ctl_init(&k->ctl, cf->density_min, cf->density_max, k->comp->density);
-                gcoll_bw_init(&k->bw, (double)cf->adapt_half_life);
             }
         }
     }
@@ -400,7 +400,7 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
     double *v = calloc((size_t)na * 4 + 1, sizeof(double));
     if (!v)
         return GCOLL_ERR_NOMEM;
-    double window = t_end - first, norm2 = 0, raw = 0;
+    double window = t_end - first, norm2 = 0;
     int i = 0;
     for (int j = 0; j < b->nb; j++) {
         bucket_t *k = &b->bk[j];
@@ -410,7 +410,6 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
         v[i++] = k->comp_s;
         v[i++] = k->bytes;
         v[i++] = k->norm2;
-        raw += (double)k->count;
     }
     v[i++] = -window; /* MAX of the negation: the shortest window of any rank */
     gcoll_status_t st = gcoll_allreduce(b->comm, v, v, (size_t)i, GCOLL_FLOAT64, GCOLL_MAX);
@@ -419,27 +418,39 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
         for (int a = 0; a < na; a++)
             norm2 += v[4 * a + 3];
         int critical = (b->adapt & 2) ? gcoll_phase_update(&b->phase, sqrt(norm2)) : 0;
+        /* The buckets share one progress thread, so what has to fit in the backward window
+         * is their sum: all compression, plus all wire bytes at the measured bandwidth.
+         * Every adaptive bucket gets the density that makes the sum fit. */
+        double comp_all = 0, wire_all = 0, bytes_all = 0, full_all = 0;
+        for (int a = 0; a < na; a++) {
+            double run = v[4 * a], comp = v[4 * a + 1], bytes = v[4 * a + 2];
+            comp_all += comp;
+            wire_all += run - comp > 1e-6 ? run - comp : 1e-6;
+            bytes_all += bytes;
+        }
+        gcoll_bw_update(&b->bw, bytes_all, wire_all);
         i = 0;
         for (int j = 0; j < b->nb && st == GCOLL_OK; j++) {
             bucket_t *k = &b->bk[j];
             if (!k->adaptive)
                 continue;
-            double run = v[i++], comp = v[i++], bytes = v[i++];
+            full_all += v[4 * i + 2] / k->comp->density; /* bytes linear in density */
             i++;
-            double wire = run - comp > 1e-6 ? run - comp : 1e-6;
-            gcoll_bw_update(&k->bw, bytes, wire);
-            double share = window * (double)k->count / raw;
-            double full = bytes / k->comp->density; /* the model: bytes linear in density */
+        }
+        for (int j = 0; j < b->nb && st == GCOLL_OK; j++) {
+            bucket_t *k = &b->bk[j];
+            if (!k->adaptive)
+                continue;
             double old = k->ctl.density;
             /* phase only: the spec's density, or the maximum in a critical regime */
-            double d = (b->adapt & 1)
-                           ? gcoll_ctl_step(&k->ctl, share, comp, k->bw.bw, full, critical)
-                           : (critical ? k->ctl.dmax : k->base_density);
+            double d = (b->adapt & 1) ? gcoll_ctl_step(&k->ctl, window, comp_all, b->bw.bw,
+                                                       full_all, critical)
+                                      : (critical ? k->ctl.dmax : k->base_density);
             GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT,
-                        "bucket %d: window %.1f ms (share of %.1f), comm %.1f ms, compress %.1f "
-                        "ms, %.0f bytes, bandwidth %.1f MB/s, critical %d: density %g -> %g",
-                        j, share * 1e3, window * 1e3, wire * 1e3, comp * 1e3, bytes,
-                        k->bw.bw / 1e6, critical, old, d);
+                        "bucket %d: window %.1f ms, all buckets: wire %.1f ms, compress %.1f ms, "
+                        "%.0f bytes, bandwidth %.1f MB/s; critical %d: density %g -> %g",
+                        j, window * 1e3, wire_all * 1e3, comp_all * 1e3, bytes_all,
+                        b->bw.bw / 1e6, critical, old, d);
             if (d != k->comp->density)
                 st = set_density(k, d);
         }
