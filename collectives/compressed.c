@@ -10,6 +10,7 @@
 
 #include "coll.h"
 #include "compress/compress.h"
+#include "compress/kernels.h"
 #include "reduce.h"
 #include "sparse.h"
 #include "util.h"
@@ -291,9 +292,10 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
                                       "op %s: only sum and avg", gcoll_op_name(op)));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || (grad && out),
                                       "NULL buffer with count %zu", count));
-    for (size_t i = 0; i < count; i++)
-        GCOLL_CHECK(gcoll_comm_check_args(comm, what, grad[i] - grad[i] == 0.0f,
-                                          "grad[%zu] is NaN or infinite", i));
+    /* one vectorized scan (the codec's kernel), not a call per element */
+    size_t bad = count ? gcoll_kernels()->first_bad(grad, count) : 0;
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, bad >= count, "grad[%zu] is NaN or infinite",
+                                      bad));
     comp_args_t *ca = calloc(1, sizeof(*ca));
     if (!ca)
         return GCOLL_ERR_NOMEM;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compress/kernels.h"
 #include "sparse.h"
 #include "util.h"
 
@@ -71,13 +72,16 @@ gcoll_status_t gcoll_sparse_submit(gcoll_comm_t *comm, const uint32_t *idx, cons
         GCOLL_CHECK(gcoll_comm_check_args(comm, what, dense_count <= (size_t)UINT32_MAX + 1,
                                           "dense_count %zu does not fit 32-bit indices",
                                           dense_count));
-        for (size_t i = 0; i < nnz; i++) {
-            GCOLL_CHECK(gcoll_comm_check_args(comm, what, idx[i] < dense_count,
-                                              "idx[%zu] = %u is not below dense_count %zu", i,
-                                              idx[i], dense_count));
-            GCOLL_CHECK(gcoll_comm_check_args(comm, what, val[i] - val[i] == 0.0f,
-                                              "val[%zu] is NaN or infinite", i));
-        }
+        /* plain loops; the error path names the first offender */
+        size_t i = 0;
+        while (i < nnz && idx[i] < dense_count)
+            i++;
+        GCOLL_CHECK(gcoll_comm_check_args(comm, what, i == nnz,
+                                          "idx[%zu] = %u is not below dense_count %zu", i,
+                                          i < nnz ? idx[i] : 0, dense_count));
+        size_t bad = nnz ? gcoll_kernels()->first_bad(val, nnz) : 0;
+        GCOLL_CHECK(gcoll_comm_check_args(comm, what, bad >= nnz, "val[%zu] is NaN or infinite",
+                                          bad));
     }
     /* inputs are copied: a nonblocking caller may reuse them at once */
     sparse_args_t *sa = calloc(1, sizeof(*sa));
