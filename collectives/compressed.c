@@ -272,8 +272,12 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
 {
     const gcoll_args_t *a = &req->a;
     const comp_args_t *ca = a->ext;
-    return gcoll_compressed_run(comm, ca->state, a->sendbuf, a->recvbuf, a->count, a->op,
-                                ca->shard_only);
+    /* submit() scanned the gradient for NaN/Inf already */
+    ca->state->input_checked = 1;
+    gcoll_status_t st = gcoll_compressed_run(comm, ca->state, a->sendbuf, a->recvbuf, a->count,
+                                             a->op, ca->shard_only);
+    ca->state->input_checked = 0;
+    return st;
 }
 
 static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_state_t *state,

@@ -278,7 +278,7 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     float a = 1.0f;
     const float *work = in;
 
-    if (feedback || clip) {
+    if ((feedback || clip) && !(s && s->input_checked)) {
         /* check before touching the state: a NaN in the residual would never leave */
         size_t i = k->first_bad(in, n);
         if (i < n) {

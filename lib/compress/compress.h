@@ -105,6 +105,8 @@ struct gcoll_tensor_state {
     /* compressed allreduce: residual of the reduced chunk this rank re-compresses (the
      * "server" side of 1-bit Adam's scheme), created on first use, freed with the state */
     struct gcoll_tensor_state *server;
+    /* the caller already verified the input is finite (skip the encoder's own scan) */
+    int input_checked;
 };
 
 /* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */
