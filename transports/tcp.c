@@ -142,16 +142,11 @@ static gcoll_treq_t *posted_unlink(tcp_peer_t *p, gcoll_treq_t **pp, gcoll_treq_
 static gcoll_status_t check_match(gcoll_transport_t *t, int peer, const gcoll_treq_t *req,
                                   size_t len, uint32_t sig)
 {
-    int len_ok = (req->flags & GCOLL_TREQ_ANYLEN) ? len <= req->len : len == req->len;
-    if (len_ok && sig == req->sig)
-        return GCOLL_OK;
-    if (sig != req->sig)
-        set_error(t, "rank %d is in a different call: another collective, or another count, "
-                  "dtype, op or root (signature %08x, here %08x)", peer, sig, req->sig);
-    else
-        set_error(t, "rank %d sent %zu bytes where %s%zu were expected (counts differ)", peer,
-                  len, (req->flags & GCOLL_TREQ_ANYLEN) ? "at most " : "", req->len);
-    return GCOLL_ERR_MISMATCH;
+    char why[256];
+    gcoll_status_t st = gcoll_treq_match(req, peer, len, sig, why, sizeof(why));
+    if (st != GCOLL_OK)
+        set_error(t, "%s", why);
+    return st;
 }
 
 static void finish_msg(gcoll_transport_t *t, tcp_peer_t *p, rx_msg_t *m)

@@ -90,6 +90,12 @@ extern const gcoll_transport_ops_t gcoll_ucx_ops;
 extern const gcoll_transport_ops_t gcoll_verbs_ops;
 #endif
 
+/* The check every transport makes when a message meets its receive: the same signature,
+ * and the same length (at most the posted one with GCOLL_TREQ_ANYLEN). On a difference,
+ * GCOLL_ERR_MISMATCH with the reason in why. */
+gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, uint32_t sig,
+                                char *why, size_t whylen);
+
 /* Looks up a built transport by name; NULL if not built. */
 const gcoll_transport_ops_t *gcoll_transport_find(const char *name);
 

@@ -218,21 +218,11 @@ static int rndv_recv(gcoll_transport_t *t, int peer, gcoll_treq_t *req, void *de
 static gcoll_status_t check_match(gcoll_transport_t *t, int peer, const gcoll_treq_t *req,
                                   size_t len, uint32_t sig)
 {
-    int len_ok = (req->flags & GCOLL_TREQ_ANYLEN) ? len <= req->len : len == req->len;
-    if (len_ok && sig == req->sig)
-        return GCOLL_OK;
-    if (sig != req->sig)
-        gcoll_ucx_set_error(t,
-                            "rank %d is in a different call: another collective, or another "
-                            "count, dtype, op or root (signature %08x, here %08x)",
-                            peer, sig, req->sig);
-    else
-        gcoll_ucx_set_error(t,
-                            "rank %d sent %zu bytes where %s%zu were expected (counts "
-                            "differ)",
-                            peer, len, (req->flags & GCOLL_TREQ_ANYLEN) ? "at most " : "",
-                            req->len);
-    return GCOLL_ERR_MISMATCH;
+    char why[256];
+    gcoll_status_t st = gcoll_treq_match(req, peer, len, sig, why, sizeof(why));
+    if (st != GCOLL_OK)
+        gcoll_ucx_set_error(t, "%s", why);
+    return st;
 }
 
 static void msg_free(gcoll_transport_t *t, ucx_msg_t *m)
