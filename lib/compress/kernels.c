@@ -221,6 +221,9 @@ KBODY int q8_put_body(const float *x, size_t n, float inv, int8_t *codes)
         float v = x[i] * inv;
         float r = (v + magic) - magic;
         r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
+        /* callers reject non-finite buckets; this keeps a NaN from ever reaching the
+         * float-to-int conversion, which would be undefined (a fuzzer found a path) */
+        r = r == r ? r : 0.0f;
         codes[i] = (int8_t)(int)r;
     }
     return 0;

@@ -149,8 +149,11 @@ gcoll_status_t gcoll_wire_parse_hdr(const void *in, size_t len, size_t count,
             if (h->flags != GCOLL_WIRE_F_DENSE || h->nnz != h->count)
                 BAD("dense-fallback message with flags 0x%x, nnz %llu of %llu", h->flags,
                     (unsigned long long)h->nnz, (unsigned long long)h->count);
-        } else if ((h->flags & GCOLL_WIRE_F_DELTA) && !(h->flags & GCOLL_WIRE_F_SORTED)) {
-            BAD("delta-coded indices must be sorted (flags 0x%x)", h->flags);
+        } else if (!(h->flags & GCOLL_WIRE_F_SORTED)) {
+            /* every encoder writes strictly ascending indices, and decoders that return
+             * pairs promise them ascending: an unsorted message is malformed (a fuzzer
+             * found one decoding to duplicate pairs) */
+            BAD("sparse message without sorted indices (flags 0x%x)", h->flags);
         }
         break;
     case GCOLL_WIRE_RANDOMK:
