@@ -17,3 +17,42 @@ gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, u
                  peer, len, (req->flags & GCOLL_TREQ_ANYLEN) ? "at most " : "", req->len);
     return GCOLL_ERR_MISMATCH;
 }
+
+/* Receives not yet matched, kept per peer in posting order (a singly linked list with a
+ * tail pointer): every transport uses these three operations. */
+void gcoll_treq_list_push(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_t *req)
+{
+    req->next = NULL;
+    if (*tail)
+        (*tail)->next = req;
+    else
+        *head = req;
+    *tail = req;
+}
+
+/* Unlinks the first request that matches (tag, or req itself when req is not NULL). */
+static gcoll_treq_t *unlink_first(gcoll_treq_t **head, gcoll_treq_t **tail, uint64_t tag,
+                                  const gcoll_treq_t *req)
+{
+    gcoll_treq_t *prev = NULL;
+    for (gcoll_treq_t **pp = head; *pp; prev = *pp, pp = &(*pp)->next) {
+        if (req ? *pp != req : (*pp)->tag != tag)
+            continue;
+        gcoll_treq_t *found = *pp;
+        *pp = found->next;
+        if (*tail == found)
+            *tail = prev;
+        return found;
+    }
+    return NULL;
+}
+
+gcoll_treq_t *gcoll_treq_list_take(gcoll_treq_t **head, gcoll_treq_t **tail, uint64_t tag)
+{
+    return unlink_first(head, tail, tag, NULL);
+}
+
+int gcoll_treq_list_remove(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_t *req)
+{
+    return unlink_first(head, tail, 0, req) != NULL;
+}

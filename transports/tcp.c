@@ -126,16 +126,6 @@ static void fail_pending_all(gcoll_transport_t *t, gcoll_status_t st)
     }
 }
 
-/* Unlinks *pp from the posted list (pp points at the link to it). */
-static gcoll_treq_t *posted_unlink(tcp_peer_t *p, gcoll_treq_t **pp, gcoll_treq_t *prev)
-{
-    gcoll_treq_t *req = *pp;
-    *pp = req->next;
-    if (p->posted_tail == req)
-        p->posted_tail = prev;
-    return req;
-}
-
 /* ---------------------------------------------------------------------------------- */
 /* Matching                                                                             */
 
@@ -193,13 +183,8 @@ static rx_msg_t *rx_msg_for(gcoll_transport_t *t, int peer, const gcoll_frame_t 
     m->tag = f->tag;
     m->sig = f->sig;
     m->len = f->msg_len;
-    gcoll_treq_t **pp = &p->posted, *prev = NULL;
-    while (*pp && (*pp)->tag != f->tag) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    if (*pp) {
-        gcoll_treq_t *req = posted_unlink(p, pp, prev);
+    gcoll_treq_t *req = gcoll_treq_list_take(&p->posted, &p->posted_tail, f->tag);
+    if (req) {
         gcoll_status_t mst = check_match(t, peer, req, m->len, m->sig);
         if (mst != GCOLL_OK) {
             complete(req, mst);
@@ -537,12 +522,7 @@ gcoll_status_t gcoll_tcp_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
         complete(req, p->status);
         return GCOLL_OK;
     }
-    req->next = NULL;
-    if (p->posted_tail)
-        p->posted_tail->next = req;
-    else
-        p->posted = req;
-    p->posted_tail = req;
+    gcoll_treq_list_push(&p->posted, &p->posted_tail, req);
     return GCOLL_OK;
 }
 
@@ -551,13 +531,9 @@ void gcoll_tcp_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     if (req->done || req->peer < 0 || req->peer >= t->size)
         return;
     tcp_peer_t *p = &t->peers[req->peer];
-    gcoll_treq_t *prev = NULL;
-    for (gcoll_treq_t **pp = &p->posted; *pp; prev = *pp, pp = &(*pp)->next) {
-        if (*pp == req) {
-            posted_unlink(p, pp, prev);
-            complete(req, GCOLL_ERR_ABORTED);
-            return;
-        }
+    if (gcoll_treq_list_remove(&p->posted, &p->posted_tail, req)) {
+        complete(req, GCOLL_ERR_ABORTED);
+        return;
     }
     /* Partly received or partly sent: the byte stream cannot be resynchronised, so the
      * peer connection is given up (the communicator is broken at this point anyway). */

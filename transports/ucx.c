@@ -240,16 +240,8 @@ static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32
 {
     ucx_peer_t *p = &t->peers[peer];
     t->events++;
-    gcoll_treq_t **pp = &p->posted, *prev = NULL;
-    while (*pp && (*pp)->tag != tag) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    if (*pp) {
-        gcoll_treq_t *req = *pp;
-        *pp = req->next;
-        if (p->posted_tail == req)
-            p->posted_tail = prev;
+    gcoll_treq_t *req = gcoll_treq_list_take(&p->posted, &p->posted_tail, tag);
+    if (req) {
         gcoll_status_t st = check_match(t, peer, req, len, sig);
         if (st != GCOLL_OK) {
             complete(t, req, st);
@@ -470,12 +462,7 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
         complete(t, req, p->status);
         return GCOLL_OK;
     }
-    req->next = NULL;
-    if (p->posted_tail)
-        p->posted_tail->next = req;
-    else
-        p->posted = req;
-    p->posted_tail = req;
+    gcoll_treq_list_push(&p->posted, &p->posted_tail, req);
     return GCOLL_OK;
 }
 
@@ -631,15 +618,9 @@ static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     if (req->done || req->peer < 0 || req->peer >= t->size)
         return;
     ucx_peer_t *p = &t->peers[req->peer];
-    gcoll_treq_t *prev = NULL;
-    for (gcoll_treq_t **pp = &p->posted; *pp; prev = *pp, pp = &(*pp)->next) {
-        if (*pp == req) {
-            *pp = req->next;
-            if (p->posted_tail == req)
-                p->posted_tail = prev;
-            complete(t, req, GCOLL_ERR_ABORTED);
-            return;
-        }
+    if (gcoll_treq_list_remove(&p->posted, &p->posted_tail, req)) {
+        complete(t, req, GCOLL_ERR_ABORTED);
+        return;
     }
     ucx_op_t *op = req->priv;
     if (!op) {

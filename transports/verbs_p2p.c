@@ -98,17 +98,7 @@ gcoll_status_t gcoll_vb_check_match(gcoll_transport_t *t, int peer, const gcoll_
 
 gcoll_treq_t *gcoll_vb_take_posted(gcoll_vb_peer_t *p, uint64_t tag)
 {
-    gcoll_treq_t *prev = NULL;
-    for (gcoll_treq_t **pp = &p->posted; *pp; prev = *pp, pp = &(*pp)->next) {
-        if ((*pp)->tag != tag)
-            continue;
-        gcoll_treq_t *req = *pp;
-        *pp = req->next;
-        if (p->posted_tail == req)
-            p->posted_tail = prev;
-        return req;
-    }
-    return NULL;
+    return gcoll_treq_list_take(&p->posted, &p->posted_tail, tag);
 }
 
 /* Lowest free index of a rendezvous table (grown by doubling); -1 when out of memory. */
@@ -392,12 +382,7 @@ gcoll_status_t gcoll_vb_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
         gcoll_vb_complete(req, p->failed ? p->status : GCOLL_ERR_PEER);
         return GCOLL_OK;
     }
-    req->next = NULL;
-    if (p->posted_tail)
-        p->posted_tail->next = req;
-    else
-        p->posted = req;
-    p->posted_tail = req;
+    gcoll_treq_list_push(&p->posted, &p->posted_tail, req);
     return GCOLL_OK;
 }
 
@@ -406,15 +391,9 @@ void gcoll_vb_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     if (req->done || req->peer < 0 || req->peer >= t->size)
         return;
     gcoll_vb_peer_t *p = &t->peers[req->peer];
-    gcoll_treq_t *prev = NULL;
-    for (gcoll_treq_t **pp = &p->posted; *pp; prev = *pp, pp = &(*pp)->next) {
-        if (*pp == req) {
-            *pp = req->next;
-            if (p->posted_tail == req)
-                p->posted_tail = prev;
-            gcoll_vb_complete(req, GCOLL_ERR_ABORTED);
-            return;
-        }
+    if (gcoll_treq_list_remove(&p->posted, &p->posted_tail, req)) {
+        gcoll_vb_complete(req, GCOLL_ERR_ABORTED);
+        return;
     }
     gcoll_vb_txop_t *oprev = NULL;
     for (gcoll_vb_txop_t **op = &p->txq; *op; oprev = *op, op = &(*op)->next) {
