@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "topo.h"
 #include "util.h"
 
 /* The key used when GCOLL_JOB_KEY is unset: connections still run the handshake, which
@@ -211,42 +212,34 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
     pthread_mutex_unlock(&comm->lock);
 }
 
-/* GCOLL_PROGRESS_CPU: a CPU number, none, or auto, which pins the progress thread to a
- * core other than the caller's only when there are spare cores (two per local rank), as
- * pinning on an oversubscribed machine would only take a core away from compute. */
-static void place_progress_thread(gcoll_comm_t *comm)
+/* GCOLL_PROGRESS_CPU: a CPU number, none, or auto (lib/topo.h): a free core near the NIC
+ * (TCP's: GCOLL_TCP_IFNAME, else the interface that routes to the root) apart from the
+ * compute cores, and only when there are two cores per local rank, as pinning on an
+ * oversubscribed machine would only take a core away from compute. */
+static void place_progress_thread(gcoll_comm_t *comm, const char *root)
 {
     const char *want = comm->cfg.progress_cpu ? comm->cfg.progress_cpu : "auto";
-    cpu_set_t allowed;
-    if (strcmp(want, "none") == 0 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
-        return;
-    int ncpu = CPU_COUNT(&allowed), cpu = -1;
-    long lrank = comm->cfg.local_rank >= 0 ? comm->cfg.local_rank : 0;
-    long lsize = comm->cfg.local_size > 0 ? comm->cfg.local_size : 1;
-    if (strcmp(want, "auto") == 0) {
-        if (ncpu < 2 * lsize)
-            return;
-        /* the second half of the allowed CPUs, one per local rank */
-        int k = (int)(ncpu / 2 + lrank), seen = 0;
-        for (int c = 0; c < CPU_SETSIZE && cpu < 0; c++)
-            if (CPU_ISSET(c, &allowed) && seen++ == k)
-                cpu = c;
-    } else {
-        long v;
-        if (gcoll_parse_long(want, 0, CPU_SETSIZE - 1, &v) != 0 || !CPU_ISSET(v, &allowed)) {
-            GCOLL_WARN("GCOLL_PROGRESS_CPU='%s' is not an allowed CPU; progress thread not pinned",
-                       want);
-            return;
-        }
-        cpu = (int)v;
+    char nic[IF_NAMESIZE + 1] = "", why[1536];
+    if (strcmp(want, "auto") == 0 && strcmp(comm->tops->name, "tcp") == 0) {
+        if (comm->cfg.tcp_ifname && *comm->cfg.tcp_ifname)
+            snprintf(nic, sizeof(nic), "%s", comm->cfg.tcp_ifname);
+        else if (root && *root && gcoll_topo_route_ifname(root, nic, sizeof(nic)) != 0)
+            nic[0] = '\0';
     }
-    if (cpu < 0)
+    int cpu = gcoll_topo_progress_cpu(want, *nic ? nic : NULL, comm->cfg.local_rank,
+                                      comm->cfg.local_size, why, sizeof(why));
+    if (cpu < 0) {
+        GCOLL_INFO(GCOLL_SUBSYS_INIT, "progress thread not pinned: %s", why);
         return;
+    }
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
-    if (pthread_setaffinity_np(comm->thread, sizeof(one), &one) == 0)
-        GCOLL_INFO(GCOLL_SUBSYS_INIT, "progress thread pinned to CPU %d", cpu);
+    int rc = pthread_setaffinity_np(comm->thread, sizeof(one), &one);
+    if (rc == 0)
+        GCOLL_INFO(GCOLL_SUBSYS_INIT, "progress thread pinned to CPU %d: %s", cpu, why);
+    else
+        GCOLL_WARN("cannot pin the progress thread to CPU %d: %s", cpu, strerror(rc));
 }
 
 static void *progress_main(void *arg)
@@ -544,7 +537,7 @@ gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
         goto err_free;
     }
     comm->thread_started = 1;
-    place_progress_thread(comm);
+    place_progress_thread(comm, root);
     GCOLL_INFO(GCOLL_SUBSYS_INIT, "communicator ready: rank %d of %d over %s in %llu ms",
                comm->rank, comm->size, comm->tops->name,
                (unsigned long long)(gcoll_time_ms() - t0));

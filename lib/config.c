@@ -94,7 +94,8 @@ static const param_t params[] = {
      "bucketer: sum gradients locally over N steps and communicate on the Nth",
      OFF(accumulate_steps), F_MUST_MATCH, "1:1000000"},
     {"GCOLL_PROGRESS_CPU", P_STRING, "auto",
-     "progress thread placement: a CPU number, none, or auto (a core other than the caller's)",
+     "progress thread placement: a CPU number, none, or auto (with two cores per local rank, a "
+     "free core near the NIC, apart from the compute cores)",
      OFF(progress_cpu), 0, NULL},
     {"GCOLL_ADAPT", P_ENUM, "off",
      "bucketer: adapt each bucket's density to measured bandwidth (bandwidth), to the "
