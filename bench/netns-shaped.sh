@@ -6,7 +6,9 @@
 # wire bytes need at the link rate and its compression time, and which bound it is at.
 #
 #   sudo bench/netns-shaped.sh [BUILD_DIR]      (BUILD_DIR: where tools/ were built, default .)
-# Environment: RATES ("1gbit 10gbit"), COUNT (25000000 floats), ITERS (3), SPECS (codecs).
+# Environment: RATES ("1gbit 10gbit"), COUNT (25000000 floats), ITERS (3), SPECS (codecs;
+# SPEC@ring or SPEC@alltoall forces GCOLL_COMPRESSED_ALGO for that row). GCOLL_* tuning
+# variables set by the caller reach every rank.
 # MODE=overlap runs tools/gcoll-overlap-bench instead (ResNet-50's backward pass with
 # COMPUTE_MS of compute, through the bucketer) for dense and each of SPECS.
 # Needs root, iproute2 and tc; skips with a message where namespaces cannot be made.
@@ -70,6 +72,9 @@ shape() { # rate: tbf on both ends of every link, so each direction is limited
     done
 }
 
+# The caller's GCOLL_* settings (tuning knobs) reach every rank; identity ones do not.
+passenv() { env | grep '^GCOLL_' | grep -v '^GCOLL_\(RANK\|SIZE\|ROOT\|JOB_KEY\|LOCAL_[A-Z]*\)=' || true; }
+
 # run_gcoll OUT [gcoll-bench args]: one rank per namespace; rank 0's CSV goes to OUT.
 run_gcoll() {
     out=$1
@@ -77,8 +82,9 @@ run_gcoll() {
     key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
     pids=""
     for i in $(seq 0 $((N - 1))); do
-        ip netns exec "gcoll-ns$i" env GCOLL_RANK="$i" GCOLL_SIZE=$N GCOLL_ROOT="10.77.0.1:$PORT" \
-            GCOLL_JOB_KEY="$key" GCOLL_TIMEOUT_MS=120s timeout 600 "$BENCH" "$@" --csv \
+        ip netns exec "gcoll-ns$i" env $(passenv) GCOLL_RANK="$i" GCOLL_SIZE=$N \
+            GCOLL_ROOT="10.77.0.1:$PORT" GCOLL_JOB_KEY="$key" GCOLL_TIMEOUT_MS=120s \
+            ${ALGO_ENV:-} timeout 600 "$BENCH" "$@" --csv \
             >"$TMP/rank$i.csv" 2>"$TMP/rank$i.err" &
         pids="$pids $!"
     done
@@ -190,7 +196,10 @@ for rate in $RATES; do
     fi
     base=${gloo:-$dense}
     for spec in $SPECS; do
-        run_gcoll "$TMP/z.csv" -z "$spec" -b $bytes -e $bytes -n "$ITERS" -w 1 >/dev/null 2>&1 || continue
+        # SPEC@ALGO forces the compressed allreduce's scheme (GCOLL_COMPRESSED_ALGO) for a row
+        ALGO_ENV=""
+        case "$spec" in *@*) ALGO_ENV="GCOLL_COMPRESSED_ALGO=${spec#*@}" ;; esac
+        run_gcoll "$TMP/z.csv" -z "${spec%@*}" -b $bytes -e $bytes -n "$ITERS" -w 1 >/dev/null 2>&1 || continue
         awk -F, -v spec="$spec" -v bps="$bps" -v base="$base" '/^[0-9]/ {
             t = $3 / 1e6; wire = $6; ws = wire * 8 / bps; cs = $8 / 1e6;
             bound = ws > cs ? "wire" : "compression";

@@ -5,11 +5,13 @@
  * the chunks, each rank decodes and reduces its chunk, re-compresses it with a server
  * residual, and everyone gathers the compressed chunks. Every rank decodes the same bytes,
  * so the result is bit-identical on every rank. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll.h"
 #include "compress/compress.h"
+#include "compressed.h"
 #include "compress/kernels.h"
 #include "reduce.h"
 #include "sparse.h"
@@ -22,10 +24,18 @@ typedef struct {
     int shard_only; /* reduce-scatter: stop after reducing this rank's chunk */
 } comp_args_t;
 
-static gcoll_span_t chunk(size_t count, int P, int j)
+static gcoll_span_t chunk(size_t count, int P, int j) { return gcoll_even_chunk(count, P, j); }
+
+gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n)
 {
-    size_t base = count / (size_t)P, extra = count % (size_t)P;
-    return (gcoll_span_t){(size_t)j * base + GCOLL_MIN((size_t)j, extra), base + ((size_t)j < extra)};
+    if (s->server && s->server->count == n)
+        return GCOLL_OK;
+    if (s->server)
+        GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compressed allreduce: chunk size changed; "
+                                          "server residual reset");
+    gcoll_state_destroy(s->server);
+    s->server = NULL;
+    return gcoll_state_create_mode(s->c, n, GCOLL_STATE_SERVER, &s->server);
 }
 
 
@@ -99,15 +109,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         goto out;
     }
     /* 4. server: re-compress the reduced chunk with its own residual */
-    if (!s->server || s->server->count != mine.len) {
-        if (s->server)
-            GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compressed allreduce: chunk size changed; "
-                                              "server residual reset");
-        gcoll_state_destroy(s->server);
-        s->server = NULL;
-        GCOLL_CHECK_GOTO(gcoll_state_create_mode(c, mine.len, GCOLL_STATE_SERVER, &s->server),
-                         st, out);
-    }
+    GCOLL_CHECK_GOTO(gcoll_compressed_server_state(s, mine.len), st, out);
     gcoll_state_set_salt(s->server, (uint64_t)(P + r));
     size_t mcap = gcoll_codec_bound(c, mine.len), mlen = 0;
     st = GCOLL_ERR_NOMEM;
@@ -228,36 +230,99 @@ out:
     return st;
 }
 
+enum { ALGO_AUTO = 0, ALGO_ALLTOALL = 1, ALGO_RING = 2 }; /* GCOLL_COMPRESSED_ALGO */
+typedef enum { S_DENSE, S_ALLTOALL, S_RING, S_RANDOMK, S_SPARSE } scheme_t;
+static const char *const scheme_names[] = {"dense ring", "alltoall", "ring",
+                                           "random-k dense values", "sparse"};
+
+/* Elements per compressed message of the ring scheme. */
+static size_t ring_segment(const gcoll_comm_t *comm)
+{
+    return GCOLL_MAX(comm->cfg.ring_chunk / sizeof(float), (size_t)1);
+}
+
+/* Scheme of a compressed allreduce; deterministic from the configuration, the codec, count
+ * and P, so every rank picks the same. For quantizers both schemes put 2 (P-1)/P of the
+ * compressed tensor on the wire; the ring overlaps compression with transfer segment by
+ * segment but re-quantizes P-1 times and takes 2 (P-1) latency-bound steps. */
+static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *c,
+                            size_t count, int shard_only, char *why, size_t len)
+{
+    const int P = comm->size;
+    unsigned flags = gcoll_codec_flags(c);
+    size_t segf = ring_segment(comm), per = count / (size_t)(P > 0 ? P : 1);
+    snprintf(why, len, "by codec");
+    if (!shard_only && (flags & GCOLL_CODEC_LOSSLESS) && c->vs.fmt == GCOLL_VF_F32)
+        return S_DENSE;
+    if (!shard_only && (flags & GCOLL_CODEC_SPARSE))
+        return (flags & GCOLL_CODEC_RANDOMK) ? S_RANDOMK : S_SPARSE;
+    if (comm->cfg.compressed_algo == ALGO_ALLTOALL) {
+        snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
+        return S_ALLTOALL;
+    }
+    if (P < 2 || c->clip > 0) {
+        snprintf(why, len, "%s", P < 2 ? "one rank" : "clip= scales whole chunks: the ring "
+                                                      "would clip partial sums");
+        return S_ALLTOALL;
+    }
+    if (comm->cfg.compressed_algo == ALGO_RING) {
+        snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
+        return S_RING;
+    }
+    snprintf(why, len, "%d ranks, %zu floats per rank: %s 4 segments of %zu to pipeline", P,
+             per, per >= 4 * segf ? "at least" : "fewer than", segf);
+    return per >= 4 * segf ? S_RING : S_ALLTOALL;
+}
+
+const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *c,
+                                    size_t count, int shard_only, size_t *segment_p)
+{
+    char why[160];
+    if (!comm || !c)
+        return NULL;
+    scheme_t sc = pick_scheme(comm, c, count, shard_only, why, sizeof(why));
+    if (segment_p)
+        *segment_p = sc == S_RING ? ring_segment(comm) : 0;
+    return scheme_names[sc];
+}
+
 gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                     const float *grad, float *out, size_t count, gcoll_op_t op,
                                     int shard_only)
 {
     const gcoll_compressor_t *c = s->c;
-    unsigned flags = gcoll_codec_flags(c);
     /* the signature covers the spec, the count and the step: ranks whose states disagree
      * (another codec, or random-k indices from another step) fail with a mismatch */
     uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, count, (int)(h & 0xffff), op,
                                   (int)(h >> 32) ^ shard_only);
     gcoll_status_t st;
-    const char *scheme;
-    if (!shard_only && (flags & GCOLL_CODEC_LOSSLESS) && c->vs.fmt == GCOLL_VF_F32) {
-        scheme = "dense ring";
+    char why[160];
+    scheme_t sc = pick_scheme(comm, c, count, shard_only, why, sizeof(why));
+    const char *scheme = scheme_names[sc];
+    switch (sc) {
+    case S_DENSE:
         if (out != grad)
             memcpy(out, grad, count * sizeof(float));
         st = gcoll_ring_allreduce_at(comm, out, count, GCOLL_FLOAT32, GCOLL_SUM, sig, 0);
         if (st == GCOLL_OK)
             gcoll_reduce_finish(out, count, GCOLL_FLOAT32, op, comm->size);
-    } else if (shard_only || !(flags & GCOLL_CODEC_SPARSE)) {
-        scheme = "alltoall";
+        break;
+    case S_RING:
+        st = gcoll_compressed_ring(comm, s, grad, out, count, op, shard_only, sig);
+        break;
+    case S_ALLTOALL:
         st = run_quantized(comm, s, grad, out, count, op, shard_only, sig);
-    } else if (flags & GCOLL_CODEC_RANDOMK) {
-        scheme = "random-k dense values";
+        break;
+    case S_RANDOMK:
         st = run_randomk(comm, s, grad, out, count, op, sig);
-    } else {
-        scheme = "sparse";
+        break;
+    default:
         st = run_sparse(comm, s, grad, out, count, op, sig);
     }
+    if (sc == S_RING || sc == S_ALLTOALL)
+        GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme (%s)",
+                   shard_only ? "reduce-scatter" : "allreduce", count, c->spec, scheme, why);
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme, step %llu",
                 shard_only ? "reduce-scatter" : "allreduce", count, c->spec, scheme,
                 (unsigned long long)s->step);

@@ -349,7 +349,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_isparse_allreduce(gcoll_comm_t *comm, const ui
  * the same indices on every rank) by a dense allreduce of the k values; quantizers (fp16,
  * bf16, q8, sign, qsgd) by all-to-all of compressed chunks, reduction of its chunk on each
  * rank, re-compression with a per-state server residual, and a gather (1-bit Adam's
- * scheme); "none" by the dense ring. The result is bit-identical on every rank. Every rank
+ * scheme), or by a pipelined ring re-quantizing partial sums at every hop
+ * (GCOLL_COMPRESSED_ALGO; see gcoll_compressed_scheme); "none" by the dense ring. The result is bit-identical on every rank. Every rank
  * must pass states of the same spec, count and step: GCOLL_ERR_MISMATCH otherwise.
  * GCOLL_ERR_INVALID for NaN/Inf in grad, a count that is not the state's, op other than
  * SUM/AVG. The state must not be used elsewhere until the call completes. Blocks. */
@@ -378,6 +379,16 @@ GCOLL_EXPORT gcoll_status_t gcoll_icompressed_reduce_scatter(gcoll_comm_t *comm,
                                                              gcoll_request_t **req_p);
 GCOLL_EXPORT void gcoll_shard_range(const gcoll_comm_t *comm, size_t count, size_t *offset_p,
                                     size_t *len_p);
+
+/* The scheme a compressed allreduce (or reduce-scatter, shard_only != 0) of count elements
+ * with compressor c runs on comm: "dense ring", "sparse", "random-k dense values",
+ * "alltoall" or "ring" (GCOLL_COMPRESSED_ALGO and its cost rule), the same on every rank.
+ * For "ring", *segment_p (if not NULL) receives the elements per compressed message
+ * (GCOLL_RING_CHUNK / 4): each segment of each chunk is compressed on its own. NULL for a
+ * NULL comm or compressor. Never blocks. */
+GCOLL_EXPORT const char *gcoll_compressed_scheme(const gcoll_comm_t *comm,
+                                                 const gcoll_compressor_t *c, size_t count,
+                                                 int shard_only, size_t *segment_p);
 
 /* ------------------------------------------------------------------------ */
 /* Bucketer: overlap of gradient reduction with the backward pass            */

@@ -75,6 +75,10 @@ static const param_t params[] = {
     {"GCOLL_SPARSE_ALGO", P_ENUM, "auto",
      "sparse allreduce plan: allgather (SSAR), split (split-and-reduce), dense, or auto (by bytes)",
      OFF(sparse_algo), F_MUST_MATCH, "auto|allgather|split|dense"},
+    {"GCOLL_COMPRESSED_ALGO", P_ENUM, "auto",
+     "compressed allreduce of quantizers: alltoall (1-bit Adam's scheme), ring (pipelined, "
+     "re-quantizing the partial sum at every hop), or auto (cost model)",
+     OFF(compressed_algo), F_MUST_MATCH, "auto|alltoall|ring"},
     {"GCOLL_CODEC_SIMD", P_ENUM, "auto",
      "compression kernels: auto (AVX2 where the CPU has it), generic (portable), avx2",
      OFF(codec_simd), 0, "auto|generic|avx2"},

@@ -74,21 +74,21 @@ static void emit(const bench_row_t *r, void *ctx)
     if (p->o->spec) {
         switch (p->out) {
         case OUT_TABLE:
-            printf("%12zu %12zu %12.2f %10.3f %10.3f %12.0f %8.1f %10.2f %9.2e %8s\n", r->bytes,
-                   r->count, r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio, r->comp_us,
-                   r->rel_err, wrong);
+            printf("%12zu %12zu %12.2f %10.3f %10.3f %12.0f %8.1f %10.2f %9.2e %8s  %s\n",
+                   r->bytes, r->count, r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio,
+                   r->comp_us, r->rel_err, wrong, r->scheme);
             break;
         case OUT_CSV:
-            printf("%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.3f,%.3f,%.4e,%s\n", r->bytes, r->count,
+            printf("%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.3f,%.3f,%.4e,%s,%s\n", r->bytes, r->count,
                    r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio, r->comp_us,
-                   r->rel_err, wrong);
+                   r->rel_err, wrong, r->scheme);
             break;
         case OUT_JSON:
             printf("%s\n  {\"size\": %zu, \"count\": %zu, \"time_us\": %.3f, \"algbw\": %.4f, "
                    "\"busbw\": %.4f, \"wire_bytes\": %.0f, \"ratio\": %.3f, \"comp_us\": %.3f, "
-                   "\"rel_err\": %.4e, \"wrong\": %ld}", p->rows ? "," : "", r->bytes, r->count,
-                   r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio, r->comp_us, r->rel_err,
-                   r->wrong);
+                   "\"rel_err\": %.4e, \"wrong\": %ld, \"scheme\": \"%s\"}", p->rows ? "," : "",
+                   r->bytes, r->count, r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio,
+                   r->comp_us, r->rel_err, r->wrong, r->scheme);
             break;
         }
         p->rows++;
@@ -177,14 +177,15 @@ int main(int argc, char **argv)
                    gcoll_comm_transport(comm), algo ? algo : "auto", o.iters, o.warmup);
             if (o.spec)
                 printf("# compressor %s; algbw and busbw count uncompressed bytes (effective)\n"
-                       "#%11s %12s %12s %10s %10s %12s %8s %10s %9s %8s\n", o.spec, "size(B)",
-                       "count", "time(us)", "algbw(GB/s)", "busbw", "wire(B)", "ratio",
-                       "comp(us)", "relerr", "#wrong");
+                       "#%11s %12s %12s %10s %10s %12s %8s %10s %9s %8s  %s\n", o.spec,
+                       "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw", "wire(B)",
+                       "ratio", "comp(us)", "relerr", "#wrong", "scheme");
             else
                 printf("#%11s %12s %9s %6s %12s %10s %10s %8s\n", "size(B)", "count", "type",
                        "redop", "time(us)", "algbw(GB/s)", "busbw", "#wrong");
         } else if (p.out == OUT_CSV && o.spec) {
-            printf("size,count,time_us,algbw_GBps,busbw_GBps,wire_bytes,ratio,comp_us,rel_err,wrong\n");
+            printf("size,count,time_us,algbw_GBps,busbw_GBps,wire_bytes,ratio,comp_us,rel_err,wrong,"
+                   "scheme\n");
         } else if (p.out == OUT_CSV) {
             printf("size,count,type,redop,time_us,algbw_GBps,busbw_GBps,wrong\n");
         } else {

@@ -158,6 +158,63 @@ static void simulate(gcoll_compressor_t *c, gcoll_tensor_state_t **ws, gcoll_ten
     free(acc);
 }
 
+/* Elements per segment when the compressed allreduce of count runs the ring scheme (the
+ * test forces it with GCOLL_COMPRESSED_ALGO=ring), else 0. */
+static size_t ring_segf(gcoll_compressor_t *c, size_t count, int shard_only)
+{
+    size_t segf = 0;
+    const char *sc = gcoll_compressed_scheme(comm, c, count, shard_only, &segf);
+    return sc && strcmp(sc, "ring") == 0 ? segf : 0;
+}
+
+/* Simulates the ring scheme: chunk j starts at rank j+1 and each rank on its way decodes
+ * the partial sum, adds its gradient and compresses it again (with its residual), segment
+ * by segment; rank j adds its own gradient last. acc receives the reduced chunks (divided
+ * by P for AVG); unless shard_only, want receives the server-compressed result. */
+static void simulate_ring(gcoll_compressor_t *c, gcoll_tensor_state_t **ws,
+                          gcoll_tensor_state_t **ss, int step, size_t count, gcoll_op_t op,
+                          float *acc, float *want, int shard_only)
+{
+    size_t segf = ring_segf(c, count, shard_only), cap = gcoll_compressor_bound(c, segf), len = 0;
+    uint8_t *msg = malloc(cap);
+    float *x = malloc((segf + 1) * sizeof(float));
+    for (int j = 0; j < size; j++) {
+        size_t off, n;
+        chunk_of(count, j, &off, &n);
+        for (size_t k0 = 0; k0 < n; k0 += segf) {
+            size_t m = n - k0 < segf ? n - k0 : segf, so = off + k0;
+            for (int h = 1; h < size; h++) {
+                int i = (j + h) % size;
+                if (h > 1 && gcoll_decode(c, msg, len, x, m, 0) != GCOLL_OK)
+                    FAIL("simulated ring decode failed");
+                for (size_t q = 0; q < m; q++)
+                    x[q] = h > 1 ? x[q] + grad_of(i, step, so + q) : grad_of(i, step, so + q);
+                if (gcoll_encode_chunk(c, ws[i], so, x, m, msg, cap, &len) != GCOLL_OK)
+                    FAIL("simulated ring encode failed");
+            }
+            if (size > 1)
+                gcoll_decode(c, msg, len, acc + so, m, 0);
+            else
+                memset(acc + so, 0, m * sizeof(float));
+            for (size_t q = 0; q < m; q++)
+                acc[so + q] += grad_of(j, step, so + q);
+        }
+        if (op == GCOLL_AVG)
+            for (size_t q = 0; q < n; q++)
+                acc[off + q] /= (float)size;
+        for (size_t k0 = 0; !shard_only && k0 < n; k0 += segf) {
+            size_t m = n - k0 < segf ? n - k0 : segf;
+            if (gcoll_encode_chunk(c, ss[j], k0, acc + off + k0, m, msg, cap, &len) != GCOLL_OK ||
+                gcoll_decode(c, msg, len, want + off + k0, m, 0) != GCOLL_OK)
+                FAIL("simulated ring server encode failed");
+        }
+    }
+    for (int i = 0; i < size; i++)
+        gcoll_state_advance(ws[i]);
+    free(msg);
+    free(x);
+}
+
 static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
 {
     gcoll_compressor_t *c;
@@ -189,7 +246,13 @@ static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
                  gcoll_comm_last_error(comm));
             break;
         }
-        simulate(c, ws, ss, step, count, quantizer, op, want);
+        if (quantizer && ring_segf(c, count, 0)) {
+            float *acc = malloc((count + 1) * sizeof(float));
+            simulate_ring(c, ws, ss, step, count, op, acc, want, 0);
+            free(acc);
+        } else {
+            simulate(c, ws, ss, step, count, quantizer, op, want);
+        }
         double err = 0, norm = 0;
         size_t bad = 0, first = 0;
         for (size_t k = 0; k < count; k++) {
@@ -204,18 +267,48 @@ static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
             /* QSGD draws per-rank rounding noise the simulation cannot reproduce: check
              * the result is a plausible estimate of the exact sum instead (without error
              * feedback: QSGD is unbiased but not a contraction, so feedback can grow) */
-            double e2 = 0, n2 = 0;
+            /* QSGD's variance (Alistarh et al. 2017, lemma 3.1): a value x_i of a bucket of b
+             * values with norm ||x|| and s levels rounds to a neighbouring level ||x||/s
+             * apart with probability p_i, adding variance (||x||/s)^2 p_i (1 - p_i) <=
+             * ||x||^2 / (4 s^2); over the bucket E||Q(x) - x||^2 <= b/(4 s^2) ||x||^2
+             * (bits=8: s=127, default bucket 512). Rounding noise is independent between
+             * quantizations, so the expected squared error is at most beta times the squared
+             * norms of everything quantized: each rank's gradient (all-to-all) or each
+             * partial sum on its way round the ring (ring), then the reduced chunk. Over
+             * ~30000 elements the error concentrates (measured: 0.6 of the bound): 1.5x. */
+            const double sl = 127.0, b = 512.0, beta = b / (4.0 * sl * sl);
+            const int ring = ring_segf(c, count, 0) && size > 1;
+            double e2 = 0, pre = 0, fin = 0;
             for (size_t k = 0; k < count; k++) {
-                double exact = 0;
+                double exact = 0, part = 0;
                 for (int i = 0; i < size; i++)
                     exact += grad_of(i, step, k);
+                if (ring) {
+                    /* chunk j is summed in the order j+1, j+2, ..., j+P-1, then j */
+                    int j = 0;
+                    for (int q = 0; q < size; q++) {
+                        size_t o, n;
+                        chunk_of(count, q, &o, &n);
+                        if (k >= o && k < o + n)
+                            j = q;
+                    }
+                    for (int h = 1; h < size; h++) {
+                        part += grad_of((j + h) % size, step, k);
+                        pre += part * part;
+                    }
+                } else {
+                    for (int i = 0; i < size; i++)
+                        pre += (double)grad_of(i, step, k) * grad_of(i, step, k);
+                }
                 if (op == GCOLL_AVG)
                     exact /= size;
                 e2 += (out[k] - exact) * (out[k] - exact);
-                n2 += exact * exact;
+                fin += exact * exact;
             }
-            if (!(e2 < n2))
-                FAIL("compressed '%s' step %d: relative error %.3f", spec, step, sqrt(e2 / n2));
+            double bound = beta * (pre / (op == GCOLL_AVG ? (double)size * size : 1.0) + fin);
+            if (!(e2 <= 1.5 * bound))
+                FAIL("compressed '%s' step %d: squared error %.4g above 1.5x QSGD's bound %.4g",
+                     spec, step, e2, bound);
         } else if (bad) {
             FAIL("compressed '%s' step %d: %zu of %zu wrong, first at %zu: got %g want %g "
                  "(rel l2 %.2g)", spec, step, bad, count, first, out[first], want[first],
@@ -246,15 +339,20 @@ static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
         /* the reduce-scatter is the first half of the simulation */
         size_t cap = gcoll_compressor_bound(c, count), len;
         uint8_t *msg = malloc(cap);
-        float *acc = calloc(n + 1, sizeof(float)), *gi = malloc(count * sizeof(float));
-        for (int i = 0; i < size; i++) {
+        float *acc = calloc(count + 1, sizeof(float)), *gi = malloc(count * sizeof(float));
+        int ring = ring_segf(c, count, 1) != 0;
+        if (ring) {
+            simulate_ring(c, ws, ss, 3, count, op, acc, NULL, 1);
+            memmove(acc, acc + off, n * sizeof(float));
+        }
+        for (int i = 0; !ring && i < size; i++) {
             for (size_t k = 0; k < count; k++)
                 gi[k] = grad_of(i, 3, k);
             gcoll_encode_chunk(c, ws[i], off, gi + off, n, msg, cap, &len);
             gcoll_decode(c, msg, len, acc, n, i > 0);
         }
         for (size_t k = 0; rc == GCOLL_OK && k < n; k++) {
-            float w = op == GCOLL_AVG ? acc[k] / (float)size : acc[k];
+            float w = op == GCOLL_AVG && !ring ? acc[k] / (float)size : acc[k];
             if (out[k] != w) {
                 FAIL("compressed reduce_scatter '%s': wrong at %zu: %g vs %g", spec, k, out[k], w);
                 break;

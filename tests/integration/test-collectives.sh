@@ -72,6 +72,19 @@ for tr in $(transports); do
             tail -n 30 "$out"
         fi
     done
+    # the pipelined ring that re-quantizes at every hop, with segments small enough that
+    # every chunk is cut into several (the simulation in the check follows the same cut)
+    for n in 3 5; do
+        out="$TMP/compressed-ring-$tr-$n.log"
+        if timeout 300 "$gcoll_run" -n "$n" --timeout 250 -x GCOLL_TRANSPORT="$tr" \
+            -x GCOLL_COMPRESSED_ALGO=ring -x GCOLL_RING_CHUNK=16384 -x GCOLL_DEBUG=info \
+            -- "$CHECK" compressed >"$out" 2>&1 && grep -q "ring scheme (forced" "$out"; then
+            pass "$tr: compressed allreduce and reduce-scatter over the re-quantizing ring, $n ranks"
+        else
+            fail "$tr: compressed ring, $n ranks"
+            grep -v " INFO " "$out" | tail -n 30
+        fi
+    done
     if grep -q "sparse allreduce: allgather plan" "$TMP/sparse-$tr-auto-4.log" &&
        grep -q "sparse allreduce: dense plan" "$TMP/sparse-$tr-auto-4.log"; then
         pass "$tr: sparse auto switches between allgather and dense by density"

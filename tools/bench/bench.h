@@ -40,6 +40,7 @@ typedef struct {
     double ratio;       /* uncompressed payload / wire bytes */
     double comp_us;     /* compress + decompress time per operation (slowest rank) */
     double rel_err;     /* ||compressed - dense|| / ||dense|| of one fresh step */
+    const char *scheme; /* gcoll_compressed_scheme: "sparse", "ring", "alltoall", ... */
 } bench_row_t;
 
 int bench_parse_coll(const char *s, bench_coll_t *c);

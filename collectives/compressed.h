@@ -1,0 +1,26 @@
+/* compressed.h: pieces shared by the schemes of the compressed allreduce. Internal. */
+#ifndef GCOLL_COMPRESSED_H
+#define GCOLL_COMPRESSED_H
+
+#include "coll.h"
+#include "compress/compress.h"
+
+/* The balanced split of count elements over P ranks: chunk j (the first count % P chunks
+ * one element longer). Rank j owns chunk j in both schemes. */
+static inline gcoll_span_t gcoll_even_chunk(size_t count, int P, int j)
+{
+    size_t base = count / (size_t)P, extra = count % (size_t)P;
+    return (gcoll_span_t){(size_t)j * base + GCOLL_MIN((size_t)j, extra),
+                          base + ((size_t)j < extra)};
+}
+
+/* Makes sure s->server is a server-mode state of n elements (a new, zero residual when
+ * the chunk length changed). */
+gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n);
+
+/* The pipelined ring with re-quantization at every hop (compressed_ring.c). */
+gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+                                     const float *grad, float *out, size_t count, gcoll_op_t op,
+                                     int shard_only, uint32_t sig);
+
+#endif /* GCOLL_COMPRESSED_H */
