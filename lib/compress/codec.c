@@ -200,7 +200,7 @@ static gcoll_status_t bad_nonfinite(const float *x, size_t n, size_t i)
 /* Selects what a sparsifier sends from x[0..n); leaves ascending indices in sc->idx. */
 static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
                                const float *x, size_t n, uint64_t step, size_t off,
-                               gcoll_scratch_t *sc, size_t *nnz_p)
+                               int have_hist, gcoll_scratch_t *sc, size_t *nnz_p)
 {
     size_t k = gcoll_codec_k(c, n, step);
     switch (c->sparsify) {
@@ -242,6 +242,8 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
         s->reuse_valid = 1;
         return GCOLL_OK;
     }
+    if (have_hist) /* the feedback pass built it (exact top-k only) */
+        return gcoll_select_topk_hist(x, n, k, sc, nnz_p);
     return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
 }
 
@@ -277,6 +279,9 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     int clip = c->clip > 0 && !(s && s->mode == GCOLL_STATE_SERVER);
     float a = 1.0f;
     const float *work = in;
+    /* dense codecs run the feedback update inside the value encoder, block by block */
+    int fused_dense = feedback && !dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
+    uint32_t *hist = NULL;
 
     if ((feedback || clip) && !(s && s->input_checked)) {
         /* check before touching the state: a NaN in the residual would never leave */
@@ -295,10 +300,16 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     if (dgc) {
         k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);
         work = s->e + off;
-    } else if (feedback) {
-        k->axpy(s->e + off, in, n, a);
+    } else if (feedback && !fused_dense) {
+        /* exact top-k: the histogram of the updated residual is built in the same pass */
+        if (c->sparsify == GCOLL_SPARSIFY_TOPK && c->select == GCOLL_SELECT_EXACT)
+            GCOLL_CHECK_GOTO(gcoll_select_hist(sc, n, &hist), st, out_free);
+        if (hist)
+            k->axpy_hist16(s->e + off, in, n, a, hist);
+        else
+            k->axpy(s->e + off, in, n, a);
         work = s->e + off;
-    } else if (a != 1.0f) {
+    } else if (a != 1.0f && !fused_dense) {
         GCOLL_CHECK_GOTO(gcoll_scratch_tmp(sc, n), st, out_free);
         memset(sc->tmp, 0, n * sizeof(float));
         k->axpy(sc->tmp, in, n, a);
@@ -316,11 +327,19 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
         }
         gcoll_wire_hdr_t h = {GCOLL_WIRE_DENSE, 0, n, n, vsz, c->vs, 0};
         gcoll_wire_put_hdr(o, &h);
+        if (fused_dense) {
+            /* e += a*g, encode, e -= D(c): the same bytes and residual as the passes below */
+            GCOLL_CHECK_GOTO(gcoll_vsec_put_ef(&c->vs, s->e + off, in, a, n, qkey,
+                                               o + GCOLL_WIRE_HDR), st, out_free);
+            *len_p = GCOLL_WIRE_HDR + vsz;
+            goto out_free;
+        }
         GCOLL_CHECK_GOTO(gcoll_vsec_put(&c->vs, work, n, qkey, o + GCOLL_WIRE_HDR), st, out_free);
         len = GCOLL_WIRE_HDR + vsz;
     } else {
         size_t nnz = 0;
-        GCOLL_CHECK_GOTO(sparsify(c, s, work, n, step, off, sc, &nnz), st, out_free);
+        GCOLL_CHECK_GOTO(sparsify(c, s, work, n, step, off, hist != NULL, sc, &nnz), st,
+                         out_free);
         GCOLL_CHECK_GOTO(gcoll_scratch_pairs(sc, nnz), st, out_free);
         float scale = 1.0f;
         if (c->sparsify == GCOLL_SPARSIFY_RANDOMK && c->unbiased && nnz)

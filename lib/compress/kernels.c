@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "half.h"
+#include "rng.h"
 
 /*
  * Each *_body below is plain C shaped so the vectorizer handles it (fixed eight-lane
@@ -391,6 +392,116 @@ CLONE2(int, hist16, (const float *x, size_t n, uint32_t *hist), (x, n, hist))
 static void hist16_gen_v(const float *x, size_t n, uint32_t *h) { (void)hist16_gen(x, n, h); }
 static void hist16_avx2_v(const float *x, size_t n, uint32_t *h) { (void)hist16_avx2(x, n, h); }
 
+/* Error feedback fused with the histogram: the axpy runs on 64 elements at a time (so it
+ * vectorizes) and their histogram is taken while they are still in L1, saving the
+ * separate read-modify-write pass over e. */
+KBODY int axpy_hist16_body(float *e, const float *g, size_t n, float a, uint32_t *hist)
+{
+    uint32_t *h2 = hist + 65536;
+    for (size_t i = 0; i < n; i += 64) {
+        size_t m = GCOLL_MIN(n - i, (size_t)64);
+        float *eb = e + i;
+        const float *gb = g + i;
+        for (size_t j = 0; j < m; j++)
+            eb[j] += a * gb[j];
+        size_t j = 0;
+        for (; j + 2 <= m; j += 2) {
+            hist[(fbits(eb[j]) & ABS_MASK) >> 15]++;
+            h2[(fbits(eb[j + 1]) & ABS_MASK) >> 15]++;
+        }
+        if (j < m)
+            hist[(fbits(eb[j]) & ABS_MASK) >> 15]++;
+    }
+    for (size_t b = 0; b < 65536; b++)
+        hist[b] += h2[b];
+    return 0;
+}
+CLONE2(int, axpy_hist16, (float *e, const float *g, size_t n, float a, uint32_t *hist),
+       (e, g, n, a, hist))
+static void axpy_hist16_gen_v(float *e, const float *g, size_t n, float a, uint32_t *h)
+{
+    (void)axpy_hist16_gen(e, g, n, a, h);
+}
+static void axpy_hist16_avx2_v(float *e, const float *g, size_t n, float a, uint32_t *h)
+{
+    (void)axpy_hist16_avx2(e, g, n, a, h);
+}
+
+/* The sign scale's sum, taken as the axpy writes e: lane j accumulates elements 8t + j
+ * in the order sign_put does, so the scale comes out identical. */
+KBODY int axpy_abssum_body(float *e, const float *g, size_t n, float a, int l2, float *acc)
+{
+    float l[8];
+    memcpy(l, acc, sizeof(l));
+    size_t i = 0;
+    if (l2) {
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++) {
+                float x = e[i + j] + a * g[i + j];
+                e[i + j] = x;
+                l[j] += x * x;
+            }
+    } else {
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++) {
+                float x = e[i + j] + a * g[i + j];
+                e[i + j] = x;
+                l[j] += fabsf(x);
+            }
+    }
+    for (int j = 0; i + (size_t)j < n; j++) {
+        float x = e[i + j] + a * g[i + j];
+        e[i + j] = x;
+        l[j] += l2 ? x * x : fabsf(x);
+    }
+    memcpy(acc, l, sizeof(l));
+    return 0;
+}
+CLONE2(int, axpy_abssum, (float *e, const float *g, size_t n, float a, int l2, float *acc),
+       (e, g, n, a, l2, acc))
+static void axpy_abssum_gen_v(float *e, const float *g, size_t n, float a, int l2, float *acc)
+{
+    (void)axpy_abssum_gen(e, g, n, a, l2, acc);
+}
+static void axpy_abssum_avx2_v(float *e, const float *g, size_t n, float a, int l2, float *acc)
+{
+    (void)axpy_abssum_avx2(e, g, n, a, l2, acc);
+}
+
+/* --- qsgd ---------------------------------------------------------------------------- */
+
+/* Stochastic rounding of QSGD (Alistarh et al. 2017); see values.c for the format. */
+static void qsgd_codes_gen(const float *x, size_t n, float f, uint32_t s, uint32_t base,
+                           uint32_t klo, uint32_t khi, uint8_t *codes)
+{
+    for (size_t i = 0; i < n; i++) {
+        float r = fabsf(x[i]) * f;
+        uint32_t l = (uint32_t)r;
+        float frac = r - (float)l;
+        uint32_t h = gcoll_hash32(gcoll_hash32(base + (uint32_t)i + klo) ^ khi);
+        l += gcoll_u01(h) < frac;
+        l = l > s ? s : l;
+        codes[i] = (uint8_t)(x[i] < 0 ? s - l : s + l);
+    }
+}
+
+KBODY int qsgd_sub_body(const uint8_t *codes, size_t n, uint32_t s, float f, float *e)
+{
+    for (size_t i = 0; i < n; i++)
+        e[i] -= (float)((int32_t)codes[i] - (int32_t)s) * f;
+    return 0;
+}
+CLONE2(int, qsgd_sub, (const uint8_t *codes, size_t n, uint32_t s, float f, float *e),
+       (codes, n, s, f, e))
+static void qsgd_sub_gen_v(const uint8_t *c, size_t n, uint32_t s, float f, float *e)
+{
+    (void)qsgd_sub_gen(c, n, s, f, e);
+}
+static void qsgd_sub_avx2_v(const uint8_t *c, size_t n, uint32_t s, float f, float *e)
+{
+    (void)qsgd_sub_avx2(c, n, s, f, e);
+}
+
 static size_t collect_ge_gen(const float *x, size_t n, uint32_t thr, uint32_t *idx,
                              size_t cap, int *bad)
 {
@@ -427,6 +538,8 @@ static const gcoll_kernels_t k_generic = {
     .sign_put = sign_put_gen,     .sign_apply = sign_apply_gen, .sumsq = sumsq_gen,
     .sumsq_d = sumsq_d_gen,       .first_bad = first_bad_gen,   .axpy = axpy_gen_v,
     .dgc = dgc_gen_v,             .hist16 = hist16_gen_v,       .collect_ge = collect_ge_gen,
+    .axpy_hist16 = axpy_hist16_gen_v, .axpy_abssum = axpy_abssum_gen_v,
+    .qsgd_codes = qsgd_codes_gen, .qsgd_sub = qsgd_sub_gen_v,
 };
 
 static const gcoll_kernels_t k_avx2 = {
@@ -451,6 +564,10 @@ static const gcoll_kernels_t k_avx2 = {
     .dgc = dgc_avx2_v,
     .hist16 = hist16_avx2_v,
     .collect_ge = gcoll_k_collect_ge_avx2,
+    .axpy_hist16 = axpy_hist16_avx2_v,
+    .axpy_abssum = axpy_abssum_avx2_v,
+    .qsgd_codes = gcoll_k_qsgd_codes_avx2,
+    .qsgd_sub = qsgd_sub_avx2_v,
 };
 
 static const gcoll_kernels_t *k_cur;

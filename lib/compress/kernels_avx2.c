@@ -1,9 +1,11 @@
-/* kernels_avx2.c: hand-written AVX2/F16C loops (fp16 conversion, sign packing, selection). */
+/* kernels_avx2.c: hand-written AVX2/F16C loops (fp16 conversion, sign packing, selection, QSGD). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "half.h"
 #include "kernels.h"
+#include "rng.h"
 
 #define TARGET_AVX2 __attribute__((target("avx2,f16c,popcnt")))
 
@@ -238,4 +240,67 @@ TARGET_AVX2 int gcoll_k_bf16_put_avx2(const float *x, size_t n, uint8_t *out)
         memcpy(out + 2 * i, &h, 2);
     }
     return any;
+}
+
+TARGET_AVX2 static inline __m256i hash32_x8(__m256i x)
+{
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x846ca68bu));
+    return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+
+/* QSGD codes for eight elements: the generic kernel's arithmetic lane for lane (a multiply,
+ * a truncation, exact conversions and compares, the same hashed stream per element). */
+TARGET_AVX2 static inline __m256i qsgd_codes_x8(const float *x, __m256 fv, __m256i sv,
+                                                __m256i idx, __m256i khi)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 u24 = _mm256_set1_ps(1.0f / 16777216.0f);
+    __m256 v = _mm256_loadu_ps(x);
+    __m256 r = _mm256_mul_ps(_mm256_and_ps(v, absm), fv);
+    __m256i l = _mm256_cvttps_epi32(r); /* 0 <= r < 2^31: same as the unsigned cast */
+    __m256 frac = _mm256_sub_ps(r, _mm256_cvtepi32_ps(l));
+    __m256i h = hash32_x8(_mm256_xor_si256(hash32_x8(idx), khi));
+    __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)), u24);
+    l = _mm256_sub_epi32(l, _mm256_castps_si256(_mm256_cmp_ps(u, frac, _CMP_LT_OQ)));
+    l = _mm256_min_epu32(l, sv);
+    __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
+    return _mm256_blendv_epi8(_mm256_add_epi32(sv, l), _mm256_sub_epi32(sv, l), neg);
+}
+
+TARGET_AVX2 void gcoll_k_qsgd_codes_avx2(const float *x, size_t n, float f, uint32_t s,
+                                         uint32_t base, uint32_t klo, uint32_t khi,
+                                         uint8_t *codes)
+{
+    const __m256 fv = _mm256_set1_ps(f);
+    const __m256i sv = _mm256_set1_epi32((int)s), kh = _mm256_set1_epi32((int)khi);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(base + (uint32_t)i + klo)), lane);
+        const __m256i eight = _mm256_set1_epi32(8);
+        __m256i a = qsgd_codes_x8(x + i, fv, sv, idx, kh);
+        idx = _mm256_add_epi32(idx, eight);
+        __m256i b = qsgd_codes_x8(x + i + 8, fv, sv, idx, kh);
+        idx = _mm256_add_epi32(idx, eight);
+        __m256i c = qsgd_codes_x8(x + i + 16, fv, sv, idx, kh);
+        idx = _mm256_add_epi32(idx, eight);
+        __m256i d = qsgd_codes_x8(x + i + 24, fv, sv, idx, kh);
+        /* codes <= 254: unsigned saturation never bites */
+        __m256i ab = _mm256_packus_epi32(a, b), cd = _mm256_packus_epi32(c, d);
+        __m256i q = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), perm);
+        _mm256_storeu_si256((__m256i *)(void *)(codes + i), q);
+    }
+    for (; i < n; i++) {
+        float r = fabsf(x[i]) * f;
+        uint32_t l = (uint32_t)r;
+        float frac = r - (float)l;
+        uint32_t h = gcoll_hash32(gcoll_hash32(base + (uint32_t)i + klo) ^ khi);
+        l += gcoll_u01(h) < frac;
+        l = l > s ? s : l;
+        codes[i] = (uint8_t)(x[i] < 0 ? s - l : s + l);
+    }
 }

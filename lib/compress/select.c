@@ -200,20 +200,26 @@ static gcoll_status_t topk_small(const float *x, size_t n, size_t k, gcoll_scrat
     return GCOLL_OK;
 }
 
-gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
-                                       size_t *nnz_p)
+gcoll_status_t gcoll_select_hist(gcoll_scratch_t *sc, size_t n, uint32_t **hist_p)
+{
+    *hist_p = NULL;
+    if (n <= SMALL_N)
+        return GCOLL_OK;
+    GCOLL_CHECK(scratch_hist(sc));
+    memset(sc->hist, 0, 2 * HIST_BINS * sizeof(uint32_t));
+    *hist_p = sc->hist;
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_select_topk_hist(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
+                                      size_t *nnz_p)
 {
     if (k == 0 || n == 0) {
         *nnz_p = 0;
         return GCOLL_OK;
     }
-    if (n <= SMALL_N)
-        return topk_small(x, n, k, sc, nnz_p);
     const gcoll_kernels_t *kn = gcoll_kernels();
-    GCOLL_CHECK(scratch_hist(sc));
     uint32_t *hist = sc->hist;
-    memset(hist, 0, 2 * HIST_BINS * sizeof(uint32_t));
-    kn->hist16(x, n, hist);
     for (uint32_t b = NONFINITE_BIN; b < HIST_BINS; b++)
         if (hist[b])
             return report_nonfinite(x, n);
@@ -235,6 +241,21 @@ gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll
     topr_in_list(x, sc->idx, &cnt, k, hist);
     *nnz_p = cnt;
     return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
+                                       size_t *nnz_p)
+{
+    if (k == 0 || n == 0) {
+        *nnz_p = 0;
+        return GCOLL_OK;
+    }
+    if (n <= SMALL_N)
+        return topk_small(x, n, k, sc, nnz_p);
+    uint32_t *hist;
+    GCOLL_CHECK(gcoll_select_hist(sc, n, &hist));
+    gcoll_kernels()->hist16(x, n, hist);
+    return gcoll_select_topk_hist(x, n, k, sc, nnz_p);
 }
 
 /* --- sampled top-k (DGC) -------------------------------------------------------------- */

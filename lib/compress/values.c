@@ -2,6 +2,7 @@
 #include "values.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -18,81 +19,125 @@ static inline void stf(uint8_t *p, float f) { memcpy(p, &f, 4); }
 
 static uint32_t qsgd_s(unsigned bits) { return (1u << (bits - 1)) - 1u; }
 
+/* Packs B-bit codes (each < 2^B, one per byte) LSB-first into out, which has room bytes
+ * left: eight codes fill B bytes, so a run starting at an element that is a multiple of 8
+ * starts on a byte. Only the message's last run may end inside a group; its last byte
+ * keeps the spare bits zero. SWAR: pairs, then quads, then the two halves are joined. */
+static void qsgd_pack(const uint8_t *c, size_t n, unsigned B, uint8_t *out, size_t room)
+{
+    const unsigned s1 = 8 - B, s2 = 16 - 2 * B, s3 = 4 * B;
+    for (size_t i = 0; i < n; i += 8) {
+        size_t m = GCOLL_MIN(n - i, (size_t)8);
+        uint64_t v = 0;
+        if (m == 8)
+            v = gcoll_get_u64(c + i);
+        else
+            for (size_t j = 0; j < m; j++)
+                v |= (uint64_t)c[i + j] << (8 * j);
+        v = (v & 0x00ff00ff00ff00ffull) | ((v & 0xff00ff00ff00ff00ull) >> s1);
+        v = (v & 0x0000ffff0000ffffull) | ((v & 0xffff0000ffff0000ull) >> s2);
+        v = (v & 0xffffffffull) | ((v >> 32) << s3);
+        size_t nbytes = (m * B + 7) / 8;
+        if (room >= 8) {
+            gcoll_put_u64(out, v); /* bytes past nbytes are rewritten by the next group */
+        } else {
+            for (size_t j = 0; j < nbytes; j++)
+                out[j] = (uint8_t)(v >> (8 * j));
+        }
+        out += nbytes;
+        room -= nbytes;
+    }
+}
+
 /* QSGD (Alistarh et al. 2017, sec. 3.1): with s = 2^(B-1)-1 levels per sign and the
  * bucket's l2 norm, |x|/norm*s is rounded up with probability equal to its fractional
  * part, so E[decode] = x. Level and sign travel as one B-bit code in offset binary
- * (code = s + sign*level in [0, 2s]): 2^B - 1 values. */
-static gcoll_status_t qsgd_put(const gcoll_vspec_t *vs, const float *x, size_t n,
-                               uint64_t key, uint8_t *out)
+ * (code = s + sign*level in [0, 2s]): 2^B - 1 values.
+ *
+ * Encodes elements [lo, lo+m) of a section of n values from x[0..m): lo starts a bucket
+ * and is a multiple of 8, lo+m ends one (or is n). Codes are computed into codes[] in runs
+ * of cap (a multiple of 8) and packed; with cap >= m, codes[0..m) holds them all after. */
+static gcoll_status_t qsgd_put_span(const gcoll_vspec_t *vs, const float *x, size_t n,
+                                    size_t lo, size_t m, uint64_t key, uint8_t *out,
+                                    uint8_t *codes, size_t cap)
 {
     const gcoll_kernels_t *k = gcoll_kernels();
     uint64_t nb = gcoll_vsec_buckets(vs, n);
-    uint8_t *codes = out + 4 * nb;
     const uint32_t s = qsgd_s(vs->bits);
     const unsigned B = vs->bits;
     const uint32_t k_lo = (uint32_t)key, k_hi = (uint32_t)(key >> 32);
-    uint64_t acc = 0;
-    unsigned nbits = 0;
-    size_t w = 0;
-    for (uint64_t b = 0; b < nb; b++) {
-        size_t lo = (size_t)(b * vs->bucket), m = GCOLL_MIN(n - lo, (size_t)vs->bucket);
-        const float *xb = x + lo;
-        float norm = sqrtf(k->sumsq(xb, m));
+    uint8_t *packed = out + 4 * nb;
+    const size_t plen = (n * B + 7) / 8;
+    size_t t0 = lo, tn = 0; /* element held in codes[0], codes held */
+    for (size_t i = lo; i < lo + m;) {
+        size_t b = i / vs->bucket, bend = GCOLL_MIN(n, (b + 1) * (size_t)vs->bucket);
+        float norm = sqrtf(k->sumsq(x + (i - lo), bend - i));
         if (!isfinite(norm)) {
-            GCOLL_WARN("compress: qsgd: non-finite value in bucket %llu (elements %zu..%zu)",
-                       (unsigned long long)b, lo, lo + m - 1);
+            GCOLL_WARN("compress: qsgd: non-finite value in bucket %zu (elements %zu..%zu)", b,
+                       i, bend - 1);
             return GCOLL_ERR_INVALID;
         }
         float f = norm > 0 ? (float)s / norm : 0.0f;
         if (!(f <= 3.4028234e38f)) /* norm so small that s/norm overflows: send zeros */
             norm = f = 0.0f;
         stf(out + 4 * b, norm);
-        for (size_t i = 0; i < m; i++) {
-            float r = fabsf(xb[i]) * f;
-            uint32_t l = (uint32_t)r;
-            float frac = r - (float)l;
-            uint32_t h = gcoll_hash32(gcoll_hash32((uint32_t)(lo + i) + k_lo) ^ k_hi);
-            l += gcoll_u01(h) < frac;
-            l = l > s ? s : l;
-            uint32_t code = xb[i] < 0 ? s - l : s + l;
-            acc |= (uint64_t)code << nbits;
-            nbits += B;
-            if (nbits >= 32) {
-                gcoll_put_u32(codes + w, (uint32_t)acc);
-                w += 4;
-                acc >>= 32;
-                nbits -= 32;
+        for (size_t j = i; j < bend;) {
+            size_t piece = GCOLL_MIN(bend - j, cap - tn);
+            k->qsgd_codes(x + (j - lo), piece, f, s, (uint32_t)j, k_lo, k_hi, codes + tn);
+            tn += piece;
+            j += piece;
+            if (tn == cap) {
+                qsgd_pack(codes, tn, B, packed + t0 / 8 * B, plen - t0 / 8 * B);
+                t0 += tn;
+                tn = 0;
             }
         }
+        i = bend;
     }
-    while (nbits > 0) {
-        codes[w++] = (uint8_t)acc;
-        acc >>= 8;
-        nbits = nbits > 8 ? nbits - 8 : 0;
-    }
+    if (tn)
+        qsgd_pack(codes, tn, B, packed + t0 / 8 * B, plen - t0 / 8 * B);
     return GCOLL_OK;
 }
 
-static gcoll_status_t q8_put(const gcoll_vspec_t *vs, const float *x, size_t n, uint8_t *out)
+#define QSGD_RUN 4096 /* codes computed per packing run (a multiple of 8) */
+
+static gcoll_status_t qsgd_put(const gcoll_vspec_t *vs, const float *x, size_t n,
+                               uint64_t key, uint8_t *out)
+{
+    uint8_t codes[QSGD_RUN];
+    return qsgd_put_span(vs, x, n, 0, n, key, out, codes, QSGD_RUN);
+}
+
+/* Encodes elements [lo, lo+m) of a q8 section of n values from x[0..m); lo starts a
+ * bucket, lo+m ends one (or is n). */
+static gcoll_status_t q8_put_span(const gcoll_vspec_t *vs, const float *x, size_t n, size_t lo,
+                                  size_t m, uint8_t *out)
 {
     const gcoll_kernels_t *k = gcoll_kernels();
     uint64_t nb = gcoll_vsec_buckets(vs, n);
     int8_t *codes = (int8_t *)(out + 4 * nb);
-    for (uint64_t b = 0; b < nb; b++) {
-        size_t lo = (size_t)(b * vs->bucket), m = GCOLL_MIN(n - lo, (size_t)vs->bucket);
-        float mx = k->absmax(x + lo, m);
+    for (size_t i = lo; i < lo + m;) {
+        size_t b = i / vs->bucket, bend = GCOLL_MIN(n, (b + 1) * (size_t)vs->bucket);
+        const float *xb = x + (i - lo);
+        float mx = k->absmax(xb, bend - i);
         if (!isfinite(mx)) {
-            GCOLL_WARN("compress: q8: non-finite value in bucket %llu (elements %zu..%zu)",
-                       (unsigned long long)b, lo, lo + m - 1);
+            GCOLL_WARN("compress: q8: non-finite value in bucket %zu (elements %zu..%zu)", b, i,
+                       bend - 1);
             return GCOLL_ERR_INVALID;
         }
         float scale = mx / 127.0f, inv = mx > 0 ? 127.0f / mx : 0.0f;
         if (!(inv <= 3.4028234e38f)) /* subnormal max: 127/max overflows; send zeros */
             scale = inv = 0.0f;
         stf(out + 4 * b, scale);
-        k->q8_put(x + lo, m, inv, codes + lo);
+        k->q8_put(xb, bend - i, inv, codes + i);
+        i = bend;
     }
     return GCOLL_OK;
+}
+
+static gcoll_status_t q8_put(const gcoll_vspec_t *vs, const float *x, size_t n, uint8_t *out)
+{
+    return q8_put_span(vs, x, n, 0, n, out);
 }
 
 /* EF-SignSGD (Karimireddy et al. 2019): scale = ||x||_1 / n per chunk; 1-bit Adam (Tang et
@@ -285,4 +330,169 @@ void gcoll_vsec_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t 
         }
         i = stop;
     }
+}
+
+/* --- error feedback, fused ----------------------------------------------------------- */
+
+/*
+ * Encoding with error feedback is x = e + a*g, c = Q(x), e = x - D(c). Done as three
+ * whole-tensor passes (axpy, quantize, decode-subtract) it moves about twice the bytes
+ * it needs; here the three steps run on one block at a time while the block is in L1,
+ * using the same kernels on the same elements, so the message and e come out
+ * bit-identical. Blocks hold whole scale buckets, and for QSGD a multiple of 8 elements
+ * so that every block's packed codes start on a byte.
+ */
+#define EF_BLOCK 4096          /* elements per block: e, g and codes stay in L1 */
+#define EF_MAX_BLOCK (1u << 18) /* larger buckets: the unfused passes */
+
+static size_t gcd_size(size_t a, size_t b)
+{
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Elements per fused block for n values, 0 when not fused. */
+static size_t ef_block(const gcoll_vspec_t *vs, size_t n)
+{
+    size_t unit = 8;
+    switch (vs->fmt) {
+    case GCOLL_VF_F32:
+    case GCOLL_VF_F16:
+    case GCOLL_VF_BF16:
+        break;
+    case GCOLL_VF_Q8:
+        unit = vs->bucket;
+        break;
+    case GCOLL_VF_QSGD:
+        unit = vs->bucket / gcd_size(vs->bucket, 8) * 8;
+        break;
+    default:
+        return 0;
+    }
+    size_t blk = unit >= EF_BLOCK ? unit : unit * (EF_BLOCK / unit);
+    blk = GCOLL_MIN(blk, n);
+    return blk <= EF_MAX_BLOCK ? blk : 0;
+}
+
+/* Encodes elements [lo, lo+m) (whole buckets) of a section of n values from x[0..m). */
+static gcoll_status_t put_span(const gcoll_vspec_t *vs, const float *x, size_t n, size_t lo,
+                               size_t m, uint64_t key, uint8_t *out, uint8_t *codes)
+{
+    const gcoll_kernels_t *k = gcoll_kernels();
+    int bad;
+    switch (vs->fmt) {
+    case GCOLL_VF_F32:
+        bad = k->f32_put(x, m, out + 4 * lo);
+        break;
+    case GCOLL_VF_F16:
+        bad = k->f16_put(x, m, out + 2 * lo);
+        break;
+    case GCOLL_VF_BF16:
+        bad = k->bf16_put(x, m, out + 2 * lo);
+        break;
+    case GCOLL_VF_Q8:
+        return q8_put_span(vs, x, n, lo, m, out);
+    case GCOLL_VF_QSGD:
+        return qsgd_put_span(vs, x, n, lo, m, key, out, codes, m);
+    default:
+        return GCOLL_ERR_INTERNAL;
+    }
+    if (bad) {
+        size_t i = k->first_bad(x, m);
+        GCOLL_WARN("compress: non-finite input %g at element %zu", i < m ? (double)x[i] : 0.0,
+                   lo + i);
+        return GCOLL_ERR_INVALID;
+    }
+    return GCOLL_OK;
+}
+
+/* e[0..m) -= D(elements [lo, lo+m)), as gcoll_vsec_apply_range(SUB) computes it; QSGD
+ * takes the codes from codes[] rather than unpacking them. */
+static void sub_span(const gcoll_vspec_t *vs, const uint8_t *out, size_t n, size_t lo,
+                     size_t m, const uint8_t *codes, float *e)
+{
+    if (vs->fmt != GCOLL_VF_QSGD) {
+        gcoll_vsec_apply_range(vs, out, n, lo, m, e, GCOLL_DECODE_SUB);
+        return;
+    }
+    const gcoll_kernels_t *k = gcoll_kernels();
+    const uint32_t s = qsgd_s(vs->bits);
+    for (size_t i = lo; i < lo + m;) {
+        size_t b = i / vs->bucket, bend = GCOLL_MIN(lo + m, (b + 1) * (size_t)vs->bucket);
+        float f = ldf(out + 4 * b) / (float)s;
+        k->qsgd_sub(codes + (i - lo), bend - i, s, f, e + (i - lo));
+        i = bend;
+    }
+}
+
+/* Sign has one scale per chunk, often the whole message: a first pass does the axpy and
+ * the scale sums (so a failure leaves e == e_old + a*g), a second packs and subtracts. */
+static gcoll_status_t sign_put_ef(const gcoll_vspec_t *vs, float *e, const float *g, float a,
+                                  size_t n, uint8_t *out)
+{
+    const gcoll_kernels_t *k = gcoll_kernels();
+    uint64_t nb = gcoll_vsec_buckets(vs, n);
+    uint8_t *bits = out + 4 * nb;
+    size_t chunk = vs->bucket ? vs->bucket : n;
+    for (uint64_t b = 0; b < nb; b++) {
+        size_t lo = (size_t)(b * chunk), m = GCOLL_MIN(n - lo, chunk);
+        float acc[8] = {0};
+        k->axpy_abssum(e + lo, g + lo, m, a, vs->sign_l2, acc);
+        float sum = gcoll_lanes8_sum(acc);
+        float scale = vs->sign_l2 ? sqrtf(sum / (float)m) : sum / (float)m;
+        if (!isfinite(scale)) {
+            GCOLL_WARN("compress: sign: non-finite value (or overflow) in chunk %llu "
+                       "(elements %zu..%zu)", (unsigned long long)b, lo, lo + m - 1);
+            k->axpy(e + lo + m, g + lo + m, n - lo - m, a);
+            return GCOLL_ERR_INVALID;
+        }
+        stf(out + 4 * b, scale);
+    }
+    for (size_t lo = 0; lo < n; lo += EF_BLOCK) {
+        size_t m = GCOLL_MIN(n - lo, (size_t)EF_BLOCK);
+        (void)k->sign_put(e + lo, m, bits + lo / 8, vs->sign_l2);
+        gcoll_vsec_apply_range(vs, out, n, lo, m, e + lo, GCOLL_DECODE_SUB);
+    }
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_vsec_put_ef(const gcoll_vspec_t *vs, float *e, const float *g, float a,
+                                 size_t n, uint64_t key, uint8_t *out)
+{
+    const gcoll_kernels_t *k = gcoll_kernels();
+    if (n == 0)
+        return gcoll_vsec_put(vs, e, 0, key, out);
+    if (vs->fmt == GCOLL_VF_SIGN)
+        return sign_put_ef(vs, e, g, a, n, out);
+    size_t blk = ef_block(vs, n);
+    if (blk == 0) { /* huge buckets: no block fits in cache anyway */
+        k->axpy(e, g, n, a);
+        GCOLL_CHECK(gcoll_vsec_put(vs, e, n, key, out));
+        gcoll_vsec_apply_range(vs, out, n, 0, n, e, GCOLL_DECODE_SUB);
+        return GCOLL_OK;
+    }
+    uint8_t *codes = NULL;
+    if (vs->fmt == GCOLL_VF_QSGD && !(codes = malloc(blk)))
+        return GCOLL_ERR_NOMEM;
+    gcoll_status_t st = GCOLL_OK;
+    for (size_t lo = 0; lo < n; lo += blk) {
+        size_t m = GCOLL_MIN(n - lo, blk);
+        k->axpy(e + lo, g + lo, m, a);
+        st = put_span(vs, e + lo, n, lo, m, key, out, codes);
+        if (st != GCOLL_OK) {
+            /* a finite input whose sum with the residual overflows: hand the residual back
+             * as e_old + a*g (the blocks already encoded get their decoded values added
+             * back, exact unless the subtraction rounded) and send nothing */
+            gcoll_vsec_apply_range(vs, out, n, 0, lo, e, GCOLL_DECODE_ADD);
+            k->axpy(e + lo + m, g + lo + m, n - lo - m, a);
+            break;
+        }
+        sub_span(vs, out, n, lo, m, codes, e + lo);
+    }
+    free(codes);
+    return st;
 }

@@ -12,6 +12,14 @@
 gcoll_status_t gcoll_vsec_put(const gcoll_vspec_t *vs, const float *x, size_t n, uint64_t key,
                               uint8_t *out);
 
+/* Error feedback fused with encoding: x = e + a*g, out = the section gcoll_vsec_put
+ * writes for x, e = x - D(out) as gcoll_vsec_apply_range(SUB) computes it, all bit for bit,
+ * but in cache-sized blocks (one memory pass instead of three). g must be finite. On
+ * GCOLL_ERR_INVALID (x overflowed) e is left as e_old + a*g (sign: exactly; the other
+ * formats: exactly unless subtracting a decoded value rounded) and out is garbage. */
+gcoll_status_t gcoll_vsec_put_ef(const gcoll_vspec_t *vs, float *e, const float *g, float a,
+                                 size_t n, uint64_t key, uint8_t *out);
+
 /* Checks a value section of n values whose size was already checked: finite values and
  * scales, codes in range. */
 gcoll_status_t gcoll_vsec_check(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n);
