@@ -2,6 +2,8 @@
  * sleep) over ResNet-50's 161 gradient tensors and calls ready() as each finishes, to
  * measure how much of the communication the bucketer hides behind compute. */
 #include <getopt.h>
+#include <pthread.h>
+#include <sched.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,14 +118,19 @@ int main(int argc, char **argv)
     int iters = 5, steps = 0;
     const char *spec = NULL;
     int c;
-    while ((c = getopt(argc, argv, "c:n:z:s:h")) != -1) {
+    int compute_cpu = -1;
+    while ((c = getopt(argc, argv, "c:n:z:s:C:h")) != -1) {
         switch (c) {
+        case 'C': compute_cpu = atoi(optarg); break;
         case 's': steps = atoi(optarg); break;
         case 'c': compute_ms = atof(optarg); break;
         case 'n': iters = atoi(optarg); break;
         case 'z': spec = optarg; break;
         default:
-            printf("usage: gcoll-overlap-bench [-c COMPUTE_MS] [-n ITERS] [-z SPEC] [-s STEPS]\n"
+            printf("usage: gcoll-overlap-bench [-c COMPUTE_MS] [-n ITERS] [-z SPEC] [-s STEPS] [-C CPU]\n"
+                   "  -C CPU: pin the compute loop (this thread) to CPU, e.g. with\n"
+                   "  GCOLL_PROGRESS_CPU set to another: the compute loop stands for GPU kernels\n"
+                   "  (it runs for wall time), leaving the other cores to communication\n"
                    "  -s STEPS: only the overlapped mode, STEPS steps, one line per step with the\n"
                    "  iteration time and the densities the bucketer chose (for GCOLL_ADAPT runs)\n"
                    "  simulates ResNet-50's backward pass (161 tensors, 25.5M floats) taking\n"
@@ -136,6 +143,17 @@ int main(int argc, char **argv)
     gcoll_comm_t *comm;
     if (gcoll_comm_init(&comm) != GCOLL_OK)
         return 1;
+    if (compute_cpu >= 0) {
+        /* after gcoll_comm_init, so the progress thread did not inherit this affinity */
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(compute_cpu, &one);
+        if (pthread_setaffinity_np(pthread_self(), sizeof(one), &one) != 0) {
+            fprintf(stderr, "gcoll-overlap-bench: cannot pin the compute loop to CPU %d\n",
+                    compute_cpu);
+            return 2;
+        }
+    }
     gcoll_bucketer_config_t cfg = {.default_spec = spec ? spec : getenv("GCOLL_COMPRESSOR"),
                                    .op = GCOLL_AVG};
     gcoll_bucketer_t *b;
