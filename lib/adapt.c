@@ -17,6 +17,17 @@ void gcoll_bw_update(gcoll_bw_est_t *e, double bytes, double seconds)
     if (!(bytes > 0) || !(seconds > 0))
         return;
     double s = bytes / seconds;
+    e->last[e->n % 3] = s;
+    if (e->n >= 2) {
+        double a = e->last[0], b = e->last[1], c = e->last[2];
+        double med = fmax(fmin(a, b), fmin(fmax(a, b), c));
+        if (med > 2 * e->bw || med < e->bw / 2) {
+            e->bw = med;
+            e->jumps++;
+            e->n++;
+            return;
+        }
+    }
     if (e->n == 0) {
         e->bw = s;
     } else {

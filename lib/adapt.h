@@ -6,11 +6,16 @@
 #include <stddef.h>
 
 /* Bandwidth estimate: an EWMA with a half-life in samples, robust to outliers (a sample
- * more than 4x away from the estimate moves it by at most 4x, and only at the EWMA rate). */
+ * more than 4x away from the estimate moves it by at most 4x, and only at the EWMA rate),
+ * that follows a change of regime at once: when the median of the last three samples is
+ * more than 2x away from the estimate (two samples in three agree the link changed: one
+ * stall or lucky sample cannot do it), the estimate jumps to that median. */
 typedef struct {
     double half_life;
     double bw; /* bytes per second, 0 until the first sample */
     long n;
+    double last[3]; /* the last three samples, most recent at (n - 1) % 3 */
+    long jumps;     /* regime changes followed */
 } gcoll_bw_est_t;
 
 void gcoll_bw_init(gcoll_bw_est_t *e, double half_life);

@@ -90,6 +90,29 @@ static void test_outliers(void **state)
     assert_true(e.bw > 0.8e8 && e.bw < 1.5e8);
 }
 
+static void test_regime_change(void **state)
+{
+    (void)state;
+    gcoll_bw_est_t e;
+    gcoll_bw_init(&e, 4);
+    for (int i = 0; i < 20; i++)
+        gcoll_bw_update(&e, 1e8, 1.0);
+    /* the link drops 5x: the second slow sample is enough, whatever the half-life */
+    gcoll_bw_update(&e, 2e7, 1.0);
+    assert_true(e.bw > 0.8e8);
+    gcoll_bw_update(&e, 2e7, 1.0);
+    assert_true(fabs(e.bw - 2e7) < 1e6);
+    assert_int_equal(e.jumps, 1);
+    /* and back up 50x in two samples */
+    gcoll_bw_update(&e, 1e9, 1.0);
+    gcoll_bw_update(&e, 1e9, 1.0);
+    assert_true(fabs(e.bw - 1e9) < 1e7);
+    /* alternating stalls (one in three) are outliers, not a regime */
+    for (int i = 0; i < 30; i++)
+        gcoll_bw_update(&e, 1e9, i % 3 == 0 ? 100.0 : 1.0);
+    assert_true(e.bw > 0.5e9);
+}
+
 static void test_bounds_and_hold(void **state)
 {
     (void)state;
@@ -131,7 +154,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_changes), cmocka_unit_test(test_noise_no_oscillation),
-        cmocka_unit_test(test_outliers),     cmocka_unit_test(test_bounds_and_hold),
+        cmocka_unit_test(test_outliers),
+        cmocka_unit_test(test_regime_change),     cmocka_unit_test(test_bounds_and_hold),
         cmocka_unit_test(test_phase),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
