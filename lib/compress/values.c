@@ -23,29 +23,37 @@ static uint32_t qsgd_s(unsigned bits) { return (1u << (bits - 1)) - 1u; }
  * left: eight codes fill B bytes, so a run starting at an element that is a multiple of 8
  * starts on a byte. Only the message's last run may end inside a group; its last byte
  * keeps the spare bits zero. SWAR: pairs, then quads, then the two halves are joined. */
+static inline uint64_t qsgd_pack8(uint64_t v, unsigned B)
+{
+    v = (v & 0x00ff00ff00ff00ffull) | ((v & 0xff00ff00ff00ff00ull) >> (8 - B));
+    v = (v & 0x0000ffff0000ffffull) | ((v & 0xffff0000ffff0000ull) >> (16 - 2 * B));
+    return (v & 0xffffffffull) | ((v >> 32) << (4 * B));
+}
+
 static void qsgd_pack(const uint8_t *c, size_t n, unsigned B, uint8_t *out, size_t room)
 {
-    const unsigned s1 = 8 - B, s2 = 16 - 2 * B, s3 = 4 * B;
-    for (size_t i = 0; i < n; i += 8) {
-        size_t m = GCOLL_MIN(n - i, (size_t)8);
+    size_t i = 0;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* whole groups with 8 bytes of room: one load, one store (the bytes past B are
+     * rewritten by the next group) */
+    for (; i + 8 <= n && room >= 8; i += 8) {
+        uint64_t v;
+        memcpy(&v, c + i, 8);
+        v = qsgd_pack8(v, B);
+        memcpy(out, &v, 8);
+        out += B;
+        room -= B;
+    }
+#endif
+    for (; i < n; i += 8) {
+        size_t m = GCOLL_MIN(n - i, (size_t)8), nbytes = (m * B + 7) / 8;
         uint64_t v = 0;
-        if (m == 8)
-            v = gcoll_get_u64(c + i);
-        else
-            for (size_t j = 0; j < m; j++)
-                v |= (uint64_t)c[i + j] << (8 * j);
-        v = (v & 0x00ff00ff00ff00ffull) | ((v & 0xff00ff00ff00ff00ull) >> s1);
-        v = (v & 0x0000ffff0000ffffull) | ((v & 0xffff0000ffff0000ull) >> s2);
-        v = (v & 0xffffffffull) | ((v >> 32) << s3);
-        size_t nbytes = (m * B + 7) / 8;
-        if (room >= 8) {
-            gcoll_put_u64(out, v); /* bytes past nbytes are rewritten by the next group */
-        } else {
-            for (size_t j = 0; j < nbytes; j++)
-                out[j] = (uint8_t)(v >> (8 * j));
-        }
+        for (size_t j = 0; j < m; j++)
+            v |= (uint64_t)c[i + j] << (8 * j);
+        v = qsgd_pack8(v, B);
+        for (size_t j = 0; j < nbytes; j++)
+            out[j] = (uint8_t)(v >> (8 * j));
         out += nbytes;
-        room -= nbytes;
     }
 }
 
