@@ -29,13 +29,15 @@ static gcoll_status_t run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
 {
     const gcoll_args_t *a = &req->a;
     size_t bytes = a->count * gcoll_dtype_size(a->dtype);
-    if (a->sendbuf != a->recvbuf && bytes)
-        memcpy(a->recvbuf, a->sendbuf, bytes);
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, a->count, a->dtype, a->op, 0);
     char why[256];
     gcoll_algo_t algo = gcoll_algo_select(comm, bytes, why, sizeof(why));
     GCOLL_INFO(GCOLL_SUBSYS_COLL, "allreduce of %zu bytes (%s %s): %s, because %s", bytes,
                gcoll_dtype_name(a->dtype), gcoll_op_name(a->op), gcoll_algo_names[algo], why);
+    /* The ring reads sendbuf itself (its first reduction writes recvbuf); the others work
+     * in place, on a copy. */
+    if (a->sendbuf != a->recvbuf && bytes && algo != GCOLL_ALGO_RING)
+        memcpy(a->recvbuf, a->sendbuf, bytes);
     switch (algo) {
     case GCOLL_ALGO_RHD:
         GCOLL_CHECK(gcoll_rhd_allreduce(comm, a->recvbuf, a->count, a->dtype, a->op, sig));
@@ -44,7 +46,8 @@ static gcoll_status_t run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
         GCOLL_CHECK(gcoll_tree_allreduce(comm, a->recvbuf, a->count, a->dtype, a->op, sig));
         break;
     default:
-        GCOLL_CHECK(gcoll_ring_allreduce(comm, a->recvbuf, a->count, a->dtype, a->op, sig));
+        GCOLL_CHECK(gcoll_ring_allreduce_oop(comm, a->sendbuf, a->recvbuf, a->count, a->dtype,
+                                             a->op, sig));
         break;
     }
     gcoll_reduce_finish(a->recvbuf, a->count, a->dtype, a->op, comm->size);

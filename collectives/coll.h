@@ -30,10 +30,15 @@ typedef struct {
  * (0 or P-1), then ag_steps allgather steps (0 or P-1). At reduce-scatter step g rank r
  * sends segment r+rs_shift-g and receives (into tmp, at the same offset) and reduces
  * segment r+rs_shift-g-1, so it ends owning r+rs_shift+1; at allgather step k it sends
- * r+ag_shift-k and receives r+ag_shift-k-1 in place. With both, ag_shift = rs_shift+1. */
+ * r+ag_shift-k and receives r+ag_shift-k-1 in place. With both, ag_shift = rs_shift+1.
+ * With src set (an out-of-place reduce-scatter, src != buf), src holds this rank's input
+ * and buf is only output: step 0 sends from src, and reduce-scatter data is received
+ * straight into buf and reduced there with src, so tmp is not needed and no copy of the
+ * input into buf is made. */
 typedef struct {
     uint8_t *buf;
     uint8_t *tmp;
+    const uint8_t *src;
     const gcoll_span_t *seg;
     size_t esz;
     gcoll_dtype_t dtype;
@@ -49,6 +54,11 @@ gcoll_status_t gcoll_ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *plan)
  * GCOLL_RING_CHUNK, in passes of at most GCOLL_RING_SLICE bytes. Does not finish AVG. */
 gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
+/* Out-of-place ring allreduce: sendbuf is read, recvbuf written, and no copy of one into
+ * the other is made (the copy is folded into the first reduction). Does not finish AVG. */
+gcoll_status_t gcoll_ring_allreduce_oop(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                        size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                        uint32_t sig);
 /* The same with message tags starting at sub0 (for use as one phase of a collective). */
 gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                        gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,

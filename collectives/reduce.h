@@ -10,6 +10,12 @@
  * fp16 and bf16 are computed in fp32 and rounded to nearest even. */
 void gcoll_reduce(void *dst, const void *src, size_t n, gcoll_dtype_t dtype, gcoll_op_t op);
 
+/* dst[i] = src[i] op dst[i]: gcoll_reduce with the operands in the other order, for a
+ * partial sum received straight into dst and combined with the local input src, so that
+ * the result is bit for bit what gcoll_reduce(local copy, received) gives (MIN and MAX
+ * keep the first operand when one is NaN). */
+void gcoll_reduce_rev(void *dst, const void *src, size_t n, gcoll_dtype_t dtype, gcoll_op_t op);
+
 /* Completes an AVG: divides n elements by nranks (integers truncate toward zero). */
 void gcoll_reduce_finish(void *buf, size_t n, gcoll_dtype_t dtype, gcoll_op_t op, int nranks);
 

@@ -42,6 +42,9 @@ gcoll_status_t gcoll_ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p)
     const size_t nsteps = p->rs_steps + p->ag_steps;
     if (P == 1 || nsteps == 0)
         return GCOLL_OK;
+    /* out of place: reduce-scatter data lands in buf, where the input is not */
+    const int oop = p->src && p->src != p->buf && p->rs_steps > 0;
+    const uint8_t *first = oop ? p->src : p->buf; /* what step 0 sends */
     size_t maxseg = 0;
     for (long i = 0; i < P; i++)
         maxseg = GCOLL_MAX(maxseg, p->seg[i].len / p->esz);
@@ -57,7 +60,7 @@ gcoll_status_t gcoll_ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p)
     for (size_t g = 0; g < nsteps; g++) {
         for (size_t c = 0; c < nch; c++) {
             gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g, 1), c, nch);
-            uint8_t *dst = (g < p->rs_steps ? p->tmp : p->buf) + ch.off;
+            uint8_t *dst = (g < p->rs_steps && !oop ? p->tmp : p->buf) + ch.off;
             GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &rreq[g * nch + c], left,
                                              p->sub0 + (uint32_t)(g * nch + c), p->sig, dst,
                                              ch.len, 0), st, out);
@@ -66,7 +69,7 @@ gcoll_status_t gcoll_ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p)
     for (size_t c = 0; c < nch; c++) {
         gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, 0, 0), c, nch);
         GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &sreq[c], right, p->sub0 + (uint32_t)c, p->sig,
-                                         p->buf + ch.off, ch.len), st, out);
+                                         first + ch.off, ch.len), st, out);
     }
     size_t finished = 0; /* chunks through every step */
     while (finished < nch) {
@@ -81,8 +84,12 @@ gcoll_status_t gcoll_ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p)
                 progressed = 1;
                 if (g < p->rs_steps) {
                     gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g, 1), c, nch);
-                    gcoll_reduce(p->buf + ch.off, p->tmp + ch.off, ch.len / p->esz, p->dtype,
-                                 p->op);
+                    if (oop)
+                        gcoll_reduce_rev(p->buf + ch.off, p->src + ch.off, ch.len / p->esz,
+                                         p->dtype, p->op);
+                    else
+                        gcoll_reduce(p->buf + ch.off, p->tmp + ch.off, ch.len / p->esz,
+                                     p->dtype, p->op);
                 }
                 if (g + 1 < nsteps) {
                     gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g + 1, 0), c, nch);
@@ -119,19 +126,27 @@ gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t co
     return gcoll_ring_allreduce_at(comm, recvbuf, count, dtype, op, sig, 0);
 }
 
-gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
-                                       gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
-                                       uint32_t sub0)
+/* The passes of both forms; sendbuf NULL (or recvbuf) means in place. */
+static gcoll_status_t ring_allreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                     uint32_t sig, uint32_t sub0)
 {
     const size_t P = (size_t)comm->size, esz = gcoll_dtype_size(dtype);
-    if (P == 1 || count == 0)
+    const int oop = sendbuf && sendbuf != recvbuf;
+    if (count == 0)
         return GCOLL_OK;
+    if (P == 1) {
+        if (oop)
+            memcpy(recvbuf, sendbuf, count * esz);
+        return GCOLL_OK;
+    }
     size_t slice = GCOLL_MAX(comm->cfg.ring_slice / esz, P);
     size_t maxcount = GCOLL_MIN(count, slice);
     gcoll_span_t *seg = calloc(P, sizeof(*seg));
-    uint8_t *tmp = gcoll_comm_scratch(comm, maxcount * esz);
+    /* out of place, reduce-scatter data is received into recvbuf: no temporary */
+    uint8_t *tmp = oop ? NULL : gcoll_comm_scratch(comm, maxcount * esz);
     gcoll_status_t st = GCOLL_ERR_NOMEM;
-    if (!tmp || !seg) {
+    if ((!oop && !tmp) || !seg) {
         gcoll_comm_set_error(comm, "cannot allocate %zu bytes for the ring", maxcount * esz);
         goto out;
     }
@@ -145,6 +160,7 @@ gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t
             seg[i] = (gcoll_span_t){s.off * esz, s.len * esz};
         }
         plan.buf = (uint8_t *)recvbuf + off * esz;
+        plan.src = oop ? (const uint8_t *)sendbuf + off * esz : NULL;
         GCOLL_CHECK_GOTO(gcoll_ring_run(comm, &plan), st, out);
         plan.sub0 += (uint32_t)(2 * (P - 1) * GCOLL_DIV_UP(GCOLL_DIV_UP(n, P),
                                    GCOLL_MAX(comm->cfg.ring_chunk / esz, (size_t)1)) + 2 * P);
@@ -153,4 +169,18 @@ gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t
 out:
     free(seg);
     return st;
+}
+
+gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                       gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                       uint32_t sub0)
+{
+    return ring_allreduce(comm, NULL, recvbuf, count, dtype, op, sig, sub0);
+}
+
+gcoll_status_t gcoll_ring_allreduce_oop(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                        size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                        uint32_t sig)
+{
+    return ring_allreduce(comm, sendbuf, recvbuf, count, dtype, op, sig, 0);
 }
