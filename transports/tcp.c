@@ -295,26 +295,58 @@ static void on_payload_done(gcoll_transport_t *t, tcp_sock_t *s)
         finish_msg(t, &t->peers[s->peer], m);
 }
 
-static void handle_read(gcoll_transport_t *t, tcp_sock_t *s)
+/* Hands n bytes read into t->stage to the frame parser: header bytes, then payload bytes
+ * (copied to their place or dropped), frame after frame. 0, or -1 if the socket was
+ * closed on the way (a malformed header). */
+static int consume_stage(gcoll_transport_t *t, tcp_sock_t *s, size_t n)
+{
+    const uint8_t *p = t->stage, *end = t->stage + n;
+    while (p < end) {
+        if (s->hdr_have < GCOLL_FRAME_HDR_LEN) {
+            size_t k = GCOLL_MIN((size_t)(end - p), GCOLL_FRAME_HDR_LEN - s->hdr_have);
+            memcpy(s->hdr + s->hdr_have, p, k);
+            p += k;
+            s->hdr_have += k;
+            if (s->hdr_have < GCOLL_FRAME_HDR_LEN)
+                break;
+            if (on_header(t, s) != 0)
+                return -1;
+        } else {
+            size_t k = GCOLL_MIN((size_t)(end - p), s->left);
+            if (s->dst) {
+                memcpy(s->dst, p, k);
+                s->dst += k;
+            }
+            p += k;
+            s->left -= k;
+        }
+        if (s->left == 0) {
+            s->hdr_have = 0;
+            on_payload_done(t, s);
+        }
+    }
+    return s->open ? 0 : -1;
+}
+
+/* Reads until the socket is drained: a large payload straight into its place, anything
+ * else through the stage. A read shorter than asked means the socket is empty for now
+ * (epoll is level-triggered and reports whatever comes next), so no call is spent on
+ * learning EAGAIN; unless the peer has hung up (to_end), when reading on to the end of
+ * the stream notices its departure in this same call. */
+static void handle_read(gcoll_transport_t *t, tcp_sock_t *s, int to_end)
 {
     while (s->open) {
         ssize_t n;
-        if (s->hdr_have < GCOLL_FRAME_HDR_LEN) {
-            n = recv(s->fd, s->hdr + s->hdr_have, GCOLL_FRAME_HDR_LEN - s->hdr_have,
-                     MSG_DONTWAIT);
-            if (n > 0) {
-                s->hdr_have += (size_t)n;
-                if (s->hdr_have == GCOLL_FRAME_HDR_LEN && on_header(t, s) != 0)
-                    return;
-                if (s->hdr_have == GCOLL_FRAME_HDR_LEN && s->left == 0) {
-                    s->hdr_have = 0;
-                    on_payload_done(t, s);
-                }
-                continue;
-            }
+        size_t want;
+        int staged = s->hdr_have < GCOLL_FRAME_HDR_LEN || s->left < GCOLL_TCP_STAGE;
+        if (staged) {
+            want = GCOLL_TCP_STAGE;
+            n = recv(s->fd, t->stage, want, MSG_DONTWAIT);
+            if (n > 0 && consume_stage(t, s, (size_t)n) != 0)
+                return;
         } else {
             uint8_t *dst = s->dst ? s->dst : t->scratch;
-            size_t want = s->dst ? s->left : GCOLL_MIN(s->left, sizeof(t->scratch));
+            want = s->dst ? s->left : GCOLL_MIN(s->left, sizeof(t->scratch));
             n = recv(s->fd, dst, want, MSG_DONTWAIT);
             if (n > 0) {
                 if (s->dst)
@@ -324,8 +356,12 @@ static void handle_read(gcoll_transport_t *t, tcp_sock_t *s)
                     s->hdr_have = 0;
                     on_payload_done(t, s);
                 }
-                continue;
             }
+        }
+        if (n > 0) {
+            if ((size_t)n < want && !to_end)
+                return;
+            continue;
         }
         if (n == 0) {
             if (s->hdr_have != 0)
@@ -353,7 +389,7 @@ static void set_want_out(gcoll_transport_t *t, tcp_sock_t *s, int want)
 {
     if (s->want_out == want || s->fd < 0)
         return;
-    struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0), .data.ptr = s};
+    struct epoll_event ev = {.events = GCOLL_TCP_EV_IN | (want ? EPOLLOUT : 0), .data.ptr = s};
     epoll_ctl(t->epfd, EPOLL_CTL_MOD, s->fd, &ev);
     s->want_out = want;
 }
@@ -557,8 +593,8 @@ gcoll_status_t gcoll_tcp_progress(gcoll_transport_t *t, int timeout_ms)
             continue;
         if (s->open && (ev[i].events & EPOLLOUT))
             flush(t, s);
-        if (s->open && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
-            handle_read(t, s);
+        if (s->open && (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)))
+            handle_read(t, s, (ev[i].events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) != 0);
     }
     if (t->abort_status < 0 && !t->abort_final) {
         uint64_t now = gcoll_time_ms();

@@ -15,6 +15,13 @@
 #include "transport.h"
 #include "util.h"
 
+/* Events every data socket is watched for: EPOLLRDHUP tells handle_read that the peer has
+ * closed, so it reads on to the end of the stream instead of stopping at a short read. */
+#define GCOLL_TCP_EV_IN (EPOLLIN | EPOLLRDHUP)
+
+/* Bytes read at once while a header, or a payload shorter than this, is expected. */
+#define GCOLL_TCP_STAGE 4096
+
 typedef struct tx_frame {
     struct tx_frame *next;
     gcoll_treq_t *req; /* NULL for control frames */
@@ -82,6 +89,10 @@ struct gcoll_transport {
     uint64_t completions;       /* requests completed successfully */
     char errmsg[512];
     uint8_t scratch[65536]; /* sink for discarded payload */
+    /* Headers and small payloads are read GCOLL_TCP_STAGE bytes at a time into stage and
+     * copied out, so that a small message costs one recv, not one for its header and one
+     * for its payload; handle_read empties it before it returns. */
+    uint8_t stage[GCOLL_TCP_STAGE];
 };
 
 /* Records the first error worth reporting; later ones only go to the log. */

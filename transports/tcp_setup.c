@@ -249,7 +249,7 @@ static gcoll_status_t tcp_connect(gcoll_transport_t *t, const void *const *blobs
             tcp_sock_t *s = &t->peers[peer].socks[k];
             sock_setup(s->fd);
             s->open = 1;
-            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
+            struct epoll_event ev = {.events = GCOLL_TCP_EV_IN, .data.ptr = s};
             if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, s->fd, &ev) != 0)
                 return GCOLL_ERR_TRANSPORT;
         }
@@ -271,7 +271,7 @@ gcoll_status_t gcoll_tcp_adopt(gcoll_transport_t *t, int peer, int idx, int fd)
     sock_setup(fd);
     s->open = 1;
     t->peers[peer].nopen++;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
+    struct epoll_event ev = {.events = GCOLL_TCP_EV_IN, .data.ptr = s};
     return epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? GCOLL_OK : GCOLL_ERR_TRANSPORT;
 }
 
