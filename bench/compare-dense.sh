@@ -26,7 +26,11 @@ usage: $0 [-B GCOLL_BUILD_DIR] [-o OUT_DIR] [-r REPS] [-n "NPS"] [-p PNG] [-q]
   -q       quick: sizes up to 16M, for a smoke test
 Environment: MPI_BIND (default "none": Open MPI's --bind-to, none so that every peer gets
 the same scheduling freedom as gcoll-run's unbound ranks); GCOLL_BENCH_ENV, a space-separated
-list of VAR=VALUE given to every gcoll rank (e.g. "GCOLL_RING_SLICE=16mb").
+list of VAR=VALUE given to every gcoll rank (e.g. "GCOLL_RING_SLICE=16mb");
+GCOLL_BASE_BUILD, another gcoll build directory (e.g. of the last commit) run as one more
+column, "gcoll base", so that a change is measured against its baseline in the same run;
+BANDS, size bands replacing the default sweep, separated by ";", each gcoll-bench flags and
+a timeout in seconds last (e.g. "-b 64K -e 1M -f 4 -n 50 -w 5 90; -b 64M -e 64M -n 3 -w 1 180").
 EOF
 }
 
@@ -86,6 +90,15 @@ else
     note "no Gloo headers (apt-get install libgloo-dev); skipping Gloo"
 fi
 case " $peers " in *" ompi_tcp "*) peers="$peers ompi_shm" ;; esac
+base_build=""
+if [ -n "${GCOLL_BASE_BUILD:-}" ]; then
+    base_build=$(cd "$GCOLL_BASE_BUILD" && pwd)
+    if [ -x "$base_build/tools/gcoll-bench" ] && [ -x "$base_build/tools/gcoll-run" ]; then
+        peers="$peers gcoll_base"
+    else
+        note "no tools/gcoll-bench in GCOLL_BASE_BUILD=$base_build; skipping the baseline"
+    fi
+fi
 if GCOLL_TRANSPORT=ucx timeout 30 "$run" -q -n 2 -x GCOLL_TRANSPORT=ucx "$bench" -b 8 -e 8 \
     -n 1 -w 0 >/dev/null 2>&1; then
     peers="$peers gcoll_ucx"
@@ -105,6 +118,10 @@ launch() {
     gcoll_tcp | gcoll_ucx)
         cmd=(timeout "$limit" "$run" -q -n "$np" -x "GCOLL_TRANSPORT=${peer#gcoll_}"
             "${gcoll_x[@]}" "$bench" --csv "$@")
+        ;;
+    gcoll_base)
+        cmd=(timeout "$limit" "$base_build/tools/gcoll-run" -q -n "$np" -x GCOLL_TRANSPORT=tcp
+            "${gcoll_x[@]}" "$base_build/tools/gcoll-bench" --csv "$@")
         ;;
     ompi_tcp) cmd=("${mpirun_common[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo
         "$out/bin/mpi_allreduce" --csv "$@") ;;
@@ -138,6 +155,9 @@ bands=("-b 8 -e 8 -n 200 -w 20 60"
     "-b 4K -e 1M -f 4 -n 50 -w 5 -c 90"
     "-b 4M -e 16M -f 4 -n 5 -w 2 -c 120")
 [ "$max_large" = 16M ] || bands+=("-b 64M -e $max_large -f 4 -n 3 -w 1 180")
+if [ -n "${BANDS:-}" ]; then
+    IFS=';' read -r -a bands <<<"$BANDS"
+fi
 
 t_start=$(date +%s)
 for rep in $(seq 1 "$reps"); do
@@ -183,6 +203,7 @@ label() {
     case $1 in
     gcoll_tcp) echo "gcoll tcp" ;;
     gcoll_ucx) echo "gcoll ucx" ;;
+    gcoll_base) echo "gcoll base (tcp)" ;;
     ompi_tcp) echo "Open MPI tcp" ;;
     ompi_shm) echo "Open MPI vader (shm ceiling)" ;;
     gloo_ring) echo "Gloo ring_chunked" ;;
@@ -262,7 +283,7 @@ tables() {
                         k = o[j] SUBSEP s
                         if (!(k in t)) { line = line " - | - |"; continue }
                         line = line sprintf(" %.1f | %s |", t[k], g == "" ? "-" : sprintf("%.2f", g / t[k]))
-                        if (o[j] != "ompi_shm" && o[j] != "gcoll_ucx" && (best == "" || t[k] < best)) best = t[k]
+                        if (o[j] != "ompi_shm" && o[j] != "gcoll_ucx" && o[j] != "gcoll_base" && (best == "" || t[k] < best)) best = t[k]
                     }
                     print line " " (best == "" || g == "" ? "-" : sprintf("%.2f", g / best)) " |"
                 }
