@@ -197,19 +197,65 @@ static gcoll_status_t bad_nonfinite(const float *x, size_t n, size_t i)
     return GCOLL_ERR_INVALID;
 }
 
-/* Selects what a sparsifier sends from x[0..n); leaves ascending indices in sc->idx. */
+/* A feedback update e += a*g that selection has yet to apply (g NULL: none). The first
+ * pass over e does it: fused with the histogram of exact top-k or with the collection of
+ * a threshold, otherwise as a plain axpy before the selector runs. */
+typedef struct {
+    float *e;
+    const float *g;
+    float a;
+} pending_t;
+
+static void pending_flush(pending_t *p, size_t n)
+{
+    if (p->g) {
+        gcoll_kernels()->axpy(p->e, p->g, n, p->a);
+        p->g = NULL;
+    }
+}
+
+static gcoll_status_t topk_exact(const float *x, size_t n, size_t k, pending_t *p,
+                                 gcoll_scratch_t *sc, size_t *nnz_p)
+{
+    if (p->g) {
+        uint32_t *hist;
+        GCOLL_CHECK(gcoll_select_hist(sc, n, &hist));
+        if (hist) {
+            gcoll_kernels()->axpy_hist16(p->e, p->g, n, p->a, hist);
+            p->g = NULL;
+            return gcoll_select_topk_hist(x, n, k, sc, nnz_p);
+        }
+        pending_flush(p, n); /* small n: quickselect, no histogram */
+    }
+    return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
+}
+
+static gcoll_status_t select_ge(const float *x, size_t n, uint32_t thr, size_t cap,
+                                pending_t *p, gcoll_scratch_t *sc, size_t *cnt_p)
+{
+    if (p->g) {
+        const float *g = p->g;
+        p->g = NULL;
+        return gcoll_select_ge_axpy(p->e, g, p->a, n, thr, cap, sc, cnt_p);
+    }
+    return gcoll_select_ge(x, n, thr, cap, sc, cnt_p);
+}
+
+/* Selects what a sparsifier sends from x[0..n) (after the pending update p, when x is
+ * the residual); leaves ascending indices in sc->idx. */
 static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
                                const float *x, size_t n, uint64_t step, size_t off,
-                               int have_hist, gcoll_scratch_t *sc, size_t *nnz_p)
+                               pending_t *p, gcoll_scratch_t *sc, size_t *nnz_p)
 {
     size_t k = gcoll_codec_k(c, n, step);
     switch (c->sparsify) {
     case GCOLL_SPARSIFY_THRESHOLD: {
         uint32_t thr;
         memcpy(&thr, &c->tau, 4);
-        return gcoll_select_ge(x, n, thr, n, sc, nnz_p);
+        return select_ge(x, n, thr, n, p, sc, nnz_p);
     }
     case GCOLL_SPARSIFY_RANDOMK: {
+        pending_flush(p, n);
         size_t i = gcoll_kernels()->first_bad(x, n);
         if (i < n)
             return bad_nonfinite(x, n, i);
@@ -223,28 +269,28 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
     default:
         break;
     }
-    if (c->select == GCOLL_SELECT_SAMPLE)
+    if (c->select == GCOLL_SELECT_SAMPLE) {
+        pending_flush(p, n); /* the sample is taken from the updated residual */
         return gcoll_select_topk_sample(x, n, k, gcoll_mix64(step + off * 31 + 7), sc, nnz_p);
+    }
     if (c->select == GCOLL_SELECT_REUSE && s && off == 0 && n == s->count) {
         /* Ok-Topk (Li & Hoefler 2022): thresholds drift slowly, so reuse the last exact
          * one for reuse_steps steps; re-select exactly when the count leaves [k/4, 2k]. */
         if (s->reuse_valid && step - s->reuse_at < c->reuse_steps) {
             size_t cnt;
-            GCOLL_CHECK(gcoll_select_ge(x, n, s->reuse_thr, 2 * k, sc, &cnt));
+            GCOLL_CHECK(select_ge(x, n, s->reuse_thr, 2 * k, p, sc, &cnt));
             if (cnt <= 2 * k && cnt >= k / 4) {
                 *nnz_p = cnt;
                 return GCOLL_OK;
             }
         }
-        GCOLL_CHECK(gcoll_select_topk_exact(x, n, k, sc, nnz_p));
+        GCOLL_CHECK(topk_exact(x, n, k, p, sc, nnz_p));
         s->reuse_thr = *nnz_p ? gcoll_select_min_abs(x, sc->idx, *nnz_p) : 1u;
         s->reuse_at = step;
         s->reuse_valid = 1;
         return GCOLL_OK;
     }
-    if (have_hist) /* the feedback pass built it (exact top-k only) */
-        return gcoll_select_topk_hist(x, n, k, sc, nnz_p);
-    return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
+    return topk_exact(x, n, k, p, sc, nnz_p);
 }
 
 static gcoll_status_t apply_checked(const gcoll_wire_hdr_t *h, const uint8_t *payload,
@@ -281,7 +327,7 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     const float *work = in;
     /* dense codecs run the feedback update inside the value encoder, block by block */
     int fused_dense = feedback && !dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
-    uint32_t *hist = NULL;
+    pending_t pend = {NULL, NULL, 1.0f};
 
     if ((feedback || clip) && !(s && s->input_checked)) {
         /* check before touching the state: a NaN in the residual would never leave */
@@ -301,13 +347,8 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
         k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);
         work = s->e + off;
     } else if (feedback && !fused_dense) {
-        /* exact top-k: the histogram of the updated residual is built in the same pass */
-        if (c->sparsify == GCOLL_SPARSIFY_TOPK && c->select == GCOLL_SELECT_EXACT)
-            GCOLL_CHECK_GOTO(gcoll_select_hist(sc, n, &hist), st, out_free);
-        if (hist)
-            k->axpy_hist16(s->e + off, in, n, a, hist);
-        else
-            k->axpy(s->e + off, in, n, a);
+        /* the selection applies e += a*g in its first pass over e */
+        pend = (pending_t){s->e + off, in, a};
         work = s->e + off;
     } else if (a != 1.0f && !fused_dense) {
         GCOLL_CHECK_GOTO(gcoll_scratch_tmp(sc, n), st, out_free);
@@ -338,8 +379,8 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
         len = GCOLL_WIRE_HDR + vsz;
     } else {
         size_t nnz = 0;
-        GCOLL_CHECK_GOTO(sparsify(c, s, work, n, step, off, hist != NULL, sc, &nnz), st,
-                         out_free);
+        GCOLL_CHECK_GOTO(sparsify(c, s, work, n, step, off, &pend, sc, &nnz), st, out_free);
+        pending_flush(&pend, n); /* every selector has applied it; kept for safety */
         GCOLL_CHECK_GOTO(gcoll_scratch_pairs(sc, nnz), st, out_free);
         float scale = 1.0f;
         if (c->sparsify == GCOLL_SPARSIFY_RANDOMK && c->unbiased && nnz)

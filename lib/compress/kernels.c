@@ -528,6 +528,34 @@ static size_t collect_ge_gen(const float *x, size_t n, uint32_t thr, uint32_t *i
     return cnt;
 }
 
+/* Threshold selection fused with the feedback update, eight elements at a time. */
+static size_t axpy_collect_ge_gen(float *e, const float *g, size_t n, float a, uint32_t thr,
+                                  uint32_t *idx, size_t cap, int *bad)
+{
+    size_t cnt = 0;
+    for (size_t i = 0; i < n; i += 8) {
+        size_t m = GCOLL_MIN(n - i, (size_t)8);
+        uint32_t any = 0;
+        for (size_t j = 0; j < m; j++) {
+            e[i + j] += a * g[i + j];
+            any |= (fbits(e[i + j]) & ABS_MASK) >= thr;
+        }
+        if (!any)
+            continue;
+        for (size_t j = 0; j < m; j++) {
+            uint32_t v = fbits(e[i + j]) & ABS_MASK;
+            if (v >= thr) {
+                if (v >= EXP_MASK)
+                    *bad = 1;
+                if (cnt < cap)
+                    idx[cnt] = (uint32_t)(i + j);
+                cnt++;
+            }
+        }
+    }
+    return cnt;
+}
+
 /* --- dispatch ------------------------------------------------------------------------ */
 
 static const gcoll_kernels_t k_generic = {
@@ -539,6 +567,7 @@ static const gcoll_kernels_t k_generic = {
     .sumsq_d = sumsq_d_gen,       .first_bad = first_bad_gen,   .axpy = axpy_gen_v,
     .dgc = dgc_gen_v,             .hist16 = hist16_gen_v,       .collect_ge = collect_ge_gen,
     .axpy_hist16 = axpy_hist16_gen_v, .axpy_abssum = axpy_abssum_gen_v,
+    .axpy_collect_ge = axpy_collect_ge_gen,
     .qsgd_codes = qsgd_codes_gen, .qsgd_sub = qsgd_sub_gen_v,
 };
 
@@ -565,6 +594,7 @@ static const gcoll_kernels_t k_avx2 = {
     .hist16 = hist16_avx2_v,
     .collect_ge = gcoll_k_collect_ge_avx2,
     .axpy_hist16 = axpy_hist16_avx2_v,
+    .axpy_collect_ge = gcoll_k_axpy_collect_ge_avx2,
     .axpy_abssum = axpy_abssum_avx2_v,
     .qsgd_codes = gcoll_k_qsgd_codes_avx2,
     .qsgd_sub = qsgd_sub_avx2_v,

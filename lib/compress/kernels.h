@@ -52,6 +52,9 @@ typedef struct {
     /* error feedback, fused: e += a * g, then hist16 of the updated e (same contract as
      * hist16); e and hist end exactly as axpy followed by hist16 leave them */
     void (*axpy_hist16)(float *e, const float *g, size_t n, float a, uint32_t *hist);
+    /* e += a * g, then collect_ge over the updated e (threshold, reused thresholds) */
+    size_t (*axpy_collect_ge)(float *e, const float *g, size_t n, float a, uint32_t thr,
+                              uint32_t *idx, size_t cap, int *bad);
     /* e += a * g, then acc[j] += |e_i| (l2 == 0) or e_i^2 (l2 == 1) for i = 8t + j: the
      * lanes of sign_put, continued across calls (n a multiple of 8 except at the end) */
     void (*axpy_abssum)(float *e, const float *g, size_t n, float a, int l2, float *acc);
@@ -76,6 +79,8 @@ int gcoll_k_bf16_put_avx2(const float *x, size_t n, uint8_t *out);
 void gcoll_k_q8_put_avx2(const float *x, size_t n, float inv, int8_t *codes);
 void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float scale, float *out,
                              int mode);
+size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t n, float a, uint32_t thr,
+                                    uint32_t *idx, size_t cap, int *bad);
 void gcoll_k_qsgd_codes_avx2(const float *x, size_t n, float f, uint32_t s, uint32_t base,
                              uint32_t klo, uint32_t khi, uint8_t *codes);
 

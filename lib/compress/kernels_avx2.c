@@ -304,3 +304,50 @@ TARGET_AVX2 void gcoll_k_qsgd_codes_avx2(const float *x, size_t n, float f, uint
         codes[i] = (uint8_t)(x[i] < 0 ? s - l : s + l);
     }
 }
+
+/* collect_ge over e += a*g, the update stored as it streams by (multiply then add, as
+ * the generic kernel: no FMA). */
+TARGET_AVX2 size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t n, float a,
+                                                uint32_t thr, uint32_t *idx, size_t cap,
+                                                int *bad)
+{
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff);
+    const __m256i t1 = _mm256_set1_epi32((int)(thr - 1u)); /* thr >= 1 */
+    const __m256 av = _mm256_set1_ps(a);
+    size_t cnt = 0, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(e + i), _mm256_mul_ps(av, _mm256_loadu_ps(g + i)));
+        __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(e + i + 8),
+                                  _mm256_mul_ps(av, _mm256_loadu_ps(g + i + 8)));
+        _mm256_storeu_ps(e + i, x0);
+        _mm256_storeu_ps(e + i + 8, x1);
+        __m256i g0 = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(x0), absm), t1);
+        __m256i g1 = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(x1), absm), t1);
+        __m256i any = _mm256_or_si256(g0, g1);
+        if (_mm256_testz_si256(any, any))
+            continue;
+        uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g0)) |
+                        ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8);
+        while (mask) {
+            unsigned j = (unsigned)__builtin_ctz(mask);
+            mask &= mask - 1;
+            if ((gcoll_f32_bits(e[i + j]) & 0x7fffffffu) >= 0x7f800000u)
+                *bad = 1;
+            if (cnt < cap)
+                idx[cnt] = (uint32_t)(i + j);
+            cnt++;
+        }
+    }
+    for (; i < n; i++) {
+        e[i] += a * g[i];
+        uint32_t v = gcoll_f32_bits(e[i]) & 0x7fffffffu;
+        if (v >= thr) {
+            if (v >= 0x7f800000u)
+                *bad = 1;
+            if (cnt < cap)
+                idx[cnt] = (uint32_t)i;
+            cnt++;
+        }
+    }
+    return cnt;
+}

@@ -321,6 +321,18 @@ gcoll_status_t gcoll_select_ge(const float *x, size_t n, uint32_t thr, size_t ca
     return GCOLL_OK;
 }
 
+gcoll_status_t gcoll_select_ge_axpy(float *e, const float *g, float a, size_t n, uint32_t thr,
+                                    size_t cap, gcoll_scratch_t *sc, size_t *cnt_p)
+{
+    GCOLL_CHECK(gcoll_scratch_pairs(sc, cap));
+    int bad = 0;
+    size_t cnt = gcoll_kernels()->axpy_collect_ge(e, g, n, a, thr ? thr : 1u, sc->idx, cap, &bad);
+    if (bad)
+        return report_nonfinite(e, n);
+    *cnt_p = cnt;
+    return GCOLL_OK;
+}
+
 uint32_t gcoll_select_min_abs(const float *x, const uint32_t *idx, size_t nnz)
 {
     uint32_t mn = 0xffffffffu;

@@ -26,6 +26,9 @@ gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint
 /* Every i with |x[i]| bits >= thr; stores at most cap and returns the full count. */
 gcoll_status_t gcoll_select_ge(const float *x, size_t n, uint32_t thr, size_t cap,
                                gcoll_scratch_t *sc, size_t *cnt_p);
+/* The same after e += a * g, done in the collecting pass. */
+gcoll_status_t gcoll_select_ge_axpy(float *e, const float *g, float a, size_t n, uint32_t thr,
+                                    size_t cap, gcoll_scratch_t *sc, size_t *cnt_p);
 /* Smallest |x| bit pattern among the selected (0xffffffff if none). */
 uint32_t gcoll_select_min_abs(const float *x, const uint32_t *idx, size_t nnz);
 

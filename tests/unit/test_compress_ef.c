@@ -406,6 +406,46 @@ static void test_fused_axpy_hist16(void **unused)
     free(g), free(e0), free(er), free(ef), free(egen), free(hr), free(hf), free(hgen);
 }
 
+static void test_fused_axpy_collect_ge(void **unused)
+{
+    (void)unused;
+    const size_t nmax = 20011;
+    float *g = malloc(nmax * 4), *e0 = malloc(nmax * 4), *er = malloc(nmax * 4);
+    float *ef = malloc(nmax * 4);
+    uint32_t *ir = malloc(nmax * 4), *iff = malloc(nmax * 4), *igen = malloc(nmax * 4);
+    const uint32_t thrs[] = {1u, 0x3c000000u /* 2^-7 */, 0x3f000000u /* 0.5 */};
+    for (size_t zi = 0; zi < N_FUSED_SIZES; zi++)
+        for (int ai = 0; ai < 2; ai++)
+            for (int ti = 0; ti < 3; ti++) {
+                size_t n = fused_sizes[zi], cgen = 0;
+                fill_state(e0, g, n, 23 + zi);
+                FOR_EACH_SIMD(lvl) {
+                    const gcoll_kernels_t *k = gcoll_kernels();
+                    size_t cap = ti == 1 ? n / 3 : n; /* also when the room runs out */
+                    int badr = 0, badf = 0;
+                    memcpy(er, e0, n * 4);
+                    k->axpy(er, g, n, fused_a[ai]);
+                    size_t cr = k->collect_ge(er, n, thrs[ti], ir, cap, &badr);
+                    memcpy(ef, e0, n * 4);
+                    size_t cf = k->axpy_collect_ge(ef, g, n, fused_a[ai], thrs[ti], iff, cap,
+                                                   &badf);
+                    assert_int_equal(cr, cf);
+                    assert_int_equal(badr, badf);
+                    assert_memory_equal(er, ef, n * 4);
+                    assert_memory_equal(ir, iff, GCOLL_MIN(cr, cap) * 4);
+                    if (lvl_i == 0) {
+                        cgen = cf;
+                        memcpy(igen, iff, GCOLL_MIN(cf, cap) * 4);
+                    } else {
+                        assert_int_equal(cgen, cf);
+                        assert_memory_equal(igen, iff, GCOLL_MIN(cf, cap) * 4);
+                    }
+                }
+            }
+    gcoll_simd_set(GCOLL_SIMD_AUTO);
+    free(g), free(e0), free(er), free(ef), free(ir), free(iff), free(igen);
+}
+
 /* The sign scale's sum from the fused pass, split at multiples of 8 as chunks are, equals
  * the sum sign_put returns over the updated residual. */
 static void test_fused_axpy_abssum(void **unused)
@@ -544,13 +584,15 @@ static void test_fused_vsec_put_ef(void **unused)
     free(g), free(e0), free(er), free(ef), free(egen);
 }
 
-/* Exact top-k with feedback selects from the histogram built in the axpy pass: message
- * and residual equal a stateless encode of e_old + g followed by the subtraction. */
+/* Exact top-k with feedback selects from the histogram built in the axpy pass, threshold
+ * collects in it: message and residual equal a stateless encode of e_old + g followed by
+ * the subtraction. */
 static void test_fused_topk_ef(void **unused)
 {
     (void)unused;
     static const char *specs[] = {"topk:density=0.01", "topk:density=0.001+q8",
-                                  "topk:k=100+fp16", "topk:density=0.4"};
+                                  "topk:k=100+fp16", "topk:density=0.4",
+                                  "threshold:tau=0.3", "threshold:tau=0.001+q8"};
     static const size_t sizes[] = {16384, 16385, 40009};
     float *g = malloc(40009 * 4), *er = malloc(40009 * 4), *d = malloc(40009 * 4);
     FOR_EACH_SIMD(lvl)
@@ -640,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_encode_chunks),
         cmocka_unit_test(test_server_state),
         cmocka_unit_test(test_fused_axpy_hist16),
+        cmocka_unit_test(test_fused_axpy_collect_ge),
         cmocka_unit_test(test_fused_axpy_abssum),
         cmocka_unit_test(test_qsgd_kernels),
         cmocka_unit_test(test_fused_vsec_put_ef),
