@@ -12,7 +12,14 @@ const char *const gcoll_algo_names[] = {"auto", "ring", "rhd", "tree"};
  * ratio, which decides where the algorithms cross over. A tree step is a one-way message
  * (a rank only sends or only receives), which measured about half an exchange step (57 us
  * for the 4-rank tree against 101-114 us for halving-doubling's 4 exchanges), so it is
- * charged half; with these figures the tree wins up to about 128 KiB, as measured. */
+ * charged half; with these figures the tree wins up to about 128 KiB, as measured.
+ * Halving-doubling's wire time is charged twice: each of its steps moves one whole message
+ * and then reduces it, the sender's copy, the receiver's copy and the reduction one after
+ * the other, where the ring overlaps them chunk by chunk (and reads an out-of-place input
+ * where it is, while rhd works on a copy). Measured on 4 ranks with the ring's handshake
+ * and folded copy in: ring 1.3-1.4x rhd's busbw at 256 KiB and 1 MiB, tree ahead up to
+ * 64 KiB, so rhd never wins on 4 ranks; it still can on 8 or more, where the ring pays
+ * 2 (P-1) steps. */
 #define ALPHA_NS 100000.0
 #define BETA_NS 0.5
 #define GAMMA_NS 0.25
@@ -36,7 +43,7 @@ static double cost(gcoll_algo_t a, double n, int P)
         return 2.0 * (P - 1) * ALPHA_NS + 2.0 * f * n * BETA_NS;
     case GCOLL_ALGO_RHD: {
         double fp = (double)(p2 - 1) / p2;
-        double c = 2.0 * lg * ALPHA_NS + 2.0 * fp * n * BETA_NS + fp * n * GAMMA_NS;
+        double c = 2.0 * lg * ALPHA_NS + 4.0 * fp * n * BETA_NS + fp * n * GAMMA_NS;
         if (p2 != P) /* fold-in and fold-out of the extra ranks: full vectors */
             c += 2.0 * ALPHA_NS + 2.0 * n * BETA_NS + n * GAMMA_NS;
         return c;
