@@ -316,7 +316,8 @@ TARGET_AVX2 size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t
     const __m256 av = _mm256_set1_ps(a);
     size_t cnt = 0, i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(e + i), _mm256_mul_ps(av, _mm256_loadu_ps(g + i)));
+        __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(e + i),
+                                  _mm256_mul_ps(av, _mm256_loadu_ps(g + i)));
         __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(e + i + 8),
                                   _mm256_mul_ps(av, _mm256_loadu_ps(g + i + 8)));
         _mm256_storeu_ps(e + i, x0);
