@@ -21,7 +21,8 @@
 
 typedef struct {
     gcoll_tensor_state_t *state;
-    int shard_only; /* reduce-scatter: stop after reducing this rank's chunk */
+    int shard_only;   /* reduce-scatter: stop after reducing this rank's chunk */
+    uint64_t scan_ns; /* the caller's NaN/Inf scan, counted as codec time */
 } comp_args_t;
 
 static gcoll_span_t chunk(size_t count, int P, int j) { return gcoll_even_chunk(count, P, j); }
@@ -219,10 +220,12 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     comm->counters.ns_compress += gcoll_time_ns() - t0;
     GCOLL_CHECK_GOTO(gcoll_ring_allreduce_at(comm, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig,
                                              PHASE(0)), st, out);
+    t0 = gcoll_time_ns();
     memset(out, 0, count * sizeof(float));
     float scale = op == GCOLL_AVG ? 1.0f / (float)comm->size : 1.0f;
     for (size_t i = 0; i < k; i++)
         out[idx[i]] = op == GCOLL_AVG ? val[i] * scale : val[i];
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
 out:
     free(idx);
     free(val);
@@ -338,6 +341,7 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
     const gcoll_args_t *a = &req->a;
     const comp_args_t *ca = a->ext;
     /* submit() scanned the gradient for NaN/Inf already */
+    comm->counters.ns_compress += ca->scan_ns;
     ca->state->input_checked = 1;
     gcoll_status_t st = gcoll_compressed_run(comm, ca->state, a->sendbuf, a->recvbuf, a->count,
                                              a->op, ca->shard_only);
@@ -362,7 +366,9 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || (grad && out),
                                       "NULL buffer with count %zu", count));
     /* one vectorized scan (the codec's kernel), not a call per element */
+    uint64_t t0 = gcoll_time_ns();
     size_t bad = count ? gcoll_kernels()->first_bad(grad, count) : 0;
+    uint64_t scan_ns = gcoll_time_ns() - t0;
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, bad >= count, "grad[%zu] is NaN or infinite",
                                       bad));
     comp_args_t *ca = calloc(1, sizeof(*ca));
@@ -370,6 +376,7 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
         return GCOLL_ERR_NOMEM;
     ca->state = state;
     ca->shard_only = shard_only;
+    ca->scan_ns = scan_ns;
     gcoll_args_t a = {.sendbuf = grad, .recvbuf = out, .count = count, .dtype = GCOLL_FLOAT32,
                       .op = op, .ext = ca, .release = free};
     gcoll_request_t *req = gcoll_request_new(comm, what, run_compressed, &a);

@@ -144,6 +144,10 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
         if (P > 1) {
             gcoll_treq_t *rq = &rreq[REQ(steps - 1, k)];
             GCOLL_CHECK_GOTO(wait1(comm, rq), st, out);
+        }
+        uint64_t t0 = gcoll_time_ns();
+        if (P > 1) {
+            gcoll_treq_t *rq = &rreq[REQ(steps - 1, k)];
             st = gcoll_codec_decode(c, RBUF(steps - 1, k), rq->nbytes, a, sg.len,
                                     GCOLL_DECODE_SET);
             if (st != GCOLL_OK) {
@@ -162,6 +166,7 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
                 a[i] += e[i];
             memset(e, 0, sg.len * sizeof(float));
         }
+        comm->counters.ns_compress += gcoll_time_ns() - t0;
     }
     GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, sreq, ns), st, out);
     if (op == GCOLL_AVG)

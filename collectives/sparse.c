@@ -148,6 +148,7 @@ static gcoll_status_t plan_allgather(gcoll_comm_t *comm, const gcoll_sparse_call
     gcoll_ring_plan_t plan = {.buf = all, .seg = seg, .esz = 1, .ag_steps = (size_t)P - 1,
                               .sig = sig, .sub0 = PHASE(1)};
     GCOLL_CHECK_GOTO(gcoll_ring_run(comm, &plan), st, out);
+    uint64_t t0 = gcoll_time_ns();
     memset(c->out, 0, c->count * sizeof(float));
     for (int i = 0; i < P; i++) {
         st = gcoll_codec_decode(c->codec, all + seg[i].off, seg[i].len, c->out, c->count,
@@ -157,6 +158,7 @@ static gcoll_status_t plan_allgather(gcoll_comm_t *comm, const gcoll_sparse_call
             goto out;
         }
     }
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
 out:
     free(all);
     free(seg);
@@ -255,6 +257,7 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
     rbuf[r] = sbuf[r];
     rlen[r] = slen[r];
     /* 2. reduce my range, contributions in rank order, then keep the touched indices */
+    uint64_t t0 = gcoll_time_ns();
     size_t lo = bound[r], span = bound[r + 1] - lo;
     st = GCOLL_ERR_NOMEM;
     if (!(acc = calloc(span + 1, sizeof(float))))
@@ -303,6 +306,7 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
             pval[m++] = acc[k];
         }
     free(touched);
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
     /* 3. everyone gathers every reduced piece */
     size_t plen = gcoll_codec_pairs_bound(NULL, m, c->count);
     st = GCOLL_ERR_NOMEM;
@@ -330,6 +334,7 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
                      out);
     rbuf[r] = piece;
     rlen[r] = plen;
+    uint64_t t1 = gcoll_time_ns();
     memset(c->out, 0, c->count * sizeof(float));
     for (int j = 0; j < P; j++) {
         st = gcoll_codec_decode(NULL, rbuf[j], rlen[j], c->out, c->count, GCOLL_DECODE_ADD);
@@ -338,6 +343,7 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
             goto out;
         }
     }
+    comm->counters.ns_compress += gcoll_time_ns() - t1;
 out:
     free(pidx);
     free(pval);
@@ -353,9 +359,11 @@ out:
 
 static gcoll_status_t plan_dense(gcoll_comm_t *comm, const gcoll_sparse_call_t *c, uint32_t sig)
 {
+    uint64_t t0 = gcoll_time_ns();
     memset(c->out, 0, c->count * sizeof(float));
     for (size_t i = 0; i < c->pairs->n; i++)
         c->out[c->pairs->idx[i]] += c->pairs->val[i];
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
     return gcoll_ring_allreduce_at(comm, c->out, c->count, GCOLL_FLOAT32, GCOLL_SUM, sig,
                                    PHASE(5));
 }
@@ -436,9 +444,12 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
     } else {
         st = plan_dense(comm, c, sig);
     }
-    if (st == GCOLL_OK && c->op == GCOLL_AVG)
+    if (st == GCOLL_OK && c->op == GCOLL_AVG) {
+        uint64_t t0 = gcoll_time_ns();
         for (size_t i = 0; i < c->count; i++)
             c->out[i] /= (float)P;
+        comm->counters.ns_compress += gcoll_time_ns() - t0;
+    }
 out:
     free(cen);
     return st;

@@ -145,7 +145,8 @@ typedef struct {
     uint64_t bytes_raw;      /* uncompressed payload bytes the collectives reduced/moved */
     uint64_t bytes_sent;     /* bytes this rank put on the wire (payload + frame headers) */
     uint64_t bytes_received; /* bytes this rank received off the wire */
-    uint64_t ns_compress;    /* time spent compressing and decompressing */
+    uint64_t ns_compress;    /* codec CPU time: input scan, compression, decompression
+                              * and reduction of decoded values into the output */
     uint64_t ns_wire;        /* time spent in communication (waiting on the transport) */
     uint64_t ns_total;       /* time from start to end of collectives */
 } gcoll_counters_t;
