@@ -43,6 +43,13 @@ for tr in $(transports); do
         run "mismatch-$coll-$tr" 0 -n 4 $common -- "$CHECK" mismatch 3 "$coll" &&
             expect_lines "mismatch-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4
     done
+    # The same over the compressed ring (each rank hears only its left neighbour; the abort
+    # carries the mismatch to the others).
+    for coll in codec tensor; do
+        run "mismatch-ring-$coll-$tr" 0 -n 4 $common -x GCOLL_COMPRESSED_ALGO=ring \
+            -x GCOLL_RING_CHUNK=4096 -- "$CHECK" mismatch 3 "$coll" &&
+            expect_lines "mismatch-ring-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4
+    done
     # A peer whose sparse pieces carry indices beyond the dense size: an error everywhere.
     run "sparse-bad-$tr" 0 -n 4 $common -- "$top_builddir/tests/integration/sparse_bad" 2 &&
         expect_lines "sparse-bad-$tr" "misbehaving rank 2: GCOLL_ERR" 4
