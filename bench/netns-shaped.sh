@@ -11,6 +11,7 @@
 # variables set by the caller reach every rank.
 # MODE=overlap runs tools/gcoll-overlap-bench instead (ResNet-50's backward pass with
 # COMPUTE_MS of compute, through the bucketer) for dense and each of SPECS.
+# COMPUTE_CPU pins the overlap benchmark's compute loops (see below).
 # Needs root, iproute2 and tc; skips with a message where namespaces cannot be made.
 # Everything it creates (namespaces gcoll-ns0..3, gcoll-br, temp files) is removed on exit.
 set -u
@@ -115,6 +116,12 @@ run_gloo() {
     return $ok
 }
 
+# COMPUTE_CPU=N pins every rank's compute loop to CPU N (gcoll-overlap-bench -C): with
+# GCOLL_PROGRESS_CPU set to another CPU, compute stands for GPU kernels and communication
+# has a core of its own, as on a GPU node.
+CPIN=""
+[ -n "${COMPUTE_CPU:-}" ] && CPIN="-C $COMPUTE_CPU"
+
 if [ "${MODE:-}" = adapt ]; then
     # GCOLL_ADAPT=bandwidth while the links change rate: 10 Gbit/s -> 1 Gbit/s ->
     # 200 Mbit/s -> 10 Gbit/s, PHASE_S seconds each; rank 0 prints one line per step.
@@ -128,11 +135,11 @@ if [ "${MODE:-}" = adapt ]; then
     key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
     pids=""
     for i in $(seq 0 $((N - 1))); do
-        ip netns exec "gcoll-ns$i" env GCOLL_RANK="$i" GCOLL_SIZE=$N GCOLL_ROOT="10.77.0.1:$PORT" \
+        ip netns exec "gcoll-ns$i" env $(passenv) GCOLL_RANK="$i" GCOLL_SIZE=$N GCOLL_ROOT="10.77.0.1:$PORT" \
             GCOLL_JOB_KEY="$key" GCOLL_TIMEOUT_MS=120s GCOLL_ADAPT="${ADAPT:-bandwidth}" \
             GCOLL_DENSITY_MIN="${DMIN:-0.0001}" GCOLL_DENSITY_MAX="${DMAX:-0.1}" \
             GCOLL_DEBUG="${ADAPT_DEBUG:-warn}" GCOLL_DEBUG_SUBSYS=ADAPT \
-            timeout 900 "$OVERLAP" -c "${COMPUTE_MS:-1500}" -s "$steps" \
+            timeout 900 "$OVERLAP" -c "${COMPUTE_MS:-1500}" -s "$steps" $CPIN \
             -z "${SPEC:-topk:density=0.01}" >"$TMP/ad$i.out" 2>"$TMP/ad$i.err" &
         pids="$pids $!"
     done
@@ -158,9 +165,9 @@ if [ "${MODE:-}" = overlap ]; then
             key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
             pids=""
             for i in $(seq 0 $((N - 1))); do
-                ip netns exec "gcoll-ns$i" env GCOLL_RANK="$i" GCOLL_SIZE=$N \
+                ip netns exec "gcoll-ns$i" env $(passenv) GCOLL_RANK="$i" GCOLL_SIZE=$N \
                     GCOLL_ROOT="10.77.0.1:$PORT" GCOLL_JOB_KEY="$key" GCOLL_TIMEOUT_MS=120s \
-                    timeout 900 "$OVERLAP" -c "${COMPUTE_MS:-1000}" -n "$ITERS" -z "$spec" \
+                    timeout 900 "$OVERLAP" -c "${COMPUTE_MS:-1000}" -n "$ITERS" -z "$spec" $CPIN \
                     >"$TMP/ov$i.out" 2>"$TMP/ov$i.err" &
                 pids="$pids $!"
             done
