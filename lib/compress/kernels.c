@@ -502,6 +502,71 @@ static void qsgd_sub_avx2_v(const uint8_t *c, size_t n, uint32_t s, float f, flo
     (void)qsgd_sub_avx2(c, n, s, f, e);
 }
 
+/* Inverse of values.c's qsgd_pack8: eight B-bit codes (LSB first in the low 8B bits) to
+ * one byte each, halves, then quads, then pairs (B <= 8 keeps every step in its lane). */
+static inline uint64_t qsgd_unpack8(uint64_t v, unsigned B)
+{
+    const uint64_t m4 = (1ull << (4 * B)) - 1u;
+    const uint64_t m2 = ((1ull << (2 * B)) - 1u) * 0x0000000100000001ull;
+    const uint64_t m1 = ((1ull << B) - 1u) * 0x0001000100010001ull;
+    v = (v & m4) | (((v >> (4 * B)) & m4) << 32);
+    v = (v & m2) | (((v >> (2 * B)) & m2) << 16);
+    return (v & m1) | (((v >> B) & m1) << 8);
+}
+
+static inline void qsgd_bytes8(uint64_t v, uint8_t *c)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(c, &v, 8);
+#else
+    for (int j = 0; j < 8; j++)
+        c[j] = (uint8_t)(v >> (8 * j));
+#endif
+}
+
+#define QSGD_DEC_RUN 256 /* codes unpacked per run of the float loop (a multiple of 8) */
+
+/* The loose codes (before the first whole group, after the last) one at a time; whole
+ * groups unpacked to bytes by SWAR, then a loop the compiler vectorizes. */
+static void qsgd_apply_gen(const uint8_t *p, size_t plen, size_t i0, size_t n, unsigned B,
+                           uint32_t s, float f, float *out, int mode)
+{
+    const int32_t si = (int32_t)s;
+    size_t j = GCOLL_MIN(n, (8 - i0 % 8) % 8);
+    APPLY_LOOP(j, mode, out, (float)((int32_t)gcoll_qsgd_code1(p, B, i0 + i) - si) * f);
+    uint8_t c[QSGD_DEC_RUN];
+    while (n - j >= 8) {
+        size_t m = GCOLL_MIN(n - j, (size_t)QSGD_DEC_RUN) & ~(size_t)7;
+        size_t g0 = (i0 + j) / 8;
+        for (size_t t = 0; t < m; t += 8)
+            qsgd_bytes8(qsgd_unpack8(gcoll_qsgd_group(p, plen, g0 + t / 8, B), B), c + t);
+        float *o = out + j;
+        APPLY_LOOP(m, mode, o, (float)((int32_t)c[i] - si) * f);
+        j += m;
+    }
+    const uint8_t *pp = p;
+    size_t base = i0 + j;
+    float *o = out + j;
+    APPLY_LOOP(n - j, mode, o, (float)((int32_t)gcoll_qsgd_code1(pp, B, base + i) - si) * f);
+}
+
+/* Any byte of the unpacked groups equal to 2^B - 1: the exact zero-byte test on v ^ top. */
+static int qsgd_bad_gen(const uint8_t *p, size_t plen, size_t n, unsigned B)
+{
+    const uint32_t top = (1u << B) - 1u;
+    const uint64_t rep = (uint64_t)top * 0x0101010101010101ull;
+    uint64_t bad = 0;
+    size_t g = 0;
+    for (; 8 * g + 8 <= n; g++) {
+        uint64_t t = qsgd_unpack8(gcoll_qsgd_group(p, plen, g, B), B) ^ rep;
+        bad |= (t - 0x0101010101010101ull) & ~t & 0x8080808080808080ull;
+    }
+    int any = bad != 0;
+    for (size_t i = 8 * g; i < n; i++)
+        any |= gcoll_qsgd_code1(p, B, i) == top;
+    return any;
+}
+
 static size_t collect_ge_gen(const float *x, size_t n, uint32_t thr, uint32_t *idx,
                              size_t cap, int *bad)
 {
@@ -569,6 +634,7 @@ static const gcoll_kernels_t k_generic = {
     .axpy_hist16 = axpy_hist16_gen_v, .axpy_abssum = axpy_abssum_gen_v,
     .axpy_collect_ge = axpy_collect_ge_gen,
     .qsgd_codes = qsgd_codes_gen, .qsgd_sub = qsgd_sub_gen_v,
+    .qsgd_apply = qsgd_apply_gen, .qsgd_bad = qsgd_bad_gen,
 };
 
 static const gcoll_kernels_t k_avx2 = {
@@ -598,6 +664,8 @@ static const gcoll_kernels_t k_avx2 = {
     .axpy_abssum = axpy_abssum_avx2_v,
     .qsgd_codes = gcoll_k_qsgd_codes_avx2,
     .qsgd_sub = qsgd_sub_avx2_v,
+    .qsgd_apply = gcoll_k_qsgd_apply_avx2,
+    .qsgd_bad = gcoll_k_qsgd_bad_avx2,
 };
 
 static const gcoll_kernels_t *k_cur;

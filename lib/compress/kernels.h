@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "compress.h"
 
@@ -64,6 +65,13 @@ typedef struct {
     void (*qsgd_codes)(const float *x, size_t n, float f, uint32_t s, uint32_t base,
                        uint32_t klo, uint32_t khi, uint8_t *codes);
     void (*qsgd_sub)(const uint8_t *codes, size_t n, uint32_t s, float f, float *e);
+    /* QSGD decode: codes [i, i+n) of a packed stream of plen bytes (B-bit codes, LSB
+     * first; see values.c) applied to out[0..n) as (float)(code - s) * f, the decoder's
+     * only rounding; reads nothing past plen. qsgd_bad: whether any of the first n codes
+     * is 2^B - 1, the one B-bit pattern above 2s. */
+    void (*qsgd_apply)(const uint8_t *packed, size_t plen, size_t i, size_t n, unsigned B,
+                       uint32_t s, float f, float *out, int mode);
+    int (*qsgd_bad)(const uint8_t *packed, size_t plen, size_t n, unsigned B);
 } gcoll_kernels_t;
 
 /* The table in force (see gcoll_simd_set). */
@@ -81,8 +89,40 @@ void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float scale, float *
                              int mode);
 size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t n, float a, uint32_t thr,
                                     uint32_t *idx, size_t cap, int *bad);
+void gcoll_k_qsgd_apply_avx2(const uint8_t *packed, size_t plen, size_t i, size_t n,
+                             unsigned B, uint32_t s, float f, float *out, int mode);
+int gcoll_k_qsgd_bad_avx2(const uint8_t *packed, size_t plen, size_t n, unsigned B);
 void gcoll_k_qsgd_codes_avx2(const float *x, size_t n, float f, uint32_t s, uint32_t base,
                              uint32_t klo, uint32_t khi, uint8_t *codes);
+
+/* Shared helpers for QSGD decoding (generic and AVX2): one code by its bit offset, and
+ * the little-endian load of group g's bytes (eight codes start at byte g * B), of which
+ * only those below plen are read. */
+static inline uint32_t gcoll_qsgd_code1(const uint8_t *packed, unsigned B, uint64_t j)
+{
+    uint64_t bit = j * B;
+    const uint8_t *q = packed + bit / 8;
+    unsigned sh = (unsigned)(bit % 8);
+    uint32_t v = q[0];
+    if (sh + B > 8)
+        v |= (uint32_t)q[1] << 8;
+    return (v >> sh) & ((1u << B) - 1u);
+}
+static inline uint64_t gcoll_qsgd_group(const uint8_t *packed, size_t plen, size_t g,
+                                        unsigned B)
+{
+    size_t at = g * B;
+    uint64_t v = 0;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (at + 8 <= plen) {
+        memcpy(&v, packed + at, 8);
+        return v;
+    }
+#endif
+    for (size_t j = 0; j < 8 && at + j < plen; j++)
+        v |= (uint64_t)packed[at + j] << (8 * j);
+    return v;
+}
 
 /* Shared helpers: fixed-order combine of eight lanes. */
 static inline float gcoll_lanes8_sum(const float a[8])

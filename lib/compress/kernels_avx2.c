@@ -352,3 +352,114 @@ TARGET_AVX2 size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t
     }
     return cnt;
 }
+
+/* QSGD decode. Eight B-bit codes sit in the low 8B bits of group g's 8-byte word; one
+ * broadcast, a byte shuffle putting bytes b, b+1 of code k (b = kB/8) in dword k, a
+ * per-lane shift by kB%8 and a mask give the eight codes as int32. (code - s) converts
+ * exactly and the multiply by f is the scalar decoder's single rounding, so the result is
+ * the generic kernel's bit for bit. */
+typedef struct {
+    __m256i shuf, shift, mask;
+} qsgd_unpacker_t;
+
+TARGET_AVX2 static inline qsgd_unpacker_t qsgd_unpacker(unsigned B)
+{
+    uint8_t sb[32];
+    int32_t sh[8];
+    for (unsigned k = 0; k < 8; k++) {
+        unsigned b = k * B / 8, at = (k % 4) * 4 + (k / 4) * 16;
+        sb[at] = (uint8_t)b;
+        sb[at + 1] = b + 1 < 8 ? (uint8_t)(b + 1) : 0x80;
+        sb[at + 2] = sb[at + 3] = 0x80;
+        sh[k] = (int32_t)(k * B % 8);
+    }
+    qsgd_unpacker_t u;
+    u.shuf = _mm256_loadu_si256((const __m256i *)(const void *)sb);
+    u.shift = _mm256_loadu_si256((const __m256i *)(const void *)sh);
+    u.mask = _mm256_set1_epi32((int)((1u << B) - 1u));
+    return u;
+}
+
+TARGET_AVX2 static inline __m256i qsgd_unpack_x8(const qsgd_unpacker_t *u, uint64_t v)
+{
+    __m256i w = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)v), u->shuf);
+    return _mm256_and_si256(_mm256_srlv_epi32(w, u->shift), u->mask);
+}
+
+TARGET_AVX2 static inline void qsgd_put8(float *o, __m256 v, int mode)
+{
+    if (mode == GCOLL_DECODE_ADD)
+        v = _mm256_add_ps(_mm256_loadu_ps(o), v);
+    else if (mode == GCOLL_DECODE_SUB)
+        v = _mm256_sub_ps(_mm256_loadu_ps(o), v);
+    _mm256_storeu_ps(o, v);
+}
+
+static inline void qsgd_put1(float *o, float v, int mode)
+{
+    if (mode == GCOLL_DECODE_SET)
+        *o = v;
+    else if (mode == GCOLL_DECODE_ADD)
+        *o += v;
+    else
+        *o -= v;
+}
+
+TARGET_AVX2 void gcoll_k_qsgd_apply_avx2(const uint8_t *p, size_t plen, size_t i0, size_t n,
+                                         unsigned B, uint32_t s, float f, float *out,
+                                         int mode)
+{
+    const int32_t si = (int32_t)s;
+    size_t j = 0, head = GCOLL_MIN(n, (8 - i0 % 8) % 8);
+    for (; j < head; j++)
+        qsgd_put1(out + j, (float)((int32_t)gcoll_qsgd_code1(p, B, i0 + j) - si) * f, mode);
+    const qsgd_unpacker_t u = qsgd_unpacker(B);
+    const __m256i sv = _mm256_set1_epi32(si);
+    const __m256 fv = _mm256_set1_ps(f);
+    size_t g = (i0 + j) / 8;
+    /* whole groups whose 8-byte load stays inside the stream */
+    for (; j + 32 <= n && (g + 3) * B + 8 <= plen; j += 32, g += 4) {
+        uint64_t w[4];
+        memcpy(w, p + g * B, 8);
+        memcpy(w + 1, p + (g + 1) * B, 8);
+        memcpy(w + 2, p + (g + 2) * B, 8);
+        memcpy(w + 3, p + (g + 3) * B, 8);
+        for (int t = 0; t < 4; t++) {
+            __m256i c = _mm256_sub_epi32(qsgd_unpack_x8(&u, w[t]), sv);
+            qsgd_put8(out + j + 8 * t, _mm256_mul_ps(_mm256_cvtepi32_ps(c), fv), mode);
+        }
+    }
+    for (; j + 8 <= n; j += 8, g++) {
+        __m256i c = _mm256_sub_epi32(qsgd_unpack_x8(&u, gcoll_qsgd_group(p, plen, g, B)), sv);
+        qsgd_put8(out + j, _mm256_mul_ps(_mm256_cvtepi32_ps(c), fv), mode);
+    }
+    for (; j < n; j++)
+        qsgd_put1(out + j, (float)((int32_t)gcoll_qsgd_code1(p, B, i0 + j) - si) * f, mode);
+}
+
+TARGET_AVX2 int gcoll_k_qsgd_bad_avx2(const uint8_t *p, size_t plen, size_t n, unsigned B)
+{
+    const qsgd_unpacker_t u = qsgd_unpacker(B);
+    __m256i bad = _mm256_setzero_si256();
+    size_t g = 0;
+    for (; 8 * g + 32 <= n && (g + 3) * B + 8 <= plen; g += 4) {
+        uint64_t w[4];
+        memcpy(w, p + g * B, 8);
+        memcpy(w + 1, p + (g + 1) * B, 8);
+        memcpy(w + 2, p + (g + 2) * B, 8);
+        memcpy(w + 3, p + (g + 3) * B, 8);
+        __m256i a = _mm256_or_si256(_mm256_cmpeq_epi32(qsgd_unpack_x8(&u, w[0]), u.mask),
+                                    _mm256_cmpeq_epi32(qsgd_unpack_x8(&u, w[1]), u.mask));
+        __m256i b = _mm256_or_si256(_mm256_cmpeq_epi32(qsgd_unpack_x8(&u, w[2]), u.mask),
+                                    _mm256_cmpeq_epi32(qsgd_unpack_x8(&u, w[3]), u.mask));
+        bad = _mm256_or_si256(bad, _mm256_or_si256(a, b));
+    }
+    for (; 8 * g + 8 <= n; g++) {
+        __m256i c = qsgd_unpack_x8(&u, gcoll_qsgd_group(p, plen, g, B));
+        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(c, u.mask));
+    }
+    int any = !_mm256_testz_si256(bad, bad);
+    for (size_t i = 8 * g; i < n; i++)
+        any |= gcoll_qsgd_code1(p, B, i) == (1u << B) - 1u;
+    return any;
+}

@@ -219,15 +219,10 @@ static gcoll_status_t check_scales(const uint8_t *p, uint64_t nb, float max_mult
     return GCOLL_OK;
 }
 
-static uint32_t qsgd_code_at(const uint8_t *codes, unsigned B, uint64_t j)
+/* Bytes of packed codes in a QSGD section of n values. */
+static size_t qsgd_plen(const gcoll_vspec_t *vs, uint64_t n)
 {
-    uint64_t bit = j * B;
-    const uint8_t *q = codes + bit / 8;
-    unsigned sh = (unsigned)(bit % 8);
-    uint32_t v = q[0];
-    if (sh + B > 8)
-        v |= (uint32_t)q[1] << 8;
-    return (v >> sh) & ((1u << B) - 1u);
+    return (size_t)((n * vs->bits + 7) / 8);
 }
 
 gcoll_status_t gcoll_vsec_check(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n)
@@ -262,13 +257,18 @@ gcoll_status_t gcoll_vsec_check(const gcoll_vspec_t *vs, const uint8_t *p, uint6
     case GCOLL_VF_QSGD: {
         GCOLL_CHECK(check_scales(p, nb, 2.0f, "qsgd norm"));
         const uint32_t s2 = 2 * qsgd_s(vs->bits);
+        const uint8_t *codes = p + 4 * nb;
+        /* codes are B bits wide, so the only one above 2s = 2^B - 2 is 2^B - 1: the
+         * kernel looks for it, the loop below only names the first for the log */
+        if (!k->qsgd_bad(codes, qsgd_plen(vs, n), (size_t)n, vs->bits))
+            return GCOLL_OK;
         for (uint64_t i = 0; i < n; i++)
-            if (qsgd_code_at(p + 4 * nb, vs->bits, i) > s2) {
+            if (gcoll_qsgd_code1(codes, vs->bits, i) > s2) {
                 GCOLL_WARN("compress: malformed message: qsgd code at %llu exceeds %u",
                            (unsigned long long)i, s2);
-                return GCOLL_ERR_INVALID;
+                break;
             }
-        return GCOLL_OK;
+        return GCOLL_ERR_INVALID;
     }
     case GCOLL_VF_SIGN:
         return check_scales(p, nb, 1.0f, "sign scale");
@@ -328,13 +328,10 @@ void gcoll_vsec_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t 
                     put1(o + j, ((body[e >> 3] >> (e & 7)) & 1) ? -scale : scale, mode);
                 }
             }
-        } else { /* QSGD */
+        } else { /* QSGD: (float)(code - s) * (scale / s), in that order */
             const uint32_t s = qsgd_s(vs->bits);
             const float f = scale / (float)s;
-            for (size_t j = 0; j < cnt; j++) {
-                int32_t lv = (int32_t)qsgd_code_at(body, vs->bits, i + j) - (int32_t)s;
-                put1(o + j, (float)lv * f, mode);
-            }
+            k->qsgd_apply(body, qsgd_plen(vs, n), i, cnt, vs->bits, s, f, o, mode);
         }
         i = stop;
     }

@@ -11,6 +11,8 @@
 #include <cmocka.h>
 
 #include "compress/compress.h"
+#include "compress/kernels.h"
+#include "compress/wire.h"
 #include "half.h"
 
 #include "compress_test_util.h"
@@ -520,6 +522,166 @@ static void test_decode_accumulate_and_pairs(void **unused)
     gcoll_compressor_destroy(c);
 }
 
+/* --- QSGD decoding ------------------------------------------------------------------- */
+
+static const size_t qdec_sizes[] = {0, 1, 7, 8, 9, 63, 65, 4097, 20011};
+#define N_QDEC_SIZES (sizeof(qdec_sizes) / sizeof(*qdec_sizes))
+
+/* Independent of values.c and the kernels: code j is bits [jB, jB + B) of the stream,
+ * LSB first, read one bit at a time. */
+static uint32_t ref_code(const uint8_t *p, unsigned B, size_t j)
+{
+    uint32_t v = 0;
+    for (unsigned b = 0; b < B; b++) {
+        size_t bit = j * B + b;
+        v |= (uint32_t)((p[bit / 8] >> (bit % 8)) & 1u) << b;
+    }
+    return v;
+}
+static void ref_pack(const uint32_t *codes, size_t n, unsigned B, uint8_t *p)
+{
+    memset(p, 0, (n * B + 7) / 8);
+    for (size_t j = 0; j < n; j++)
+        for (unsigned b = 0; b < B; b++) {
+            size_t bit = j * B + b;
+            p[bit / 8] |= (uint8_t)(((codes[j] >> b) & 1u) << (bit % 8));
+        }
+}
+/* the decoded value: level (code - s) times scale / s, the scale divided first */
+static float ref_value(uint32_t code, uint32_t s, float scale)
+{
+    float f = scale / (float)s;
+    return (float)((int32_t)code - (int32_t)s) * f;
+}
+static float ref_apply(float o, float v, int mode)
+{
+    return mode == GCOLL_DECODE_SET ? v : mode == GCOLL_DECODE_ADD ? o + v : o - v;
+}
+
+/* The qsgd_apply kernels, generic and AVX2, against the scalar formula bit for bit, from
+ * every start offset modulo 8, on a stream in an exact-size allocation (so a read past
+ * its end shows under ASan/valgrind); qsgd_bad finds a lone 2^B - 1 code and only
+ * within the first n codes. */
+static void test_qsgd_decode_kernels(void **unused)
+{
+    (void)unused;
+    const size_t nmax = 20011;
+    uint32_t *codes = malloc(nmax * 4);
+    float *o0 = malloc(nmax * 4), *ref = malloc(nmax * 4), *got = malloc(nmax * 4);
+    for (unsigned B = 2; B <= 8; B++) {
+        const uint32_t s = (1u << (B - 1)) - 1u, top = (1u << B) - 1u;
+        const float scale = 0.75f + (float)B / 3.0f, f = scale / (float)s;
+        for (size_t zi = 0; zi < N_QDEC_SIZES; zi++) {
+            size_t n = qdec_sizes[zi], plen = (n * B + 7) / 8;
+            uint8_t *p = malloc(plen ? plen : 1);
+            for (size_t j = 0; j < n; j++)
+                codes[j] = j < 2 * s + 1 ? (uint32_t)j : rnd32() % (2 * s + 1);
+            ref_pack(codes, n, B, p);
+            for (size_t j = 0; j < n; j++)
+                o0[j] = rndf() * 4.0f;
+            for (size_t i0 = 0; i0 < GCOLL_MIN(n + 1, (size_t)9); i0++)
+                for (int mode = 0; mode <= 2; mode++) {
+                    size_t m = n - i0;
+                    for (size_t j = 0; j < m; j++)
+                        ref[j] = ref_apply(o0[j], ref_value(ref_code(p, B, i0 + j), s, scale),
+                                           mode);
+                    FOR_EACH_SIMD(lvl) {
+                        memcpy(got, o0, m * 4);
+                        gcoll_kernels()->qsgd_apply(p, plen, i0, m, B, s, f, got, mode);
+                        if (m && memcmp(got, ref, m * 4))
+                            fail_msg("qsgd_apply %s B=%u n=%zu i0=%zu mode %d differs",
+                                     gcoll_simd_name(gcoll_simd_active()), B, n, i0, mode);
+                    }
+                }
+            FOR_EACH_SIMD(lvl) {
+                const gcoll_kernels_t *k = gcoll_kernels();
+                assert_false(k->qsgd_bad(p, plen, n, B));
+                if (n == 0)
+                    continue;
+                size_t at[] = {0, n / 2, n - 1};
+                for (size_t a = 0; a < 3; a++) {
+                    uint32_t keep = codes[at[a]];
+                    codes[at[a]] = top;
+                    ref_pack(codes, n, B, p);
+                    assert_true(k->qsgd_bad(p, plen, n, B));
+                    /* the codes before it alone are clean */
+                    assert_false(k->qsgd_bad(p, plen, at[a], B));
+                    codes[at[a]] = keep;
+                }
+                ref_pack(codes, n, B, p);
+            }
+            free(p);
+        }
+    }
+    gcoll_simd_set(GCOLL_SIMD_AUTO);
+    free(codes), free(o0), free(ref), free(got);
+}
+
+/* Whole messages: gcoll_decode in every mode equals the scalar formula over the message
+ * bytes (norms, then the packed codes) under both kernel sets; a code of 2^B - 1 makes
+ * it fail with out untouched. */
+static void test_qsgd_decode_messages(void **unused)
+{
+    (void)unused;
+    static const char *specs[] = {"qsgd:bits=4,bucket=512", "qsgd:bits=8,bucket=512",
+                                  "qsgd:bits=3,bucket=33", "qsgd:bits=5,bucket=7",
+                                  "qsgd:bits=2,bucket=4096", "qsgd:bits=7,bucket=8"};
+    const size_t nmax = 20011;
+    float *x = malloc(nmax * 4), *o0 = malloc(nmax * 4), *ref = malloc(nmax * 4);
+    float *got = malloc(nmax * 4);
+    for (size_t sp = 0; sp < sizeof(specs) / sizeof(*specs); sp++) {
+        gcoll_compressor_t *c = mk(specs[sp]);
+        const unsigned B = c->vs.bits;
+        const uint32_t s = (1u << (B - 1)) - 1u;
+        for (size_t zi = 0; zi < N_QDEC_SIZES; zi++) {
+            size_t n = qdec_sizes[zi], len;
+            fill(x, n, 200 + zi);
+            for (size_t j = 0; j < n; j++)
+                o0[j] = rndf();
+            uint8_t *msg = encode_alloc(c, NULL, x, n, &len);
+            size_t nb = n ? (n + c->vs.bucket - 1) / c->vs.bucket : 0;
+            const uint8_t *norms = msg + GCOLL_WIRE_HDR, *body = norms + 4 * nb;
+            assert_int_equal(len, GCOLL_WIRE_HDR + 4 * nb + (n * B + 7) / 8);
+            for (int mode = 0; mode <= 2; mode++) {
+                for (size_t j = 0; j < n; j++) {
+                    float scale;
+                    memcpy(&scale, norms + 4 * (j / c->vs.bucket), 4);
+                    ref[j] = ref_apply(o0[j], ref_value(ref_code(body, B, j), s, scale), mode);
+                }
+                FOR_EACH_SIMD(lvl) {
+                    memcpy(got, o0, n * 4);
+                    assert_int_equal(gcoll_codec_decode(c, msg, len, got, n, mode), GCOLL_OK);
+                    if (n && memcmp(got, ref, n * 4))
+                        fail_msg("%s n=%zu mode %d (%s): decode differs", specs[sp], n, mode,
+                                 gcoll_simd_name(gcoll_simd_active()));
+                }
+            }
+            if (n) { /* the last code, then the first, set to 2^B - 1 */
+                size_t at[] = {n - 1, 0};
+                for (size_t a = 0; a < 2; a++) {
+                    uint8_t *bad = malloc(len);
+                    memcpy(bad, msg, len);
+                    size_t bit = at[a] * B;
+                    for (unsigned b = 0; b < B; b++, bit++)
+                        bad[GCOLL_WIRE_HDR + 4 * nb + bit / 8] |= (uint8_t)(1u << (bit % 8));
+                    FOR_EACH_SIMD(lvl) {
+                        memcpy(got, o0, n * 4);
+                        assert_int_equal(gcoll_codec_decode(c, bad, len, got, n,
+                                                            GCOLL_DECODE_ADD),
+                                         GCOLL_ERR_INVALID);
+                        assert_memory_equal(got, o0, n * 4);
+                    }
+                    free(bad);
+                }
+            }
+            free(msg);
+        }
+        gcoll_compressor_destroy(c);
+    }
+    gcoll_simd_set(GCOLL_SIMD_AUTO);
+    free(x), free(o0), free(ref), free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -534,6 +696,8 @@ int main(void)
         cmocka_unit_test(test_threshold),
         cmocka_unit_test(test_randomk),
         cmocka_unit_test(test_decode_accumulate_and_pairs),
+        cmocka_unit_test(test_qsgd_decode_kernels),
+        cmocka_unit_test(test_qsgd_decode_messages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -244,6 +244,64 @@ static void test_delta_indices(void **unused)
     gcoll_compressor_destroy(c);
 }
 
+/* gcoll_idx_check straight, on sections longer than its 256-index (raw) and 128-index
+ * (delta) blocks: each fault at a block's first or last position, or just past it, is
+ * found, and a clean section is accepted whole. Sections sit in exact-size buffers. */
+static void test_idx_check_blocks(void **unused)
+{
+    (void)unused;
+    enum { NNZ = 600, COUNT = 5000 };
+    uint32_t idx[NNZ];
+    size_t used;
+    for (uint32_t j = 0; j < NNZ; j++)
+        idx[j] = j * 8 + (j % 5);
+    const unsigned raw_flags[] = {0, GCOLL_WIRE_F_SORTED};
+    const size_t at[] = {0, 1, 255, 256, 257, 511, 512, NNZ - 1};
+    uint8_t *raw = malloc(4 * NNZ);
+    for (size_t f = 0; f < 2; f++) {
+        for (size_t j = 0; j < NNZ; j++)
+            gcoll_put_u32(raw + 4 * j, idx[j]);
+        for (size_t nnz = 0; nnz <= NNZ; nnz += (nnz < 300 ? 1 : 100)) {
+            assert_int_equal(gcoll_idx_check(raw, 4 * nnz, raw_flags[f], nnz, COUNT, &used),
+                             GCOLL_OK);
+            assert_int_equal(used, 4 * nnz);
+        }
+        for (size_t a = 0; a < sizeof(at) / sizeof(*at); a++) {
+            size_t j = at[a];
+            gcoll_put_u32(raw + 4 * j, COUNT); /* out of range */
+            assert_int_equal(gcoll_idx_check(raw, 4 * NNZ, raw_flags[f], NNZ, COUNT, &used),
+                             GCOLL_ERR_INVALID);
+            /* equal to, then below, the previous index: refused only when sorted */
+            gcoll_put_u32(raw + 4 * j, j ? idx[j - 1] : 0);
+            if (j)
+                assert_int_equal(gcoll_idx_check(raw, 4 * NNZ, raw_flags[f], NNZ, COUNT, &used),
+                                 f ? GCOLL_ERR_INVALID : GCOLL_OK);
+            if (j > 1) {
+                gcoll_put_u32(raw + 4 * j, idx[j - 2]);
+                assert_int_equal(gcoll_idx_check(raw, 4 * NNZ, raw_flags[f], NNZ, COUNT, &used),
+                                 f ? GCOLL_ERR_INVALID : GCOLL_OK);
+            }
+            gcoll_put_u32(raw + 4 * j, idx[j]);
+        }
+    }
+    free(raw);
+    /* delta: a count that the last index of one block reaches (refused) or just clears */
+    size_t isz = gcoll_idx_delta_size(idx, NNZ);
+    uint8_t *d = malloc(isz);
+    assert_int_equal(gcoll_idx_delta_write(idx, NNZ, d), isz);
+    const size_t dn[] = {1, 127, 128, 129, 256, NNZ};
+    for (size_t a = 0; a < sizeof(dn) / sizeof(*dn); a++) {
+        uint64_t last = idx[dn[a] - 1];
+        unsigned fl = GCOLL_WIRE_F_SORTED | GCOLL_WIRE_F_DELTA;
+        assert_int_equal(gcoll_idx_check(d, isz, fl, NNZ, last, &used), GCOLL_ERR_INVALID);
+        if (dn[a] == NNZ) {
+            assert_int_equal(gcoll_idx_check(d, isz, fl, NNZ, last + 1, &used), GCOLL_OK);
+            assert_int_equal(used, isz);
+        }
+    }
+    free(d);
+}
+
 /* Value sections: scales, codes and half-precision patterns that no encoder emits. */
 static void test_value_sections(void **unused)
 {
@@ -325,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_header_fields),
         cmocka_unit_test(test_sparse_indices),
         cmocka_unit_test(test_delta_indices),
+        cmocka_unit_test(test_idx_check_blocks),
         cmocka_unit_test(test_value_sections),
         cmocka_unit_test(test_random_corruption),
     };
