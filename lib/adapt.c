@@ -56,16 +56,62 @@ void gcoll_ctl_init(gcoll_density_ctl_t *c, double dmin, double dmax, double sta
 double gcoll_ctl_step(gcoll_density_ctl_t *c, double window_s, double fixed_s, double bw,
                       double bytes_at_full, int critical)
 {
-    c->held++;
     double target;
     if (critical) {
         target = c->dmax;
     } else if (!(bw > 0) || !(bytes_at_full > 0)) {
+        c->held++;
         return c->density; /* nothing measured yet */
     } else {
         double budget = window_s - fixed_s;
         target = budget > 0 ? budget * bw / bytes_at_full : c->dmin;
     }
+    return gcoll_ctl_apply(c, target, critical);
+}
+
+/* Finish time of the last bucket at density d. */
+static double pipeline_finish(int n, const double *offset, const double *fixed,
+                              const double *wire_full, double d)
+{
+    double t = 0;
+    for (int j = 0; j < n; j++) {
+        double start = offset[j] > t ? offset[j] : t;
+        t = start + fixed[j] + d * wire_full[j];
+    }
+    return t;
+}
+
+double gcoll_fit_density(int n, const double *offset, const double *fixed,
+                         const double *wire_full, double deadline, double dmin, double dmax)
+{
+    if (pipeline_finish(n, offset, fixed, wire_full, dmax) <= deadline)
+        return dmax;
+    double floor_t = pipeline_finish(n, offset, fixed, wire_full, dmin);
+    if (floor_t > deadline) {
+        /* even the minimum overruns: the step is bound by the fixed costs (compression,
+         * other buckets), and compressing harder buys nothing; let the wire add at most
+         * 5% of the window to that floor */
+        deadline = floor_t + 0.05 * deadline;
+        if (pipeline_finish(n, offset, fixed, wire_full, dmax) <= deadline)
+            return dmax;
+    }
+    /* the finish time grows with d: bisect on a log scale */
+    double lo = log(dmin), hi = log(dmax);
+    for (int it = 0; it < 50; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (pipeline_finish(n, offset, fixed, wire_full, exp(mid)) <= deadline)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return exp(lo);
+}
+
+double gcoll_ctl_apply(gcoll_density_ctl_t *c, double target, int critical)
+{
+    c->held++;
+    if (critical)
+        target = c->dmax;
     if (target < c->dmin)
         target = c->dmin;
     if (target > c->dmax)

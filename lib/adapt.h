@@ -41,6 +41,20 @@ void gcoll_ctl_init(gcoll_density_ctl_t *c, double dmin, double dmax, double sta
 double gcoll_ctl_step(gcoll_density_ctl_t *c, double window_s, double fixed_s, double bw,
                       double bytes_at_full, int critical);
 
+/* The buckets of a step run one after another on the progress thread: bucket j may start
+ * at offset[j] seconds (its launch, from the first launch) and then takes
+ * fixed[j] + d * wire_full[j] seconds (wire_full[j] is its wire time at density 1; 0 for a
+ * bucket whose size does not depend on d). Returns the largest d in [dmin, dmax] for which
+ * the last bucket finishes by deadline (the end of backward, from the first launch), so
+ * that buckets launched late cannot leave their communication exposed. When even dmin
+ * overruns (fixed costs bind the step), compressing harder buys nothing: the largest d
+ * whose finish is within 5% of the window of dmin's. Buckets are in launch order. */
+double gcoll_fit_density(int n, const double *offset, const double *fixed,
+                         const double *wire_full, double deadline, double dmin, double dmax);
+
+/* gcoll_ctl_step with the target density already computed (critical: the phase signal). */
+double gcoll_ctl_apply(gcoll_density_ctl_t *c, double target, int critical);
+
 /* ACCORDION's critical-regime detector (Agarwal et al. 2021): the gradient norm changing
  * by more than eta relative to its value `lag` observations ago. */
 typedef struct {

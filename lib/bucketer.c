@@ -387,74 +387,92 @@ static gcoll_status_t set_density(bucket_t *k, double d)
     return GCOLL_OK;
 }
 
-/* After a communicating step: agree on the measurements (the slowest rank's times, the
- * largest gradient norm), then let each adaptive bucket's controller pick its density.
- * Every rank runs the same controller on the same numbers, so all decide alike. */
+/* After a communicating step: agree on the measurements (the slowest rank's times and
+ * launch offsets, the shortest window, the largest gradient norm), then let each adaptive
+ * bucket's controller pick its density. Every rank runs the same controller on the same
+ * numbers, so all decide alike. */
 static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
 {
+    enum { NV = 5 }; /* per bucket: run, compression, bytes, squared norm, launch offset */
     int na = 0;
     double first = 1e300;
-    for (int j = 0; j < b->nb; j++)
-        if (b->bk[j].adaptive) {
-            na++;
+    for (int j = 0; j < b->nb; j++) {
+        na += b->bk[j].adaptive;
+        if (b->bk[j].t_launch > 0)
             first = b->bk[j].t_launch < first ? b->bk[j].t_launch : first;
-        }
+    }
     if (na == 0)
         return GCOLL_OK;
-    double *v = calloc((size_t)na * 4 + 1, sizeof(double));
+    double *v = calloc((size_t)b->nb * (NV + 3) + 1, sizeof(double));
     if (!v)
         return GCOLL_ERR_NOMEM;
+    double *off = v + (size_t)b->nb * NV + 1, *fixed = off + b->nb, *wfull = fixed + b->nb;
     double window = t_end - first, norm2 = 0;
-    int i = 0;
     for (int j = 0; j < b->nb; j++) {
         bucket_t *k = &b->bk[j];
-        if (!k->adaptive)
-            continue;
-        v[i++] = k->run_s;
-        v[i++] = k->comp_s;
-        v[i++] = k->bytes;
-        v[i++] = k->norm2;
+        double *x = v + (size_t)j * NV;
+        x[0] = k->run_s;
+        x[1] = k->comp_s;
+        x[2] = k->bytes;
+        x[3] = k->adaptive ? k->norm2 : 0;
+        x[4] = k->t_launch - first;
     }
-    v[i++] = -window; /* MAX of the negation: the shortest window of any rank */
-    gcoll_status_t st = gcoll_allreduce(b->comm, v, v, (size_t)i, GCOLL_FLOAT64, GCOLL_MAX);
+    v[(size_t)b->nb * NV] = -window; /* MAX of the negation: the shortest window */
+    gcoll_status_t st = gcoll_allreduce(b->comm, v, v, (size_t)b->nb * NV + 1, GCOLL_FLOAT64,
+                                        GCOLL_MAX);
     if (st == GCOLL_OK) {
-        window = -v[i - 1];
-        for (int a = 0; a < na; a++)
-            norm2 += v[4 * a + 3];
-        int critical = (b->adapt & 2) ? gcoll_phase_update(&b->phase, sqrt(norm2)) : 0;
-        /* The buckets share one progress thread, so what has to fit in the backward window
-         * is their sum: all compression, plus all wire bytes at the measured bandwidth.
-         * Every adaptive bucket gets the density that makes the sum fit. */
-        double comp_all = 0, wire_all = 0, bytes_all = 0, full_all = 0;
-        for (int a = 0; a < na; a++) {
-            double run = v[4 * a], comp = v[4 * a + 1], bytes = v[4 * a + 2];
-            comp_all += comp;
-            wire_all += run - comp > 1e-6 ? run - comp : 1e-6;
-            bytes_all += bytes;
-        }
-        gcoll_bw_update(&b->bw, bytes_all, wire_all);
-        i = 0;
-        for (int j = 0; j < b->nb && st == GCOLL_OK; j++) {
-            bucket_t *k = &b->bk[j];
-            if (!k->adaptive)
+        window = -v[(size_t)b->nb * NV];
+        double comp_all = 0, wire_all = 0, bytes_all = 0;
+        for (int j = 0; j < b->nb; j++) {
+            const double *x = v + (size_t)j * NV;
+            if (!b->bk[j].adaptive)
                 continue;
-            full_all += v[4 * i + 2] / k->comp->density; /* bytes linear in density */
-            i++;
+            norm2 += x[3];
+            comp_all += x[1];
+            wire_all += x[0] - x[1] > 1e-6 ? x[0] - x[1] : 1e-6;
+            bytes_all += x[2];
         }
+        int critical = (b->adapt & 2) ? gcoll_phase_update(&b->phase, sqrt(norm2)) : 0;
+        gcoll_bw_update(&b->bw, bytes_all, wire_all);
+        /* The buckets share one progress thread and run in launch order: bucket j starts
+         * at its launch or when the one before it ends, then compresses and sends. What
+         * must end by the end of backward is the last of them; the density that makes
+         * it (the same for every adaptive bucket) accounts for buckets launched late,
+         * whose communication would otherwise be left after backward. */
+        double dmin = 1, dmax = 0;
+        for (int j = 0; j < b->nb; j++) {
+            const double *x = v + (size_t)j * NV;
+            bucket_t *k = &b->bk[j];
+            off[j] = x[4];
+            if (k->adaptive && b->bw.bw > 0) {
+                fixed[j] = x[1];
+                wfull[j] = x[2] / k->comp->density / b->bw.bw; /* bytes linear in density */
+                dmin = fmin(dmin, k->ctl.dmin);
+                dmax = fmax(dmax, k->ctl.dmax);
+            } else {
+                fixed[j] = x[0];
+                wfull[j] = 0;
+            }
+        }
+        double target = dmax >= dmin ? gcoll_fit_density(b->nb, off, fixed, wfull, window,
+                                                         dmin, dmax)
+                                     : 0;
         for (int j = 0; j < b->nb && st == GCOLL_OK; j++) {
             bucket_t *k = &b->bk[j];
             if (!k->adaptive)
                 continue;
             double old = k->ctl.density;
             /* phase only: the spec's density, or the maximum in a critical regime */
-            double d = (b->adapt & 1) ? gcoll_ctl_step(&k->ctl, window, comp_all, b->bw.bw,
-                                                       full_all, critical)
-                                      : (critical ? k->ctl.dmax : k->base_density);
+            double d = !(b->adapt & 1) ? (critical ? k->ctl.dmax : k->base_density)
+                       : target > 0    ? gcoll_ctl_apply(&k->ctl, target, critical)
+                                       : gcoll_ctl_step(&k->ctl, window, comp_all, 0, 0,
+                                                        critical);
             GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT,
-                        "bucket %d: window %.1f ms, all buckets: wire %.1f ms, compress %.1f ms, "
-                        "%.0f bytes, bandwidth %.1f MB/s; critical %d: density %g -> %g",
-                        j, window * 1e3, wire_all * 1e3, comp_all * 1e3, bytes_all,
-                        b->bw.bw / 1e6, critical, old, d);
+                        "bucket %d: launched at +%.1f ms of a %.1f ms window; all adaptive "
+                        "buckets: wire %.1f ms, compress %.1f ms, %.0f bytes, bandwidth "
+                        "%.1f MB/s; fitted density %g; critical %d: density %g -> %g",
+                        j, off[j] * 1e3, window * 1e3, wire_all * 1e3, comp_all * 1e3,
+                        bytes_all, b->bw.bw / 1e6, target, critical, old, d);
             if (d != k->comp->density)
                 st = set_density(k, d);
         }

@@ -113,6 +113,43 @@ static void test_regime_change(void **state)
     assert_true(e.bw > 0.5e9);
 }
 
+/* Independent check of the pipeline model: bucket j starts at max(its launch, the end of
+ * j-1) and lasts fixed + d * wire_full. */
+static double finish_ref(int n, const double *off, const double *fx, const double *w, double d)
+{
+    double t = 0;
+    for (int j = 0; j < n; j++)
+        t = (off[j] > t ? off[j] : t) + fx[j] + d * w[j];
+    return t;
+}
+
+static void test_fit_density(void **state)
+{
+    (void)state;
+    /* four buckets launched through a 1 s backward, the last at 0.95 s */
+    const double off[4] = {0, 0.3, 0.6, 0.95}, fx[4] = {0.02, 0.02, 0.02, 0.01};
+    const double w[4] = {2.0, 2.0, 2.0, 1.0}; /* wire seconds at density 1 */
+    double d = gcoll_fit_density(4, off, fx, w, 1.0, 1e-4, 0.1);
+    /* the last bucket limits it: 0.95 + 0.01 + d * 1.0 <= 1.0 -> d <= 0.04 */
+    assert_true(fabs(d - 0.04) < 1e-6);
+    assert_true(finish_ref(4, off, fx, w, d) <= 1.0 + 1e-9);
+    assert_true(finish_ref(4, off, fx, w, d * 1.01) > 1.0);
+    /* a window wide enough for the maximum */
+    assert_true(gcoll_fit_density(4, off, fx, w, 10.0, 1e-4, 0.1) == 0.1);
+    /* nothing fits (the last launch is after the deadline): the wire may add 5% of the
+     * window to the finish at the minimum, 0.95 + 0.01 + 1e-4: d = 0.025 + 1e-4 */
+    d = gcoll_fit_density(4, off, fx, w, 0.5, 1e-4, 0.1);
+    assert_true(fabs(d - (0.025 + 1e-4)) < 1e-6);
+    /* buckets queue behind each other: with all launched at 0 the sum must fit */
+    const double off0[4] = {0, 0, 0, 0};
+    d = gcoll_fit_density(4, off0, fx, w, 1.0, 1e-4, 1.0);
+    assert_true(fabs(d - (1.0 - 0.07) / 7.0) < 1e-6);
+    /* a bucket whose size does not depend on the density only delays the others */
+    const double w2[4] = {2.0, 0, 2.0, 1.0};
+    d = gcoll_fit_density(4, off0, fx, w2, 1.0, 1e-4, 1.0);
+    assert_true(fabs(d - (1.0 - 0.07) / 5.0) < 1e-6);
+}
+
 static void test_bounds_and_hold(void **state)
 {
     (void)state;
@@ -155,7 +192,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_changes), cmocka_unit_test(test_noise_no_oscillation),
         cmocka_unit_test(test_outliers),
-        cmocka_unit_test(test_regime_change),     cmocka_unit_test(test_bounds_and_hold),
+        cmocka_unit_test(test_regime_change),     cmocka_unit_test(test_fit_density),     cmocka_unit_test(test_bounds_and_hold),
         cmocka_unit_test(test_phase),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
