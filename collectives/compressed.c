@@ -238,11 +238,6 @@ typedef enum { S_DENSE, S_ALLTOALL, S_RING, S_RANDOMK, S_SPARSE } scheme_t;
 static const char *const scheme_names[] = {"dense ring", "alltoall", "ring",
                                            "random-k dense values", "sparse"};
 
-/* Elements per compressed message of the ring scheme. */
-static size_t ring_segment(const gcoll_comm_t *comm)
-{
-    return GCOLL_MAX(comm->cfg.ring_chunk / sizeof(float), (size_t)1);
-}
 
 /* Scheme of a compressed allreduce; deterministic from the configuration, the codec, count
  * and P, so every rank picks the same. For quantizers both schemes put 2 (P-1)/P of the
@@ -253,7 +248,8 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
 {
     const int P = comm->size;
     unsigned flags = gcoll_codec_flags(c);
-    size_t segf = ring_segment(comm), per = count / (size_t)(P > 0 ? P : 1);
+    size_t segf = GCOLL_MAX(comm->cfg.ring_chunk / sizeof(float), (size_t)GCOLL_CRING_MIN_SEG);
+    size_t per = count / (size_t)(P > 0 ? P : 1);
     snprintf(why, len, "by codec");
     if (!shard_only && (flags & GCOLL_CODEC_LOSSLESS) && c->vs.fmt == GCOLL_VF_F32)
         return S_DENSE;
@@ -285,7 +281,8 @@ const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compre
         return NULL;
     scheme_t sc = pick_scheme(comm, c, count, shard_only, why, sizeof(why));
     if (segment_p)
-        *segment_p = sc == S_RING ? ring_segment(comm) : 0;
+        *segment_p = sc == S_RING ? gcoll_cring_segment(comm->cfg.ring_chunk, count, comm->size)
+                                  : 0;
     return scheme_names[sc];
 }
 

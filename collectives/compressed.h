@@ -18,6 +18,13 @@ static inline gcoll_span_t gcoll_even_chunk(size_t count, int P, int j)
  * the chunk length changed). */
 gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n);
 
+/* Elements per compressed message of the ring scheme for count elements over P ranks:
+ * GCOLL_RING_CHUNK / 4, at least GCOLL_CRING_MIN_SEG (each message carries ~100 bytes of
+ * headers), at most one rank's chunk, doubled until every (step, segment) pair has its
+ * own tag below the phase bits. The ring and gcoll_compressed_scheme both use it. */
+#define GCOLL_CRING_MIN_SEG 1024
+size_t gcoll_cring_segment(size_t ring_chunk, size_t count, int P);
+
 /* The pipelined ring with re-quantization at every hop (compressed_ring.c). */
 gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                      const float *grad, float *out, size_t count, gcoll_op_t op,

@@ -14,7 +14,9 @@
  *
  * The price is P-1 quantizations of each partial sum instead of one; error feedback puts
  * each hop's error back into the next step (Seide et al. 2014's argument per hop). The
- * wire bytes are those of the all-to-all scheme: 2 (P-1)/P of one compressed tensor. */
+ * wire bytes are those of the all-to-all scheme, 2 (P-1)/P of one compressed tensor, plus
+ * a message header per segment (48 bytes of codec header and a transport frame): small
+ * segments cost bytes, hence the floor of GCOLL_CRING_MIN_SEG elements. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +42,16 @@ static gcoll_span_t seg_of(const ring_geom_t *g, gcoll_span_t ch, size_t s)
     return (gcoll_span_t){ch.off + off, GCOLL_MIN(g->segf, ch.len - off)};
 }
 
+size_t gcoll_cring_segment(size_t ring_chunk, size_t count, int P)
+{
+    size_t segf = GCOLL_MAX(ring_chunk / sizeof(float), (size_t)GCOLL_CRING_MIN_SEG);
+    size_t maxlen = gcoll_even_chunk(count, P, 0).len, steps = (size_t)(P > 1 ? P - 1 : 1);
+    segf = GCOLL_MIN(segf, GCOLL_MAX(maxlen, (size_t)1));
+    while (steps * GCOLL_DIV_UP(maxlen, segf) >= SUB_MAX)
+        segf *= 2;
+    return segf;
+}
+
 /* Marks requests[0..n) complete, so that slots no message uses count as done. */
 static void reqs_idle(gcoll_treq_t *req, size_t n)
 {
@@ -62,13 +74,15 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     const gcoll_span_t mine = gcoll_even_chunk(count, P, r);
     size_t maxlen = gcoll_even_chunk(count, P, 0).len;
     ring_geom_t g;
-    g.segf = GCOLL_MAX(comm->cfg.ring_chunk / sizeof(float), (size_t)1);
-    /* every (step, segment) pair needs its own tag below the phase bits */
-    size_t steps = (size_t)(P - 1);
-    while (steps * nseg_of(&g, maxlen) >= SUB_MAX)
-        g.segf *= 2;
+    g.segf = gcoll_cring_segment(comm->cfg.ring_chunk, count, P);
+    const size_t steps = (size_t)(P - 1);
     g.nseg = nseg_of(&g, maxlen);
     g.segcap = gcoll_codec_bound(c, g.segf);
+    if (g.segcap == 0) {
+        gcoll_comm_set_error(comm, "compressed ring: segments of %zu elements exceed the "
+                             "codec's range", g.segf);
+        return GCOLL_ERR_INVALID;
+    }
     const size_t nmsg = steps * g.nseg; /* messages per phase, received or sent */
     gcoll_treq_t *rreq = calloc(2 * nmsg + 1, sizeof(*rreq)), *sreq = rreq ? rreq + nmsg : NULL;
     uint8_t *rstore = malloc(nmsg * g.segcap + 1), *sstore = malloc(nmsg * g.segcap + 1);
@@ -88,10 +102,12 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     /* ---- reduce-scatter with re-quantization at every hop ---- */
     for (size_t t = 0; t < steps; t++) {
         gcoll_span_t cr = gcoll_even_chunk(count, P, (int)(((long)r - (long)t - 2 + 2L * P) % P));
-        for (size_t k = 0; k < nseg_of(&g, cr.len); k++)
+        for (size_t k = 0; k < nseg_of(&g, cr.len); k++) {
             GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &rreq[REQ(t, k)], left,
                                              PHASE(6) | (uint32_t)REQ(t, k), sig, RBUF(t, k),
                                              g.segcap, GCOLL_TREQ_ANYLEN), st, out);
+            nr = (int)REQ(t, k) + 1;
+        }
         nr = (int)REQ(t + 1, 0);
     }
     gcoll_state_set_salt(s, (uint64_t)r);
@@ -193,10 +209,12 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     reqs_idle(rreq, 2 * nmsg);
     for (size_t t = 0; t < steps; t++) {
         gcoll_span_t cr = gcoll_even_chunk(count, P, (int)(((long)r - (long)t - 1 + 2L * P) % P));
-        for (size_t k = 0; k < nseg_of(&g, cr.len); k++)
+        for (size_t k = 0; k < nseg_of(&g, cr.len); k++) {
             GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &rreq[REQ(t, k)], left,
                                              PHASE(7) | (uint32_t)REQ(t, k), sig, RBUF(t, k),
                                              g.segcap, GCOLL_TREQ_ANYLEN), st, out);
+            nr = (int)REQ(t, k) + 1;
+        }
         nr = (int)REQ(t + 1, 0);
     }
     for (size_t t = 0; t < steps; t++) {

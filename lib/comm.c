@@ -102,8 +102,19 @@ gcoll_status_t gcoll_net_irecv(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, ui
 {
     *r = (gcoll_treq_t){.peer = peer, .tag = gcoll_tag(comm, sub), .sig = sig, .buf = buf,
                         .len = len, .flags = flags};
-    comm->counters.bytes_received += len;
+    if (!(flags & GCOLL_TREQ_ANYLEN))
+        comm->counters.bytes_received += len;
     return comm->tops->irecv(comm->tp, r);
+}
+
+/* A receive of any length counts what arrived, once, when its completion is seen. */
+static void count_anylen(gcoll_comm_t *comm, gcoll_treq_t *r)
+{
+    if ((r->flags & (GCOLL_TREQ_ANYLEN | GCOLL_TREQ_COUNTED)) == GCOLL_TREQ_ANYLEN &&
+        r->status >= 0) {
+        comm->counters.bytes_received += r->nbytes;
+        r->flags |= GCOLL_TREQ_COUNTED;
+    }
 }
 
 gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting)
@@ -135,6 +146,7 @@ gcoll_status_t gcoll_net_done(gcoll_comm_t *comm, gcoll_treq_t *r, int *done_p)
     *done_p = r->done;
     if (!r->done)
         return GCOLL_OK;
+    count_anylen(comm, r);
     comm->deadline_ms = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
     return r->status < 0 ? r->status : GCOLL_OK;
 }
@@ -146,6 +158,7 @@ gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n)
         while (first < n && reqs[first].done) {
             if (reqs[first].status < 0)
                 return reqs[first].status;
+            count_anylen(comm, &reqs[first]);
             first++;
             comm->deadline_ms = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
         }

@@ -13,7 +13,9 @@
 typedef struct gcoll_transport gcoll_transport_t;
 
 enum {
-    GCOLL_TREQ_ANYLEN = 1 /* irecv: accept any message up to len bytes (nbytes says how many) */
+    GCOLL_TREQ_ANYLEN = 1, /* irecv: accept any message up to len bytes (nbytes says how many) */
+    GCOLL_TREQ_COUNTED = 2 /* comm.c: an ANYLEN receive's bytes are in the counters (not for
+                            * transports) */
 };
 
 /* One point-to-point operation. The caller owns the memory and fills the first block;

@@ -386,6 +386,19 @@ int run_compressed(void)
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
         check_compressed(specs[i], 30011, i % 2 ? GCOLL_AVG : GCOLL_SUM);
     check_compressed("topk:density=0.02", 7, GCOLL_SUM); /* fewer elements than ranks */
+    /* quantizers with fewer elements than ranks, and none at all */
+    check_compressed("q8", 2, GCOLL_SUM);
+    check_compressed("sign", 0, GCOLL_AVG);
+    /* the ring: chunks cut into different numbers of segments (one more element than
+     * P whole segments, one fewer) */
+    gcoll_compressor_t *q;
+    gcoll_compressor_create("q8", &q);
+    size_t segf = ring_segf(q, 1000000, 0);
+    gcoll_compressor_destroy(q);
+    if (segf && segf < 100000) {
+        check_compressed("q8", (size_t)size * segf + 1, GCOLL_SUM);
+        check_compressed("sign", (size_t)size * segf - 1, GCOLL_AVG);
+    }
     /* bad input is a local error */
     gcoll_compressor_t *c;
     gcoll_tensor_state_t *st;

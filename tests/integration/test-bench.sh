@@ -34,6 +34,20 @@ for spec in "topk:density=0.01+q8" sign "randomk:density=0.02"; do
         cat "$out"
     fi
 done
+# the same over the compressed ring (-c simulates the ring's hops): 1 element (fewer than
+# ranks) up to 3073 (chunk 0 holds two 1024-element segments, the others one)
+for spec in q8 sign; do
+    out="$TMP/bench-zr.csv"
+    if timeout 120 "$gcoll_run" -n 3 -q --timeout 100 -x GCOLL_COMPRESSED_ALGO=ring \
+        -x GCOLL_RING_CHUNK=4096 -- "$BENCH" -z "$spec" -b 4 -e 12292 -f 0 -i 4096 -n 1 -w 0 \
+        -c --csv >"$out" 2>&1 &&
+       [ "$(grep -c '^[0-9].*,ring$' "$out")" -eq 4 ] && ! awk -F, '/^[0-9]/ && $10 != "0"' "$out" | grep -q .; then
+        pass "gcoll-bench -z $spec -c over the compressed ring"
+    else
+        fail "gcoll-bench -z $spec over the compressed ring"
+        cat "$out"
+    fi
+done
 out="$TMP/bench.json"
 timeout 60 "$gcoll_run" -n 2 -q -- "$BENCH" -b 1K -e 4K -n 1 -w 0 -d half -r max --json >"$out" 2>&1
 if [ "$(grep -c '"busbw"' "$out")" -eq 3 ] && head -n 1 "$out" | grep -q '^\[' &&

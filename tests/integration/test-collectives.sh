@@ -74,7 +74,7 @@ for tr in $(transports); do
     done
     # the pipelined ring that re-quantizes at every hop, with segments small enough that
     # every chunk is cut into several (the simulation in the check follows the same cut)
-    for n in 3 5; do
+    for n in 2 3 5; do
         out="$TMP/compressed-ring-$tr-$n.log"
         if timeout 300 "$gcoll_run" -n "$n" --timeout 250 -x GCOLL_TRANSPORT="$tr" \
             -x GCOLL_COMPRESSED_ALGO=ring -x GCOLL_RING_CHUNK=16384 -x GCOLL_DEBUG=info \

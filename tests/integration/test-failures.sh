@@ -47,8 +47,10 @@ for tr in $(transports); do
     # carries the mismatch to the others).
     for coll in codec tensor; do
         run "mismatch-ring-$coll-$tr" 0 -n 4 $common -x GCOLL_COMPRESSED_ALGO=ring \
-            -x GCOLL_RING_CHUNK=4096 -- "$CHECK" mismatch 3 "$coll" &&
-            expect_lines "mismatch-ring-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4
+            -x GCOLL_RING_CHUNK=4096 -x GCOLL_DEBUG=info -x GCOLL_DEBUG_SUBSYS=COMPRESS \
+            -- "$CHECK" mismatch 3 "$coll" &&
+            expect_lines "mismatch-ring-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4 &&
+            expect_lines "mismatch-ring-$coll-$tr" "ring scheme (forced" 4
     done
     # A peer whose sparse pieces carry indices beyond the dense size: an error everywhere.
     run "sparse-bad-$tr" 0 -n 4 $common -- "$top_builddir/tests/integration/sparse_bad" 2 &&
