@@ -47,6 +47,7 @@ typedef struct {
     gcoll_density_ctl_t ctl;
     double base_density; /* the spec's */
     double t_launch, run_s, comp_s, bytes, norm2;
+    double copy_s; /* gathering into the fused buffer and scattering back */
 } bucket_t;
 
 struct gcoll_bucketer {
@@ -274,6 +275,7 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
     gcoll_bucketer_t *b = k->b;
     size_t esz = gcoll_dtype_size(k->dtype);
     uint8_t *fused = (uint8_t *)k->fused;
+    double tc = (double)gcoll_time_ns() * 1e-9;
     for (int i = k->first; i < k->first + k->n; i++) {
         tensor_t *t = &b->t[i];
         memcpy(fused + t->off * esz, t->grad, t->count * esz);
@@ -284,6 +286,7 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
     }
     gcoll_status_t st;
     double t0 = (double)gcoll_time_ns() * 1e-9;
+    k->copy_s = t0 - tc;
     uint64_t sent0 = comm->counters.bytes_sent, comp0 = comm->counters.ns_compress;
     if (k->adaptive && (b->adapt & 2)) {
         double n2 = 0;
@@ -304,10 +307,12 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
     }
     if (st != GCOLL_OK)
         return st;
+    double t1 = (double)gcoll_time_ns() * 1e-9;
     for (int i = k->first; i < k->first + k->n; i++) {
         tensor_t *t = &b->t[i];
         memcpy(t->grad, fused + t->off * esz, t->count * esz);
     }
+    k->copy_s += (double)gcoll_time_ns() * 1e-9 - t1;
     /* where the time of a step goes: queueing behind earlier buckets, then the run */
     GCOLL_DEBUG(GCOLL_SUBSYS_COLL, "bucketer: step %llu %s: queued %.1f ms, ran %.1f ms "
                 "(compression %.1f ms, %.0f bytes sent)", (unsigned long long)b->step, k->label,
@@ -393,7 +398,8 @@ static gcoll_status_t set_density(bucket_t *k, double d)
  * numbers, so all decide alike. */
 static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
 {
-    enum { NV = 5 }; /* per bucket: run, compression, bytes, squared norm, launch offset */
+    enum { NV = 6 }; /* per bucket: run, compression, bytes, squared norm, launch offset,
+                      * gather and scatter copies */
     int na = 0;
     double first = 1e300;
     for (int j = 0; j < b->nb; j++) {
@@ -416,6 +422,7 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
         x[2] = k->bytes;
         x[3] = k->adaptive ? k->norm2 : 0;
         x[4] = k->t_launch - first;
+        x[5] = k->copy_s;
     }
     v[(size_t)b->nb * NV] = -window; /* MAX of the negation: the shortest window */
     gcoll_status_t st = gcoll_allreduce(b->comm, v, v, (size_t)b->nb * NV + 1, GCOLL_FLOAT64,
@@ -445,12 +452,12 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
             bucket_t *k = &b->bk[j];
             off[j] = x[4];
             if (k->adaptive && b->bw.bw > 0) {
-                fixed[j] = x[1];
+                fixed[j] = x[1] + x[5];
                 wfull[j] = x[2] / k->comp->density / b->bw.bw; /* bytes linear in density */
                 dmin = fmin(dmin, k->ctl.dmin);
                 dmax = fmax(dmax, k->ctl.dmax);
             } else {
-                fixed[j] = x[0];
+                fixed[j] = x[0] + x[5];
                 wfull[j] = 0;
             }
         }
