@@ -9,6 +9,7 @@ set y2label "density (largest bucket)"
 set y2tics
 set ytics nomirror
 set key bottom right
+set yrange [1400:*]
 if (!exists("PHASE")) PHASE = 14
 set arrow from PHASE,graph 0 to PHASE,graph 1 nohead dt 2
 set arrow from 2*PHASE,graph 0 to 2*PHASE,graph 1 nohead dt 2
