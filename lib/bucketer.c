@@ -13,6 +13,7 @@
 #include "adapt.h"
 #include "comm.h"
 #include "compress/compress.h"
+#include "compress/kernels.h"
 #include "policy.h"
 #include "reduce.h"
 #include "sparse.h"
@@ -276,9 +277,27 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
     size_t esz = gcoll_dtype_size(k->dtype);
     uint8_t *fused = (uint8_t *)k->fused;
     double tc = (double)gcoll_time_ns() * 1e-9;
+    /* float32 without local accumulation: look for NaN/Inf while each block of the copy
+     * is in cache, instead of a separate pass over the fused buffer in the encoder */
+    const int scan = k->dtype == GCOLL_FLOAT32 && !k->acc;
     for (int i = k->first; i < k->first + k->n; i++) {
         tensor_t *t = &b->t[i];
-        memcpy(fused + t->off * esz, t->grad, t->count * esz);
+        if (!scan) {
+            memcpy(fused + t->off * esz, t->grad, t->count * esz);
+            continue;
+        }
+        float *dst = k->fused + t->off;
+        const float *src = t->grad;
+        for (size_t o = 0; o < t->count; o += 16384) {
+            size_t n = GCOLL_MIN(t->count - o, (size_t)16384);
+            memcpy(dst + o, src + o, n * sizeof(float));
+            size_t bad = gcoll_kernels()->first_bad(dst + o, n);
+            if (bad < n) {
+                gcoll_comm_set_error(comm, "%s: tensor '%s' element %zu is NaN or infinite",
+                                     k->label, t->name, o + bad);
+                return GCOLL_ERR_INVALID;
+            }
+        }
     }
     if (k->acc) {
         accumulate(fused, k->acc, k->count, k->dtype);
@@ -295,7 +314,9 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
         k->norm2 = n2;
     }
     if (k->dtype == GCOLL_FLOAT32) {
+        k->state->input_checked = scan;
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
+        k->state->input_checked = 0;
         k->run_s = (double)gcoll_time_ns() * 1e-9 - t0;
         k->comp_s = (double)(comm->counters.ns_compress - comp0) * 1e-9;
         k->bytes = (double)(comm->counters.bytes_sent - sent0);

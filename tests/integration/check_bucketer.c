@@ -1,4 +1,4 @@
-/* check_bucketer.c: coll_check's bucketer, adapt and bucket_missing modes. */
+/* check_bucketer.c: coll_check's bucketer, adapt, bucket_missing and bucket_nan modes. */
 #include "check.h"
 
 /* ---- bucketer ---- */
@@ -252,6 +252,44 @@ int run_bucket_missing(int victim)
         FAIL("the others' error does not name the bucket: %s", err);
     else
         printf("rank %d: missing ready() failed as expected after %.2f s: %s | %s\n", rank,
+               now() - t0, gcoll_status_string(st), err);
+    gcoll_bucketer_destroy(b);
+    for (int l = 0; l < NLAYERS; l++)
+        free(g[l]);
+    return failures;
+}
+
+/* A rank whose gradient holds a NaN: it gets GCOLL_ERR_INVALID naming the tensor and the
+ * element (found while the bucket is gathered), the others an error, nobody hangs. */
+int run_bucket_nan(int victim)
+{
+    gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .default_spec = "topk:density=0.1"};
+    gcoll_bucketer_t *b;
+    gcoll_bucketer_create(comm, &cfg, &b);
+    float *g[NLAYERS];
+    int id[NLAYERS];
+    for (int l = 0; l < NLAYERS; l++) {
+        g[l] = calloc(layers[l].count, sizeof(float));
+        for (size_t i = 0; i < layers[l].count; i++)
+            g[l][i] = (float)(i % 7) - 3.0f;
+        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
+                                  &id[l]);
+    }
+    if (rank == victim)
+        g[4][17] = NAN; /* fc2.weight */
+    double t0 = now();
+    ready_all(b, id, -1);
+    gcoll_status_t st = gcoll_bucketer_wait(b);
+    const char *err = gcoll_comm_last_error(comm);
+    checks++;
+    if (st == GCOLL_OK)
+        FAIL("a NaN gradient went unnoticed");
+    else if (rank == victim && (st != GCOLL_ERR_INVALID || !strstr(err, "fc2.weight") ||
+                                !strstr(err, "element 17")))
+        FAIL("the rank with the NaN does not name the tensor and element: %s: %s",
+             gcoll_status_string(st), err);
+    else
+        printf("rank %d: NaN gradient failed as expected after %.2f s: %s | %s\n", rank,
                now() - t0, gcoll_status_string(st), err);
     gcoll_bucketer_destroy(b);
     for (int l = 0; l < NLAYERS; l++)

@@ -616,6 +616,8 @@ int main(int argc, char **argv)
         bad = run_bucketer();
     else if (strcmp(mode, "bucket_missing") == 0)
         bad = run_bucket_missing(victim);
+    else if (strcmp(mode, "bucket_nan") == 0)
+        bad = run_bucket_nan(victim);
     else if (strcmp(mode, "compressed") == 0)
         bad = run_compressed();
     else if (strcmp(mode, "sparse") == 0)

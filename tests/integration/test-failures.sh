@@ -56,6 +56,9 @@ for tr in $(transports); do
     run "sparse-bad-$tr" 0 -n 4 $common -- "$top_builddir/tests/integration/sparse_bad" 2 &&
         expect_lines "sparse-bad-$tr" "misbehaving rank 2: GCOLL_ERR" 4
     # A rank that never marks a tensor ready: it names the tensor, the others the bucket.
+    # A NaN in one rank's gradient: that rank names the tensor and element, all fail fast.
+    run "bucket-nan-$tr" 0 -n 3 $common -- "$CHECK" bucket_nan 1 &&
+        expect_lines "bucket-nan-$tr" "NaN gradient failed as expected" 3
     run "bucket-missing-$tr" 0 -n 3 $common -- "$CHECK" bucket_missing 1 &&
         expect_lines "bucket-missing-$tr" "missing ready() failed as expected" 3
     # gcoll_comm_abort from another thread interrupts rank 0 and fails the others.
