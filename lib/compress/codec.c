@@ -270,8 +270,13 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
         break;
     }
     if (c->select == GCOLL_SELECT_SAMPLE) {
-        pending_flush(p, n); /* the sample is taken from the updated residual */
-        return gcoll_select_topk_sample(x, n, k, gcoll_mix64(step + off * 31 + 7), sc, nnz_p);
+        uint64_t key = gcoll_mix64(step + off * 31 + 7);
+        if (p->g) { /* sample e + a*g on the fly, then one fused update-and-collect pass */
+            const float *g = p->g;
+            p->g = NULL;
+            return gcoll_select_topk_sample_axpy(p->e, g, p->a, n, k, key, sc, nnz_p);
+        }
+        return gcoll_select_topk_sample(x, n, k, key, sc, nnz_p);
     }
     if (c->select == GCOLL_SELECT_REUSE && s && off == 0 && n == s->count) {
         /* Ok-Topk (Li & Hoefler 2022): thresholds drift slowly, so reuse the last exact

@@ -24,6 +24,12 @@ gcoll_status_t gcoll_select_topk_hist(const float *x, size_t n, size_t k, gcoll_
 gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint64_t key,
                                         gcoll_scratch_t *sc, size_t *nnz_p);
 /* Every i with |x[i]| bits >= thr; stores at most cap and returns the full count. */
+/* The same selection from e + a*g, with the update e += a*g fused into the collecting
+ * pass (the sample is computed from e and g): one pass over e instead of two. Returns the
+ * same indices as axpy followed by gcoll_select_topk_sample. */
+gcoll_status_t gcoll_select_topk_sample_axpy(float *e, const float *g, float a, size_t n,
+                                             size_t k, uint64_t key, gcoll_scratch_t *sc,
+                                             size_t *nnz_p);
 gcoll_status_t gcoll_select_ge(const float *x, size_t n, uint32_t thr, size_t cap,
                                gcoll_scratch_t *sc, size_t *cnt_p);
 /* The same after e += a * g, done in the collecting pass. */
