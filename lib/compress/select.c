@@ -94,14 +94,18 @@ static gcoll_status_t report_nonfinite(const float *x, size_t n)
  * over that (small) list settles the exact threshold. O(n), no sort. Ties at the
  * threshold go to the lowest indices, so the result is deterministic.
  */
-static void topr_in_list(const float *x, uint32_t *L, size_t *m_p, size_t r, uint32_t *hist)
+static void topr_in_list(const float *x, uint32_t *L, size_t *m_p, size_t r, uint32_t *hist,
+                         uint32_t *ab)
 {
     size_t m = *m_p;
     if (m <= r)
         return;
+    /* one gather of |x| over the (scattered) candidates, then compact passes over ab */
+    for (size_t j = 0; j < m; j++)
+        ab[j] = absbits(x[L[j]]);
     memset(hist, 0, HIST_BINS * sizeof(uint32_t));
     for (size_t j = 0; j < m; j++)
-        hist[absbits(x[L[j]]) >> 15]++;
+        hist[ab[j] >> 15]++;
     size_t cum = 0, b = HIST_BINS;
     while (b > 0) {
         b--;
@@ -111,11 +115,9 @@ static void topr_in_list(const float *x, uint32_t *L, size_t *m_p, size_t r, uin
     }
     size_t r1 = r - cum; /* still needed from bin b */
     memset(hist, 0, 32768 * sizeof(uint32_t));
-    for (size_t j = 0; j < m; j++) {
-        uint32_t a = absbits(x[L[j]]);
-        if ((a >> 15) == b)
-            hist[a & 0x7fffu]++;
-    }
+    for (size_t j = 0; j < m; j++)
+        if ((ab[j] >> 15) == b)
+            hist[ab[j] & 0x7fffu]++;
     size_t cum2 = 0, b2 = 32768;
     while (b2 > 0) {
         b2--;
@@ -125,13 +127,24 @@ static void topr_in_list(const float *x, uint32_t *L, size_t *m_p, size_t r, uin
     }
     size_t ties = r1 - cum2, out = 0;
     for (size_t j = 0; j < m; j++) {
-        uint32_t a = absbits(x[L[j]]);
+        uint32_t a = ab[j];
         uint32_t hi = a >> 15, lo = a & 0x7fffu;
         int keep = hi > b || (hi == b && (lo > b2 || (lo == b2 && ties > 0 && ties--)));
         if (keep)
             L[out++] = L[j];
     }
     *m_p = out;
+}
+
+/* topr_in_list with its |x| buffer from the scratch (the sample buffer, grown to m). */
+static gcoll_status_t topr(const float *x, gcoll_scratch_t *sc, size_t *m_p, size_t r)
+{
+    if (*m_p <= r)
+        return GCOLL_OK;
+    if (grow((void **)&sc->samp, &sc->cap_samp, *m_p, sizeof(uint32_t)))
+        return GCOLL_ERR_NOMEM;
+    topr_in_list(x, sc->idx, m_p, r, sc->hist, sc->samp);
+    return GCOLL_OK;
 }
 
 /* r-th largest (1-based) of a[0..m), reordering a. Hoare quickselect, median of three. */
@@ -238,7 +251,7 @@ gcoll_status_t gcoll_select_topk_hist(const float *x, size_t n, size_t k, gcoll_
     size_t cnt = kn->collect_ge(x, n, thr, sc->idx, cum, &bad);
     if (cnt > cum || bad)
         return GCOLL_ERR_INTERNAL; /* the histogram said otherwise */
-    topr_in_list(x, sc->idx, &cnt, k, hist);
+    GCOLL_CHECK(topr(x, sc, &cnt, k));
     *nnz_p = cnt;
     return GCOLL_OK;
 }
@@ -302,7 +315,7 @@ gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint
         return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
     }
     GCOLL_CHECK(scratch_hist(sc));
-    topr_in_list(x, sc->idx, &cnt, k, sc->hist);
+    GCOLL_CHECK(topr(x, sc, &cnt, k));
     *nnz_p = cnt;
     return GCOLL_OK;
 }
@@ -350,7 +363,7 @@ gcoll_status_t gcoll_select_topk_sample_axpy(float *e, const float *g, float a, 
         return gcoll_select_topk_exact(e, n, k, sc, nnz_p);
     }
     GCOLL_CHECK(scratch_hist(sc));
-    topr_in_list(e, sc->idx, &cnt, k, sc->hist);
+    GCOLL_CHECK(topr(e, sc, &cnt, k));
     *nnz_p = cnt;
     return GCOLL_OK;
 }
