@@ -6,7 +6,7 @@
 # wire bytes need at the link rate and its compression time, and which bound it is at.
 #
 #   sudo bench/netns-shaped.sh [BUILD_DIR]      (BUILD_DIR: where tools/ were built, default .)
-# Environment: RATES ("1gbit 10gbit"), COUNT (25000000 floats), ITERS (3), SPECS (codecs;
+# Environment: RATES ("1gbit 10gbit"), COUNT (25000000 floats), ITERS (3), RANKS (4), SPECS (codecs;
 # SPEC@ring or SPEC@alltoall forces GCOLL_COMPRESSED_ALGO for that row). GCOLL_* tuning
 # variables set by the caller reach every rank.
 # MODE=overlap runs tools/gcoll-overlap-bench instead (ResNet-50's backward pass with
@@ -28,7 +28,7 @@ RATES=${RATES:-"1gbit 10gbit"}
 COUNT=${COUNT:-25000000}
 ITERS=${ITERS:-3}
 SPECS=${SPECS:-"topk:density=0.01 topk:density=0.001+q8 sign qsgd:bits=4 randomk:density=0.01"}
-N=4
+N=${RANKS:-4}
 PORT=29731
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gcoll-netns.XXXXXX")
 BR=gcoll-br
