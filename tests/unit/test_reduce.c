@@ -83,6 +83,38 @@ static void test_kernels_scalar(void **state)
     check_all(1);
 }
 
+/* gcoll_reduce_rev(dst, src) leaves in dst exactly what gcoll_reduce(copy of src, dst)
+ * gives, bit for bit, on both kernel paths: non-integer values (rounding), NaN operands
+ * (MIN/MAX keep the first operand's NaN) and every dtype and op. */
+static void test_reduce_rev(void **state)
+{
+    (void)state;
+    enum { N = 1037 };
+    static uint8_t d1[N * 8], s1[N * 8], d2[N * 8], s2[N * 8];
+    for (int scalar = 0; scalar < 2; scalar++) {
+        int old = gcoll_reduce_force_scalar(scalar);
+        for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
+            size_t esz = gcoll_dtype_size(dtypes[d]);
+            for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+                for (size_t i = 0; i < N; i++) {
+                    double x = sin((double)i * 0.7) * 37.0, y = cos((double)i * 1.3) * 11.0;
+                    int fp = dtypes[d] != GCOLL_INT32 && dtypes[d] != GCOLL_INT64;
+                    put(d1, i, dtypes[d], fp && i % 97 == 5 ? NAN : x);
+                    put(s1, i, dtypes[d], fp && i % 89 == 7 ? NAN : y);
+                }
+                memcpy(d2, s1, N * esz); /* reference: reduce(copy of src, dst) */
+                memcpy(s2, d1, N * esz);
+                gcoll_reduce_rev(d1, s1, N, dtypes[d], ops[o]);
+                gcoll_reduce(d2, s2, N, dtypes[d], ops[o]);
+                if (memcmp(d1, d2, N * esz) != 0)
+                    fail_msg("reduce_rev %s %s scalar=%d differs from reduce with the operands "
+                             "swapped", gcoll_dtype_name(dtypes[d]), gcoll_op_name(ops[o]), scalar);
+            }
+        }
+        gcoll_reduce_force_scalar(old);
+    }
+}
+
 /* Non-integer fp16 sums: both paths round the fp32 sum to nearest even, identically. */
 static void test_f16_rounding_paths_agree(void **state)
 {
@@ -161,7 +193,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_dispatched), cmocka_unit_test(test_kernels_scalar),
         cmocka_unit_test(test_f16_rounding_paths_agree), cmocka_unit_test(test_avg_finish),
-        cmocka_unit_test(test_half_conversions),
+        cmocka_unit_test(test_half_conversions), cmocka_unit_test(test_reduce_rev),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
