@@ -52,92 +52,145 @@ size_t gcoll_cring_segment(size_t ring_chunk, size_t count, int P)
     return segf;
 }
 
-/* Marks requests[0..n) complete, so that slots no message uses count as done. */
-static void reqs_idle(gcoll_treq_t *req, size_t n)
+/* One call's ring: geometry, neighbours and the message slots of a phase. Slot (t, k) is
+ * segment k of the chunk a step t moves; every slot has a request and a buffer of segcap
+ * bytes, received into (rreq, rbuf) or sent from (sreq, sbuf). */
+typedef struct {
+    gcoll_comm_t *comm;
+    ring_geom_t g;
+    size_t count, steps;
+    int P, r, left, right;
+    uint32_t sig;
+    gcoll_treq_t *rreq, *sreq;
+    uint8_t *rstore, *sstore;
+    int nr, ns; /* requests [0, nr) / [0, ns) may be posted */
+} ring_t;
+
+static size_t slot(const ring_t *R, size_t t, size_t k) { return t * R->g.nseg + k; }
+static uint8_t *rbuf(const ring_t *R, size_t t, size_t k)
 {
-    for (size_t i = 0; i < n; i++)
-        req[i] = (gcoll_treq_t){.done = 1, .status = GCOLL_OK};
+    return R->rstore + slot(R, t, k) * R->g.segcap;
 }
 
-/* Waits for one request. */
-static gcoll_status_t wait1(gcoll_comm_t *comm, gcoll_treq_t *r)
+/* The chunk of rank r - t - back (mod P): what step t sends (back 1 in the reduce-scatter,
+ * 0 in the allgather) or receives (one more). */
+static gcoll_span_t chunk_at(const ring_t *R, size_t t, int back)
 {
-    return gcoll_net_waitall(comm, r, 1);
+    long j = ((long)R->r - (long)t - back) % R->P;
+    return gcoll_even_chunk(R->count, R->P, (int)(j < 0 ? j + R->P : j));
+}
+
+/* Marks every slot's requests complete (slots no message uses count as done), then posts
+ * the receive of every segment of every step of a phase: step t receives chunk r-t-back. */
+static gcoll_status_t post_recvs(ring_t *R, uint32_t phase, int back)
+{
+    for (size_t i = 0; i < 2 * R->steps * R->g.nseg; i++)
+        R->rreq[i] = (gcoll_treq_t){.done = 1, .status = GCOLL_OK};
+    R->nr = R->ns = 0;
+    for (size_t t = 0; t < R->steps; t++)
+        for (size_t k = 0; k < nseg_of(&R->g, chunk_at(R, t, back).len); k++) {
+            GCOLL_CHECK(gcoll_net_irecv(R->comm, &R->rreq[slot(R, t, k)], R->left,
+                                        phase | (uint32_t)slot(R, t, k), R->sig, rbuf(R, t, k),
+                                        R->g.segcap, GCOLL_TREQ_ANYLEN));
+            R->nr = (int)slot(R, t, k) + 1;
+        }
+    R->nr = (int)(R->steps * R->g.nseg);
+    return GCOLL_OK;
+}
+
+static gcoll_status_t ring_send(ring_t *R, uint32_t phase, size_t t, size_t k,
+                                const void *msg, size_t len)
+{
+    GCOLL_CHECK(gcoll_net_isend(R->comm, &R->sreq[slot(R, t, k)], R->right,
+                                phase | (uint32_t)slot(R, t, k), R->sig, msg, len));
+    R->ns = (int)slot(R, t, k) + 1;
+    return GCOLL_OK;
+}
+
+/* Waits for slot (t, k) of the current phase; *msg_p / *len_p: what arrived. */
+static gcoll_status_t arrived(ring_t *R, size_t t, size_t k, const uint8_t **msg_p,
+                              size_t *len_p)
+{
+    gcoll_treq_t *rq = &R->rreq[slot(R, t, k)];
+    GCOLL_CHECK(gcoll_net_waitall(R->comm, rq, 1));
+    *msg_p = rbuf(R, t, k);
+    *len_p = rq->nbytes;
+    return GCOLL_OK;
+}
+
+/* dst = the partial sum of segment sg that arrived in slot (t, k) (zero when P == 1),
+ * plus this rank's gradient. */
+static gcoll_status_t partial_sum(ring_t *R, const gcoll_compressor_t *c, size_t t, size_t k,
+                                  gcoll_span_t sg, const float *grad, float *dst)
+{
+    const uint8_t *msg = NULL;
+    size_t len = 0;
+    if (R->P > 1)
+        GCOLL_CHECK(arrived(R, t, k, &msg, &len));
+    uint64_t t0 = gcoll_time_ns();
+    if (R->P == 1) {
+        memset(dst, 0, sg.len * sizeof(float));
+    } else if (gcoll_codec_decode(c, msg, len, dst, sg.len, GCOLL_DECODE_SET) != GCOLL_OK) {
+        gcoll_comm_set_error(R->comm, "the compressed partial sum from rank %d is malformed",
+                             R->left);
+        return GCOLL_ERR_INVALID;
+    }
+    for (size_t i = 0; i < sg.len; i++)
+        dst[i] += grad[sg.off + i];
+    R->comm->counters.ns_compress += gcoll_time_ns() - t0;
+    return GCOLL_OK;
 }
 
 gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                      const float *grad, float *out, size_t count, gcoll_op_t op,
                                      int shard_only, uint32_t sig)
 {
-    const int P = comm->size, r = comm->rank, left = (r - 1 + P) % P, right = (r + 1) % P;
     const gcoll_compressor_t *c = s->c;
-    const gcoll_span_t mine = gcoll_even_chunk(count, P, r);
-    size_t maxlen = gcoll_even_chunk(count, P, 0).len;
-    ring_geom_t g;
-    g.segf = gcoll_cring_segment(comm->cfg.ring_chunk, count, P);
-    const size_t steps = (size_t)(P - 1);
-    g.nseg = nseg_of(&g, maxlen);
-    g.segcap = gcoll_codec_bound(c, g.segf);
-    if (g.segcap == 0) {
+    ring_t R = {.comm = comm, .count = count, .P = comm->size, .r = comm->rank, .sig = sig};
+    R.left = (R.r - 1 + R.P) % R.P;
+    R.right = (R.r + 1) % R.P;
+    R.steps = (size_t)(R.P - 1);
+    R.g.segf = gcoll_cring_segment(comm->cfg.ring_chunk, count, R.P);
+    R.g.nseg = nseg_of(&R.g, gcoll_even_chunk(count, R.P, 0).len);
+    R.g.segcap = gcoll_codec_bound(c, R.g.segf);
+    if (R.g.segcap == 0) {
         gcoll_comm_set_error(comm, "compressed ring: segments of %zu elements exceed the "
-                             "codec's range", g.segf);
+                             "codec's range", R.g.segf);
         return GCOLL_ERR_INVALID;
     }
-    const size_t nmsg = steps * g.nseg; /* messages per phase, received or sent */
-    gcoll_treq_t *rreq = calloc(2 * nmsg + 1, sizeof(*rreq)), *sreq = rreq ? rreq + nmsg : NULL;
-    uint8_t *rstore = malloc(nmsg * g.segcap + 1), *sstore = malloc(nmsg * g.segcap + 1);
-    uint8_t *own = malloc(nseg_of(&g, mine.len) * g.segcap + 1);
-    size_t *ownlen = calloc(nseg_of(&g, mine.len) + 1, sizeof(size_t));
-    float *x = malloc((g.segf + 1) * sizeof(float)), *acc = malloc((mine.len + 1) * sizeof(float));
-    int nr = 0, ns = 0;
+    const gcoll_span_t mine = gcoll_even_chunk(count, R.P, R.r);
+    const size_t nmsg = R.steps * R.g.nseg, nmine = nseg_of(&R.g, mine.len);
+    R.rreq = calloc(2 * nmsg + 1, sizeof(gcoll_treq_t));
+    R.sreq = R.rreq ? R.rreq + nmsg : NULL;
+    R.rstore = malloc(nmsg * R.g.segcap + 1);
+    R.sstore = malloc(nmsg * R.g.segcap + 1);
+    uint8_t *own = malloc(nmine * R.g.segcap + 1);
+    size_t *ownlen = calloc(nmine + 1, sizeof(size_t));
+    float *x = malloc((R.g.segf + 1) * sizeof(float)), *acc = malloc((mine.len + 1) * sizeof(float));
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     const int checked = s->input_checked;
-    if (!rreq || !rstore || !sstore || !own || !ownlen || !x || !acc)
+    if (!R.rreq || !R.rstore || !R.sstore || !own || !ownlen || !x || !acc)
         goto out;
-#define RBUF(t, k) (rstore + ((size_t)(t) * g.nseg + (k)) * g.segcap)
-#define SBUF(t, k) (sstore + ((size_t)(t) * g.nseg + (k)) * g.segcap)
-#define REQ(t, k) ((size_t)(t) * g.nseg + (k))
-    reqs_idle(rreq, 2 * nmsg);
 
     /* ---- reduce-scatter with re-quantization at every hop ---- */
-    for (size_t t = 0; t < steps; t++) {
-        gcoll_span_t cr = gcoll_even_chunk(count, P, (int)(((long)r - (long)t - 2 + 2L * P) % P));
-        for (size_t k = 0; k < nseg_of(&g, cr.len); k++) {
-            GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &rreq[REQ(t, k)], left,
-                                             PHASE(6) | (uint32_t)REQ(t, k), sig, RBUF(t, k),
-                                             g.segcap, GCOLL_TREQ_ANYLEN), st, out);
-            nr = (int)REQ(t, k) + 1;
-        }
-        nr = (int)REQ(t + 1, 0);
-    }
-    gcoll_state_set_salt(s, (uint64_t)r);
-    for (size_t t = 0; t < steps; t++) {
-        gcoll_span_t cs = gcoll_even_chunk(count, P, (int)(((long)r - (long)t - 1 + 2L * P) % P));
-        for (size_t k = 0; k < nseg_of(&g, cs.len); k++) {
-            gcoll_span_t sg = seg_of(&g, cs, k);
+    GCOLL_CHECK_GOTO(post_recvs(&R, PHASE(6), 2), st, out);
+    gcoll_state_set_salt(s, (uint64_t)R.r);
+    for (size_t t = 0; t < R.steps; t++) {
+        gcoll_span_t cs = chunk_at(&R, t, 1);
+        for (size_t k = 0; k < nseg_of(&R.g, cs.len); k++) {
+            gcoll_span_t sg = seg_of(&R.g, cs, k);
             const float *in = grad + sg.off;
             if (t > 0) {
                 /* the partial sum of this segment arrived at the previous step */
-                gcoll_treq_t *rq = &rreq[REQ(t - 1, k)];
-                GCOLL_CHECK_GOTO(wait1(comm, rq), st, out);
-                uint64_t t0 = gcoll_time_ns();
-                st = gcoll_codec_decode(c, RBUF(t - 1, k), rq->nbytes, x, sg.len,
-                                        GCOLL_DECODE_SET);
-                if (st != GCOLL_OK) {
-                    gcoll_comm_set_error(comm, "the compressed partial sum from rank %d is "
-                                         "malformed", left);
-                    goto out;
-                }
-                for (size_t i = 0; i < sg.len; i++)
-                    x[i] += grad[sg.off + i];
-                comm->counters.ns_compress += gcoll_time_ns() - t0;
+                GCOLL_CHECK_GOTO(partial_sum(&R, c, t - 1, k, sg, grad, x), st, out);
                 in = x;
                 s->input_checked = 0; /* a sum may overflow: the encoder checks it */
             }
             uint64_t t0 = gcoll_time_ns();
+            uint8_t *msg = R.sstore + slot(&R, t, k) * R.g.segcap;
             size_t len = 0;
-            st = gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, SBUF(t, k),
-                                          g.segcap, &len);
+            st = gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, msg, R.g.segcap,
+                                          &len);
             s->input_checked = checked;
             comm->counters.ns_compress += gcoll_time_ns() - t0;
             if (st != GCOLL_OK) {
@@ -145,49 +198,26 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
                                      "failed (overflow to Inf?)", sg.off, sg.off + sg.len);
                 goto out;
             }
-            GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &sreq[REQ(t, k)], right,
-                                             PHASE(6) | (uint32_t)REQ(t, k), sig, SBUF(t, k), len),
-                             st, out);
-            ns = (int)REQ(t, k) + 1;
+            GCOLL_CHECK_GOTO(ring_send(&R, PHASE(6), t, k, msg, len), st, out);
         }
-        ns = (int)REQ(t + 1, 0);
     }
     /* my chunk: the last partial sum plus my own gradient (and what my residual holds for
      * it, which the ring never compresses: zero unless the all-to-all scheme ran before) */
-    for (size_t k = 0; k < nseg_of(&g, mine.len); k++) {
-        gcoll_span_t sg = seg_of(&g, mine, k);
+    for (size_t k = 0; k < nmine; k++) {
+        gcoll_span_t sg = seg_of(&R.g, mine, k);
         float *a = acc + (sg.off - mine.off);
-        if (P > 1) {
-            gcoll_treq_t *rq = &rreq[REQ(steps - 1, k)];
-            GCOLL_CHECK_GOTO(wait1(comm, rq), st, out);
-        }
-        uint64_t t0 = gcoll_time_ns();
-        if (P > 1) {
-            gcoll_treq_t *rq = &rreq[REQ(steps - 1, k)];
-            st = gcoll_codec_decode(c, RBUF(steps - 1, k), rq->nbytes, a, sg.len,
-                                    GCOLL_DECODE_SET);
-            if (st != GCOLL_OK) {
-                gcoll_comm_set_error(comm, "the compressed partial sum from rank %d is malformed",
-                                     left);
-                goto out;
-            }
-        } else {
-            memset(a, 0, sg.len * sizeof(float));
-        }
-        for (size_t i = 0; i < sg.len; i++)
-            a[i] += grad[sg.off + i];
+        GCOLL_CHECK_GOTO(partial_sum(&R, c, R.steps - 1, k, sg, grad, a), st, out);
         if (s->e) {
             float *e = s->e + sg.off;
             for (size_t i = 0; i < sg.len; i++)
                 a[i] += e[i];
             memset(e, 0, sg.len * sizeof(float));
         }
-        comm->counters.ns_compress += gcoll_time_ns() - t0;
     }
-    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, sreq, ns), st, out);
+    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq, R.ns), st, out);
     if (op == GCOLL_AVG)
         for (size_t i = 0; i < mine.len; i++)
-            acc[i] /= (float)P;
+            acc[i] /= (float)R.P;
     if (shard_only) {
         memcpy(out, acc, mine.len * sizeof(float));
         goto out;
@@ -196,78 +226,54 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     /* ---- the owner re-compresses its chunk; an allgather forwards the bytes ---- */
     uint64_t t0 = gcoll_time_ns();
     GCOLL_CHECK_GOTO(gcoll_compressed_server_state(s, mine.len), st, out);
-    gcoll_state_set_salt(s->server, (uint64_t)(P + r));
-    for (size_t k = 0; k < nseg_of(&g, mine.len); k++) {
-        gcoll_span_t sg = seg_of(&g, (gcoll_span_t){0, mine.len}, k);
+    gcoll_state_set_salt(s->server, (uint64_t)(R.P + R.r));
+    for (size_t k = 0; k < nmine; k++) {
+        gcoll_span_t sg = seg_of(&R.g, (gcoll_span_t){0, mine.len}, k);
         GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s->server, sg.off, acc + sg.off, sg.len,
-                                                  s->step, own + k * g.segcap, g.segcap,
+                                                  s->step, own + k * R.g.segcap, R.g.segcap,
                                                   &ownlen[k]), st, out);
     }
     s->server->step++;
     comm->counters.ns_compress += gcoll_time_ns() - t0;
-    nr = ns = 0;
-    reqs_idle(rreq, 2 * nmsg);
-    for (size_t t = 0; t < steps; t++) {
-        gcoll_span_t cr = gcoll_even_chunk(count, P, (int)(((long)r - (long)t - 1 + 2L * P) % P));
-        for (size_t k = 0; k < nseg_of(&g, cr.len); k++) {
-            GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &rreq[REQ(t, k)], left,
-                                             PHASE(7) | (uint32_t)REQ(t, k), sig, RBUF(t, k),
-                                             g.segcap, GCOLL_TREQ_ANYLEN), st, out);
-            nr = (int)REQ(t, k) + 1;
-        }
-        nr = (int)REQ(t + 1, 0);
-    }
-    for (size_t t = 0; t < steps; t++) {
+    GCOLL_CHECK_GOTO(post_recvs(&R, PHASE(7), 1), st, out);
+    for (size_t t = 0; t < R.steps; t++) {
         /* forward chunk r-t: mine at step 0, else what arrived at step t-1 */
-        gcoll_span_t cs = gcoll_even_chunk(count, P, (int)(((long)r - (long)t + 2L * P) % P));
-        for (size_t k = 0; k < nseg_of(&g, cs.len); k++) {
-            const uint8_t *msg = own + k * g.segcap;
+        for (size_t k = 0; k < nseg_of(&R.g, chunk_at(&R, t, 0).len); k++) {
+            const uint8_t *msg = own + k * R.g.segcap;
             size_t len = ownlen[k];
-            if (t > 0) {
-                gcoll_treq_t *rq = &rreq[REQ(t - 1, k)];
-                GCOLL_CHECK_GOTO(wait1(comm, rq), st, out);
-                msg = RBUF(t - 1, k);
-                len = rq->nbytes;
-            }
-            GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &sreq[REQ(t, k)], right,
-                                             PHASE(7) | (uint32_t)REQ(t, k), sig, msg, len),
-                             st, out);
-            ns = (int)REQ(t, k) + 1;
+            if (t > 0)
+                GCOLL_CHECK_GOTO(arrived(&R, t - 1, k, &msg, &len), st, out);
+            GCOLL_CHECK_GOTO(ring_send(&R, PHASE(7), t, k, msg, len), st, out);
         }
-        ns = (int)REQ(t + 1, 0);
     }
-    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, rreq, nr), st, out);
+    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.rreq, R.nr), st, out);
     /* decode every chunk, mine included, from the bytes everyone holds */
     t0 = gcoll_time_ns();
-    for (size_t t = 0; t <= steps; t++) {
-        int j = (int)(((long)r - (long)t + 2L * P) % P);
-        gcoll_span_t ch = gcoll_even_chunk(count, P, j);
-        for (size_t k = 0; k < nseg_of(&g, ch.len); k++) {
-            gcoll_span_t sg = seg_of(&g, ch, k);
-            const uint8_t *msg = t == 0 ? own + k * g.segcap : RBUF(t - 1, k);
-            size_t len = t == 0 ? ownlen[k] : rreq[REQ(t - 1, k)].nbytes;
+    for (size_t t = 0; t <= R.steps; t++) {
+        gcoll_span_t ch = chunk_at(&R, t, 0);
+        for (size_t k = 0; k < nseg_of(&R.g, ch.len); k++) {
+            gcoll_span_t sg = seg_of(&R.g, ch, k);
+            const uint8_t *msg = t == 0 ? own + k * R.g.segcap : rbuf(&R, t - 1, k);
+            size_t len = t == 0 ? ownlen[k] : R.rreq[slot(&R, t - 1, k)].nbytes;
             st = gcoll_codec_decode(c, msg, len, out + sg.off, sg.len, GCOLL_DECODE_SET);
             if (st != GCOLL_OK) {
-                gcoll_comm_set_error(comm, "the compressed chunk %d forwarded by rank %d is "
-                                     "malformed", j, left);
+                gcoll_comm_set_error(comm, "the compressed chunk at %zu forwarded by rank %d is "
+                                     "malformed", ch.off, R.left);
                 goto out;
             }
         }
     }
     comm->counters.ns_compress += gcoll_time_ns() - t0;
-    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, sreq, ns), st, out);
-#undef RBUF
-#undef SBUF
-#undef REQ
+    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq, R.ns), st, out);
 out:
     s->input_checked = checked;
-    if (st != GCOLL_OK && rreq) {
-        gcoll_net_cancel(comm, rreq, nr);
-        gcoll_net_cancel(comm, sreq, ns);
+    if (st != GCOLL_OK && R.rreq) {
+        gcoll_net_cancel(comm, R.rreq, R.nr);
+        gcoll_net_cancel(comm, R.sreq, R.ns);
     }
-    free(rreq);
-    free(rstore);
-    free(sstore);
+    free(R.rreq);
+    free(R.rstore);
+    free(R.sstore);
     free(own);
     free(ownlen);
     free(x);

@@ -567,29 +567,34 @@ static int qsgd_bad_gen(const uint8_t *p, size_t plen, size_t n, unsigned B)
     return any;
 }
 
+/* Threshold selection over x[i, i+m), m <= 8: indices appended at *cnt (stored while
+ * there is room), *bad set on NaN/Inf. A block with nothing selected costs one test. */
+static inline void collect_block(const float *x, size_t i, size_t m, uint32_t thr,
+                                 uint32_t *idx, size_t cap, size_t *cnt, int *bad)
+{
+    uint32_t any = 0;
+    for (size_t j = 0; j < m; j++)
+        any |= (fbits(x[i + j]) & ABS_MASK) >= thr;
+    if (!any)
+        return;
+    for (size_t j = 0; j < m; j++) {
+        uint32_t a = fbits(x[i + j]) & ABS_MASK;
+        if (a >= thr) {
+            if (a >= EXP_MASK)
+                *bad = 1;
+            if (*cnt < cap)
+                idx[*cnt] = (uint32_t)(i + j);
+            (*cnt)++;
+        }
+    }
+}
+
 static size_t collect_ge_gen(const float *x, size_t n, uint32_t thr, uint32_t *idx,
                              size_t cap, int *bad)
 {
     size_t cnt = 0;
-    size_t i = 0;
-    for (; i < n; i += 8) {
-        size_t m = GCOLL_MIN(n - i, (size_t)8);
-        uint32_t any = 0;
-        for (size_t j = 0; j < m; j++)
-            any |= (fbits(x[i + j]) & ABS_MASK) >= thr;
-        if (!any)
-            continue;
-        for (size_t j = 0; j < m; j++) {
-            uint32_t a = fbits(x[i + j]) & ABS_MASK;
-            if (a >= thr) {
-                if (a >= EXP_MASK)
-                    *bad = 1;
-                if (cnt < cap)
-                    idx[cnt] = (uint32_t)(i + j);
-                cnt++;
-            }
-        }
-    }
+    for (size_t i = 0; i < n; i += 8)
+        collect_block(x, i, GCOLL_MIN(n - i, (size_t)8), thr, idx, cap, &cnt, bad);
     return cnt;
 }
 
@@ -600,23 +605,9 @@ static size_t axpy_collect_ge_gen(float *e, const float *g, size_t n, float a, u
     size_t cnt = 0;
     for (size_t i = 0; i < n; i += 8) {
         size_t m = GCOLL_MIN(n - i, (size_t)8);
-        uint32_t any = 0;
-        for (size_t j = 0; j < m; j++) {
+        for (size_t j = 0; j < m; j++)
             e[i + j] += a * g[i + j];
-            any |= (fbits(e[i + j]) & ABS_MASK) >= thr;
-        }
-        if (!any)
-            continue;
-        for (size_t j = 0; j < m; j++) {
-            uint32_t v = fbits(e[i + j]) & ABS_MASK;
-            if (v >= thr) {
-                if (v >= EXP_MASK)
-                    *bad = 1;
-                if (cnt < cap)
-                    idx[cnt] = (uint32_t)(i + j);
-                cnt++;
-            }
-        }
+        collect_block(e, i, m, thr, idx, cap, &cnt, bad);
     }
     return cnt;
 }

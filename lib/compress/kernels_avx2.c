@@ -138,6 +138,29 @@ TARGET_AVX2 void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float sc
 
 /* Streams through x 32 floats at a time; only blocks holding a hit leave the vector
  * loop, so the cost is close to a streaming read when hits are rare. */
+/* Selection output shared by the collect kernels: element i of x is taken (its index
+ * stored while there is room, counted always; *bad set if it is NaN/Inf). */
+static inline void take(const float *x, size_t i, uint32_t *idx, size_t cap, size_t *cnt,
+                        int *bad)
+{
+    if ((gcoll_f32_bits(x[i]) & 0x7fffffffu) >= 0x7f800000u)
+        *bad = 1;
+    if (*cnt < cap)
+        idx[*cnt] = (uint32_t)i;
+    (*cnt)++;
+}
+
+/* take() for every set bit j of mask: element base + j. */
+static inline void take_mask(const float *x, size_t base, uint32_t mask, uint32_t *idx,
+                             size_t cap, size_t *cnt, int *bad)
+{
+    while (mask) {
+        unsigned j = (unsigned)__builtin_ctz(mask);
+        mask &= mask - 1;
+        take(x, base + j, idx, cap, cnt, bad);
+    }
+}
+
 TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr,
                                            uint32_t *idx, size_t cap, int *bad)
 {
@@ -158,26 +181,11 @@ TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t th
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g2)) << 16) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g3)) << 24);
-        while (mask) {
-            unsigned j = (unsigned)__builtin_ctz(mask);
-            mask &= mask - 1;
-            if ((gcoll_f32_bits(x[i + j]) & 0x7fffffffu) >= 0x7f800000u)
-                *bad = 1;
-            if (cnt < cap)
-                idx[cnt] = (uint32_t)(i + j);
-            cnt++;
-        }
+        take_mask(x, i, mask, idx, cap, &cnt, bad);
     }
-    for (; i < n; i++) {
-        uint32_t a = gcoll_f32_bits(x[i]) & 0x7fffffffu;
-        if (a >= thr) {
-            if (a >= 0x7f800000u)
-                *bad = 1;
-            if (cnt < cap)
-                idx[cnt] = (uint32_t)i;
-            cnt++;
-        }
-    }
+    for (; i < n; i++)
+        if ((gcoll_f32_bits(x[i]) & 0x7fffffffu) >= thr)
+            take(x, i, idx, cap, &cnt, bad);
     return cnt;
 }
 
@@ -329,26 +337,12 @@ TARGET_AVX2 size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t
             continue;
         uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g0)) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8);
-        while (mask) {
-            unsigned j = (unsigned)__builtin_ctz(mask);
-            mask &= mask - 1;
-            if ((gcoll_f32_bits(e[i + j]) & 0x7fffffffu) >= 0x7f800000u)
-                *bad = 1;
-            if (cnt < cap)
-                idx[cnt] = (uint32_t)(i + j);
-            cnt++;
-        }
+        take_mask(e, i, mask, idx, cap, &cnt, bad);
     }
     for (; i < n; i++) {
         e[i] += a * g[i];
-        uint32_t v = gcoll_f32_bits(e[i]) & 0x7fffffffu;
-        if (v >= thr) {
-            if (v >= 0x7f800000u)
-                *bad = 1;
-            if (cnt < cap)
-                idx[cnt] = (uint32_t)i;
-            cnt++;
-        }
+        if ((gcoll_f32_bits(e[i]) & 0x7fffffffu) >= thr)
+            take(e, i, idx, cap, &cnt, bad);
     }
     return cnt;
 }

@@ -28,22 +28,39 @@ static void ready_all(gcoll_bucketer_t *b, const int *id, int skip)
     }
 }
 
+/* A bucketer over the test's layers (gradient buffers in g, zeroed; ids in id), tensors
+ * registered in backward order; NULL and a failure if it cannot be created. */
+static gcoll_bucketer_t *make_bucketer(const gcoll_bucketer_config_t *cfg, float **g, int *id)
+{
+    gcoll_bucketer_t *b;
+    if (gcoll_bucketer_create(comm, cfg, &b) != GCOLL_OK) {
+        FAIL("bucketer_create: %s", gcoll_comm_last_error(comm));
+        return NULL;
+    }
+    for (int l = 0; l < NLAYERS; l++) {
+        g[l] = calloc(layers[l].count, sizeof(float));
+        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
+                                  &id[l]);
+    }
+    return b;
+}
+
+static void free_bucketer(gcoll_bucketer_t *b, float **g)
+{
+    gcoll_bucketer_destroy(b);
+    for (int l = 0; l < NLAYERS; l++)
+        free(g[l]);
+}
+
 static void check_bucketer_dense(int accumulate)
 {
     gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .op = GCOLL_AVG,
                                    .default_spec = "none", .accumulate_steps = accumulate};
-    gcoll_bucketer_t *b;
-    if (gcoll_bucketer_create(comm, &cfg, &b) != GCOLL_OK) {
-        FAIL("bucketer_create");
-        return;
-    }
     float *g[NLAYERS];
     int id[NLAYERS];
-    for (int l = 0; l < NLAYERS; l++) {
-        g[l] = malloc(layers[l].count * sizeof(float));
-        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
-                                  &id[l]);
-    }
+    gcoll_bucketer_t *b = make_bucketer(&cfg, g, id);
+    if (!b)
+        return;
     for (int step = 0; step < 2 * accumulate; step++) {
         for (int l = 0; l < NLAYERS; l++)
             for (size_t i = 0; i < layers[l].count; i++)
@@ -77,9 +94,7 @@ static void check_bucketer_dense(int accumulate)
     }
     if (gcoll_bucketer_num_buckets(b) < 3)
         FAIL("bucketer made %d buckets, expected several", gcoll_bucketer_num_buckets(b));
-    gcoll_bucketer_destroy(b);
-    for (int l = 0; l < NLAYERS; l++)
-        free(g[l]);
+    free_bucketer(b, g);
 }
 
 /* One bucket of one codec equals the compressed allreduce of the fused tensors, step
@@ -177,18 +192,11 @@ int run_adapt(void)
 {
     gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .op = GCOLL_AVG,
                                    .policy = "*bias*=none;*=topk:density=0.01"};
-    gcoll_bucketer_t *b;
-    if (gcoll_bucketer_create(comm, &cfg, &b) != GCOLL_OK) {
-        FAIL("bucketer_create: %s", gcoll_comm_last_error(comm));
-        return failures;
-    }
     float *g[NLAYERS];
     int id[NLAYERS];
-    for (int l = 0; l < NLAYERS; l++) {
-        g[l] = malloc(layers[l].count * sizeof(float));
-        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
-                                  &id[l]);
-    }
+    gcoll_bucketer_t *b = make_bucketer(&cfg, g, id);
+    if (!b)
+        return failures;
     int changed = 0;
     double first = -1;
     for (int step = 0; step < 12; step++) {
@@ -220,9 +228,7 @@ int run_adapt(void)
     printf("rank %d: adaptation kept densities equal on every rank; last bucket's density now "
            "%g%s\n", rank, gcoll_bucketer_density(b, gcoll_bucketer_num_buckets(b) - 1),
            changed ? " (changed during the run)" : "");
-    gcoll_bucketer_destroy(b);
-    for (int l = 0; l < NLAYERS; l++)
-        free(g[l]);
+    free_bucketer(b, g);
     return failures;
 }
 
@@ -231,15 +237,11 @@ int run_adapt(void)
 int run_bucket_missing(int victim)
 {
     gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .default_spec = "none"};
-    gcoll_bucketer_t *b;
-    gcoll_bucketer_create(comm, &cfg, &b);
     float *g[NLAYERS];
     int id[NLAYERS];
-    for (int l = 0; l < NLAYERS; l++) {
-        g[l] = calloc(layers[l].count, sizeof(float));
-        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
-                                  &id[l]);
-    }
+    gcoll_bucketer_t *b = make_bucketer(&cfg, g, id);
+    if (!b)
+        return failures;
     double t0 = now();
     ready_all(b, id, rank == victim ? 4 : -1);
     gcoll_status_t st = gcoll_bucketer_wait(b);
@@ -253,9 +255,7 @@ int run_bucket_missing(int victim)
     else
         printf("rank %d: missing ready() failed as expected after %.2f s: %s | %s\n", rank,
                now() - t0, gcoll_status_string(st), err);
-    gcoll_bucketer_destroy(b);
-    for (int l = 0; l < NLAYERS; l++)
-        free(g[l]);
+    free_bucketer(b, g);
     return failures;
 }
 
@@ -264,17 +264,14 @@ int run_bucket_missing(int victim)
 int run_bucket_nan(int victim)
 {
     gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .default_spec = "topk:density=0.1"};
-    gcoll_bucketer_t *b;
-    gcoll_bucketer_create(comm, &cfg, &b);
     float *g[NLAYERS];
     int id[NLAYERS];
-    for (int l = 0; l < NLAYERS; l++) {
-        g[l] = calloc(layers[l].count, sizeof(float));
+    gcoll_bucketer_t *b = make_bucketer(&cfg, g, id);
+    if (!b)
+        return failures;
+    for (int l = 0; l < NLAYERS; l++)
         for (size_t i = 0; i < layers[l].count; i++)
             g[l][i] = (float)(i % 7) - 3.0f;
-        gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
-                                  &id[l]);
-    }
     if (rank == victim)
         g[4][17] = NAN; /* fc2.weight */
     double t0 = now();
@@ -291,8 +288,6 @@ int run_bucket_nan(int victim)
     else
         printf("rank %d: NaN gradient failed as expected after %.2f s: %s | %s\n", rank,
                now() - t0, gcoll_status_string(st), err);
-    gcoll_bucketer_destroy(b);
-    for (int l = 0; l < NLAYERS; l++)
-        free(g[l]);
+    free_bucketer(b, g);
     return failures;
 }
