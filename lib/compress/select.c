@@ -280,33 +280,49 @@ gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll
  * The sample rank is padded by three standard deviations, so undershooting (which would
  * need a second pass) is rare; when it happens by more than 10% the exact path runs.
  */
-gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint64_t key,
-                                        gcoll_scratch_t *sc, size_t *nnz_p)
+/* Sampled top-k (DGC's threshold from a 1% sample, trimmed to exactly k) of x, or, with
+ * g != NULL, of e + a*g with the update fused into the collecting pass (x is then e, and
+ * the sample is computed on the fly: e + a*g rounds as the axpy kernels do, no
+ * contraction, so both forms select the same indices). */
+static gcoll_status_t topk_sample(const float *x, float *e, const float *g, float a, size_t n,
+                                  size_t k, uint64_t key, gcoll_scratch_t *sc, size_t *nnz_p)
 {
-    if (k == 0 || n == 0) {
-        *nnz_p = 0;
-        return GCOLL_OK;
-    }
     size_t m = GCOLL_MAX(n / 100, GCOLL_MIN(n, (size_t)4096));
-    if (k * 4 >= n || m >= n)
+    if (k == 0 || n == 0 || k * 4 >= n || m >= n) {
+        if (g)
+            gcoll_kernels()->axpy(e, g, n, a);
+        if (k == 0 || n == 0) {
+            *nnz_p = 0;
+            return GCOLL_OK;
+        }
         return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
+    }
     if (grow((void **)&sc->samp, &sc->cap_samp, m, sizeof(uint32_t)))
         return GCOLL_ERR_NOMEM;
     size_t stride = n / m;
     uint64_t rs = key;
-    for (size_t j = 0; j < m; j++)
-        sc->samp[j] = absbits(x[j * stride + (size_t)gcoll_rng_below(&rs, stride)]);
+    for (size_t j = 0; j < m; j++) {
+        size_t i = j * stride + (size_t)gcoll_rng_below(&rs, stride);
+        sc->samp[j] = absbits(g ? e[i] + a * g[i] : x[i]);
+    }
     double ks = (double)k * (double)m / (double)n;
     size_t rank = (size_t)(ks * 1.3 + 3.0 * __builtin_sqrt(ks) + 2.0);
     rank = GCOLL_MIN(rank, m);
     uint32_t thr = kth_largest(sc->samp, m, rank);
-    if (thr >= 0x7f800000u)
-        return report_nonfinite(x, n);
+    if (thr >= 0x7f800000u) {
+        if (!g)
+            return report_nonfinite(x, n);
+        /* e is untouched: the culprit is in the sum */
+        GCOLL_WARN("compress: non-finite value in the residual plus the input (NaN/Inf "
+                   "cannot be compressed)");
+        return GCOLL_ERR_INVALID;
+    }
     thr = thr ? thr : 1u;
     size_t cap = 4 * k + 1024;
     GCOLL_CHECK(gcoll_scratch_pairs(sc, cap));
     int bad = 0;
-    size_t cnt = gcoll_kernels()->collect_ge(x, n, thr, sc->idx, cap, &bad);
+    size_t cnt = g ? gcoll_kernels()->axpy_collect_ge(e, g, n, a, thr, sc->idx, cap, &bad)
+                   : gcoll_kernels()->collect_ge(x, n, thr, sc->idx, cap, &bad);
     if (bad)
         return report_nonfinite(x, n);
     if (cnt > cap || (cnt < k - k / 10 && thr > 1)) {
@@ -320,52 +336,17 @@ gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint
     return GCOLL_OK;
 }
 
+gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint64_t key,
+                                        gcoll_scratch_t *sc, size_t *nnz_p)
+{
+    return topk_sample(x, NULL, NULL, 0, n, k, key, sc, nnz_p);
+}
+
 gcoll_status_t gcoll_select_topk_sample_axpy(float *e, const float *g, float a, size_t n,
                                              size_t k, uint64_t key, gcoll_scratch_t *sc,
                                              size_t *nnz_p)
 {
-    size_t m = GCOLL_MAX(n / 100, GCOLL_MIN(n, (size_t)4096));
-    if (k == 0 || n == 0 || k * 4 >= n || m >= n) {
-        gcoll_kernels()->axpy(e, g, n, a);
-        return gcoll_select_topk_sample(e, n, k, key, sc, nnz_p);
-    }
-    if (grow((void **)&sc->samp, &sc->cap_samp, m, sizeof(uint32_t)))
-        return GCOLL_ERR_NOMEM;
-    /* the same sample gcoll_select_topk_sample takes from e + a*g, computed on the fly:
-     * e + a*g rounds as the axpy kernels do (no contraction), so the values are equal */
-    size_t stride = n / m;
-    uint64_t rs = key;
-    for (size_t j = 0; j < m; j++) {
-        size_t i = j * stride + (size_t)gcoll_rng_below(&rs, stride);
-        float v = e[i] + a * g[i];
-        sc->samp[j] = absbits(v);
-    }
-    double ks = (double)k * (double)m / (double)n;
-    size_t rank = (size_t)(ks * 1.3 + 3.0 * __builtin_sqrt(ks) + 2.0);
-    rank = GCOLL_MIN(rank, m);
-    uint32_t thr = kth_largest(sc->samp, m, rank);
-    if (thr >= 0x7f800000u) {
-        /* e is untouched: find the culprit in the sum as the unfused path would */
-        GCOLL_WARN("compress: non-finite value in the residual plus the input (NaN/Inf "
-                   "cannot be compressed)");
-        return GCOLL_ERR_INVALID;
-    }
-    thr = thr ? thr : 1u;
-    size_t cap = 4 * k + 1024;
-    GCOLL_CHECK(gcoll_scratch_pairs(sc, cap));
-    int bad = 0;
-    size_t cnt = gcoll_kernels()->axpy_collect_ge(e, g, n, a, thr, sc->idx, cap, &bad);
-    if (bad)
-        return report_nonfinite(e, n);
-    if (cnt > cap || (cnt < k - k / 10 && thr > 1)) {
-        GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compress: sampled top-k got %zu of %zu, exact pass",
-                    cnt, k);
-        return gcoll_select_topk_exact(e, n, k, sc, nnz_p);
-    }
-    GCOLL_CHECK(scratch_hist(sc));
-    GCOLL_CHECK(topr(e, sc, &cnt, k));
-    *nnz_p = cnt;
-    return GCOLL_OK;
+    return topk_sample(e, e, g, a, n, k, key, sc, nnz_p);
 }
 
 /* --- threshold and reuse ------------------------------------------------------------- */
