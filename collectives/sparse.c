@@ -127,13 +127,30 @@ typedef struct {
     uint64_t nnz, msglen;
 } census_t;
 
+/* out = the sum of every rank's message msg[i] (len[i] bytes, made by codec, NULL for
+ * plain f32 pairs) in rank order, divided by P for AVG: the same bits on every rank. */
+static gcoll_status_t sum_messages(gcoll_comm_t *comm, const gcoll_sparse_call_t *c,
+                                   const gcoll_compressor_t *codec, const uint8_t *const *msg,
+                                   const size_t *len, const char *what)
+{
+    uint64_t t0 = gcoll_time_ns();
+    int bad = 0;
+    gcoll_status_t st = gcoll_codec_sum(codec, msg, len, comm->size, c->out, c->count,
+                                        c->op == GCOLL_AVG ? (float)comm->size : 1.0f, &bad);
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    if (st == GCOLL_ERR_INVALID)
+        gcoll_comm_set_error(comm, "the %s of rank %d is malformed", what, bad);
+    return st;
+}
+
 /* SSAR: everyone gathers every message and decodes them in rank order. */
 static gcoll_status_t plan_allgather(gcoll_comm_t *comm, const gcoll_sparse_call_t *c,
                                      const census_t *cen, uint32_t sig)
 {
     const int P = comm->size, r = comm->rank;
     size_t total = 0;
-    gcoll_span_t *seg = calloc((size_t)P, sizeof(*seg));
+    /* the spans, then the message pointers and lengths for sum_messages */
+    gcoll_span_t *seg = calloc((size_t)P, sizeof(*seg) + sizeof(void *) + sizeof(size_t));
     if (!seg)
         return GCOLL_ERR_NOMEM;
     for (int i = 0; i < P; i++) {
@@ -148,17 +165,13 @@ static gcoll_status_t plan_allgather(gcoll_comm_t *comm, const gcoll_sparse_call
     gcoll_ring_plan_t plan = {.buf = all, .seg = seg, .esz = 1, .ag_steps = (size_t)P - 1,
                               .sig = sig, .sub0 = PHASE(1)};
     GCOLL_CHECK_GOTO(gcoll_ring_run(comm, &plan), st, out);
-    uint64_t t0 = gcoll_time_ns();
-    memset(c->out, 0, c->count * sizeof(float));
+    const uint8_t **msg = (const uint8_t **)(seg + P);
+    size_t *len = (size_t *)(msg + P);
     for (int i = 0; i < P; i++) {
-        st = gcoll_codec_decode(c->codec, all + seg[i].off, seg[i].len, c->out, c->count,
-                                GCOLL_DECODE_ADD);
-        if (st != GCOLL_OK) {
-            gcoll_comm_set_error(comm, "the sparse message of rank %d is malformed", i);
-            goto out;
-        }
+        msg[i] = all + seg[i].off;
+        len[i] = seg[i].len;
     }
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    st = sum_messages(comm, c, c->codec, msg, len, "sparse message");
 out:
     free(all);
     free(seg);
@@ -334,16 +347,7 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
                      out);
     rbuf[r] = piece;
     rlen[r] = plen;
-    uint64_t t1 = gcoll_time_ns();
-    memset(c->out, 0, c->count * sizeof(float));
-    for (int j = 0; j < P; j++) {
-        st = gcoll_codec_decode(NULL, rbuf[j], rlen[j], c->out, c->count, GCOLL_DECODE_ADD);
-        if (st != GCOLL_OK) {
-            gcoll_comm_set_error(comm, "the reduced piece of rank %d is malformed", j);
-            goto out;
-        }
-    }
-    comm->counters.ns_compress += gcoll_time_ns() - t1;
+    st = sum_messages(comm, c, NULL, (const uint8_t *const *)rbuf, rlen, "reduced piece");
 out:
     free(pidx);
     free(pval);
@@ -434,17 +438,19 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
                why);
     if (plan_p)
         *plan_p = plan;
+    int dense = 0;
     if (P == 1) {
-        memset(c->out, 0, c->count * sizeof(float));
-        st = gcoll_codec_decode(c->codec, c->msg, c->msglen, c->out, c->count, GCOLL_DECODE_ADD);
+        const uint8_t *msg = c->msg;
+        st = sum_messages(comm, c, c->codec, &msg, &c->msglen, "sparse message");
     } else if (plan == GCOLL_SPARSE_ALLGATHER) {
         st = plan_allgather(comm, c, cen, sig);
     } else if (plan == GCOLL_SPARSE_SPLIT) {
         st = plan_split(comm, c, cen, sig);
     } else {
         st = plan_dense(comm, c, sig);
+        dense = 1; /* the other plans divide while summing */
     }
-    if (st == GCOLL_OK && c->op == GCOLL_AVG) {
+    if (st == GCOLL_OK && c->op == GCOLL_AVG && dense) {
         uint64_t t0 = gcoll_time_ns();
         for (size_t i = 0; i < c->count; i++)
             c->out[i] /= (float)P;

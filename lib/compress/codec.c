@@ -554,6 +554,102 @@ gcoll_status_t gcoll_codec_decode(const gcoll_compressor_t *c, const void *in, s
     return apply_checked(&h, (const uint8_t *)in + GCOLL_WIRE_HDR, isz, out, mode);
 }
 
+/* One message's read position for gcoll_codec_sum: a block of decoded pairs. */
+typedef struct {
+    gcoll_wire_hdr_t h;
+    const uint8_t *vals; /* the value section */
+    gcoll_idx_iter_t it;
+    size_t pos, len, done; /* next pair in ib/vb, pairs in them, values decoded before */
+    uint32_t ib[GCOLL_WIRE_IDX_BLOCK];
+    float vb[GCOLL_WIRE_IDX_BLOCK];
+} sum_cursor_t;
+
+static void cursor_fill(sum_cursor_t *q)
+{
+    q->pos = 0;
+    q->len = gcoll_idx_iter_next(&q->it, q->ib);
+    if (q->len)
+        gcoll_vsec_apply_range(&q->h.vs, q->vals, (size_t)q->h.nnz, q->done, q->len, q->vb,
+                               GCOLL_DECODE_SET);
+    q->done += q->len;
+}
+
+/* Adds q's next pairs with index < end to out. */
+static inline void cursor_add_below(sum_cursor_t *q, float *out, size_t end)
+{
+    while (q->len) {
+        while (q->pos < q->len && q->ib[q->pos] < end) {
+            out[q->ib[q->pos]] += q->vb[q->pos];
+            q->pos++;
+        }
+        if (q->pos < q->len)
+            return;
+        cursor_fill(q);
+    }
+}
+
+/* Output block of the merged decode: 8 KiB, so it stays in L1 while every message adds
+ * its pairs to it. */
+#define SUM_BLOCK 2048
+
+gcoll_status_t gcoll_codec_sum(const gcoll_compressor_t *c, const uint8_t *const *msgs,
+                               const size_t *lens, int m, float *out, size_t count, float div,
+                               int *bad_p)
+{
+    if (m < 0 || (count > 0 && !out) || (m > 0 && (!msgs || !lens))) {
+        GCOLL_WARN("compress: sum: bad arguments");
+        return GCOLL_ERR_INVALID;
+    }
+    sum_cursor_t *q = calloc((size_t)m + 1, sizeof(*q));
+    if (!q)
+        return GCOLL_ERR_NOMEM;
+    gcoll_status_t st = GCOLL_OK;
+    int merge = 1;
+    for (int i = 0; i < m; i++) {
+        size_t isz;
+        st = parse_full(c, msgs[i], lens[i], count, &q[i].h, &isz);
+        if (st != GCOLL_OK) {
+            if (bad_p)
+                *bad_p = i;
+            goto out;
+        }
+        const uint8_t *pl = msgs[i] + GCOLL_WIRE_HDR;
+        const gcoll_wire_hdr_t *h = &q[i].h;
+        merge &= h->codec == GCOLL_WIRE_SPARSE && !(h->flags & GCOLL_WIRE_F_DENSE) &&
+                 (h->flags & (GCOLL_WIRE_F_DELTA | GCOLL_WIRE_F_SORTED)) != 0;
+        gcoll_idx_iter_init(&q[i].it, pl, h->flags, h->nnz);
+        q[i].vals = pl + isz;
+    }
+    if (!merge) { /* dense, random-k or unsorted messages: the plain way */
+        memset(out, 0, count * sizeof(float));
+        for (int i = 0; i < m && st == GCOLL_OK; i++) {
+            const uint8_t *pl = msgs[i] + GCOLL_WIRE_HDR;
+            st = apply_checked(&q[i].h, pl, (size_t)(q[i].vals - pl), out, GCOLL_DECODE_ADD);
+        }
+        if (div != 1.0f)
+            for (size_t k = 0; k < count; k++)
+                out[k] /= div;
+        goto out;
+    }
+    /* Sorted sparse messages: one sequential pass over out, block by block, each block
+     * zeroed then added to by every message in the given order (so every element sums
+     * its contributions in the same order as memset + one ADD decode per message). */
+    for (int i = 0; i < m; i++)
+        cursor_fill(&q[i]);
+    for (size_t b = 0; b < count; b += SUM_BLOCK) {
+        size_t end = GCOLL_MIN(b + SUM_BLOCK, count);
+        memset(out + b, 0, (end - b) * sizeof(float));
+        for (int i = 0; i < m; i++)
+            cursor_add_below(&q[i], out, end);
+        if (div != 1.0f)
+            for (size_t k = b; k < end; k++)
+                out[k] /= div;
+    }
+out:
+    free(q);
+    return st;
+}
+
 gcoll_status_t gcoll_codec_decode_pairs(const gcoll_compressor_t *c, const void *in,
                                         size_t len, size_t count, uint32_t *idx, float *val,
                                         size_t cap, size_t *nnz_p)

@@ -139,6 +139,16 @@ typedef enum { GCOLL_DECODE_SET = 0, GCOLL_DECODE_ADD = 1, GCOLL_DECODE_SUB = 2 
 gcoll_status_t gcoll_codec_decode(const gcoll_compressor_t *c, const void *in, size_t len,
                                   float *out, size_t count, gcoll_dmode_t mode);
 
+/* out[0..count) = the sum of m messages (c as for gcoll_codec_decode), added in the order
+ * given, then divided by div unless div is 1: the same bits as zeroing out, decoding each
+ * message with GCOLL_DECODE_ADD and dividing, but for sorted sparse messages in one
+ * sequential pass over out (cache-sized blocks) instead of a memset and m random-access
+ * passes. Every message is validated before out is touched; on a malformed one *bad_p
+ * (if not NULL) names it. */
+gcoll_status_t gcoll_codec_sum(const gcoll_compressor_t *c, const uint8_t *const *msgs,
+                               const size_t *lens, int m, float *out, size_t count, float div,
+                               int *bad_p);
+
 /* Decodes a sparse, random-k or dense message to (index, value) pairs, indices ascending
  * (dense messages list every element, zeros included). cap is the room in idx/val;
  * GCOLL_ERR_INVALID if nnz > cap (use gcoll_wire_peek for nnz first). */

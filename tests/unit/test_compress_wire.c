@@ -376,6 +376,76 @@ static void test_random_corruption(void **unused)
     }
 }
 
+/* gcoll_codec_sum (the block-merged decode of every rank's message) gives the bits of
+ * zeroing, one ADD decode per message in order and a division, for sparse messages of
+ * several value formats, sizes around its block, and the dense and random-k fallbacks;
+ * a malformed message is named and leaves out untouched. */
+static void test_sum_messages(void **unused)
+{
+    (void)unused;
+    static const char *specs[] = {"topk:density=0.01", "topk:density=0.3+q8",
+                                  "topk:density=0.05+fp16", "threshold:tau=0.4",
+                                  "randomk:density=0.1", "q8:bucket=100"};
+    static const size_t counts[] = {1, 2047, 2048, 2049, 5000, 9001};
+    enum { M = 5, CMAX = 9001 };
+    float *x = malloc(CMAX * sizeof(float)), *got = malloc(CMAX * sizeof(float)),
+          *want = malloc(CMAX * sizeof(float));
+    for (size_t si = 0; si < sizeof(specs) / sizeof(specs[0]); si++) {
+        gcoll_compressor_t *c = mk(specs[si]);
+        for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+            size_t n = counts[ci], cap = gcoll_compressor_bound(c, n), len[M];
+            uint8_t *msg[M];
+            for (int i = 0; i < M; i++) {
+                fill(x, n, (unsigned)(31 * ci + i + 1));
+                msg[i] = malloc(cap);
+                assert_int_equal(gcoll_encode(c, NULL, x, n, msg[i], cap, &len[i]), GCOLL_OK);
+            }
+            for (int m = 1; m <= M; m += 2) {
+                for (int avg = 0; avg < 2; avg++) {
+                    float div = avg ? (float)m : 1.0f;
+                    memset(want, 0, n * sizeof(float));
+                    for (int i = 0; i < m; i++)
+                        assert_int_equal(gcoll_codec_decode(c, msg[i], len[i], want, n,
+                                                            GCOLL_DECODE_ADD), GCOLL_OK);
+                    if (avg)
+                        for (size_t k = 0; k < n; k++)
+                            want[k] /= div;
+                    for (size_t k = 0; k < n; k++)
+                        got[k] = SENTINEL;
+                    int bad = -1;
+                    assert_int_equal(gcoll_codec_sum(c, (const uint8_t *const *)msg, len, m,
+                                                     got, n, div, &bad), GCOLL_OK);
+                    if (memcmp(got, want, n * sizeof(float)) != 0)
+                        fail_msg("%s, count %zu, %d messages, div %g: differs from the "
+                                 "decode-add reference", specs[si], n, m, (double)div);
+                }
+            }
+            /* the last message truncated: refused, named, out untouched */
+            size_t keep = len[M - 1];
+            len[M - 1] = keep - 1;
+            for (size_t k = 0; k < n; k++)
+                got[k] = SENTINEL;
+            int bad = -1;
+            assert_int_equal(gcoll_codec_sum(c, (const uint8_t *const *)msg, len, M, got, n,
+                                             1.0f, &bad), GCOLL_ERR_INVALID);
+            assert_int_equal(bad, M - 1);
+            for (size_t k = 0; k < n; k++)
+                assert_true(got[k] == SENTINEL);
+            /* a message for another dense size */
+            len[M - 1] = keep;
+            if (n > 1)
+                assert_int_equal(gcoll_codec_sum(c, (const uint8_t *const *)msg, len, M, got,
+                                                 n - 1, 1.0f, &bad), GCOLL_ERR_INVALID);
+            for (int i = 0; i < M; i++)
+                free(msg[i]);
+        }
+        gcoll_compressor_destroy(c);
+    }
+    free(x);
+    free(got);
+    free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_idx_check_blocks),
         cmocka_unit_test(test_value_sections),
         cmocka_unit_test(test_random_corruption),
+        cmocka_unit_test(test_sum_messages),
     };
     /* once with the generic (non-AVX2) kernels, once with what the CPU offers */
     gcoll_simd_set(GCOLL_SIMD_GENERIC);
