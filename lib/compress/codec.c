@@ -290,7 +290,7 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
             }
         }
         GCOLL_CHECK(topk_exact(x, n, k, p, sc, nnz_p));
-        s->reuse_thr = *nnz_p ? gcoll_select_min_abs(x, sc->idx, *nnz_p) : 1u;
+        s->reuse_thr = *nnz_p ? gcoll_select_min_abs(sc->val, *nnz_p) : 1u;
         s->reuse_at = step;
         s->reuse_valid = 1;
         return GCOLL_OK;
@@ -387,11 +387,14 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
         GCOLL_CHECK_GOTO(sparsify(c, s, work, n, step, off, &pend, sc, &nnz), st, out_free);
         pending_flush(&pend, n); /* every selector has applied it; kept for safety */
         GCOLL_CHECK_GOTO(gcoll_scratch_pairs(sc, nnz), st, out_free);
-        float scale = 1.0f;
-        if (c->sparsify == GCOLL_SPARSIFY_RANDOMK && c->unbiased && nnz)
-            scale = (float)((double)n / (double)nnz);
-        for (size_t j = 0; j < nnz; j++)
-            sc->val[j] = work[sc->idx[j]] * scale;
+        if (c->sparsify == GCOLL_SPARSIFY_RANDOMK) {
+            /* random-k draws indices only; the others collected the values with them */
+            float scale = 1.0f;
+            if (c->unbiased && nnz)
+                scale = (float)((double)n / (double)nnz);
+            for (size_t j = 0; j < nnz; j++)
+                sc->val[j] = work[sc->idx[j]] * scale;
+        }
         if (c->sparsify == GCOLL_SPARSIFY_RANDOMK) {
             size_t vsz = gcoll_vsec_size(&c->vs, nnz);
             if (GCOLL_WIRE_HDR + vsz > cap) {

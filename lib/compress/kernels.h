@@ -45,17 +45,18 @@ typedef struct {
     void (*dgc)(float *u, float *v, const float *g, size_t n, float m, float a);
     /* selection: histogram of |x| bits >> 15 into hist[0..65536); hist has 131072
      * counters, all zeroed by the caller (the upper half is a second lane); collect
-     * base+i for |x| bits >= thr (thr >= 1), storing at most cap, returning the count;
+     * i for |x| bits >= thr (thr >= 1), storing at most cap indices in idx and their
+     * values x[i] in val (so no later pass gathers them from x), returning the count;
      * *bad set if a NaN/Inf was seen */
     void (*hist16)(const float *x, size_t n, uint32_t *hist);
-    size_t (*collect_ge)(const float *x, size_t n, uint32_t thr, uint32_t *idx, size_t cap,
-                         int *bad);
+    size_t (*collect_ge)(const float *x, size_t n, uint32_t thr, uint32_t *idx, float *val,
+                         size_t cap, int *bad);
     /* error feedback, fused: e += a * g, then hist16 of the updated e (same contract as
      * hist16); e and hist end exactly as axpy followed by hist16 leave them */
     void (*axpy_hist16)(float *e, const float *g, size_t n, float a, uint32_t *hist);
     /* e += a * g, then collect_ge over the updated e (threshold, reused thresholds) */
     size_t (*axpy_collect_ge)(float *e, const float *g, size_t n, float a, uint32_t thr,
-                              uint32_t *idx, size_t cap, int *bad);
+                              uint32_t *idx, float *val, size_t cap, int *bad);
     /* e += a * g, then acc[j] += |e_i| (l2 == 0) or e_i^2 (l2 == 1) for i = 8t + j: the
      * lanes of sign_put, continued across calls (n a multiple of 8 except at the end) */
     void (*axpy_abssum)(float *e, const float *g, size_t n, float a, int l2, float *acc);
@@ -82,13 +83,13 @@ int gcoll_k_f16_put_avx2(const float *x, size_t n, uint8_t *out);
 void gcoll_k_f16_apply_avx2(const uint8_t *p, size_t n, float *out, int mode);
 float gcoll_k_sign_put_avx2(const float *x, size_t n, uint8_t *bits, int l2);
 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr, uint32_t *idx,
-                               size_t cap, int *bad);
+                               float *val, size_t cap, int *bad);
 int gcoll_k_bf16_put_avx2(const float *x, size_t n, uint8_t *out);
 void gcoll_k_q8_put_avx2(const float *x, size_t n, float inv, int8_t *codes);
 void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float scale, float *out,
                              int mode);
 size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t n, float a, uint32_t thr,
-                                    uint32_t *idx, size_t cap, int *bad);
+                                    uint32_t *idx, float *val, size_t cap, int *bad);
 void gcoll_k_qsgd_apply_avx2(const uint8_t *packed, size_t plen, size_t i, size_t n,
                              unsigned B, uint32_t s, float f, float *out, int mode);
 int gcoll_k_qsgd_bad_avx2(const uint8_t *packed, size_t plen, size_t n, unsigned B);

@@ -140,29 +140,31 @@ TARGET_AVX2 void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float sc
  * loop, so the cost is close to a streaming read when hits are rare. */
 /* Selection output shared by the collect kernels: element i of x is taken (its index
  * stored while there is room, counted always; *bad set if it is NaN/Inf). */
-static inline void take(const float *x, size_t i, uint32_t *idx, size_t cap, size_t *cnt,
-                        int *bad)
+static inline void take(const float *x, size_t i, uint32_t *idx, float *val, size_t cap,
+                        size_t *cnt, int *bad)
 {
     if ((gcoll_f32_bits(x[i]) & 0x7fffffffu) >= 0x7f800000u)
         *bad = 1;
-    if (*cnt < cap)
+    if (*cnt < cap) {
         idx[*cnt] = (uint32_t)i;
+        val[*cnt] = x[i];
+    }
     (*cnt)++;
 }
 
 /* take() for every set bit j of mask: element base + j. */
 static inline void take_mask(const float *x, size_t base, uint32_t mask, uint32_t *idx,
-                             size_t cap, size_t *cnt, int *bad)
+                             float *val, size_t cap, size_t *cnt, int *bad)
 {
     while (mask) {
         unsigned j = (unsigned)__builtin_ctz(mask);
         mask &= mask - 1;
-        take(x, base + j, idx, cap, cnt, bad);
+        take(x, base + j, idx, val, cap, cnt, bad);
     }
 }
 
 TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr,
-                                           uint32_t *idx, size_t cap, int *bad)
+                                           uint32_t *idx, float *val, size_t cap, int *bad)
 {
     const __m256i absm = _mm256_set1_epi32(0x7fffffff);
     const __m256i t1 = _mm256_set1_epi32((int)(thr - 1u)); /* thr >= 1 */
@@ -181,11 +183,11 @@ TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t th
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g2)) << 16) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g3)) << 24);
-        take_mask(x, i, mask, idx, cap, &cnt, bad);
+        take_mask(x, i, mask, idx, val, cap, &cnt, bad);
     }
     for (; i < n; i++)
         if ((gcoll_f32_bits(x[i]) & 0x7fffffffu) >= thr)
-            take(x, i, idx, cap, &cnt, bad);
+            take(x, i, idx, val, cap, &cnt, bad);
     return cnt;
 }
 
@@ -316,8 +318,8 @@ TARGET_AVX2 void gcoll_k_qsgd_codes_avx2(const float *x, size_t n, float f, uint
 /* collect_ge over e += a*g, the update stored as it streams by (multiply then add, as
  * the generic kernel: no FMA). */
 TARGET_AVX2 size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t n, float a,
-                                                uint32_t thr, uint32_t *idx, size_t cap,
-                                                int *bad)
+                                                uint32_t thr, uint32_t *idx, float *val,
+                                                size_t cap, int *bad)
 {
     const __m256i absm = _mm256_set1_epi32(0x7fffffff);
     const __m256i t1 = _mm256_set1_epi32((int)(thr - 1u)); /* thr >= 1 */
@@ -337,12 +339,12 @@ TARGET_AVX2 size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t
             continue;
         uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g0)) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8);
-        take_mask(e, i, mask, idx, cap, &cnt, bad);
+        take_mask(e, i, mask, idx, val, cap, &cnt, bad);
     }
     for (; i < n; i++) {
         e[i] += a * g[i];
         if ((gcoll_f32_bits(e[i]) & 0x7fffffffu) >= thr)
-            take(e, i, idx, cap, &cnt, bad);
+            take(e, i, idx, val, cap, &cnt, bad);
     }
     return cnt;
 }

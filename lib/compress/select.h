@@ -7,8 +7,10 @@
 
 #include "compress.h"
 
-/* Each selector leaves ascending indices in sc->idx[0..*nnz_p) and rejects NaN/Inf input
- * with a logged GCOLL_ERR_INVALID. Exact zeros are never selected. */
+/* Each selector leaves ascending indices in sc->idx[0..*nnz_p), their values x[i] in
+ * sc->val[0..*nnz_p) (captured by the collecting pass, so nothing gathers them again from
+ * the scattered positions), and rejects NaN/Inf input with a logged GCOLL_ERR_INVALID.
+ * Exact zeros are never selected. */
 
 /* The k largest |x| (fewer if x has fewer non-zeros); ties go to lower indices. */
 gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
@@ -23,20 +25,20 @@ gcoll_status_t gcoll_select_topk_hist(const float *x, size_t n, size_t k, gcoll_
 /* DGC's sampled threshold; usually k, at least 0.9k unless x has fewer non-zeros. */
 gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint64_t key,
                                         gcoll_scratch_t *sc, size_t *nnz_p);
-/* Every i with |x[i]| bits >= thr; stores at most cap and returns the full count. */
 /* The same selection from e + a*g, with the update e += a*g fused into the collecting
  * pass (the sample is computed from e and g): one pass over e instead of two. Returns the
  * same indices as axpy followed by gcoll_select_topk_sample. */
 gcoll_status_t gcoll_select_topk_sample_axpy(float *e, const float *g, float a, size_t n,
                                              size_t k, uint64_t key, gcoll_scratch_t *sc,
                                              size_t *nnz_p);
+/* Every i with |x[i]| bits >= thr; stores at most cap and returns the full count. */
 gcoll_status_t gcoll_select_ge(const float *x, size_t n, uint32_t thr, size_t cap,
                                gcoll_scratch_t *sc, size_t *cnt_p);
 /* The same after e += a * g, done in the collecting pass. */
 gcoll_status_t gcoll_select_ge_axpy(float *e, const float *g, float a, size_t n, uint32_t thr,
                                     size_t cap, gcoll_scratch_t *sc, size_t *cnt_p);
 /* Smallest |x| bit pattern among the selected (0xffffffff if none). */
-uint32_t gcoll_select_min_abs(const float *x, const uint32_t *idx, size_t nnz);
+uint32_t gcoll_select_min_abs(const float *val, size_t nnz);
 
 gcoll_status_t gcoll_scratch_bitmap(gcoll_scratch_t *sc, size_t n);
 

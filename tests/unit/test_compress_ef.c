@@ -413,6 +413,7 @@ static void test_fused_axpy_collect_ge(void **unused)
     float *g = malloc(nmax * 4), *e0 = malloc(nmax * 4), *er = malloc(nmax * 4);
     float *ef = malloc(nmax * 4);
     uint32_t *ir = malloc(nmax * 4), *iff = malloc(nmax * 4), *igen = malloc(nmax * 4);
+    float *vr = malloc(nmax * 4), *vf = malloc(nmax * 4);
     const uint32_t thrs[] = {1u, 0x3c000000u /* 2^-7 */, 0x3f000000u /* 0.5 */};
     for (size_t zi = 0; zi < N_FUSED_SIZES; zi++)
         for (int ai = 0; ai < 2; ai++)
@@ -425,14 +426,28 @@ static void test_fused_axpy_collect_ge(void **unused)
                     int badr = 0, badf = 0;
                     memcpy(er, e0, n * 4);
                     k->axpy(er, g, n, fused_a[ai]);
-                    size_t cr = k->collect_ge(er, n, thrs[ti], ir, cap, &badr);
+                    size_t cr = k->collect_ge(er, n, thrs[ti], ir, vr, cap, &badr);
                     memcpy(ef, e0, n * 4);
-                    size_t cf = k->axpy_collect_ge(ef, g, n, fused_a[ai], thrs[ti], iff, cap,
-                                                   &badf);
+                    size_t cf = k->axpy_collect_ge(ef, g, n, fused_a[ai], thrs[ti], iff, vf,
+                                                   cap, &badf);
                     assert_int_equal(cr, cf);
                     assert_int_equal(badr, badf);
                     assert_memory_equal(er, ef, n * 4);
                     assert_memory_equal(ir, iff, GCOLL_MIN(cr, cap) * 4);
+                    /* the values come with the indices: what the updated e holds there */
+                    size_t ns = 0;
+                    for (size_t i = 0; i < n; i++) {
+                        uint32_t a;
+                        memcpy(&a, &ef[i], 4);
+                        if ((a & 0x7fffffffu) < thrs[ti])
+                            continue;
+                        assert_true(ns >= cap || iff[ns] == i);
+                        if (ns < cap)
+                            assert_memory_equal(&vf[ns], &ef[i], 4);
+                        ns++;
+                    }
+                    assert_int_equal(ns, cf);
+                    assert_memory_equal(vr, vf, GCOLL_MIN(cr, cap) * 4);
                     if (lvl_i == 0) {
                         cgen = cf;
                         memcpy(igen, iff, GCOLL_MIN(cf, cap) * 4);
@@ -443,7 +458,7 @@ static void test_fused_axpy_collect_ge(void **unused)
                 }
             }
     gcoll_simd_set(GCOLL_SIMD_AUTO);
-    free(g), free(e0), free(er), free(ef), free(ir), free(iff), free(igen);
+    free(g), free(e0), free(er), free(ef), free(ir), free(iff), free(igen), free(vr), free(vf);
 }
 
 /* The sign scale's sum from the fused pass, split at multiples of 8 as chunks are, equals
