@@ -175,13 +175,7 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, cap, &len), st,
                      out);
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &nnz), st, out);
-    pairs.idx = malloc((nnz + 1) * sizeof(uint32_t));
-    pairs.val = malloc((nnz + 1) * sizeof(float));
-    st = GCOLL_ERR_NOMEM;
-    if (!pairs.idx || !pairs.val)
-        goto out;
-    GCOLL_CHECK_GOTO(gcoll_codec_decode_pairs(c, msg, len, count, pairs.idx, pairs.val, nnz,
-                                              &pairs.n), st, out);
+    pairs.n = nnz; /* decoded from msg only if the plan needs the pairs */
     comm->counters.ns_compress += gcoll_time_ns() - t0;
     gcoll_sparse_call_t call = {.codec = c, .pairs = &pairs, .msg = msg, .msglen = len,
                                 .count = count, .out = out, .op = op,

@@ -411,6 +411,7 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
     const int P = comm->size, r = comm->rank;
     uint32_t sig = c->sig ? c->sig
                           : gcoll_call_sig(GCOLL_KIND_SPARSE, c->count, GCOLL_FLOAT32, c->op, c->kind);
+    gcoll_pairs_t own = {0}; /* c->pairs decoded from c->msg, when needed */
     census_t *cen = calloc((size_t)P, sizeof(*cen));
     if (!cen)
         return GCOLL_ERR_NOMEM;
@@ -439,6 +440,22 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
     if (plan_p)
         *plan_p = plan;
     int dense = 0;
+    gcoll_sparse_call_t cc = *c;
+    if (P > 1 && plan != GCOLL_SPARSE_ALLGATHER && !c->pairs->idx && c->pairs->n) {
+        /* the caller sent only the message: the pairs, for the plans that need them */
+        uint64_t t0 = gcoll_time_ns();
+        own.idx = malloc((c->pairs->n + 1) * sizeof(uint32_t));
+        own.val = malloc((c->pairs->n + 1) * sizeof(float));
+        st = own.idx && own.val ? gcoll_codec_decode_pairs(c->codec, c->msg, c->msglen,
+                                                             c->count, own.idx, own.val,
+                                                             c->pairs->n, &own.n)
+                                : GCOLL_ERR_NOMEM;
+        comm->counters.ns_compress += gcoll_time_ns() - t0;
+        if (st != GCOLL_OK)
+            goto out;
+        cc.pairs = &own;
+        c = &cc;
+    }
     if (P == 1) {
         const uint8_t *msg = c->msg;
         st = sum_messages(comm, c, c->codec, &msg, &c->msglen, "sparse message");
@@ -457,6 +474,7 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
         comm->counters.ns_compress += gcoll_time_ns() - t0;
     }
 out:
+    gcoll_pairs_free(&own);
     free(cen);
     return st;
 }

@@ -18,7 +18,8 @@ typedef struct {
 } gcoll_pairs_t;
 
 /* One rank's contribution: its pairs, and the same pairs as a self-describing message of
- * codec (NULL: f32 values) that the allgather plan sends as is. */
+ * codec (NULL: f32 values) that the allgather plan sends as is. pairs->idx may be NULL
+ * with only pairs->n set: the plans that need the pairs then decode them from msg. */
 typedef struct {
     const gcoll_compressor_t *codec;
     const gcoll_pairs_t *pairs;

@@ -331,7 +331,7 @@ KBODY size_t first_bad_body(const float *x, size_t n)
             return i;
     return n;
 }
-CLONE2(size_t, first_bad, (const float *x, size_t n), (x, n))
+static size_t first_bad_gen(const float *x, size_t n) { return first_bad_body(x, n); }
 
 KBODY int axpy_body(float *e, const float *g, size_t n, float a)
 {
@@ -647,7 +647,7 @@ static const gcoll_kernels_t k_avx2 = {
     .sign_apply = gcoll_k_sign_apply_avx2,
     .sumsq = sumsq_avx2,
     .sumsq_d = sumsq_d_avx2,
-    .first_bad = first_bad_avx2,
+    .first_bad = gcoll_k_first_bad_avx2,
     .axpy = axpy_avx2_v,
     .dgc = dgc_avx2_v,
     .hist16 = hist16_avx2_v,

@@ -80,6 +80,7 @@ const gcoll_kernels_t *gcoll_kernels(void);
 
 /* AVX2 replacements for the loops the compiler cannot vectorize well (kernels_avx2.c). */
 int gcoll_k_f16_put_avx2(const float *x, size_t n, uint8_t *out);
+size_t gcoll_k_first_bad_avx2(const float *x, size_t n);
 void gcoll_k_f16_apply_avx2(const uint8_t *p, size_t n, float *out, int mode);
 float gcoll_k_sign_put_avx2(const float *x, size_t n, uint8_t *bits, int l2);
 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr, uint32_t *idx,

@@ -357,6 +357,41 @@ static void test_topk_exact(void **unused)
 
 /* Sampled selection sends 0.9k..k of the largest: nothing unsent is larger than what
  * was sent. */
+/* The NaN/Inf scan returns the first non-finite element (or n) under both kernel sets:
+ * sizes around its 256-element blocks, NaN, +-Inf, one or two bad values, at the edges. */
+static void test_first_bad(void **unused)
+{
+    (void)unused;
+    static const size_t sizes[] = {0, 1, 7, 255, 256, 257, 511, 1000, 4099};
+    const float bads[] = {NAN, INFINITY, -INFINITY, -NAN};
+    float *x = malloc(4099 * sizeof(float));
+    FOR_EACH_SIMD(lvl)
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        size_t n = sizes[si];
+        fill(x, n, 5 + si);
+        for (size_t i = 0; i < n; i++) /* large finite values must not count */
+            x[i] = i % 5 == 0 ? 3.0e38f * (i % 2 ? -1.0f : 1.0f) : x[i];
+        assert_int_equal(gcoll_kernels()->first_bad(x, n), n);
+        size_t at[] = {0, n / 3, n / 2, n > 0 ? n - 1 : 0, 255, 256};
+        for (size_t ai = 0; ai < sizeof(at) / sizeof(at[0]); ai++) {
+            if (at[ai] >= n)
+                continue;
+            float keep = x[at[ai]];
+            x[at[ai]] = bads[ai % 4];
+            assert_int_equal(gcoll_kernels()->first_bad(x, n), at[ai]);
+            if (at[ai] + 1 < n) { /* a second one later does not change the answer */
+                float k2 = x[n - 1];
+                x[n - 1] = bads[(ai + 1) % 4];
+                assert_int_equal(gcoll_kernels()->first_bad(x, n), at[ai]);
+                x[n - 1] = k2;
+            }
+            x[at[ai]] = keep;
+        }
+    }
+    gcoll_simd_set(GCOLL_SIMD_AUTO);
+    free(x);
+}
+
 static void test_topk_sample(void **unused)
 {
     (void)unused;
@@ -693,6 +728,7 @@ int main(void)
         cmocka_unit_test(test_simd_equivalence),
         cmocka_unit_test(test_topk_exact),
         cmocka_unit_test(test_topk_sample),
+        cmocka_unit_test(test_first_bad),
         cmocka_unit_test(test_threshold),
         cmocka_unit_test(test_randomk),
         cmocka_unit_test(test_decode_accumulate_and_pairs),
