@@ -392,41 +392,6 @@ CLONE2(int, hist16, (const float *x, size_t n, uint32_t *hist), (x, n, hist))
 static void hist16_gen_v(const float *x, size_t n, uint32_t *h) { (void)hist16_gen(x, n, h); }
 static void hist16_avx2_v(const float *x, size_t n, uint32_t *h) { (void)hist16_avx2(x, n, h); }
 
-/* Error feedback fused with the histogram: the axpy runs on 64 elements at a time (so it
- * vectorizes) and their histogram is taken while they are still in L1, saving the
- * separate read-modify-write pass over e. */
-KBODY int axpy_hist16_body(float *e, const float *g, size_t n, float a, uint32_t *hist)
-{
-    uint32_t *h2 = hist + 65536;
-    for (size_t i = 0; i < n; i += 64) {
-        size_t m = GCOLL_MIN(n - i, (size_t)64);
-        float *eb = e + i;
-        const float *gb = g + i;
-        for (size_t j = 0; j < m; j++)
-            eb[j] += a * gb[j];
-        size_t j = 0;
-        for (; j + 2 <= m; j += 2) {
-            hist[(fbits(eb[j]) & ABS_MASK) >> 15]++;
-            h2[(fbits(eb[j + 1]) & ABS_MASK) >> 15]++;
-        }
-        if (j < m)
-            hist[(fbits(eb[j]) & ABS_MASK) >> 15]++;
-    }
-    for (size_t b = 0; b < 65536; b++)
-        hist[b] += h2[b];
-    return 0;
-}
-CLONE2(int, axpy_hist16, (float *e, const float *g, size_t n, float a, uint32_t *hist),
-       (e, g, n, a, hist))
-static void axpy_hist16_gen_v(float *e, const float *g, size_t n, float a, uint32_t *h)
-{
-    (void)axpy_hist16_gen(e, g, n, a, h);
-}
-static void axpy_hist16_avx2_v(float *e, const float *g, size_t n, float a, uint32_t *h)
-{
-    (void)axpy_hist16_avx2(e, g, n, a, h);
-}
-
 /* The sign scale's sum, taken as the axpy writes e: lane j accumulates elements 8t + j
  * in the order sign_put does, so the scale comes out identical. */
 KBODY int axpy_abssum_body(float *e, const float *g, size_t n, float a, int l2, float *acc)
@@ -614,6 +579,11 @@ static size_t axpy_collect_ge_gen(float *e, const float *g, size_t n, float a, u
     return cnt;
 }
 
+static void stream_copy_gen(float *dst, const float *src, size_t n)
+{
+    memcpy(dst, src, n * sizeof(float));
+}
+
 /* --- dispatch ------------------------------------------------------------------------ */
 
 static const gcoll_kernels_t k_generic = {
@@ -624,10 +594,10 @@ static const gcoll_kernels_t k_generic = {
     .sign_put = sign_put_gen,     .sign_apply = sign_apply_gen, .sumsq = sumsq_gen,
     .sumsq_d = sumsq_d_gen,       .first_bad = first_bad_gen,   .axpy = axpy_gen_v,
     .dgc = dgc_gen_v,             .hist16 = hist16_gen_v,       .collect_ge = collect_ge_gen,
-    .axpy_hist16 = axpy_hist16_gen_v, .axpy_abssum = axpy_abssum_gen_v,
+    .axpy_abssum = axpy_abssum_gen_v,
     .axpy_collect_ge = axpy_collect_ge_gen,
     .qsgd_codes = qsgd_codes_gen, .qsgd_sub = qsgd_sub_gen_v,
-    .qsgd_apply = qsgd_apply_gen, .qsgd_bad = qsgd_bad_gen,
+    .qsgd_apply = qsgd_apply_gen, .qsgd_bad = qsgd_bad_gen,       .stream_copy = stream_copy_gen,
 };
 
 static const gcoll_kernels_t k_avx2 = {
@@ -652,13 +622,13 @@ static const gcoll_kernels_t k_avx2 = {
     .dgc = dgc_avx2_v,
     .hist16 = hist16_avx2_v,
     .collect_ge = gcoll_k_collect_ge_avx2,
-    .axpy_hist16 = axpy_hist16_avx2_v,
     .axpy_collect_ge = gcoll_k_axpy_collect_ge_avx2,
     .axpy_abssum = axpy_abssum_avx2_v,
     .qsgd_codes = gcoll_k_qsgd_codes_avx2,
     .qsgd_sub = qsgd_sub_avx2_v,
     .qsgd_apply = gcoll_k_qsgd_apply_avx2,
     .qsgd_bad = gcoll_k_qsgd_bad_avx2,
+    .stream_copy = gcoll_k_stream_copy_avx2,
 };
 
 static const gcoll_kernels_t *k_cur;

@@ -51,9 +51,6 @@ typedef struct {
     void (*hist16)(const float *x, size_t n, uint32_t *hist);
     size_t (*collect_ge)(const float *x, size_t n, uint32_t thr, uint32_t *idx, float *val,
                          size_t cap, int *bad);
-    /* error feedback, fused: e += a * g, then hist16 of the updated e (same contract as
-     * hist16); e and hist end exactly as axpy followed by hist16 leave them */
-    void (*axpy_hist16)(float *e, const float *g, size_t n, float a, uint32_t *hist);
     /* e += a * g, then collect_ge over the updated e (threshold, reused thresholds) */
     size_t (*axpy_collect_ge)(float *e, const float *g, size_t n, float a, uint32_t thr,
                               uint32_t *idx, float *val, size_t cap, int *bad);
@@ -73,6 +70,10 @@ typedef struct {
     void (*qsgd_apply)(const uint8_t *packed, size_t plen, size_t i, size_t n, unsigned B,
                        uint32_t s, float f, float *out, int mode);
     int (*qsgd_bad)(const uint8_t *packed, size_t plen, size_t n, unsigned B);
+    /* dst[0..n) = src[0..n) with stores that bypass the cache where the CPU has them (for
+     * outputs far larger than the caches: no read for ownership of each line); ordered
+     * before the function returns */
+    void (*stream_copy)(float *dst, const float *src, size_t n);
 } gcoll_kernels_t;
 
 /* The table in force (see gcoll_simd_set). */
@@ -81,6 +82,7 @@ const gcoll_kernels_t *gcoll_kernels(void);
 /* AVX2 replacements for the loops the compiler cannot vectorize well (kernels_avx2.c). */
 int gcoll_k_f16_put_avx2(const float *x, size_t n, uint8_t *out);
 size_t gcoll_k_first_bad_avx2(const float *x, size_t n);
+void gcoll_k_stream_copy_avx2(float *dst, const float *src, size_t n);
 void gcoll_k_f16_apply_avx2(const uint8_t *p, size_t n, float *out, int mode);
 float gcoll_k_sign_put_avx2(const float *x, size_t n, uint8_t *bits, int l2);
 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr, uint32_t *idx,

@@ -165,6 +165,22 @@ TARGET_AVX2 size_t gcoll_k_first_bad_avx2(const float *x, size_t n)
     return n;
 }
 
+/* Non-temporal stores from the first 32-byte boundary of dst on; sfence orders them
+ * before any later store or the caller's hand-off of the buffer to another thread. */
+TARGET_AVX2 void gcoll_k_stream_copy_avx2(float *dst, const float *src, size_t n)
+{
+    size_t i = 0;
+    while (i < n && ((uintptr_t)(dst + i) & 31u) != 0) {
+        dst[i] = src[i];
+        i++;
+    }
+    for (; i + 8 <= n; i += 8)
+        _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+    for (; i < n; i++)
+        dst[i] = src[i];
+    _mm_sfence();
+}
+
 /* Selection output shared by the collect kernels: element i of x is taken (its index
  * stored while there is room, counted always; *bad set if it is NaN/Inf). */
 static inline void take(const float *x, size_t i, uint32_t *idx, float *val, size_t cap,

@@ -15,13 +15,9 @@
 /* The k largest |x| (fewer if x has fewer non-zeros); ties go to lower indices. */
 gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
                                        size_t *nnz_p);
-/* The same selection in two steps, so that the pass producing x can build the
- * histogram (kernels' axpy_hist16): gcoll_select_hist returns the zeroed histogram for
- * hist16, or NULL when n is small enough for the path without one (then call
- * gcoll_select_topk_exact); gcoll_select_topk_hist finishes from the filled histogram. */
-gcoll_status_t gcoll_select_hist(gcoll_scratch_t *sc, size_t n, uint32_t **hist_p);
-gcoll_status_t gcoll_select_topk_hist(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
-                                      size_t *nnz_p);
+/* The same selection from e + a*g, the update e += a*g fused into the collecting pass. */
+gcoll_status_t gcoll_select_topk_exact_axpy(float *e, const float *g, float a, size_t n,
+                                            size_t k, gcoll_scratch_t *sc, size_t *nnz_p);
 /* DGC's sampled threshold; usually k, at least 0.9k unless x has fewer non-zeros. */
 gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint64_t key,
                                         gcoll_scratch_t *sc, size_t *nnz_p);

@@ -371,41 +371,6 @@ static void fill_state(float *e, float *g, size_t n, uint64_t seed)
         e[i] *= 0.25f;
 }
 
-static void test_fused_axpy_hist16(void **unused)
-{
-    (void)unused;
-    const size_t nmax = 20011;
-    float *g = malloc(nmax * 4), *e0 = malloc(nmax * 4), *er = malloc(nmax * 4);
-    float *ef = malloc(nmax * 4), *egen = malloc(nmax * 4);
-    uint32_t *hr = malloc(131072 * 4), *hf = malloc(131072 * 4), *hgen = malloc(131072 * 4);
-    for (size_t zi = 0; zi < N_FUSED_SIZES; zi++)
-        for (int ai = 0; ai < 2; ai++) {
-            size_t n = fused_sizes[zi];
-            fill_state(e0, g, n, 7 + zi);
-            FOR_EACH_SIMD(lvl) {
-                const gcoll_kernels_t *k = gcoll_kernels();
-                memcpy(er, e0, n * 4);
-                memset(hr, 0, 131072 * 4);
-                k->axpy(er, g, n, fused_a[ai]);
-                k->hist16(er, n, hr);
-                memcpy(ef, e0, n * 4);
-                memset(hf, 0, 131072 * 4);
-                k->axpy_hist16(ef, g, n, fused_a[ai], hf);
-                assert_memory_equal(er, ef, n * 4);
-                assert_memory_equal(hr, hf, 65536 * 4);
-                if (lvl_i == 0) {
-                    memcpy(egen, ef, n * 4);
-                    memcpy(hgen, hf, 65536 * 4);
-                } else {
-                    assert_memory_equal(egen, ef, n * 4);
-                    assert_memory_equal(hgen, hf, 65536 * 4);
-                }
-            }
-        }
-    gcoll_simd_set(GCOLL_SIMD_AUTO);
-    free(g), free(e0), free(er), free(ef), free(egen), free(hr), free(hf), free(hgen);
-}
-
 static void test_fused_axpy_collect_ge(void **unused)
 {
     (void)unused;
@@ -701,7 +666,6 @@ int main(void)
         cmocka_unit_test(test_warmup_schedule),
         cmocka_unit_test(test_encode_chunks),
         cmocka_unit_test(test_server_state),
-        cmocka_unit_test(test_fused_axpy_hist16),
         cmocka_unit_test(test_fused_axpy_collect_ge),
         cmocka_unit_test(test_fused_axpy_abssum),
         cmocka_unit_test(test_qsgd_kernels),

@@ -386,8 +386,9 @@ static void test_sum_messages(void **unused)
     static const char *specs[] = {"topk:density=0.01", "topk:density=0.3+q8",
                                   "topk:density=0.05+fp16", "threshold:tau=0.4",
                                   "randomk:density=0.1", "q8:bucket=100"};
-    static const size_t counts[] = {1, 2047, 2048, 2049, 5000, 9001};
-    enum { M = 5, CMAX = 9001 };
+    /* 1048579: past the size from which the sum streams its output */
+    static const size_t counts[] = {1, 2047, 2048, 2049, 5000, 9001, 1048579};
+    enum { M = 5, CMAX = 1048579 };
     float *x = malloc(CMAX * sizeof(float)), *got = malloc(CMAX * sizeof(float)),
           *want = malloc(CMAX * sizeof(float));
     for (size_t si = 0; si < sizeof(specs) / sizeof(specs[0]); si++) {
