@@ -204,6 +204,7 @@ typedef struct {
     float *e;
     const float *g;
     float a;
+    int zero; /* values go out as f32: top-k may zero e where it selects (select.h) */
 } pending_t;
 
 static void pending_flush(pending_t *p, size_t n)
@@ -220,7 +221,7 @@ static gcoll_status_t topk_exact(const float *x, size_t n, size_t k, pending_t *
     if (p->g) { /* the update fused into the collecting pass */
         const float *g = p->g;
         p->g = NULL;
-        return gcoll_select_topk_exact_axpy(p->e, g, p->a, n, k, sc, nnz_p);
+        return gcoll_select_topk_exact_axpy(p->e, g, p->a, n, k, p->zero, sc, nnz_p);
     }
     return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
 }
@@ -269,7 +270,7 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
         if (p->g) { /* sample e + a*g on the fly, then one fused update-and-collect pass */
             const float *g = p->g;
             p->g = NULL;
-            return gcoll_select_topk_sample_axpy(p->e, g, p->a, n, k, key, sc, nnz_p);
+            return gcoll_select_topk_sample_axpy(p->e, g, p->a, n, k, key, p->zero, sc, nnz_p);
         }
         return gcoll_select_topk_sample(x, n, k, key, sc, nnz_p);
     }
@@ -327,7 +328,9 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     const float *work = in;
     /* dense codecs run the feedback update inside the value encoder, block by block */
     int fused_dense = feedback && !dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
-    pending_t pend = {NULL, NULL, 1.0f};
+    pending_t pend = {NULL, NULL, 1.0f, 0};
+    size_t zeroed_n = 0; /* selected elements of e the selection zeroed (restored on error) */
+    sc->zeroed = 0;
 
     if ((feedback || clip) && !(s && s->input_checked)) {
         /* check before touching the state: a NaN in the residual would never leave */
@@ -348,7 +351,7 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
         work = s->e + off;
     } else if (feedback && !fused_dense) {
         /* the selection applies e += a*g in its first pass over e */
-        pend = (pending_t){s->e + off, in, a};
+        pend = (pending_t){s->e + off, in, a, c->vs.fmt == GCOLL_VF_F32};
         work = s->e + off;
     } else if (a != 1.0f && !fused_dense) {
         GCOLL_CHECK_GOTO(gcoll_scratch_tmp(sc, n), st, out_free);
@@ -380,6 +383,7 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     } else {
         size_t nnz = 0;
         GCOLL_CHECK_GOTO(sparsify(c, s, work, n, step, off, &pend, sc, &nnz), st, out_free);
+        zeroed_n = sc->zeroed ? nnz : 0;
         pending_flush(&pend, n); /* every selector has applied it; kept for safety */
         GCOLL_CHECK_GOTO(gcoll_scratch_pairs(sc, nnz), st, out_free);
         if (c->sparsify == GCOLL_SPARSIFY_RANDOMK) {
@@ -410,9 +414,10 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
             for (size_t j = 0; j < nnz; j++)
                 s->u[off + sc->idx[j]] = 0.0f;
     }
-    if (feedback) {
+    if (feedback && !sc->zeroed) {
         /* e -= D(c): subtract exactly what the receiver will decode, so that
-         * D(c) + e_new == e_old + g (bit-exact when D(c)_i == e_i, as for sparsifiers) */
+         * D(c) + e_new == e_old + g (bit-exact when D(c)_i == e_i, as for sparsifiers;
+         * top-k with f32 values zeroed those e_i in its collecting pass already) */
         gcoll_wire_hdr_t h;
         size_t isz = 0;
         GCOLL_CHECK_GOTO(gcoll_wire_parse_hdr(o, len, n, &h), st, out_free);
@@ -424,6 +429,9 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     }
     *len_p = len;
 out_free:
+    if (st != GCOLL_OK && zeroed_n) /* nothing sent: e back to e_old + g (see above) */
+        for (size_t j = 0; j < zeroed_n; j++)
+            s->e[off + sc->idx[j]] = sc->val[j];
     if (!s)
         gcoll_scratch_free(&local);
     return st;

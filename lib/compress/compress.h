@@ -86,6 +86,7 @@ typedef struct {
     size_t cap_bitmap; /* words */
     float *tmp;
     size_t cap_tmp;
+    int zeroed; /* the last selection left e = 0 at the indices it returned (see select.h) */
 } gcoll_scratch_t;
 
 typedef enum { GCOLL_STATE_WORKER = 0, GCOLL_STATE_SERVER = 1 } gcoll_state_mode_t;

@@ -535,7 +535,8 @@ static int qsgd_bad_gen(const uint8_t *p, size_t plen, size_t n, unsigned B)
 /* Threshold selection over x[i, i+m), m <= 8: indices and values appended at *cnt (stored
  * while there is room), *bad set on NaN/Inf. A block with nothing selected costs one test. */
 static inline void collect_block(const float *x, size_t i, size_t m, uint32_t thr,
-                                 uint32_t *idx, float *val, size_t cap, size_t *cnt, int *bad)
+                                 uint32_t *idx, float *val, size_t cap, size_t *cnt, int *bad,
+                                 float *zero_at)
 {
     uint32_t any = 0;
     for (size_t j = 0; j < m; j++)
@@ -550,6 +551,8 @@ static inline void collect_block(const float *x, size_t i, size_t m, uint32_t th
             if (*cnt < cap) {
                 idx[*cnt] = (uint32_t)(i + j);
                 val[*cnt] = x[i + j];
+                if (zero_at)
+                    zero_at[i + j] = 0.0f;
             }
             (*cnt)++;
         }
@@ -561,20 +564,20 @@ static size_t collect_ge_gen(const float *x, size_t n, uint32_t thr, uint32_t *i
 {
     size_t cnt = 0;
     for (size_t i = 0; i < n; i += 8)
-        collect_block(x, i, GCOLL_MIN(n - i, (size_t)8), thr, idx, val, cap, &cnt, bad);
+        collect_block(x, i, GCOLL_MIN(n - i, (size_t)8), thr, idx, val, cap, &cnt, bad, NULL);
     return cnt;
 }
 
 /* Threshold selection fused with the feedback update, eight elements at a time. */
 static size_t axpy_collect_ge_gen(float *e, const float *g, size_t n, float a, uint32_t thr,
-                                  uint32_t *idx, float *val, size_t cap, int *bad)
+                                  uint32_t *idx, float *val, size_t cap, int *bad, int zero)
 {
     size_t cnt = 0;
     for (size_t i = 0; i < n; i += 8) {
         size_t m = GCOLL_MIN(n - i, (size_t)8);
         for (size_t j = 0; j < m; j++)
             e[i + j] += a * g[i + j];
-        collect_block(e, i, m, thr, idx, val, cap, &cnt, bad);
+        collect_block(e, i, m, thr, idx, val, cap, &cnt, bad, zero ? e : NULL);
     }
     return cnt;
 }

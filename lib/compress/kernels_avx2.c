@@ -136,8 +136,6 @@ TARGET_AVX2 void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float sc
     }
 }
 
-/* Streams through x 32 floats at a time; only blocks holding a hit leave the vector
- * loop, so the cost is close to a streaming read when hits are rare. */
 /* First NaN/Inf (exponent all ones), 256 elements per test: the unsigned max of the
  * exponent bits over four independent lanes, one compare per block. The auto-vectorized
  * body ran at about half the streaming-read rate (9.5 vs 6.5 ms for 100 MB here). */
@@ -181,31 +179,36 @@ TARGET_AVX2 void gcoll_k_stream_copy_avx2(float *dst, const float *src, size_t n
     _mm_sfence();
 }
 
-/* Selection output shared by the collect kernels: element i of x is taken (its index
- * stored while there is room, counted always; *bad set if it is NaN/Inf). */
+/* Selection output shared by the collect kernels: element i of x is taken (its index and
+ * value stored while there is room, and then, with zero_at, zero_at[i] zeroed; counted
+ * always; *bad set if it is NaN/Inf). */
 static inline void take(const float *x, size_t i, uint32_t *idx, float *val, size_t cap,
-                        size_t *cnt, int *bad)
+                        size_t *cnt, int *bad, float *zero_at)
 {
     if ((gcoll_f32_bits(x[i]) & 0x7fffffffu) >= 0x7f800000u)
         *bad = 1;
     if (*cnt < cap) {
         idx[*cnt] = (uint32_t)i;
         val[*cnt] = x[i];
+        if (zero_at)
+            zero_at[i] = 0.0f;
     }
     (*cnt)++;
 }
 
 /* take() for every set bit j of mask: element base + j. */
 static inline void take_mask(const float *x, size_t base, uint32_t mask, uint32_t *idx,
-                             float *val, size_t cap, size_t *cnt, int *bad)
+                             float *val, size_t cap, size_t *cnt, int *bad, float *zero_at)
 {
     while (mask) {
         unsigned j = (unsigned)__builtin_ctz(mask);
         mask &= mask - 1;
-        take(x, base + j, idx, val, cap, cnt, bad);
+        take(x, base + j, idx, val, cap, cnt, bad, zero_at);
     }
 }
 
+/* Streams through x 32 floats at a time; only blocks holding a hit leave the vector
+ * loop, so the cost is close to a streaming read when hits are rare. */
 TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr,
                                            uint32_t *idx, float *val, size_t cap, int *bad)
 {
@@ -226,11 +229,11 @@ TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t th
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g2)) << 16) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g3)) << 24);
-        take_mask(x, i, mask, idx, val, cap, &cnt, bad);
+        take_mask(x, i, mask, idx, val, cap, &cnt, bad, NULL);
     }
     for (; i < n; i++)
         if ((gcoll_f32_bits(x[i]) & 0x7fffffffu) >= thr)
-            take(x, i, idx, val, cap, &cnt, bad);
+            take(x, i, idx, val, cap, &cnt, bad, NULL);
     return cnt;
 }
 
@@ -362,7 +365,7 @@ TARGET_AVX2 void gcoll_k_qsgd_codes_avx2(const float *x, size_t n, float f, uint
  * the generic kernel: no FMA). */
 TARGET_AVX2 size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t n, float a,
                                                 uint32_t thr, uint32_t *idx, float *val,
-                                                size_t cap, int *bad)
+                                                size_t cap, int *bad, int zero)
 {
     const __m256i absm = _mm256_set1_epi32(0x7fffffff);
     const __m256i t1 = _mm256_set1_epi32((int)(thr - 1u)); /* thr >= 1 */
@@ -382,12 +385,12 @@ TARGET_AVX2 size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t
             continue;
         uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g0)) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8);
-        take_mask(e, i, mask, idx, val, cap, &cnt, bad);
+        take_mask(e, i, mask, idx, val, cap, &cnt, bad, zero ? e : NULL);
     }
     for (; i < n; i++) {
         e[i] += a * g[i];
         if ((gcoll_f32_bits(e[i]) & 0x7fffffffu) >= thr)
-            take(e, i, idx, val, cap, &cnt, bad);
+            take(e, i, idx, val, cap, &cnt, bad, zero ? e : NULL);
     }
     return cnt;
 }

@@ -95,7 +95,7 @@ static gcoll_status_t report_nonfinite(const float *x, size_t n)
  * threshold go to the lowest indices, so the result is deterministic.
  */
 static void topr_in_list(uint32_t *L, float *V, size_t *m_p, size_t r, uint32_t *hist,
-                         uint32_t *ab)
+                         uint32_t *ab, float *restore)
 {
     size_t m = *m_p;
     if (m <= r)
@@ -133,20 +133,22 @@ static void topr_in_list(uint32_t *L, float *V, size_t *m_p, size_t r, uint32_t 
         if (keep) {
             L[out] = L[j];
             V[out++] = V[j];
+        } else if (restore) {
+            restore[L[j]] = V[j]; /* zeroed by the collecting pass, not sent after all */
         }
     }
     *m_p = out;
 }
 
 /* topr_in_list over the scratch's pairs, its |x| buffer from the scratch (the sample
- * buffer, grown to m). */
-static gcoll_status_t topr(gcoll_scratch_t *sc, size_t *m_p, size_t r)
+ * buffer, grown to m); restore: the array the collecting pass zeroed, or NULL. */
+static gcoll_status_t topr(gcoll_scratch_t *sc, size_t *m_p, size_t r, float *restore)
 {
     if (*m_p <= r)
         return GCOLL_OK;
     if (grow((void **)&sc->samp, &sc->cap_samp, *m_p, sizeof(uint32_t)))
         return GCOLL_ERR_NOMEM;
-    topr_in_list(sc->idx, sc->val, m_p, r, sc->hist, sc->samp);
+    topr_in_list(sc->idx, sc->val, m_p, r, sc->hist, sc->samp, restore);
     return GCOLL_OK;
 }
 
@@ -252,7 +254,7 @@ static gcoll_status_t topk_hist(const float *x, size_t n, size_t k, gcoll_scratc
     size_t cnt = kn->collect_ge(x, n, thr, sc->idx, sc->val, cum, &bad);
     if (cnt > cum || bad)
         return GCOLL_ERR_INTERNAL; /* the histogram said otherwise */
-    GCOLL_CHECK(topr(sc, &cnt, k));
+    GCOLL_CHECK(topr(sc, &cnt, k, NULL));
     *nnz_p = cnt;
     return GCOLL_OK;
 }
@@ -283,9 +285,10 @@ static gcoll_status_t topk_hist(const float *x, size_t n, size_t k, gcoll_scratc
  * computed on the fly: e + a*g rounds as the axpy kernels do, no contraction, so both
  * forms select the same indices). */
 static gcoll_status_t topk_sample(const float *x, float *e, const float *g, float a, size_t n,
-                                  size_t k, uint64_t key, int exact, gcoll_scratch_t *sc,
-                                  size_t *nnz_p)
+                                  size_t k, uint64_t key, int exact, int zero,
+                                  gcoll_scratch_t *sc, size_t *nnz_p)
 {
+    sc->zeroed = 0;
     size_t m = GCOLL_MAX(n / 400, GCOLL_MIN(n, (size_t)4096));
     if (k == 0 || n == 0 || k * 4 >= n || m >= n) {
         if (g)
@@ -316,18 +319,30 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
     size_t cap = 4 * k + 1024;
     GCOLL_CHECK(gcoll_scratch_pairs(sc, cap));
     int bad = 0;
+    zero = zero && g;
     size_t cnt = g ? gcoll_kernels()->axpy_collect_ge(e, g, n, a, thr, sc->idx, sc->val, cap,
-                                                      &bad)
+                                                      &bad, zero)
                    : gcoll_kernels()->collect_ge(x, n, thr, sc->idx, sc->val, cap, &bad);
+    int fallback = cnt > cap || (cnt < (exact ? k : k - k / 10) && thr > 1);
+    gcoll_status_t st = GCOLL_OK;
+    if (!bad && !fallback) { /* the trim's buffers, so that it cannot fail once it starts */
+        st = scratch_hist(sc);
+        if (st == GCOLL_OK && grow((void **)&sc->samp, &sc->cap_samp, cnt, sizeof(uint32_t)))
+            st = GCOLL_ERR_NOMEM;
+    }
+    if (zero && (bad || fallback || st != GCOLL_OK)) /* e back to e + a*g everywhere */
+        for (size_t j = 0; j < GCOLL_MIN(cnt, cap); j++)
+            e[sc->idx[j]] = sc->val[j];
     if (bad)
         return report_nonfinite(x, n);
-    if (cnt > cap || (cnt < (exact ? k : k - k / 10) && thr > 1)) {
+    if (fallback) {
         GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compress: sampled threshold collected %zu for "
                     "k = %zu: histogram pass", cnt, k);
         return topk_hist(x, n, k, sc, nnz_p);
     }
-    GCOLL_CHECK(scratch_hist(sc));
-    GCOLL_CHECK(topr(sc, &cnt, k));
+    GCOLL_CHECK(st);
+    GCOLL_CHECK(topr(sc, &cnt, k, zero ? e : NULL));
+    sc->zeroed = zero;
     *nnz_p = cnt;
     return GCOLL_OK;
 }
@@ -335,14 +350,14 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
 gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint64_t key,
                                         gcoll_scratch_t *sc, size_t *nnz_p)
 {
-    return topk_sample(x, NULL, NULL, 0, n, k, key, 0, sc, nnz_p);
+    return topk_sample(x, NULL, NULL, 0, n, k, key, 0, 0, sc, nnz_p);
 }
 
 gcoll_status_t gcoll_select_topk_sample_axpy(float *e, const float *g, float a, size_t n,
-                                             size_t k, uint64_t key, gcoll_scratch_t *sc,
-                                             size_t *nnz_p)
+                                             size_t k, uint64_t key, int zero,
+                                             gcoll_scratch_t *sc, size_t *nnz_p)
 {
-    return topk_sample(e, e, g, a, n, k, key, 0, sc, nnz_p);
+    return topk_sample(e, e, g, a, n, k, key, 0, zero, sc, nnz_p);
 }
 
 /* The sample only guides the work in the exact forms: any fixed key will do. */
@@ -351,13 +366,14 @@ gcoll_status_t gcoll_select_topk_sample_axpy(float *e, const float *g, float a, 
 gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
                                        size_t *nnz_p)
 {
-    return topk_sample(x, NULL, NULL, 0, n, k, EXACT_KEY, 1, sc, nnz_p);
+    return topk_sample(x, NULL, NULL, 0, n, k, EXACT_KEY, 1, 0, sc, nnz_p);
 }
 
 gcoll_status_t gcoll_select_topk_exact_axpy(float *e, const float *g, float a, size_t n,
-                                            size_t k, gcoll_scratch_t *sc, size_t *nnz_p)
+                                            size_t k, int zero, gcoll_scratch_t *sc,
+                                            size_t *nnz_p)
 {
-    return topk_sample(e, e, g, a, n, k, EXACT_KEY, 1, sc, nnz_p);
+    return topk_sample(e, e, g, a, n, k, EXACT_KEY, 1, zero, sc, nnz_p);
 }
 
 /* --- threshold and reuse ------------------------------------------------------------- */
@@ -380,7 +396,7 @@ gcoll_status_t gcoll_select_ge_axpy(float *e, const float *g, float a, size_t n,
     GCOLL_CHECK(gcoll_scratch_pairs(sc, cap));
     int bad = 0;
     size_t cnt = gcoll_kernels()->axpy_collect_ge(e, g, n, a, thr ? thr : 1u, sc->idx, sc->val,
-                                                  cap, &bad);
+                                                  cap, &bad, 0);
     if (bad)
         return report_nonfinite(e, n);
     *cnt_p = cnt;

@@ -378,7 +378,9 @@ static void test_fused_axpy_collect_ge(void **unused)
     float *g = malloc(nmax * 4), *e0 = malloc(nmax * 4), *er = malloc(nmax * 4);
     float *ef = malloc(nmax * 4);
     uint32_t *ir = malloc(nmax * 4), *iff = malloc(nmax * 4), *igen = malloc(nmax * 4);
-    float *vr = malloc(nmax * 4), *vf = malloc(nmax * 4);
+    float *vr = malloc(nmax * 4), *vf = malloc(nmax * 4), *vz = malloc(nmax * 4);
+    float *ez = malloc(nmax * 4);
+    uint32_t *iz = malloc(nmax * 4);
     const uint32_t thrs[] = {1u, 0x3c000000u /* 2^-7 */, 0x3f000000u /* 0.5 */};
     for (size_t zi = 0; zi < N_FUSED_SIZES; zi++)
         for (int ai = 0; ai < 2; ai++)
@@ -394,7 +396,7 @@ static void test_fused_axpy_collect_ge(void **unused)
                     size_t cr = k->collect_ge(er, n, thrs[ti], ir, vr, cap, &badr);
                     memcpy(ef, e0, n * 4);
                     size_t cf = k->axpy_collect_ge(ef, g, n, fused_a[ai], thrs[ti], iff, vf,
-                                                   cap, &badf);
+                                                   cap, &badf, 0);
                     assert_int_equal(cr, cf);
                     assert_int_equal(badr, badf);
                     assert_memory_equal(er, ef, n * 4);
@@ -413,6 +415,19 @@ static void test_fused_axpy_collect_ge(void **unused)
                     }
                     assert_int_equal(ns, cf);
                     assert_memory_equal(vr, vf, GCOLL_MIN(cr, cap) * 4);
+                    /* zero: the same, and e = 0 exactly where an index was stored */
+                    memcpy(ez, e0, n * 4);
+                    int badz = 0;
+                    size_t cz = k->axpy_collect_ge(ez, g, n, fused_a[ai], thrs[ti], iz, vz,
+                                                   cap, &badz, 1);
+                    assert_int_equal(cz, cf);
+                    assert_memory_equal(iz, iff, GCOLL_MIN(cf, cap) * 4);
+                    assert_memory_equal(vz, vf, GCOLL_MIN(cf, cap) * 4);
+                    for (size_t j = 0; j < GCOLL_MIN(cf, cap); j++) {
+                        assert_true(ez[iz[j]] == 0.0f && !signbit(ez[iz[j]]));
+                        ez[iz[j]] = vz[j];
+                    }
+                    assert_memory_equal(ez, ef, n * 4);
                     if (lvl_i == 0) {
                         cgen = cf;
                         memcpy(igen, iff, GCOLL_MIN(cf, cap) * 4);
@@ -424,6 +439,7 @@ static void test_fused_axpy_collect_ge(void **unused)
             }
     gcoll_simd_set(GCOLL_SIMD_AUTO);
     free(g), free(e0), free(er), free(ef), free(ir), free(iff), free(igen), free(vr), free(vf);
+    free(vz), free(ez), free(iz);
 }
 
 /* The sign scale's sum from the fused pass, split at multiples of 8 as chunks are, equals
