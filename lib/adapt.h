@@ -52,6 +52,33 @@ double gcoll_ctl_step(gcoll_density_ctl_t *c, double window_s, double fixed_s, d
 double gcoll_fit_density(int n, const double *offset, const double *fixed,
                          const double *wire_full, double deadline, double dmin, double dmax);
 
+/* Mid-step check after one bucket of a step planned at bw bytes/s: the ranks agreed that
+ * the bucket put `bytes` on the wire in wire_s seconds. When that rate is under half the
+ * plan and the time lost to it is more than 2% of the step's window (a link that slowed,
+ * not noise on a fast one, where the wire is a small part of the step), returns rate / bw:
+ * the factor by which to scale the density of the buckets not yet started in this step, so
+ * that their wire time stays what the plan gave them; otherwise 1. scale_now is the cut
+ * already in force in this step (1: none): once the slowdown is established, a bucket run at
+ * the cut density, which loses little time because it is small, keeps the cut as long as
+ * its rate is still under half the plan. */
+double gcoll_midstep_scale(double bw, double bytes, double wire_s, double window_s,
+                           double scale_now);
+
+/* Sets the estimate to this sample at once (a regime change established otherwise: the
+ * mid-step checks of the same step saw it). */
+void gcoll_bw_jump(gcoll_bw_est_t *e, double bytes, double seconds);
+
+/* One bucket's cost as gcoll_fit_density takes it, fixed + d * per_density, from what the
+ * ranks agreed it measured at density d0: the slowest rank's run and compression, the
+ * shortest wire time (the rank that waited least for the others: the link's share), the
+ * copies, and its bytes. Two parts grow with d: the wire (bytes / bw) and the share of
+ * compression that selects and packs the values (a sparsifier's time per element goes as
+ * 1 + 12 d); the rest of the run (the rest of compression, waiting for peers still
+ * compressing on a busy CPU) is fixed. At d0 the cost is the measured run plus copies. */
+void gcoll_bucket_cost(double run_s, double wire_s, double comp_s, double copy_s,
+                       double bytes, double d0, double bw, double *fixed_p,
+                       double *per_density_p);
+
 /* gcoll_ctl_step with the target density already computed (critical: the phase signal). */
 double gcoll_ctl_apply(gcoll_density_ctl_t *c, double target, int critical);
 

@@ -45,7 +45,9 @@ typedef struct {
     gcoll_bucketer_t *b;
     /* adaptation: measured on the progress thread during the bucket's run */
     int adaptive; /* the codec has a density to tune */
+    int check_after; /* bandwidth adaptation, and an adaptive bucket runs after this one */
     gcoll_density_ctl_t ctl;
+    gcoll_bw_est_t bw; /* this bucket's own wire rate, for the mid-step check */
     double base_density; /* the spec's */
     double t_launch, run_s, comp_s, bytes, norm2;
     double copy_s; /* gathering into the fused buffer and scattering back */
@@ -68,6 +70,9 @@ struct gcoll_bucketer {
     int adapt;  /* GCOLL_ADAPT: bit 0 bandwidth, bit 1 phase */
     gcoll_phase_t phase;
     gcoll_bw_est_t bw; /* of all adaptive buckets together */
+    double window;     /* the last agreed backward window, seconds */
+    double mid_scale;  /* this step's mid-step cut of the densities (1: none) */
+    int mid_fired;     /* mid-step checks that found the link slower this step */
     char err[512];
 };
 
@@ -126,6 +131,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
     if (b->cfg.accumulate_steps < 1)
         b->cfg.accumulate_steps = 1;
     b->adapt = comm->cfg.adapt; /* 1 bandwidth, 2 phase, 3 both */
+    b->mid_scale = 1;
     gcoll_phase_init(&b->phase, 0.5, 2);
     gcoll_bw_init(&b->bw, (double)comm->cfg.adapt_half_life);
     b->policy_text = strdup(b->cfg.policy ? b->cfg.policy : "");
@@ -254,8 +260,13 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
                 const gcoll_config_t *cf = &b->comm->cfg;
                 k->base_density = k->comp->density;
                 gcoll_ctl_init(&k->ctl, cf->density_min, cf->density_max, k->comp->density);
+                gcoll_bw_init(&k->bw, (double)cf->adapt_half_life);
             }
         }
+    }
+    for (int j = 0, later = 0; (b->adapt & 1) && j < b->nb; j++) {
+        b->bk[b->nb - 1 - j].check_after = later;
+        later |= b->bk[b->nb - 1 - j].adaptive;
     }
     GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: %d tensors in %d buckets of up to %zu bytes", b->nt,
                b->nb, b->cfg.bucket_bytes);
@@ -267,6 +278,48 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
 static void accumulate(void *dst, const void *src, size_t n, gcoll_dtype_t dtype)
 {
     gcoll_reduce(dst, src, n, dtype, GCOLL_SUM);
+}
+
+/* Swaps a bucket's compressor for a copy at another density; the residuals stay. */
+static gcoll_status_t set_density(bucket_t *k, double d)
+{
+    gcoll_compressor_t *c = malloc(sizeof(*c));
+    if (!c)
+        return GCOLL_ERR_NOMEM;
+    *c = *k->comp;
+    c->density = d;
+    gcoll_spec_canon(c);
+    k->state->c = c;
+    if (k->state->server)
+        k->state->server->c = c;
+    gcoll_compressor_destroy(k->comp);
+    k->comp = c;
+    return GCOLL_OK;
+}
+
+/* Mid-step, after an adaptive bucket (on the progress thread, where every rank runs the
+ * buckets in the same order): the ranks agree on its wire time (the shortest: the rank that
+ * waited least for the others) and bytes with one tiny allreduce, and when the link turned
+ * out much slower than the step was planned for, the buckets not yet started in this step
+ * run at a density cut in proportion; the next decision at the end of the step restores the
+ * controller's density. The same agreed numbers on every rank: the same cut everywhere. */
+#define MIDSTEP_SUB 0xf0000000u /* message tags far above the bucket's own collective's */
+static gcoll_status_t midstep_check(gcoll_comm_t *comm, bucket_t *k)
+{
+    gcoll_bucketer_t *b = k->b;
+    double x[2] = {-(k->run_s - k->comp_s), k->bytes};
+    uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, 2, GCOLL_FLOAT64, GCOLL_MAX, 0);
+    GCOLL_CHECK(gcoll_ring_allreduce_at(comm, x, 2, GCOLL_FLOAT64, GCOLL_MAX, sig, MIDSTEP_SUB));
+    /* against this bucket's own rate in the steps before: buckets differ (the first ones
+     * share the CPU with the busiest part of backward) */
+    double s = gcoll_midstep_scale(k->bw.bw, x[1], -x[0], b->window, b->mid_scale);
+    b->mid_fired += s < 1;
+    if (s < 1 || b->mid_scale < 1)
+        GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT, "step %ld %s: %.0f bytes in %.1f ms of wire, %.1f MB/s "
+                    "before: later buckets at %.3g of their density", b->step, k->label, x[1],
+                    -x[0] * 1e3, k->bw.bw / 1e6, s);
+    b->mid_scale = s;
+    return GCOLL_OK;
 }
 
 /* On the progress thread: gather, reduce (compressed for float32), scatter back. */
@@ -313,6 +366,11 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
             n2 += (double)k->fused[i] * k->fused[i];
         k->norm2 = n2;
     }
+    if (k->adaptive && b->mid_scale < 1) {
+        double d = fmax(k->ctl.dmin, k->ctl.density * b->mid_scale);
+        if (d != k->comp->density && (st = set_density(k, d)) != GCOLL_OK)
+            return st;
+    }
     if (k->dtype == GCOLL_FLOAT32) {
         k->state->input_checked = scan;
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
@@ -326,6 +384,8 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
         if (st == GCOLL_OK)
             gcoll_reduce_finish(fused, k->count, k->dtype, b->cfg.op, comm->size);
     }
+    if (st == GCOLL_OK && k->check_after)
+        st = midstep_check(comm, k);
     if (st != GCOLL_OK)
         return st;
     double t1 = (double)gcoll_time_ns() * 1e-9;
@@ -396,31 +456,14 @@ out:
     return st;
 }
 
-/* Swaps a bucket's compressor for a copy at another density; the residuals stay. */
-static gcoll_status_t set_density(bucket_t *k, double d)
-{
-    gcoll_compressor_t *c = malloc(sizeof(*c));
-    if (!c)
-        return GCOLL_ERR_NOMEM;
-    *c = *k->comp;
-    c->density = d;
-    gcoll_spec_canon(c);
-    k->state->c = c;
-    if (k->state->server)
-        k->state->server->c = c;
-    gcoll_compressor_destroy(k->comp);
-    k->comp = c;
-    return GCOLL_OK;
-}
-
 /* After a communicating step: agree on the measurements (the slowest rank's times and
  * launch offsets, the shortest window, the largest gradient norm), then let each adaptive
  * bucket's controller pick its density. Every rank runs the same controller on the same
  * numbers, so all decide alike. */
 static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
 {
-    enum { NV = 6 }; /* per bucket: run, compression, bytes, squared norm, launch offset,
-                      * gather and scatter copies */
+    enum { NV = 7 }; /* per bucket: run, compression, bytes, squared norm, launch offset,
+                      * gather and scatter copies, wire (negated: the shortest) */
     int na = 0;
     double first = 1e300;
     for (int j = 0; j < b->nb; j++) {
@@ -444,24 +487,35 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
         x[3] = k->adaptive ? k->norm2 : 0;
         x[4] = k->t_launch - first;
         x[5] = k->copy_s;
+        x[6] = -(k->run_s - k->comp_s);
     }
     v[(size_t)b->nb * NV] = -window; /* MAX of the negation: the shortest window */
     gcoll_status_t st = gcoll_allreduce(b->comm, v, v, (size_t)b->nb * NV + 1, GCOLL_FLOAT64,
                                         GCOLL_MAX);
     if (st == GCOLL_OK) {
         window = -v[(size_t)b->nb * NV];
+        b->window = window;
         double comp_all = 0, wire_all = 0, bytes_all = 0;
         for (int j = 0; j < b->nb; j++) {
             const double *x = v + (size_t)j * NV;
             if (!b->bk[j].adaptive)
                 continue;
             norm2 += x[3];
+            /* two mid-step checks of this step saw the link slow down: the step's own
+             * samples below half the estimates are the new regime, not a stall */
+            if (b->mid_fired >= 2 && x[2] / fmax(-x[6], 1e-9) < b->bk[j].bw.bw / 2)
+                gcoll_bw_jump(&b->bk[j].bw, x[2], -x[6]);
+            else
+                gcoll_bw_update(&b->bk[j].bw, x[2], -x[6]);
             comp_all += x[1];
-            wire_all += x[0] - x[1] > 1e-6 ? x[0] - x[1] : 1e-6;
+            wire_all += -x[6] > 1e-6 ? -x[6] : 1e-6;
             bytes_all += x[2];
         }
         int critical = (b->adapt & 2) ? gcoll_phase_update(&b->phase, sqrt(norm2)) : 0;
-        gcoll_bw_update(&b->bw, bytes_all, wire_all);
+        if (b->mid_fired >= 2 && bytes_all / wire_all < b->bw.bw / 2)
+            gcoll_bw_jump(&b->bw, bytes_all, wire_all);
+        else
+            gcoll_bw_update(&b->bw, bytes_all, wire_all);
         /* The buckets share one progress thread and run in launch order: bucket j starts
          * at its launch or when the one before it ends, then compresses and sends. What
          * must end by the end of backward is the last of them; the density that makes
@@ -473,8 +527,8 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
             bucket_t *k = &b->bk[j];
             off[j] = x[4];
             if (k->adaptive && b->bw.bw > 0) {
-                fixed[j] = x[1] + x[5];
-                wfull[j] = x[2] / k->comp->density / b->bw.bw; /* bytes linear in density */
+                gcoll_bucket_cost(x[0], -x[6], x[1], x[5], x[2], k->comp->density, b->bw.bw,
+                                  &fixed[j], &wfull[j]);
                 dmin = fmin(dmin, k->ctl.dmin);
                 dmax = fmax(dmax, k->ctl.dmax);
             } else {
@@ -498,9 +552,12 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
             GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT,
                         "bucket %d: launched at +%.1f ms of a %.1f ms window; all adaptive "
                         "buckets: wire %.1f ms, compress %.1f ms, %.0f bytes, bandwidth "
-                        "%.1f MB/s; fitted density %g; critical %d: density %g -> %g",
+                        "%.1f MB/s; fitted density %g; critical %d: density %g -> %g; this "
+                        "bucket: %.0f bytes, wire %.1f ms, compress %.1f ms",
                         j, off[j] * 1e3, window * 1e3, wire_all * 1e3, comp_all * 1e3,
-                        bytes_all, b->bw.bw / 1e6, target, critical, old, d);
+                        bytes_all, b->bw.bw / 1e6, target, critical, old, d,
+                        v[(size_t)j * NV + 2], -v[(size_t)j * NV + 6] * 1e3,
+                        v[(size_t)j * NV + 1] * 1e3);
             if (d != k->comp->density)
                 st = set_density(k, d);
         }
@@ -551,6 +608,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
     for (int j = 0; j < b->nb; j++)
         b->bk[j].nready = 0;
     b->next_launch = 0;
+    b->mid_scale = 1;
+    b->mid_fired = 0;
     b->step++;
     pthread_mutex_unlock(&b->lock);
     return st;

@@ -103,6 +103,12 @@ static void test_regime_change(void **state)
     gcoll_bw_update(&e, 2e7, 1.0);
     assert_true(fabs(e.bw - 2e7) < 1e6);
     assert_int_equal(e.jumps, 1);
+    /* a jump forced by evidence from elsewhere (the mid-step checks) */
+    gcoll_bw_est_t f = e;
+    gcoll_bw_jump(&f, 5e6, 1.0);
+    assert_true(f.bw == 5e6 && f.jumps == 2);
+    gcoll_bw_jump(&f, 0, 1.0); /* ignored */
+    assert_true(f.bw == 5e6);
     /* and back up 50x in two samples */
     gcoll_bw_update(&e, 1e9, 1.0);
     gcoll_bw_update(&e, 1e9, 1.0);
@@ -150,6 +156,83 @@ static void test_fit_density(void **state)
     assert_true(fabs(d - (1.0 - 0.07) / 5.0) < 1e-6);
 }
 
+static void test_bucket_cost(void **state)
+{
+    (void)state;
+    /* measured at d0 = 0.05: run 300 ms of which compression 150 ms and 40 ms on the wire
+     * for the rank that waited least, 10 ms of copies, 5 MB at 125 MB/s (40 ms) */
+    double fx, pd;
+    gcoll_bucket_cost(0.3, 0.04, 0.15, 0.01, 5e6, 0.05, 1.25e8, &fx, &pd);
+    /* at d0 the model gives back the measured run plus copies */
+    assert_true(fabs(fx + 0.05 * pd - 0.31) < 1e-9);
+    /* compression grows as 1 + 12 d: at 0.1 it is 2.2 / 1.6 of now, the wire twice */
+    double comp01 = 0.15 * 2.2 / 1.6;
+    assert_true(fabs(fx + 0.1 * pd - (0.31 - 0.15 - 0.04 + comp01 + 0.08)) < 1e-9);
+    /* waiting for peers (run - compression - shortest wire = 110 ms) does not scale */
+    assert_true(fabs(fx + 0.0 * pd - (0.31 - 0.15 - 0.04 + 0.15 / 1.6)) < 1e-9);
+    /* a wire time longer than the run allows is clipped to it */
+    gcoll_bucket_cost(0.3, 0.5, 0.15, 0.0, 5e6, 0.05, 1.25e8, &fx, &pd);
+    assert_true(fx >= 0 && fabs(fx + 0.05 * pd - (0.3 - 0.15 + 0.04)) < 1e-9);
+}
+
+static void test_midstep_scale(void **state)
+{
+    (void)state;
+    /* planned at 125 MB/s, a 1.3 s window: 4 MB took 160 ms (25 MB/s): cut to 0.2 */
+    assert_true(fabs(gcoll_midstep_scale(1.25e8, 4e6, 0.16, 1.3, 1) - 0.2) < 1e-9);
+    /* 2x slower is not enough (noise, a busy peer) */
+    assert_true(gcoll_midstep_scale(1.25e8, 4e6, 0.064, 1.3, 1) == 1);
+    /* a fast link where the wire is a sliver of the step: 5x slower costs 8 ms < 2% */
+    assert_true(gcoll_midstep_scale(1.25e9, 2e6, 0.008, 1.3, 1) == 1);
+    /* nothing planned or measured yet */
+    assert_true(gcoll_midstep_scale(0, 4e6, 0.16, 1.3, 1) == 1);
+    assert_true(gcoll_midstep_scale(1.25e8, 0, 0.16, 1.3, 1) == 1);
+    assert_true(gcoll_midstep_scale(1.25e8, 4e6, 0, 1.3, 1) == 1);
+    assert_true(gcoll_midstep_scale(1.25e8, 4e6, 0.16, 0, 1) == 1);
+    /* once cut in this step, a small bucket at the cut density keeps the cut while its
+     * rate is under half the plan, though it loses little time */
+    assert_true(gcoll_midstep_scale(1.25e8, 4e5, 0.016, 1.3, 1) == 1);
+    assert_true(fabs(gcoll_midstep_scale(1.25e8, 4e5, 0.016, 1.3, 0.2) - 0.2) < 1e-9);
+    assert_true(gcoll_midstep_scale(1.25e8, 4e5, 0.004, 1.3, 0.2) == 1); /* recovered */
+}
+
+/* The step right after a link drop: four ranks measure the first bucket's wire with their
+ * own noise, agree on the shortest (as the bucketer does), and cut the later buckets;
+ * every rank computes the same cut, and the step ends far sooner than without it. */
+static void test_midstep_drop(void **state)
+{
+    (void)state;
+    enum { NB = 5, NR = 4 };
+    const double off[NB] = {0, 0.3, 0.7, 1.1, 1.3}, fx[NB] = {0.1, 0.05, 0.1, 0.1, 0.02};
+    const double elems[NB] = {6e6, 2e6, 6e6, 6e6, 2e6}, window = 1.3, d = 0.1;
+    const double planned = 1.25e8, now = 2.5e7; /* 1 Gbit/s planned, 200 Mbit/s now */
+    uint64_t seed = 3;
+    const double bytes = elems[0] * 8 * d;
+    double meas[NR], scale[NR];
+    for (int q = 0; q < NR; q++) /* every rank's own measurement of the first bucket */
+        meas[q] = bytes / now * (1 + 0.2 * fabs(noise(&seed)));
+    for (int r = 0; r < NR; r++) {
+        /* rank r combines them in its own order (as a ring does), keeping the shortest */
+        double wire = 1e9;
+        for (int q = 0; q < NR; q++)
+            wire = fmin(wire, meas[(r + q) % NR]);
+        scale[r] = gcoll_midstep_scale(planned, bytes, wire, window, 1);
+    }
+    for (int r = 1; r < NR; r++)
+        assert_true(scale[r] == scale[0]);
+    const double sc = scale[0];
+    assert_true(sc < 0.21 && sc > 0.15);
+    double t_cut = 0, t_old = 0;
+    for (int j = 0; j < NB; j++) {
+        double dj = j == 0 ? d : d * sc;
+        t_cut = fmax(off[j], t_cut) + fx[j] + elems[j] * 8 * dj / now;
+        t_old = fmax(off[j], t_old) + fx[j] + elems[j] * 8 * d / now;
+    }
+    /* without the cut the last bucket ends 176 ms after backward; with it, under half that */
+    assert_true(fabs(t_old - window - 0.176) < 1e-6);
+    assert_true(t_cut - window < 0.5 * (t_old - window));
+}
+
 static void test_bounds_and_hold(void **state)
 {
     (void)state;
@@ -193,7 +276,8 @@ int main(void)
         cmocka_unit_test(test_step_changes), cmocka_unit_test(test_noise_no_oscillation),
         cmocka_unit_test(test_outliers),
         cmocka_unit_test(test_regime_change),     cmocka_unit_test(test_fit_density),     cmocka_unit_test(test_bounds_and_hold),
-        cmocka_unit_test(test_phase),
+        cmocka_unit_test(test_phase),         cmocka_unit_test(test_bucket_cost),
+        cmocka_unit_test(test_midstep_scale),  cmocka_unit_test(test_midstep_drop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
