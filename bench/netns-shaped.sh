@@ -124,7 +124,9 @@ CPIN=""
 
 if [ "${MODE:-}" = adapt ]; then
     # GCOLL_ADAPT=bandwidth while the links change rate: 10 Gbit/s -> 1 Gbit/s ->
-    # 200 Mbit/s -> 10 Gbit/s, PHASE_S seconds each; rank 0 prints one line per step.
+    # 200 Mbit/s -> 10 Gbit/s, PHASE_S seconds each; rank 0 prints one line per step,
+    # after the time of a step of compute alone. ADAPT=off SPEC=topk:density=D runs a fixed
+    # density for comparison; ADAPT_DAT=FILE writes the data of bench/plot-adapt.gp.
     OVERLAP="$BUILD/tools/gcoll-overlap-bench"
     PHASES=${PHASES:-"10gbit 1gbit 200mbit 10gbit"}
     PHASE_S=${PHASE_S:-15}
@@ -143,15 +145,21 @@ if [ "${MODE:-}" = adapt ]; then
             -z "${SPEC:-topk:density=0.01}" >"$TMP/ad$i.out" 2>"$TMP/ad$i.err" &
         pids="$pids $!"
     done
-    start=$(date +%s)
+    start=$(date +%s.%N)
     for rate in $PHASES; do
         shape
-        echo "# $(( $(date +%s) - start )) s: links now $rate"
+        echo "# $(echo "$(date +%s.%N) $start" | awk '{printf "%.1f", $1 - $2}') s: links now $rate"
         sleep "$PHASE_S"
     done
     for p in $pids; do wait "$p"; done
     cat "$TMP/ad0.out"
     [ -s "$TMP/ad0.err" ] && cat "$TMP/ad0.err"
+    # ADAPT_DAT=FILE: "time_s iteration_ms density" per step, time on this script's clock
+    # (the one the phases above are on), for bench/plot-adapt.gp
+    if [ -n "${ADAPT_DAT:-}" ]; then
+        awk -v s0="$start" '/^# steps start at/ {off = $5 - s0}
+            /^step / {printf "%.2f %s %s\n", $4 + off, $7, $13}' "$TMP/ad0.out" >"$ADAPT_DAT"
+    fi
     exit 0
 fi
 

@@ -73,6 +73,7 @@ struct gcoll_bucketer {
     double window;     /* the last agreed backward window, seconds */
     double mid_scale;  /* this step's mid-step cut of the densities (1: none) */
     int mid_fired;     /* mid-step checks that found the link slower this step */
+    long adapted;      /* communicating steps adapt() has seen */
     char err[512];
 };
 
@@ -501,6 +502,8 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
             if (!b->bk[j].adaptive)
                 continue;
             norm2 += x[3];
+            if (b->adapted == 0)
+                continue; /* the first step warms up (page faults, connections): not a rate */
             /* two mid-step checks of this step saw the link slow down: the step's own
              * samples below half the estimates are the new regime, not a stall */
             if (b->mid_fired >= 2 && x[2] / fmax(-x[6], 1e-9) < b->bk[j].bw.bw / 2)
@@ -512,10 +515,13 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
             bytes_all += x[2];
         }
         int critical = (b->adapt & 2) ? gcoll_phase_update(&b->phase, sqrt(norm2)) : 0;
-        if (b->mid_fired >= 2 && bytes_all / wire_all < b->bw.bw / 2)
-            gcoll_bw_jump(&b->bw, bytes_all, wire_all);
-        else
-            gcoll_bw_update(&b->bw, bytes_all, wire_all);
+        long jumps = b->bw.jumps;
+        if (b->adapted++ > 0) {
+            if (b->mid_fired >= 2 && bytes_all / wire_all < b->bw.bw / 2)
+                gcoll_bw_jump(&b->bw, bytes_all, wire_all);
+            else
+                gcoll_bw_update(&b->bw, bytes_all, wire_all);
+        }
         /* The buckets share one progress thread and run in launch order: bucket j starts
          * at its launch or when the one before it ends, then compresses and sends. What
          * must end by the end of backward is the last of them; the density that makes
@@ -544,6 +550,9 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
             if (!k->adaptive)
                 continue;
             double old = k->ctl.density;
+            /* the link changed regime (the estimate jumped): not noise, so no hold */
+            if (b->bw.jumps != jumps)
+                k->ctl.held = k->ctl.min_hold;
             /* phase only: the spec's density, or the maximum in a critical regime */
             double d = !(b->adapt & 1) ? (critical ? k->ctl.dmax : k->base_density)
                        : target > 0    ? gcoll_ctl_apply(&k->ctl, target, critical)

@@ -132,7 +132,8 @@ int main(int argc, char **argv)
                    "  GCOLL_PROGRESS_CPU set to another: the compute loop stands for GPU kernels\n"
                    "  (it runs for wall time), leaving the other cores to communication\n"
                    "  -s STEPS: only the overlapped mode, STEPS steps, one line per step with the\n"
-                   "  iteration time and the densities the bucketer chose (for GCOLL_ADAPT runs)\n"
+                   "  iteration time and the densities the bucketer chose (for GCOLL_ADAPT runs),\n"
+                   "  after two steps of compute alone (the reference, printed first)\n"
                    "  simulates ResNet-50's backward pass (161 tensors, 25.5M floats) taking\n"
                    "  COMPUTE_MS per iteration (default 200) and reduces the gradients through\n"
                    "  the bucketer with compressor SPEC (default GCOLL_COMPRESSOR, else none)\n");
@@ -177,7 +178,26 @@ int main(int argc, char **argv)
     double s = compute_ms / 1e3, t[4] = {0};
     if (steps > 0) {
         gcoll_status_t sst = GCOLL_OK;
+        /* the reference: a step of compute alone on this machine (the gradient writes and
+         * the compute loops of all ranks sharing the cores), the slowest rank's best of 2 */
+        double alone = 1e30, alone_slow = 0;
+        for (int k = 0; k < 2 && sst == GCOLL_OK; k++) {
+            double x = iteration(b, g, id, MODE_COMPUTE, s, total, &sst);
+            alone = x < alone ? x : alone;
+        }
+        if (sst == GCOLL_OK)
+            sst = gcoll_allreduce(comm, &alone, &alone_slow, 1, GCOLL_FLOAT64, GCOLL_MAX);
+        if (rank == 0 && sst == GCOLL_OK)
+            printf("# compute alone %.1f ms (%.1f ms of compute loops)\n", alone_slow * 1e3,
+                   compute_ms);
         double t0 = now();
+        if (rank == 0) {
+            /* so that a script changing the link during the run can line its clock up */
+            struct timespec wall;
+            clock_gettime(CLOCK_REALTIME, &wall);
+            printf("# steps start at %.3f s (CLOCK_REALTIME)\n",
+                   (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec);
+        }
         for (int k = 0; k < steps && sst == GCOLL_OK; k++) {
             double it = iteration(b, g, id, MODE_OVERLAP, s, total, &sst), slow = it;
             if (sst == GCOLL_OK)
