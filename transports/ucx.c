@@ -2,6 +2,8 @@
  * here by (peer, tag) with length and signature checks, rendezvous data received straight
  * into the caller's buffer; progress sleeps on UCX's event fd. Setup is in ucx_setup.c. */
 #include <errno.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -585,30 +587,75 @@ unsigned gcoll_ucx_drive(gcoll_transport_t *t)
     return total;
 }
 
+/* UCX cannot sleep while it holds sends it could not start: ucp_worker_arm reports BUSY for
+ * as long as any are queued (on shared memory: the fragments of a large message queued
+ * behind the peer's full receive fifo, 64 elements of 8 KiB), and nothing signals us when
+ * the peer drains that fifo, so UCX has to be polled. Polling hot starves the very peer
+ * that must drain it whenever the ranks share cores with each other or with other work:
+ * every rendezvous beyond the fifo's 512 KiB then waits for the scheduler to take the CPU
+ * away from the poller (2 ranks on 2 loaded cores: 1 MiB allreduce 14 ms instead of
+ * 0.3 ms). So between fruitless polls the CPU is given away (sched_yield), and after
+ * HELD_YIELD_NS of them we nap, at most HELD_NAP_MAX_NS at a time, so that a peer busy
+ * elsewhere does not cost us a core. A nap still ends on the communicator's wake fd. */
+#define HELD_YIELD_NS 200000ull
+#define HELD_NAP_MAX_NS 1000000ull
+
+static void held_poll_wait(gcoll_transport_t *t, int timeout_ms)
+{
+    uint64_t now = gcoll_time_ns();
+    t->st_held_polls++;
+    if (!t->held_since_ns)
+        t->held_since_ns = now;
+    uint64_t stuck = now - t->held_since_ns;
+    if (stuck < HELD_YIELD_NS) {
+        sched_yield();
+        return;
+    }
+    t->st_held_naps++;
+    uint64_t nap = GCOLL_MIN(stuck / 4, HELD_NAP_MAX_NS);
+    nap = GCOLL_MIN(nap, (uint64_t)timeout_ms * 1000000ull);
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)nap};
+    struct pollfd pfd = {.fd = t->wake_fd, .events = POLLIN};
+    if (ppoll(&pfd, t->wake_fd >= 0 ? 1 : 0, &ts, NULL) < 0 && errno != EINTR)
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: ppoll: %s", strerror(errno));
+}
+
 static gcoll_status_t ucx_progress(gcoll_transport_t *t, int timeout_ms)
 {
     unsigned long ev = t->events;
-    if (gcoll_ucx_drive(t) || t->events != ev || timeout_ms <= 0)
+    if (gcoll_ucx_drive(t) || t->events != ev || timeout_ms <= 0) {
+        t->held_since_ns = 0;
         return GCOLL_OK;
+    }
     if (t->ep_errors) /* a failed connection is in its grace period: look again soon */
         timeout_ms = GCOLL_MIN(timeout_ms, 50);
     /* Idle: sleep on UCX's event fd (and the communicator's wake fd) rather than spin.
-     * Arming reports BUSY when events are already pending (UCX's wakeup protocol). */
+     * Arming reports BUSY when events are already pending (UCX's wakeup protocol): progress
+     * again; if that finds nothing either, UCX is holding queued sends (above). */
     ucs_status_t s = ucp_worker_arm(t->worker);
     if (s == UCS_ERR_BUSY) {
-        gcoll_ucx_drive(t);
+        if (gcoll_ucx_drive(t) || t->events != ev)
+            t->held_since_ns = 0;
+        else
+            held_poll_wait(t, timeout_ms);
         return GCOLL_OK;
     }
     if (s != UCS_OK) {
         gcoll_ucx_set_error(t, "ucp_worker_arm: %s", ucs_status_string(s));
         return GCOLL_ERR_TRANSPORT;
     }
+    t->held_since_ns = 0;
+    t->st_sleeps++;
     struct epoll_event e[2];
     int n = epoll_wait(t->epfd, e, 2, timeout_ms);
     if (n < 0 && errno != EINTR) {
         gcoll_ucx_set_error(t, "epoll_wait: %s", strerror(errno));
         return GCOLL_ERR_TRANSPORT;
     }
+    /* Armed and then woken by nothing while operations were in flight: either a peer was
+     * silent for that long, or a wake-up was lost. Counted, for test-ucx.sh. */
+    if (n == 0 && (t->ops || t->ep_errors))
+        t->st_sleep_timeouts++;
     gcoll_ucx_drive(t);
     return GCOLL_OK;
 }

@@ -120,6 +120,13 @@ struct gcoll_transport {
     int aborted;          /* a peer's abort arrived (its status is in the peers) */
     int ep_errors;        /* some peer has ep_error set */
     int closing;          /* destroy: arrivals are dropped */
+
+    uint64_t held_since_ns; /* start of the current run of held polls (ucx.c), or 0 */
+    /* progress statistics, logged by destroy (GCOLL_DEBUG=debug; test-ucx.sh reads them) */
+    unsigned long st_sleeps;         /* waits on the event fd */
+    unsigned long st_sleep_timeouts; /* ... that ran into their timeout, operations in flight */
+    unsigned long st_held_polls;     /* arm said BUSY and progress found nothing to do */
+    unsigned long st_held_naps;      /* ... of which napped (the others yielded the CPU) */
     char errmsg[512];
     /* registration cache (ucx_mem.c) */
     pthread_mutex_t reg_lock;

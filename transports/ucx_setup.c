@@ -159,6 +159,9 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
     if (!t)
         return;
     t->closing = 1;
+    GCOLL_DEBUG(GCOLL_SUBSYS_NET,
+                "ucx: progress: sleeps=%lu sleep_timeouts=%lu held_polls=%lu held_naps=%lu",
+                t->st_sleeps, t->st_sleep_timeouts, t->st_held_polls, t->st_held_naps);
     if (t->peers) {
         for (int i = 0; i < t->size; i++) {
             ucx_peer_t *p = &t->peers[i];

@@ -2,7 +2,9 @@
 # test-ucx.sh: the integration suite over the ucx transport, once per UCX transport set
 # (lib.sh: ucx_variants): every script that loops over transports() is rerun with
 # suite_transports=ucx and the variant's UCX_TLS, so no test is copied. Then checks of
-# UCX's own: an idle wait sleeps instead of spinning a core. Skips (77) without ucx.
+# UCX's own: an idle wait sleeps instead of spinning a core, and a rank whose sends UCX
+# holds (shared-memory fifo full) gives the CPU to the peer it waits for instead of
+# polling through its time slice. Skips (77) without ucx.
 . "$(dirname "$0")/lib.sh"
 
 line=$("$top_builddir/tools/gcoll-info" -t | grep '^ucx ')
@@ -52,5 +54,49 @@ if command -v bash >/dev/null 2>&1; then
             fail "$v: idle waits spin: '${cpu}' s CPU for 3 ranks over ${took} s"
         fi
     done
+fi
+# Sends held by UCX. A shared-memory rendezvous larger than the receiver's fifo (64
+# elements of 8 KiB) leaves fragments queued at the sender; UCX cannot sleep on them
+# (ucp_worker_arm stays BUSY) and nothing signals when the peer drains the fifo, so the
+# transport polls. With both ranks on one CPU the peer can only drain it once the poller
+# gives the CPU away: the transport yields, where hot polling ran each stall to the end of
+# its time slice (4 MiB allreduce in 128 KiB chunks: ~45,000 fruitless polls and 60 ms per
+# operation, against ~20 polls and 1.4 ms). The check counts the transport's fruitless
+# ("held") polls from its debug summary at destroy, not time; and no wait on the event fd
+# may run into its timeout with operations in flight (a lost wake-up; a silent peer is not
+# expected here). With UCX's default transports (it picks sysv shared memory) and the
+# variants; over UCX's tcp nothing is held.
+cpu=$(awk '/^Cpus_allowed_list:/ {split($2, a, "[-,]"); print a[1]}' /proc/self/status)
+if command -v taskset >/dev/null 2>&1 && [ -n "$cpu" ]; then
+    ops=52 # -n 50 -w 2
+    for v in ucx-default $(ucx_variants); do
+        log="$TMP/held-$v.log"
+        venv=$(ucx_variant_env "$v")
+        [ "$v" = ucx-default ] && venv="UCX_TLS=all"
+        # shellcheck disable=SC2086
+        if ! env $venv taskset -c "$cpu" "$gcoll_run" --timeout 120 -n 2 -x GCOLL_TRANSPORT=ucx \
+            -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=NET -x GCOLL_RING_CHUNK=128kb \
+            -- "$top_builddir/tools/gcoll-bench" -c -b 4M -e 4M -n 50 -w 2 >"$log" 2>&1; then
+            fail "$v: 4 MiB allreduce on one CPU did not run"
+            tail -n 20 "$log"
+            continue
+        fi
+        # "ucx: progress: sleeps=N sleep_timeouts=N held_polls=N held_naps=N", one per rank
+        res=$(grep 'ucx: progress:' "$log" | awk -v ops=$ops '
+            {for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) sum[kv[1]] += kv[2]; n++}
+            END {printf "%d %d %d %s", n, sum["sleep_timeouts"], sum["held_polls"],
+                 (n == 2 && sum["sleep_timeouts"] <= 2 && sum["held_polls"] <= 400 * ops * n) ? "ok" : "bad"}')
+        # shellcheck disable=SC2086
+        set -- $res
+        wrong=$(awk '$2 == 4194304 {print $NF}' "$log" | head -n 1)
+        if [ "$4" = ok ] && [ "$wrong" = 0 ]; then
+            pass "$v: held sends yield the CPU ($3 held polls, $2 timed-out waits; 2 ranks, $ops ops)"
+        else
+            fail "$v: held sends: $1 summaries, $3 held polls (at most $((400 * ops * 2))), $2 timed-out waits (at most 2), #wrong '$wrong'"
+            grep -v '^ok' "$log" | tail -n 20
+        fi
+    done
+else
+    note "skip: no taskset or no CPU affinity: the held-send check did not run"
 fi
 finish
