@@ -1,5 +1,6 @@
 # plot-adapt.gp: density chosen by GCOLL_ADAPT=bandwidth and iteration time per step while
-# the links change rate (data: "time_s iteration_ms density" per line, from MODE=adapt).
+# the links change rate (data: "time_s iteration_ms density" per line, time on the script's
+# clock: MODE=adapt ADAPT_DAT=FILE bench/netns-shaped.sh). ALONE: a step of compute alone, ms.
 # gnuplot -e "DATA='x.dat'; OUT='x.png'; PHASE=15" bench/plot-adapt.gp  (PHASE: seconds per rate)
 set terminal pngcairo size 900,480
 set output OUT
@@ -10,7 +11,8 @@ set y2tics
 set ytics nomirror
 set key bottom right
 set yrange [1400:*]
-if (!exists("PHASE")) PHASE = 14
+if (!exists("PHASE")) PHASE = 15
+if (!exists("ALONE")) ALONE = 0
 set arrow from PHASE,graph 0 to PHASE,graph 1 nohead dt 2
 set arrow from 2*PHASE,graph 0 to 2*PHASE,graph 1 nohead dt 2
 set arrow from 3*PHASE,graph 0 to 3*PHASE,graph 1 nohead dt 2
@@ -18,6 +20,9 @@ set label "10 Gbit/s" at 2,graph 0.95
 set label "1 Gbit/s" at PHASE+2,graph 0.95
 set label "200 Mbit/s" at 2*PHASE+2,graph 0.95
 set label "10 Gbit/s" at 3*PHASE+2,graph 0.95
+set y2range [0:0.11]
 plot DATA using 1:2 with linespoints title "iteration time", \
-     DATA using 1:3 axes x1y2 with steps lw 2 title "density", \
-     1500 with lines dt 3 title "compute"
+     DATA using 1:3 axes x1y2 with steps lw 2 title "density in use", \
+     1500 with lines dt 3 title "compute loops", \
+     1.2 * 1500 with lines dt 2 title "1.2x compute loops", \
+     (ALONE > 0 ? ALONE : 1/0) with lines dt 4 title "compute alone (measured)"
