@@ -74,6 +74,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(idx);
         free(val);
     }
+    /* the collectives' merged sum of two copies: two accumulating decodes, bit for bit, or
+     * refused with the output untouched */
+    {
+        const uint8_t *two[2] = {m, m};
+        size_t lens[2] = {len, len};
+        float *ref = malloc((count + 1) * sizeof(float)), *sum = malloc((count + 1) * sizeof(float));
+        for (size_t i = 0; i <= count; i++)
+            sum[i] = SENT;
+        memset(ref, 0, (count + 1) * sizeof(float));
+        int bad = -1;
+        gcoll_status_t s2 = gcoll_codec_sum(c, two, lens, 2, sum, count, 1.0f, &bad);
+        if (s2 != st || (st != GCOLL_OK && bad != 0) || sum[count] != SENT)
+            abort();
+        if (st == GCOLL_OK) {
+            gcoll_decode(c, m, len, ref, count, 1);
+            gcoll_decode(c, m, len, ref, count, 1);
+            if (memcmp(ref, sum, count * sizeof(float)) != 0)
+                abort();
+        } else {
+            for (size_t i = 0; i < count; i++)
+                if (sum[i] != SENT)
+                    abort();
+        }
+        free(ref);
+        free(sum);
+    }
     /* a wrong expected count is always refused */
     if (gcoll_decode(c, m, len, out, count + 1, 0) != GCOLL_ERR_INVALID)
         abort();
