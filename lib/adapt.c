@@ -157,7 +157,11 @@ double gcoll_ctl_apply(gcoll_density_ctl_t *c, double target, int critical)
      * than two thirds of now: the step is waiting on the wire); otherwise hysteresis and a
      * minimum hold keep noise from making the density oscillate */
     int urgent = (critical && target != c->density) || target < c->density / 1.5;
-    if (urgent || (rel > c->hysteresis && c->held >= c->min_hold)) {
+    /* a target at the maximum is the bound, not a noisy fit: the last step up to it needs
+     * the hold but not the hysteresis (else 0.088 could never become 0.1), and nothing
+     * oscillates, since leaving the maximum again takes a cut past the hysteresis */
+    int to_max = target == c->dmax && target > c->density;
+    if (urgent || ((rel > c->hysteresis || to_max) && c->held >= c->min_hold)) {
         c->density = target;
         c->held = 0;
         c->changes++;

@@ -79,7 +79,8 @@ void gcoll_bucket_cost(double run_s, double wire_s, double comp_s, double copy_s
                        double bytes, double d0, double bw, double *fixed_p,
                        double *per_density_p);
 
-/* gcoll_ctl_step with the target density already computed (critical: the phase signal). */
+/* gcoll_ctl_step with the target density already computed (critical: the phase signal).
+ * A target at dmax is taken after the hold even when within the hysteresis. */
 double gcoll_ctl_apply(gcoll_density_ctl_t *c, double target, int critical);
 
 /* ACCORDION's critical-regime detector (Agarwal et al. 2021): the gradient norm changing

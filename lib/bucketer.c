@@ -313,6 +313,8 @@ static gcoll_status_t midstep_check(gcoll_comm_t *comm, bucket_t *k)
     GCOLL_CHECK(gcoll_ring_allreduce_at(comm, x, 2, GCOLL_FLOAT64, GCOLL_MAX, sig, MIDSTEP_SUB));
     /* against this bucket's own rate in the steps before: buckets differ (the first ones
      * share the CPU with the busiest part of backward) */
+    if (k->bw.n < 2)
+        return GCOLL_OK; /* one sample is not a history to compare with */
     double s = gcoll_midstep_scale(k->bw.bw, x[1], -x[0], b->window, b->mid_scale);
     b->mid_fired += s < 1;
     if (s < 1 || b->mid_scale < 1)

@@ -251,6 +251,19 @@ static void test_bounds_and_hold(void **state)
     gcoll_ctl_init(&c, 0.001, 0.05, 0.001);
     c.held = 0;
     assert_true(gcoll_ctl_step(&c, 0.0, 0, 1e6, 1e9, 1) == 0.05);
+    /* the last step up to the maximum is not held back by the hysteresis (0.088 -> 0.1 is
+     * only 14%), but waits for the hold; and a fit just under it does not move it back */
+    gcoll_ctl_init(&c, 0.0001, 0.1, 0.088);
+    c.held = 0;
+    assert_true(gcoll_ctl_apply(&c, 0.1, 0) == 0.088);
+    for (int i = 0; i < c.min_hold; i++)
+        d = gcoll_ctl_apply(&c, 0.1, 0);
+    assert_true(d == 0.1);
+    for (int i = 0; i < 10; i++)
+        assert_true(gcoll_ctl_apply(&c, i % 2 ? 0.1 : 0.085, 0) == 0.1);
+    /* within the hysteresis below the maximum, the density still stays */
+    gcoll_ctl_init(&c, 0.0001, 0.1, 0.05);
+    assert_true(gcoll_ctl_apply(&c, 0.06, 0) == 0.05);
     /* nothing measured yet: no change */
     gcoll_ctl_init(&c, 0.001, 0.05, 0.01);
     assert_true(gcoll_ctl_step(&c, 1, 0, 0, 0, 0) == 0.01);
