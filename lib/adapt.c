@@ -140,7 +140,9 @@ double gcoll_midstep_scale(double bw, double bytes, double wire_s, double window
     if (!(bw > 0) || !(bytes > 0) || !(wire_s > 0) || !(window_s > 0))
         return 1;
     double rate = bytes / wire_s, lost = wire_s - bytes / bw;
-    return rate < bw / 2 && (scale_now < 1 || lost > 0.02 * window_s) ? rate / bw : 1;
+    if (scale_now < 1) /* cut already: it holds for the step, a slower bucket deepens it */
+        return rate < bw / 2 ? rate / bw : scale_now;
+    return rate < bw / 2 && lost > 0.02 * window_s ? rate / bw : 1;
 }
 
 double gcoll_ctl_apply(gcoll_density_ctl_t *c, double target, int critical)

@@ -58,9 +58,10 @@ double gcoll_fit_density(int n, const double *offset, const double *fixed,
  * not noise on a fast one, where the wire is a small part of the step), returns rate / bw:
  * the factor by which to scale the density of the buckets not yet started in this step, so
  * that their wire time stays what the plan gave them; otherwise 1. scale_now is the cut
- * already in force in this step (1: none): once the slowdown is established, a bucket run at
- * the cut density, which loses little time because it is small, keeps the cut as long as
- * its rate is still under half the plan. */
+ * already in force in this step (1: none): once the slowdown is established the cut holds
+ * for the rest of the step (a small bucket can pass at a shaper's burst rate and look
+ * recovered), and a bucket still under half the plan sets it to its own rate, however
+ * little time it lost at the cut density. */
 double gcoll_midstep_scale(double bw, double bytes, double wire_s, double window_s,
                            double scale_now);
 

@@ -193,7 +193,9 @@ static void test_midstep_scale(void **state)
      * rate is under half the plan, though it loses little time */
     assert_true(gcoll_midstep_scale(1.25e8, 4e5, 0.016, 1.3, 1) == 1);
     assert_true(fabs(gcoll_midstep_scale(1.25e8, 4e5, 0.016, 1.3, 0.2) - 0.2) < 1e-9);
-    assert_true(gcoll_midstep_scale(1.25e8, 4e5, 0.004, 1.3, 0.2) == 1); /* recovered */
+    assert_true(fabs(gcoll_midstep_scale(1.25e8, 4e5, 0.008, 1.3, 0.2) - 0.4) < 1e-9);
+    /* and a small bucket that passed at a burst rate does not lift it within the step */
+    assert_true(gcoll_midstep_scale(1.25e8, 4e5, 0.002, 1.3, 0.2) == 0.2);
 }
 
 /* The step right after a link drop: four ranks measure the first bucket's wire with their
