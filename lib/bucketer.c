@@ -45,7 +45,8 @@ typedef struct {
     gcoll_bucketer_t *b;
     /* adaptation: measured on the progress thread during the bucket's run */
     int adaptive; /* the codec has a density to tune */
-    int check_after; /* bandwidth adaptation, and an adaptive bucket runs after this one */
+    int check_after; /* adaptive, with bandwidth adaptation, and another adaptive bucket
+                      * after it: the mid-step check runs after this one */
     gcoll_density_ctl_t ctl;
     gcoll_bw_est_t bw; /* this bucket's own wire rate, for the mid-step check */
     double base_density; /* the spec's */
@@ -266,8 +267,9 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
         }
     }
     for (int j = 0, later = 0; (b->adapt & 1) && j < b->nb; j++) {
-        b->bk[b->nb - 1 - j].check_after = later;
-        later |= b->bk[b->nb - 1 - j].adaptive;
+        bucket_t *k = &b->bk[b->nb - 1 - j];
+        k->check_after = k->adaptive && later;
+        later |= k->adaptive;
     }
     GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: %d tensors in %d buckets of up to %zu bytes", b->nt,
                b->nb, b->cfg.bucket_bytes);
@@ -460,9 +462,9 @@ out:
 }
 
 /* After a communicating step: agree on the measurements (the slowest rank's times and
- * launch offsets, the shortest window, the largest gradient norm), then let each adaptive
- * bucket's controller pick its density. Every rank runs the same controller on the same
- * numbers, so all decide alike. */
+ * launch offsets, the shortest wire times and window, the gradient norms), then let each
+ * adaptive bucket's controller pick its density. Every rank runs the same controller on the
+ * same numbers, so all decide alike. */
 static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
 {
     enum { NV = 7 }; /* per bucket: run, compression, bytes, squared norm, launch offset,
