@@ -10,7 +10,11 @@
  * overlap (the all-to-all scheme compresses everything first, then sends). The owner then
  * compresses its reduced chunk with the server residual (as the all-to-all scheme does)
  * and an allgather forwards those bytes unchanged around the ring: every rank decodes the
- * same bytes, so results are bit-identical on every rank.
+ * same bytes, so results are bit-identical on every rank. The allgather is pipelined the
+ * same way: the owner sends each segment as soon as it is reduced and compressed, every
+ * rank forwards whatever has arrived before decoding the next segment, and decoding
+ * follows the arrivals instead of waiting for the last one; its receives land in the
+ * reduce-scatter's buffers as those are consumed.
  *
  * The price is P-1 quantizations of each partial sum instead of one; error feedback puts
  * each hop's error back into the next step (Seide et al. 2014's argument per hop). The
@@ -52,19 +56,24 @@ size_t gcoll_cring_segment(size_t ring_chunk, size_t count, int P)
     return segf;
 }
 
-/* One call's ring: geometry, neighbours and the message slots of a phase. Slot (t, k) is
- * segment k of the chunk a step t moves; every slot has a request and a buffer of segcap
- * bytes, received into (rreq, rbuf) or sent from (sreq, sbuf). */
+/* One call's ring: geometry, neighbours and the message slots of both phases. Slot (t, k)
+ * is segment k of the chunk a step t moves; every slot has a buffer of segcap bytes
+ * (rbuf) that the reduce-scatter receives into and, once its partial sum is decoded, the
+ * allgather; and a request per phase and direction. */
 typedef struct {
     gcoll_comm_t *comm;
     ring_geom_t g;
-    size_t count, steps;
+    size_t count, steps, nmsg;
     int P, r, left, right;
     uint32_t sig;
-    gcoll_treq_t *rreq, *sreq;
+    gcoll_treq_t *rreq[2], *sreq[2]; /* [0] reduce-scatter, [1] allgather */
     uint8_t *rstore, *sstore;
-    int nr, ns; /* requests [0, nr) / [0, ns) may be posted */
+    int ag;        /* an allgather follows (not a reduce-scatter alone) */
+    size_t ft, fk; /* the next allgather slot to forward */
 } ring_t;
+
+#define RS 0
+#define AG 1
 
 static size_t slot(const ring_t *R, size_t t, size_t k) { return t * R->g.nseg + k; }
 static uint8_t *rbuf(const ring_t *R, size_t t, size_t k)
@@ -80,38 +89,50 @@ static gcoll_span_t chunk_at(const ring_t *R, size_t t, int back)
     return gcoll_even_chunk(R->count, R->P, (int)(j < 0 ? j + R->P : j));
 }
 
-/* Marks every slot's requests complete (slots no message uses count as done), then posts
- * the receive of every segment of every step of a phase: step t receives chunk r-t-back. */
-static gcoll_status_t post_recvs(ring_t *R, uint32_t phase, int back)
+static uint32_t tag_of(const ring_t *R, int ph, size_t t, size_t k)
 {
-    for (size_t i = 0; i < 2 * R->steps * R->g.nseg; i++)
-        R->rreq[i] = (gcoll_treq_t){.done = 1, .status = GCOLL_OK};
-    R->nr = R->ns = 0;
-    for (size_t t = 0; t < R->steps; t++)
-        for (size_t k = 0; k < nseg_of(&R->g, chunk_at(R, t, back).len); k++) {
-            GCOLL_CHECK(gcoll_net_irecv(R->comm, &R->rreq[slot(R, t, k)], R->left,
-                                        phase | (uint32_t)slot(R, t, k), R->sig, rbuf(R, t, k),
-                                        R->g.segcap, GCOLL_TREQ_ANYLEN));
-            R->nr = (int)slot(R, t, k) + 1;
-        }
-    R->nr = (int)(R->steps * R->g.nseg);
+    return PHASE(6 + ph) | (uint32_t)slot(R, t, k);
+}
+
+static gcoll_status_t ring_recv(ring_t *R, int ph, size_t t, size_t k)
+{
+    return gcoll_net_irecv(R->comm, &R->rreq[ph][slot(R, t, k)], R->left, tag_of(R, ph, t, k),
+                           R->sig, rbuf(R, t, k), R->g.segcap, GCOLL_TREQ_ANYLEN);
+}
+
+static gcoll_status_t ring_send(ring_t *R, int ph, size_t t, size_t k, const void *msg,
+                                size_t len)
+{
+    return gcoll_net_isend(R->comm, &R->sreq[ph][slot(R, t, k)], R->right, tag_of(R, ph, t, k),
+                           R->sig, msg, len);
+}
+
+/* Every request starts complete (slots no message uses count as done; cancel skips
+ * them). The reduce-scatter's receives are all posted at once: step t receives chunk
+ * r-t-2. The allgather's receive of slot (t, k) (chunk r-t-1) reuses that slot's buffer,
+ * so it is posted as soon as the reduce-scatter has decoded what the slot held
+ * (partial_sum), or here when the reduce-scatter never uses the slot: the neighbour's
+ * allgather messages then land in place instead of being buffered by the transport. */
+static gcoll_status_t post_recvs(ring_t *R)
+{
+    for (int ph = 0; ph < 2; ph++)
+        for (size_t i = 0; i < R->nmsg; i++)
+            R->rreq[ph][i] = R->sreq[ph][i] = (gcoll_treq_t){.done = 1, .status = GCOLL_OK};
+    for (size_t t = 0; t < R->steps; t++) {
+        size_t nrs = nseg_of(&R->g, chunk_at(R, t, 2).len);
+        for (size_t k = 0; k < nrs; k++)
+            GCOLL_CHECK(ring_recv(R, RS, t, k));
+        for (size_t k = nrs; R->ag && k < nseg_of(&R->g, chunk_at(R, t, 1).len); k++)
+            GCOLL_CHECK(ring_recv(R, AG, t, k));
+    }
     return GCOLL_OK;
 }
 
-static gcoll_status_t ring_send(ring_t *R, uint32_t phase, size_t t, size_t k,
-                                const void *msg, size_t len)
-{
-    GCOLL_CHECK(gcoll_net_isend(R->comm, &R->sreq[slot(R, t, k)], R->right,
-                                phase | (uint32_t)slot(R, t, k), R->sig, msg, len));
-    R->ns = (int)slot(R, t, k) + 1;
-    return GCOLL_OK;
-}
-
-/* Waits for slot (t, k) of the current phase; *msg_p / *len_p: what arrived. */
-static gcoll_status_t arrived(ring_t *R, size_t t, size_t k, const uint8_t **msg_p,
+/* Waits for slot (t, k) of phase ph; *msg_p / *len_p: what arrived. */
+static gcoll_status_t arrived(ring_t *R, int ph, size_t t, size_t k, const uint8_t **msg_p,
                               size_t *len_p)
 {
-    gcoll_treq_t *rq = &R->rreq[slot(R, t, k)];
+    gcoll_treq_t *rq = &R->rreq[ph][slot(R, t, k)];
     GCOLL_CHECK(gcoll_net_waitall(R->comm, rq, 1));
     *msg_p = rbuf(R, t, k);
     *len_p = rq->nbytes;
@@ -119,14 +140,14 @@ static gcoll_status_t arrived(ring_t *R, size_t t, size_t k, const uint8_t **msg
 }
 
 /* dst = the partial sum of segment sg that arrived in slot (t, k) (zero when P == 1),
- * plus this rank's gradient. */
+ * plus this rank's gradient; the slot is then free for the allgather's receive. */
 static gcoll_status_t partial_sum(ring_t *R, const gcoll_compressor_t *c, size_t t, size_t k,
                                   gcoll_span_t sg, const float *grad, float *dst)
 {
     const uint8_t *msg = NULL;
     size_t len = 0;
     if (R->P > 1)
-        GCOLL_CHECK(arrived(R, t, k, &msg, &len));
+        GCOLL_CHECK(arrived(R, RS, t, k, &msg, &len));
     uint64_t t0 = gcoll_time_ns();
     if (R->P == 1) {
         memset(dst, 0, sg.len * sizeof(float));
@@ -138,7 +159,50 @@ static gcoll_status_t partial_sum(ring_t *R, const gcoll_compressor_t *c, size_t
     for (size_t i = 0; i < sg.len; i++)
         dst[i] += grad[sg.off + i];
     R->comm->counters.ns_compress += gcoll_time_ns() - t0;
+    if (R->ag && R->P > 1 && k < nseg_of(&R->g, chunk_at(R, t, 1).len))
+        GCOLL_CHECK(ring_recv(R, AG, t, k));
     return GCOLL_OK;
+}
+
+/* Forwards, in slot order, every allgather segment that has arrived and not gone on yet,
+ * after a round of progress that does not wait. Codec work between two waits would
+ * otherwise hold back what the left neighbour sent: a rank reducing its own chunk, or
+ * decoding a backlog, would leave its right link idle while the next segments sit
+ * here. Called only after the reduce-scatter, when every slot it forwards (steps
+ * 0..P-3) has its receive posted. A failed receive stops here; its wait reports it. */
+static gcoll_status_t forward_ready(ring_t *R)
+{
+    uint64_t t0 = gcoll_time_ns();
+    gcoll_status_t st = R->comm->tops->progress(R->comm->tp, 0);
+    R->comm->counters.ns_wire += gcoll_time_ns() - t0;
+    GCOLL_CHECK(st);
+    while (R->ft + 1 < R->steps) {
+        if (R->fk >= nseg_of(&R->g, chunk_at(R, R->ft, 1).len)) {
+            R->ft++;
+            R->fk = 0;
+            continue;
+        }
+        const gcoll_treq_t *rq = &R->rreq[AG][slot(R, R->ft, R->fk)];
+        if (!rq->done || rq->status < 0)
+            break;
+        GCOLL_CHECK(ring_send(R, AG, R->ft + 1, R->fk, rbuf(R, R->ft, R->fk), rq->nbytes));
+        R->fk++;
+    }
+    return GCOLL_OK;
+}
+
+/* Decodes the allgathered segment k of chunk ch into out. */
+static gcoll_status_t decode_out(ring_t *R, const gcoll_compressor_t *c, gcoll_span_t ch,
+                                 size_t k, const uint8_t *msg, size_t len, float *out, int from)
+{
+    gcoll_span_t sg = seg_of(&R->g, ch, k);
+    uint64_t t0 = gcoll_time_ns();
+    gcoll_status_t st = gcoll_codec_decode(c, msg, len, out + sg.off, sg.len, GCOLL_DECODE_SET);
+    R->comm->counters.ns_compress += gcoll_time_ns() - t0;
+    if (st != GCOLL_OK)
+        gcoll_comm_set_error(R->comm, "the compressed chunk at %zu forwarded by rank %d is "
+                             "malformed", ch.off, from);
+    return st;
 }
 
 gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
@@ -160,20 +224,29 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     }
     const gcoll_span_t mine = gcoll_even_chunk(count, R.P, R.r);
     const size_t nmsg = R.steps * R.g.nseg, nmine = nseg_of(&R.g, mine.len);
-    R.rreq = calloc(2 * nmsg + 1, sizeof(gcoll_treq_t));
-    R.sreq = R.rreq ? R.rreq + nmsg : NULL;
-    R.rstore = malloc(nmsg * R.g.segcap + 1);
-    R.sstore = malloc(nmsg * R.g.segcap + 1);
-    uint8_t *own = malloc(nmine * R.g.segcap + 1);
+    R.nmsg = nmsg;
+    R.ag = !shard_only;
+    /* the big buffers live in the communicator's scratch: fresh ones would be faulted in
+     * on every call. Floats first, for their alignment. */
+    const size_t nacc = mine.len + 1, nx = R.g.segf + 1;
+    const size_t bytes = (nacc + nx) * sizeof(float) + (2 * nmsg + nmine) * R.g.segcap;
+    float *acc = gcoll_comm_scratch(comm, bytes), *x = acc ? acc + nacc : NULL;
+    R.rstore = x ? (uint8_t *)(x + nx) : NULL;
+    R.sstore = R.rstore ? R.rstore + nmsg * R.g.segcap : NULL;
+    uint8_t *own = R.sstore ? R.sstore + nmsg * R.g.segcap : NULL;
+    gcoll_treq_t *reqs = calloc(4 * nmsg + 1, sizeof(gcoll_treq_t));
     size_t *ownlen = calloc(nmine + 1, sizeof(size_t));
-    float *x = malloc((R.g.segf + 1) * sizeof(float)), *acc = malloc((mine.len + 1) * sizeof(float));
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     const int checked = s->input_checked;
-    if (!R.rreq || !R.rstore || !R.sstore || !own || !ownlen || !x || !acc)
+    if (!acc || !reqs || !ownlen)
         goto out;
+    for (int ph = 0; ph < 2; ph++) {
+        R.rreq[ph] = reqs + (2 * ph) * nmsg;
+        R.sreq[ph] = reqs + (2 * ph + 1) * nmsg;
+    }
 
     /* ---- reduce-scatter with re-quantization at every hop ---- */
-    GCOLL_CHECK_GOTO(post_recvs(&R, PHASE(6), 2), st, out);
+    GCOLL_CHECK_GOTO(post_recvs(&R), st, out);
     gcoll_state_set_salt(s, (uint64_t)R.r);
     for (size_t t = 0; t < R.steps; t++) {
         gcoll_span_t cs = chunk_at(&R, t, 1);
@@ -198,85 +271,79 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
                                      "failed (overflow to Inf?)", sg.off, sg.off + sg.len);
                 goto out;
             }
-            GCOLL_CHECK_GOTO(ring_send(&R, PHASE(6), t, k, msg, len), st, out);
+            GCOLL_CHECK_GOTO(ring_send(&R, RS, t, k, msg, len), st, out);
         }
     }
-    /* my chunk: the last partial sum plus my own gradient (and what my residual holds for
-     * it, which the ring never compresses: zero unless the all-to-all scheme ran before) */
+    if (!shard_only) {
+        GCOLL_CHECK_GOTO(gcoll_compressed_server_state(s, mine.len), st, out);
+        gcoll_state_set_salt(s->server, (uint64_t)(R.P + R.r));
+    }
+    /* My chunk, segment by segment: the last partial sum plus my own gradient (and what my
+     * residual holds for it, which the ring never compresses: zero unless the all-to-all
+     * scheme ran before); then, unless only the shard is wanted, the owner compresses the
+     * segment with the server residual (as the all-to-all scheme does) and sends it
+     * round at once, so the allgather's wire time starts while the rest of the chunk is
+     * still being reduced. Every segment is encoded exactly as a whole-chunk pass would,
+     * in the same order. */
     for (size_t k = 0; k < nmine; k++) {
         gcoll_span_t sg = seg_of(&R.g, mine, k);
         float *a = acc + (sg.off - mine.off);
         GCOLL_CHECK_GOTO(partial_sum(&R, c, R.steps - 1, k, sg, grad, a), st, out);
+        uint64_t t0 = gcoll_time_ns();
         if (s->e) {
             float *e = s->e + sg.off;
             for (size_t i = 0; i < sg.len; i++)
                 a[i] += e[i];
             memset(e, 0, sg.len * sizeof(float));
         }
+        if (op == GCOLL_AVG)
+            for (size_t i = 0; i < sg.len; i++)
+                a[i] /= (float)R.P;
+        if (shard_only) {
+            comm->counters.ns_compress += gcoll_time_ns() - t0;
+            continue;
+        }
+        uint8_t *msg = own + k * R.g.segcap;
+        st = gcoll_codec_encode_range(c, s->server, sg.off - mine.off, a, sg.len, s->step, msg,
+                                      R.g.segcap, &ownlen[k]);
+        comm->counters.ns_compress += gcoll_time_ns() - t0;
+        if (st != GCOLL_OK)
+            goto out;
+        if (R.P > 1) {
+            GCOLL_CHECK_GOTO(ring_send(&R, AG, 0, k, msg, ownlen[k]), st, out);
+            GCOLL_CHECK_GOTO(forward_ready(&R), st, out);
+        }
+        /* decoded from the bytes every rank gets, not from acc: results bit-identical */
+        GCOLL_CHECK_GOTO(decode_out(&R, c, mine, k, msg, ownlen[k], out, R.r), st, out);
     }
-    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq, R.ns), st, out);
-    if (op == GCOLL_AVG)
-        for (size_t i = 0; i < mine.len; i++)
-            acc[i] /= (float)R.P;
     if (shard_only) {
         memcpy(out, acc, mine.len * sizeof(float));
+        GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq[RS], (int)nmsg), st, out);
         goto out;
     }
-
-    /* ---- the owner re-compresses its chunk; an allgather forwards the bytes ---- */
-    uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(gcoll_compressed_server_state(s, mine.len), st, out);
-    gcoll_state_set_salt(s->server, (uint64_t)(R.P + R.r));
-    for (size_t k = 0; k < nmine; k++) {
-        gcoll_span_t sg = seg_of(&R.g, (gcoll_span_t){0, mine.len}, k);
-        GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s->server, sg.off, acc + sg.off, sg.len,
-                                                  s->step, own + k * R.g.segcap, R.g.segcap,
-                                                  &ownlen[k]), st, out);
-    }
     s->server->step++;
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
-    GCOLL_CHECK_GOTO(post_recvs(&R, PHASE(7), 1), st, out);
+
+    /* ---- allgather: forward whatever arrived, then decode the next segment ---- */
     for (size_t t = 0; t < R.steps; t++) {
-        /* forward chunk r-t: mine at step 0, else what arrived at step t-1 */
-        for (size_t k = 0; k < nseg_of(&R.g, chunk_at(&R, t, 0).len); k++) {
-            const uint8_t *msg = own + k * R.g.segcap;
-            size_t len = ownlen[k];
-            if (t > 0)
-                GCOLL_CHECK_GOTO(arrived(&R, t - 1, k, &msg, &len), st, out);
-            GCOLL_CHECK_GOTO(ring_send(&R, PHASE(7), t, k, msg, len), st, out);
-        }
-    }
-    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.rreq, R.nr), st, out);
-    /* decode every chunk, mine included, from the bytes everyone holds */
-    t0 = gcoll_time_ns();
-    for (size_t t = 0; t <= R.steps; t++) {
-        gcoll_span_t ch = chunk_at(&R, t, 0);
+        gcoll_span_t ch = chunk_at(&R, t, 1);
         for (size_t k = 0; k < nseg_of(&R.g, ch.len); k++) {
-            gcoll_span_t sg = seg_of(&R.g, ch, k);
-            const uint8_t *msg = t == 0 ? own + k * R.g.segcap : rbuf(&R, t - 1, k);
-            size_t len = t == 0 ? ownlen[k] : R.rreq[slot(&R, t - 1, k)].nbytes;
-            st = gcoll_codec_decode(c, msg, len, out + sg.off, sg.len, GCOLL_DECODE_SET);
-            if (st != GCOLL_OK) {
-                gcoll_comm_set_error(comm, "the compressed chunk at %zu forwarded by rank %d is "
-                                     "malformed", ch.off, R.left);
-                goto out;
-            }
+            const uint8_t *msg = NULL;
+            size_t len = 0;
+            GCOLL_CHECK_GOTO(arrived(&R, AG, t, k, &msg, &len), st, out);
+            GCOLL_CHECK_GOTO(forward_ready(&R), st, out);
+            GCOLL_CHECK_GOTO(decode_out(&R, c, ch, k, msg, len, out, R.left), st, out);
         }
     }
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
-    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq, R.ns), st, out);
+    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq[RS], (int)nmsg), st, out);
+    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq[AG], (int)nmsg), st, out);
 out:
     s->input_checked = checked;
-    if (st != GCOLL_OK && R.rreq) {
-        gcoll_net_cancel(comm, R.rreq, R.nr);
-        gcoll_net_cancel(comm, R.sreq, R.ns);
-    }
-    free(R.rreq);
-    free(R.rstore);
-    free(R.sstore);
-    free(own);
+    if (st != GCOLL_OK && reqs)
+        for (int ph = 0; ph < 2; ph++) {
+            gcoll_net_cancel(comm, R.rreq[ph], (int)nmsg);
+            gcoll_net_cancel(comm, R.sreq[ph], (int)nmsg);
+        }
+    free(reqs);
     free(ownlen);
-    free(x);
-    free(acc);
     return st;
 }
