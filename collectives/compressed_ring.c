@@ -5,16 +5,23 @@
  * left neighbour; it decodes what arrived, adds its own gradient, and compresses that
  * partial sum again (with error feedback into its own residual for that slice) before
  * passing it on, so after P-1 steps it holds the whole sum of chunk r. Each chunk travels
- * in segments of GCOLL_RING_CHUNK uncompressed bytes: a rank compresses segment s while
- * segments s+1.. of the same step are still on the wire, so compression and transfer
- * overlap (the all-to-all scheme compresses everything first, then sends). The owner then
- * compresses its reduced chunk with the server residual (as the all-to-all scheme does)
- * and an allgather forwards those bytes unchanged around the ring: every rank decodes the
- * same bytes, so results are bit-identical on every rank. The allgather is pipelined the
- * same way: the owner sends each segment as soon as it is reduced and compressed, every
- * rank forwards whatever has arrived before decoding the next segment, and decoding
- * follows the arrivals instead of waiting for the last one; its receives land in the
- * reduce-scatter's buffers as those are consumed.
+ * in segments of GCOLL_RING_CHUNK uncompressed bytes. The owner then compresses its
+ * reduced chunk with the server residual (as the all-to-all scheme does) and an allgather
+ * forwards those bytes unchanged around the ring: every rank decodes the same bytes, so
+ * results are bit-identical on every rank.
+ *
+ * Schedule: the 2 (P-1) + 1 stages of a segment (P-1 reduce-scatter hops, the owner's
+ * reduction and re-compression, P-1 allgather receipts) are not run step after step over
+ * the whole tensor but skewed, as a software pipeline: stage u of segment k runs in round
+ * k + u * CRING_SKEW. Step after step, the reduce-scatter was bound by codec time while
+ * the link idled part of the time, and then the allgather by the link while the CPU
+ * idled; skewed, every round mixes the hops of several segments, so codec work and wire
+ * time overlap over the whole call and the allgather starts with the first reduced
+ * segment. Besides, each rank forwards whatever allgather segment has arrived before its
+ * next piece of codec work, and its allgather receives land in the reduce-scatter's
+ * buffers as those are consumed. Each segment is encoded from the same input with the
+ * same offset as step after step (QSGD's rounding is keyed by offset, the residuals are
+ * per element), so the order changes no value.
  *
  * The price is P-1 quantizations of each partial sum instead of one; error feedback puts
  * each hop's error back into the next step (Seide et al. 2014's argument per hop). The
@@ -69,11 +76,16 @@ typedef struct {
     gcoll_treq_t *rreq[2], *sreq[2]; /* [0] reduce-scatter, [1] allgather */
     uint8_t *rstore, *sstore;
     int ag;        /* an allgather follows (not a reduce-scatter alone) */
-    size_t ft, fk; /* the next allgather slot to forward */
+    size_t *fk;    /* per allgather step t < P-2: the next segment to forward */
 } ring_t;
 
 #define RS 0
 #define AG 1
+
+/* Stage u of segment k runs in round k + u * CRING_SKEW: the segment a stage needs from the
+ * left neighbour was produced there CRING_SKEW rounds earlier, time for it to cross the
+ * link while this rank works on other stages. */
+#define CRING_SKEW 8
 
 static size_t slot(const ring_t *R, size_t t, size_t k) { return t * R->g.nseg + k; }
 static uint8_t *rbuf(const ring_t *R, size_t t, size_t k)
@@ -107,17 +119,21 @@ static gcoll_status_t ring_send(ring_t *R, int ph, size_t t, size_t k, const voi
                            R->sig, msg, len);
 }
 
-/* Every request starts complete (slots no message uses count as done; cancel skips
- * them). The reduce-scatter's receives are all posted at once: step t receives chunk
- * r-t-2. The allgather's receive of slot (t, k) (chunk r-t-1) reuses that slot's buffer,
- * so it is posted as soon as the reduce-scatter has decoded what the slot held
- * (partial_sum), or here when the reduce-scatter never uses the slot: the neighbour's
- * allgather messages then land in place instead of being buffered by the transport. */
+/* Sends and the reduce-scatter's receives start complete (slots no message uses count as
+ * done; cancel skips them); the allgather's receives start incomplete but not in
+ * progress (forward_ready stops at them; cancel skips them). The reduce-scatter's
+ * receives are all posted at once: step t receives chunk r-t-2. The allgather's receive
+ * of slot (t, k) (chunk r-t-1) reuses that slot's buffer, so it is posted as soon as the
+ * reduce-scatter has decoded what the slot held (partial_sum), or here when the
+ * reduce-scatter never uses the slot: the neighbour's allgather messages then land in
+ * place instead of being buffered by the transport. */
 static gcoll_status_t post_recvs(ring_t *R)
 {
-    for (int ph = 0; ph < 2; ph++)
-        for (size_t i = 0; i < R->nmsg; i++)
-            R->rreq[ph][i] = R->sreq[ph][i] = (gcoll_treq_t){.done = 1, .status = GCOLL_OK};
+    for (size_t i = 0; i < R->nmsg; i++) {
+        R->rreq[RS][i] = R->sreq[RS][i] = R->sreq[AG][i] =
+            (gcoll_treq_t){.done = 1, .status = GCOLL_OK};
+        R->rreq[AG][i] = (gcoll_treq_t){.done = 0, .status = GCOLL_OK};
+    }
     for (size_t t = 0; t < R->steps; t++) {
         size_t nrs = nseg_of(&R->g, chunk_at(R, t, 2).len);
         for (size_t k = 0; k < nrs; k++)
@@ -128,12 +144,22 @@ static gcoll_status_t post_recvs(ring_t *R)
     return GCOLL_OK;
 }
 
-/* Waits for slot (t, k) of phase ph; *msg_p / *len_p: what arrived. */
+static gcoll_status_t forward_ready(ring_t *R, int poll);
+
+/* Waits for slot (t, k) of phase ph, forwarding allgather segments as they come in the
+ * meantime; *msg_p / *len_p: what arrived. */
 static gcoll_status_t arrived(ring_t *R, int ph, size_t t, size_t k, const uint8_t **msg_p,
                               size_t *len_p)
 {
     gcoll_treq_t *rq = &R->rreq[ph][slot(R, t, k)];
-    GCOLL_CHECK(gcoll_net_waitall(R->comm, rq, 1));
+    int done = 0;
+    for (;;) {
+        GCOLL_CHECK(gcoll_net_done(R->comm, rq, &done));
+        if (done)
+            break;
+        GCOLL_CHECK(gcoll_net_poll(R->comm, rq));
+        GCOLL_CHECK(forward_ready(R, 0));
+    }
     *msg_p = rbuf(R, t, k);
     *len_p = rq->nbytes;
     return GCOLL_OK;
@@ -164,29 +190,31 @@ static gcoll_status_t partial_sum(ring_t *R, const gcoll_compressor_t *c, size_t
     return GCOLL_OK;
 }
 
-/* Forwards, in slot order, every allgather segment that has arrived and not gone on yet,
- * after a round of progress that does not wait. Codec work between two waits would
- * otherwise hold back what the left neighbour sent: a rank reducing its own chunk, or
- * decoding a backlog, would leave its right link idle while the next segments sit
- * here. Called only after the reduce-scatter, when every slot it forwards (steps
- * 0..P-3) has its receive posted. A failed receive stops here; its wait reports it. */
-static gcoll_status_t forward_ready(ring_t *R)
+/* Forwards every allgather segment that has arrived and not gone on yet, per step in
+ * segment order (the left neighbour sends them in that order), after a round of progress
+ * that does not wait when poll is set. Codec work between two waits would otherwise hold
+ * back what the left neighbour sent: the right link would idle while the next segments
+ * sit here. A slot whose receive is not posted yet, or failed, stops its step (a failed
+ * one is reported by its wait). Progress does not depend on it: the allgather stage of a
+ * slot forwards it at the latest. */
+static gcoll_status_t forward_ready(ring_t *R, int poll)
 {
-    uint64_t t0 = gcoll_time_ns();
-    gcoll_status_t st = R->comm->tops->progress(R->comm->tp, 0);
-    R->comm->counters.ns_wire += gcoll_time_ns() - t0;
-    GCOLL_CHECK(st);
-    while (R->ft + 1 < R->steps) {
-        if (R->fk >= nseg_of(&R->g, chunk_at(R, R->ft, 1).len)) {
-            R->ft++;
-            R->fk = 0;
-            continue;
+    if (!R->ag || R->P < 3)
+        return GCOLL_OK;
+    if (poll) {
+        uint64_t t0 = gcoll_time_ns();
+        gcoll_status_t st = R->comm->tops->progress(R->comm->tp, 0);
+        R->comm->counters.ns_wire += gcoll_time_ns() - t0;
+        GCOLL_CHECK(st);
+    }
+    for (size_t t = 0; t + 1 < R->steps; t++) {
+        const size_t n = nseg_of(&R->g, chunk_at(R, t, 1).len);
+        for (size_t k = R->fk[t]; k < n; k = ++R->fk[t]) {
+            const gcoll_treq_t *rq = &R->rreq[AG][slot(R, t, k)];
+            if (!rq->done || rq->status < 0)
+                break;
+            GCOLL_CHECK(ring_send(R, AG, t + 1, k, rbuf(R, t, k), rq->nbytes));
         }
-        const gcoll_treq_t *rq = &R->rreq[AG][slot(R, R->ft, R->fk)];
-        if (!rq->done || rq->status < 0)
-            break;
-        GCOLL_CHECK(ring_send(R, AG, R->ft + 1, R->fk, rbuf(R, R->ft, R->fk), rq->nbytes));
-        R->fk++;
     }
     return GCOLL_OK;
 }
@@ -203,6 +231,44 @@ static gcoll_status_t decode_out(ring_t *R, const gcoll_compressor_t *c, gcoll_s
         gcoll_comm_set_error(R->comm, "the compressed chunk at %zu forwarded by rank %d is "
                              "malformed", ch.off, from);
     return st;
+}
+
+/* Stage P-1 of segment k of my chunk: the last partial sum plus my own gradient (and what
+ * my residual holds for it, which the ring never compresses: zero unless the all-to-all
+ * scheme ran before), into acc. Unless only the shard is wanted, the owner then compresses
+ * it with the server residual (as the all-to-all scheme does), sends it round at once and
+ * decodes it into out from the bytes every rank gets, not from acc, so that results are
+ * bit-identical on every rank. */
+static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const float *grad,
+                                  float *out, gcoll_op_t op, float *acc, uint8_t *own,
+                                  size_t *ownlen, size_t k)
+{
+    const gcoll_compressor_t *c = s->c;
+    const gcoll_span_t mine = gcoll_even_chunk(R->count, R->P, R->r);
+    gcoll_span_t sg = seg_of(&R->g, mine, k);
+    float *a = acc + (sg.off - mine.off);
+    GCOLL_CHECK(partial_sum(R, c, R->steps - 1, k, sg, grad, a));
+    uint64_t t0 = gcoll_time_ns();
+    if (s->e) {
+        float *e = s->e + sg.off;
+        for (size_t i = 0; i < sg.len; i++)
+            a[i] += e[i];
+        memset(e, 0, sg.len * sizeof(float));
+    }
+    if (op == GCOLL_AVG)
+        for (size_t i = 0; i < sg.len; i++)
+            a[i] /= (float)R->P;
+    gcoll_status_t st = GCOLL_OK;
+    uint8_t *msg = own + k * R->g.segcap;
+    if (R->ag)
+        st = gcoll_codec_encode_range(c, s->server, sg.off - mine.off, a, sg.len, s->step, msg,
+                                      R->g.segcap, &ownlen[k]);
+    R->comm->counters.ns_compress += gcoll_time_ns() - t0;
+    if (st != GCOLL_OK || !R->ag)
+        return st;
+    if (R->P > 1)
+        GCOLL_CHECK(ring_send(R, AG, 0, k, msg, ownlen[k]));
+    return decode_out(R, c, mine, k, msg, ownlen[k], out, R->r);
 }
 
 gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
@@ -235,107 +301,82 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     R.sstore = R.rstore ? R.rstore + nmsg * R.g.segcap : NULL;
     uint8_t *own = R.sstore ? R.sstore + nmsg * R.g.segcap : NULL;
     gcoll_treq_t *reqs = calloc(4 * nmsg + 1, sizeof(gcoll_treq_t));
-    size_t *ownlen = calloc(nmine + 1, sizeof(size_t));
+    size_t *ownlen = calloc(nmine + R.steps + 1, sizeof(size_t));
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     const int checked = s->input_checked;
     if (!acc || !reqs || !ownlen)
         goto out;
+    R.fk = ownlen + nmine;
     for (int ph = 0; ph < 2; ph++) {
         R.rreq[ph] = reqs + (2 * ph) * nmsg;
         R.sreq[ph] = reqs + (2 * ph + 1) * nmsg;
     }
 
-    /* ---- reduce-scatter with re-quantization at every hop ---- */
+    /* ---- all stages of every segment, skewed (see the top of the file) ---- */
     GCOLL_CHECK_GOTO(post_recvs(&R), st, out);
     gcoll_state_set_salt(s, (uint64_t)R.r);
-    for (size_t t = 0; t < R.steps; t++) {
-        gcoll_span_t cs = chunk_at(&R, t, 1);
-        for (size_t k = 0; k < nseg_of(&R.g, cs.len); k++) {
-            gcoll_span_t sg = seg_of(&R.g, cs, k);
-            const float *in = grad + sg.off;
-            if (t > 0) {
-                /* the partial sum of this segment arrived at the previous step */
-                GCOLL_CHECK_GOTO(partial_sum(&R, c, t - 1, k, sg, grad, x), st, out);
-                in = x;
-                s->input_checked = 0; /* a sum may overflow: the encoder checks it */
-            }
-            uint64_t t0 = gcoll_time_ns();
-            uint8_t *msg = R.sstore + slot(&R, t, k) * R.g.segcap;
-            size_t len = 0;
-            st = gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, msg, R.g.segcap,
-                                          &len);
-            s->input_checked = checked;
-            comm->counters.ns_compress += gcoll_time_ns() - t0;
-            if (st != GCOLL_OK) {
-                gcoll_comm_set_error(comm, "compressing the partial sum of elements [%zu, %zu) "
-                                     "failed (overflow to Inf?)", sg.off, sg.off + sg.len);
-                goto out;
-            }
-            GCOLL_CHECK_GOTO(ring_send(&R, RS, t, k, msg, len), st, out);
-        }
-    }
-    if (!shard_only) {
+    if (R.ag) {
         GCOLL_CHECK_GOTO(gcoll_compressed_server_state(s, mine.len), st, out);
         gcoll_state_set_salt(s->server, (uint64_t)(R.P + R.r));
     }
-    /* My chunk, segment by segment: the last partial sum plus my own gradient (and what my
-     * residual holds for it, which the ring never compresses: zero unless the all-to-all
-     * scheme ran before); then, unless only the shard is wanted, the owner compresses the
-     * segment with the server residual (as the all-to-all scheme does) and sends it
-     * round at once, so the allgather's wire time starts while the rest of the chunk is
-     * still being reduced. Every segment is encoded exactly as a whole-chunk pass would,
-     * in the same order. */
-    for (size_t k = 0; k < nmine; k++) {
-        gcoll_span_t sg = seg_of(&R.g, mine, k);
-        float *a = acc + (sg.off - mine.off);
-        GCOLL_CHECK_GOTO(partial_sum(&R, c, R.steps - 1, k, sg, grad, a), st, out);
-        uint64_t t0 = gcoll_time_ns();
-        if (s->e) {
-            float *e = s->e + sg.off;
-            for (size_t i = 0; i < sg.len; i++)
-                a[i] += e[i];
-            memset(e, 0, sg.len * sizeof(float));
+    const size_t nst = R.ag ? 2 * R.steps + 1 : R.steps + 1;
+    for (size_t i = 0; i < R.g.nseg + (nst - 1) * CRING_SKEW; i++) {
+        for (size_t u = 0; u < nst && u * CRING_SKEW <= i; u++) {
+            const size_t k = i - u * CRING_SKEW;
+            if (u < R.steps) {
+                /* reduce-scatter step u: segment k of chunk r-u-1 */
+                gcoll_span_t cs = chunk_at(&R, u, 1);
+                if (k >= nseg_of(&R.g, cs.len))
+                    continue;
+                gcoll_span_t sg = seg_of(&R.g, cs, k);
+                const float *in = grad + sg.off;
+                if (u > 0) {
+                    /* the partial sum of this segment arrived at the previous step */
+                    GCOLL_CHECK_GOTO(partial_sum(&R, c, u - 1, k, sg, grad, x), st, out);
+                    in = x;
+                    s->input_checked = 0; /* a sum may overflow: the encoder checks it */
+                }
+                uint64_t t0 = gcoll_time_ns();
+                uint8_t *msg = R.sstore + slot(&R, u, k) * R.g.segcap;
+                size_t len = 0;
+                st = gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, msg,
+                                              R.g.segcap, &len);
+                s->input_checked = checked;
+                comm->counters.ns_compress += gcoll_time_ns() - t0;
+                if (st != GCOLL_OK) {
+                    gcoll_comm_set_error(comm, "compressing the partial sum of elements "
+                                         "[%zu, %zu) failed (overflow to Inf?)", sg.off,
+                                         sg.off + sg.len);
+                    goto out;
+                }
+                GCOLL_CHECK_GOTO(ring_send(&R, RS, u, k, msg, len), st, out);
+            } else if (u == R.steps) {
+                if (k >= nmine)
+                    continue;
+                GCOLL_CHECK_GOTO(own_segment(&R, s, grad, out, op, acc, own, ownlen, k), st,
+                                 out);
+            } else {
+                /* allgather: segment k of chunk r-t-1 */
+                const size_t t = u - R.steps - 1;
+                gcoll_span_t ch = chunk_at(&R, t, 1);
+                if (k >= nseg_of(&R.g, ch.len))
+                    continue;
+                const uint8_t *msg = NULL;
+                size_t len = 0;
+                GCOLL_CHECK_GOTO(arrived(&R, AG, t, k, &msg, &len), st, out);
+                GCOLL_CHECK_GOTO(forward_ready(&R, 0), st, out); /* this one at least */
+                GCOLL_CHECK_GOTO(decode_out(&R, c, ch, k, msg, len, out, R.left), st, out);
+                continue;
+            }
+            GCOLL_CHECK_GOTO(forward_ready(&R, 1), st, out);
         }
-        if (op == GCOLL_AVG)
-            for (size_t i = 0; i < sg.len; i++)
-                a[i] /= (float)R.P;
-        if (shard_only) {
-            comm->counters.ns_compress += gcoll_time_ns() - t0;
-            continue;
-        }
-        uint8_t *msg = own + k * R.g.segcap;
-        st = gcoll_codec_encode_range(c, s->server, sg.off - mine.off, a, sg.len, s->step, msg,
-                                      R.g.segcap, &ownlen[k]);
-        comm->counters.ns_compress += gcoll_time_ns() - t0;
-        if (st != GCOLL_OK)
-            goto out;
-        if (R.P > 1) {
-            GCOLL_CHECK_GOTO(ring_send(&R, AG, 0, k, msg, ownlen[k]), st, out);
-            GCOLL_CHECK_GOTO(forward_ready(&R), st, out);
-        }
-        /* decoded from the bytes every rank gets, not from acc: results bit-identical */
-        GCOLL_CHECK_GOTO(decode_out(&R, c, mine, k, msg, ownlen[k], out, R.r), st, out);
     }
-    if (shard_only) {
+    if (R.ag)
+        s->server->step++;
+    else
         memcpy(out, acc, mine.len * sizeof(float));
-        GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq[RS], (int)nmsg), st, out);
-        goto out;
-    }
-    s->server->step++;
-
-    /* ---- allgather: forward whatever arrived, then decode the next segment ---- */
-    for (size_t t = 0; t < R.steps; t++) {
-        gcoll_span_t ch = chunk_at(&R, t, 1);
-        for (size_t k = 0; k < nseg_of(&R.g, ch.len); k++) {
-            const uint8_t *msg = NULL;
-            size_t len = 0;
-            GCOLL_CHECK_GOTO(arrived(&R, AG, t, k, &msg, &len), st, out);
-            GCOLL_CHECK_GOTO(forward_ready(&R), st, out);
-            GCOLL_CHECK_GOTO(decode_out(&R, c, ch, k, msg, len, out, R.left), st, out);
-        }
-    }
-    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq[RS], (int)nmsg), st, out);
-    GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq[AG], (int)nmsg), st, out);
+    for (int ph = 0; ph < 2; ph++)
+        GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq[ph], (int)nmsg), st, out);
 out:
     s->input_checked = checked;
     if (st != GCOLL_OK && reqs)
