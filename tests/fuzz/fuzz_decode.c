@@ -79,7 +79,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     {
         const uint8_t *two[2] = {m, m};
         size_t lens[2] = {len, len};
-        float *ref = malloc((count + 1) * sizeof(float)), *sum = malloc((count + 1) * sizeof(float));
+        float *ref = malloc((count + 1) * sizeof(float));
+        float *sum = malloc((count + 1) * sizeof(float));
         for (size_t i = 0; i <= count; i++)
             sum[i] = SENT;
         memset(ref, 0, (count + 1) * sizeof(float));
