@@ -361,6 +361,7 @@ out:
     return st;
 }
 
+/* Dense ring; AVG divides after the sum, as the other plans do while summing. */
 static gcoll_status_t plan_dense(gcoll_comm_t *comm, const gcoll_sparse_call_t *c, uint32_t sig)
 {
     uint64_t t0 = gcoll_time_ns();
@@ -368,8 +369,15 @@ static gcoll_status_t plan_dense(gcoll_comm_t *comm, const gcoll_sparse_call_t *
     for (size_t i = 0; i < c->pairs->n; i++)
         c->out[c->pairs->idx[i]] += c->pairs->val[i];
     comm->counters.ns_compress += gcoll_time_ns() - t0;
-    return gcoll_ring_allreduce_at(comm, c->out, c->count, GCOLL_FLOAT32, GCOLL_SUM, sig,
-                                   PHASE(5));
+    GCOLL_CHECK(gcoll_ring_allreduce_at(comm, c->out, c->count, GCOLL_FLOAT32, GCOLL_SUM, sig,
+                                        PHASE(5)));
+    if (c->op == GCOLL_AVG) {
+        t0 = gcoll_time_ns();
+        for (size_t i = 0; i < c->count; i++)
+            c->out[i] /= (float)comm->size;
+        comm->counters.ns_compress += gcoll_time_ns() - t0;
+    }
+    return GCOLL_OK;
 }
 
 /* Bytes each rank receives under each plan, from the census every rank holds. */
@@ -439,7 +447,6 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
                why);
     if (plan_p)
         *plan_p = plan;
-    int dense = 0;
     gcoll_sparse_call_t cc = *c;
     if (P > 1 && plan != GCOLL_SPARSE_ALLGATHER && !c->pairs->idx && c->pairs->n) {
         /* the caller sent only the message: the pairs, for the plans that need them */
@@ -465,13 +472,6 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
         st = plan_split(comm, c, cen, sig);
     } else {
         st = plan_dense(comm, c, sig);
-        dense = 1; /* the other plans divide while summing */
-    }
-    if (st == GCOLL_OK && c->op == GCOLL_AVG && dense) {
-        uint64_t t0 = gcoll_time_ns();
-        for (size_t i = 0; i < c->count; i++)
-            c->out[i] /= (float)P;
-        comm->counters.ns_compress += gcoll_time_ns() - t0;
     }
 out:
     gcoll_pairs_free(&own);

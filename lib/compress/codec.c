@@ -393,8 +393,6 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
                 scale = (float)((double)n / (double)nnz);
             for (size_t j = 0; j < nnz; j++)
                 sc->val[j] = work[sc->idx[j]] * scale;
-        }
-        if (c->sparsify == GCOLL_SPARSIFY_RANDOMK) {
             size_t vsz = gcoll_vsec_size(&c->vs, nnz);
             if (GCOLL_WIRE_HDR + vsz > cap) {
                 st = too_small(GCOLL_WIRE_HDR + vsz, cap);

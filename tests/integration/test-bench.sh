@@ -22,31 +22,30 @@ for tr in $(transports); do
         fi
     done
 done
-# compressed allreduce: the result is exactly what the codecs sent, summed
-for spec in "topk:density=0.01+q8" sign "randomk:density=0.02"; do
+# check_z NAME ROWS ROW_REGEX GCOLL_RUN_ARGS... -- BENCH_ARGS...: a compressed gcoll-bench -c
+# run on 3 ranks passes when ROWS lines match ROW_REGEX and none has a wrong element
+check_z() {
+    name=$1 rows=$2 re=$3
+    shift 3
     out="$TMP/bench-z.csv"
-    if timeout 120 "$gcoll_run" -n 3 -q --timeout 100 -- "$BENCH" -z "$spec" -b 4K -e 1M -f 16 \
-        -n 2 -w 1 -c --csv >"$out" 2>&1 &&
-       [ "$(grep -c '^[0-9]' "$out")" -eq 3 ] && ! awk -F, '/^[0-9]/ && $10 != "0"' "$out" | grep -q .; then
-        pass "gcoll-bench -z $spec -c"
+    if timeout 120 "$gcoll_run" -n 3 -q --timeout 100 "$@" -c --csv >"$out" 2>&1 &&
+       [ "$(grep -c "$re" "$out")" -eq "$rows" ] && ! awk -F, '/^[0-9]/ && $10 != "0"' "$out" | grep -q .; then
+        pass "$name"
     else
-        fail "gcoll-bench -z $spec"
+        fail "$name"
         cat "$out"
     fi
+}
+# compressed allreduce: the result is exactly what the codecs sent, summed
+for spec in "topk:density=0.01+q8" sign "randomk:density=0.02"; do
+    check_z "gcoll-bench -z $spec -c" 3 '^[0-9]' -- "$BENCH" -z "$spec" -b 4K -e 1M -f 16 -n 2 -w 1
 done
 # the same over the compressed ring (-c simulates the ring's hops): 1 element (fewer than
 # ranks) up to 3073 (chunk 0 holds two 1024-element segments, the others one)
 for spec in q8 sign; do
-    out="$TMP/bench-zr.csv"
-    if timeout 120 "$gcoll_run" -n 3 -q --timeout 100 -x GCOLL_COMPRESSED_ALGO=ring \
-        -x GCOLL_RING_CHUNK=4096 -- "$BENCH" -z "$spec" -b 4 -e 12292 -f 0 -i 4096 -n 1 -w 0 \
-        -c --csv >"$out" 2>&1 &&
-       [ "$(grep -c '^[0-9].*,ring$' "$out")" -eq 4 ] && ! awk -F, '/^[0-9]/ && $10 != "0"' "$out" | grep -q .; then
-        pass "gcoll-bench -z $spec -c over the compressed ring"
-    else
-        fail "gcoll-bench -z $spec over the compressed ring"
-        cat "$out"
-    fi
+    check_z "gcoll-bench -z $spec -c over the compressed ring" 4 '^[0-9].*,ring$' \
+        -x GCOLL_COMPRESSED_ALGO=ring -x GCOLL_RING_CHUNK=4096 -- \
+        "$BENCH" -z "$spec" -b 4 -e 12292 -f 0 -i 4096 -n 1 -w 0
 done
 out="$TMP/bench.json"
 timeout 60 "$gcoll_run" -n 2 -q -- "$BENCH" -b 1K -e 4K -n 1 -w 0 -d half -r max --json >"$out" 2>&1
