@@ -681,7 +681,7 @@ static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     ucp_request_cancel(t->worker, op->ucp_req);
     uint64_t end = gcoll_time_ms() + CANCEL_DRAIN_MS;
     while (!req->done && !p->failed && gcoll_time_ms() < end)
-        gcoll_ucx_drive(t);
+        ucx_progress(t, gcoll_ms_left(end, 10)); /* sleeps when idle */
     if (req->done)
         return;
     if (!p->failed) {

@@ -214,7 +214,9 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
                         ucp_request_free(reqs[i]);
                 break;
             }
-            ucp_worker_progress(t->worker);
+            /* Sleeps when idle: a peer that is not progressing (asleep, stopped) would
+             * otherwise cost a core for the whole drain. */
+            gcoll_ucx_ops.progress(t, gcoll_ms_left(end, 10));
         }
         free(reqs);
     }

@@ -12,6 +12,7 @@ unset GCOLL_RANK GCOLL_SIZE GCOLL_ROOT GCOLL_JOB_KEY
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gcoll-test.XXXXXX")
 BG_PIDS=""
 fails=0
+failed=""
 
 cleanup() {
     for p in $BG_PIDS; do kill -9 "$p" 2>/dev/null; done
@@ -20,7 +21,12 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 note() { printf '%s\n' "$*"; }
-fail() { printf 'FAIL: %s\n' "$*"; fails=$((fails + 1)); }
+fail() {
+    printf 'FAIL: %s\n' "$*"
+    fails=$((fails + 1))
+    failed="$failed
+  $*"
+}
 pass() { printf 'ok: %s\n' "$*"; }
 
 # A free loopback port (bound and released by the intruder helper).
@@ -48,7 +54,8 @@ ucx_variant_env() {
 
 finish() {
     if [ "$fails" -ne 0 ]; then
-        printf '%d check(s) failed\n' "$fails"
+        # repeated last, where a log's tail (make check VERBOSE=1, CI) shows it
+        printf '%d check(s) failed:%s\n' "$fails" "$failed"
         exit 1
     fi
     exit 0
