@@ -19,7 +19,13 @@ enum {
 };
 
 /* Allreduce algorithms (GCOLL_ALGO). */
-typedef enum { GCOLL_ALGO_AUTO, GCOLL_ALGO_RING, GCOLL_ALGO_RHD, GCOLL_ALGO_TREE } gcoll_algo_t;
+typedef enum {
+    GCOLL_ALGO_AUTO,
+    GCOLL_ALGO_RING,
+    GCOLL_ALGO_RHD,
+    GCOLL_ALGO_TREE,
+    GCOLL_ALGO_RD
+} gcoll_algo_t;
 extern const char *const gcoll_algo_names[];
 
 typedef struct {
@@ -69,12 +75,16 @@ gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t
 gcoll_status_t gcoll_rhd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                    gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
 
+/* Recursive doubling: log2 P exchanges of the whole vector (latency-bound sizes). */
+gcoll_status_t gcoll_rd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                  gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
+
 /* Binomial-tree reduce to rank 0, then binomial broadcast: 2 log2 P latency-bound steps. */
 gcoll_status_t gcoll_tree_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
 
 /* Picks the allreduce algorithm by the alpha-beta cost model, or GCOLL_ALGO; deterministic
- * from (count, dtype, P) so every rank picks the same. why receives the reason. */
+ * from (count, dtype, P) so every rank picks the same. why (unless NULL) receives the reason. */
 gcoll_algo_t gcoll_algo_select(const gcoll_comm_t *comm, size_t bytes, char *why, size_t len);
 
 /* Broadcast of bytes from root: binomial tree for small messages, pipelined chain for large. */

@@ -98,6 +98,55 @@ out:
     return st;
 }
 
+/* Recursive doubling: log2(P) exchanges of the whole vector, for latency-bound sizes (one
+ * message time per step where a binomial tree needs two, reduce then broadcast). Partners
+ * combine in one order, lower group rank first (gcoll_reduce_rev on the upper one), so both
+ * hold the same bits after every step and all ranks end identical whatever the op.
+ * Non-power-of-two rank counts fold in and out as gcoll_rhd_allreduce does. */
+gcoll_status_t gcoll_rd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                  gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
+{
+    const int P = comm->size, r = comm->rank;
+    const size_t bytes = count * gcoll_dtype_size(dtype);
+    if (P == 1 || count == 0)
+        return GCOLL_OK;
+    int p2 = 1, steps = 0;
+    while (p2 * 2 <= P) {
+        p2 *= 2;
+        steps++;
+    }
+    const int rem = P - p2;
+    uint8_t *buf = recvbuf, *tmp = gcoll_comm_scratch(comm, bytes);
+    if (!tmp)
+        return GCOLL_ERR_NOMEM;
+    int nr = r - rem; /* rank in the power-of-two group, -1 if folded away */
+    if (r < 2 * rem) {
+        nr = r % 2 ? r / 2 : -1;
+        if (nr < 0)
+            GCOLL_CHECK(exchange(comm, r + 1, 0, sig, buf, bytes, NULL, 0));
+        else {
+            GCOLL_CHECK(exchange(comm, r - 1, 0, sig, NULL, 0, tmp, bytes));
+            gcoll_reduce_rev(buf, tmp, count, dtype, op);
+        }
+    }
+    for (int s = 0, mask = 1; nr >= 0 && mask < p2; s++, mask <<= 1) {
+        int pnr = nr ^ mask;
+        GCOLL_CHECK(exchange(comm, real_rank(pnr, rem), 1 + (uint32_t)s, sig, buf, bytes, tmp,
+                             bytes));
+        if (nr < pnr)
+            gcoll_reduce(buf, tmp, count, dtype, op);
+        else
+            gcoll_reduce_rev(buf, tmp, count, dtype, op);
+    }
+    if (r < 2 * rem) {
+        uint32_t sub = 1 + (uint32_t)steps;
+        if (nr >= 0)
+            return exchange(comm, r - 1, sub, sig, buf, bytes, NULL, 0);
+        return exchange(comm, r + 1, sub, sig, NULL, 0, buf, bytes);
+    }
+    return GCOLL_OK;
+}
+
 gcoll_status_t gcoll_tree_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
 {

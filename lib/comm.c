@@ -151,9 +151,17 @@ gcoll_status_t gcoll_net_done(gcoll_comm_t *comm, gcoll_treq_t *r, int *done_p)
     return r->status < 0 ? r->status : GCOLL_OK;
 }
 
+/* A wait first polls for up to GCOLL_SPIN_US (again after each completion), yielding the
+ * CPU between polls, and only then sleeps in the transport. A sleeping rank pays a
+ * wake-up on every message, most of a small allreduce: 2 ranks, 8 bytes, 20-50 us
+ * sleeping against 4.5 us polling (docs/benchmarks.md). The yield is what makes polling
+ * pay on shared cores too (4 ranks on 2 cores: 43 -> 23-35 us): a peer that shares the
+ * core runs at once instead of when the poller's time slice ends (Open MPI's
+ * yield-when-idle); polling without it made small allreduces slower there. */
 gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n)
 {
     int first = 0; /* requests before this one are done */
+    uint64_t spin_end = 0;
     for (;;) {
         while (first < n && reqs[first].done) {
             if (reqs[first].status < 0)
@@ -161,9 +169,21 @@ gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n)
             count_anylen(comm, &reqs[first]);
             first++;
             comm->deadline_ms = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
+            spin_end = 0;
         }
         if (first == n)
             return GCOLL_OK;
+        if (comm->spin_ns && !comm->abort_requested) {
+            uint64_t now = gcoll_time_ns();
+            if (!spin_end)
+                spin_end = now + comm->spin_ns;
+            if (now < spin_end) {
+                GCOLL_CHECK(comm->tops->progress(comm->tp, 0));
+                sched_yield(); /* a peer sharing this core runs now, not at our time slice's end */
+                comm->counters.ns_wire += gcoll_time_ns() - now;
+                continue;
+            }
+        }
         GCOLL_CHECK(gcoll_net_poll(comm, &reqs[first]));
     }
 }
@@ -199,6 +219,15 @@ static void request_free(gcoll_request_t *req)
     free(req);
 }
 
+/* After an operation: wakes whoever can use it, the threads in gcoll_wait and the progress
+ * thread if work is queued. Not the idle progress thread after every inline operation:
+ * that was a futex wake and a context switch on another core per small allreduce. */
+static void wake_locked(gcoll_comm_t *comm)
+{
+    if (comm->waiters || comm->qhead)
+        pthread_cond_broadcast(&comm->cond);
+}
+
 /* Runs one operation; the caller holds the busy flag. */
 static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
 {
@@ -221,7 +250,7 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
     req->status = st;
     req->done = 1;
     comm->busy = 0;
-    pthread_cond_broadcast(&comm->cond);
+    wake_locked(comm);
     pthread_mutex_unlock(&comm->lock);
 }
 
@@ -311,8 +340,10 @@ gcoll_status_t gcoll_wait(gcoll_request_t *req)
         return GCOLL_ERR_INVALID;
     gcoll_comm_t *comm = req->comm;
     pthread_mutex_lock(&comm->lock);
+    comm->waiters++;
     while (!req->done)
         pthread_cond_wait(&comm->cond, &comm->lock);
+    comm->waiters--;
     gcoll_status_t st = req->status;
     pthread_mutex_unlock(&comm->lock);
     request_free(req);
@@ -551,6 +582,7 @@ gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
     }
     comm->thread_started = 1;
     place_progress_thread(comm, root);
+    comm->spin_ns = (uint64_t)comm->cfg.spin_us * 1000u;
     GCOLL_INFO(GCOLL_SUBSYS_INIT, "communicator ready: rank %d of %d over %s in %llu ms",
                comm->rank, comm->size, comm->tops->name,
                (unsigned long long)(gcoll_time_ms() - t0));
@@ -602,7 +634,7 @@ gcoll_status_t gcoll_comm_abort(gcoll_comm_t *comm)
         comm_fail(comm, "communicator", GCOLL_ERR_ABORTED);
         pthread_mutex_lock(&comm->lock);
         comm->busy = 0;
-        pthread_cond_broadcast(&comm->cond);
+        wake_locked(comm);
         pthread_mutex_unlock(&comm->lock);
     }
     return GCOLL_OK;

@@ -49,6 +49,7 @@ struct gcoll_comm {
     pthread_cond_t cond;
     gcoll_request_t *qhead, *qtail;
     int busy; /* an operation is running (on the progress thread or inline) */
+    int waiters; /* threads in gcoll_wait */
     int stop;
     pthread_t thread;
     int thread_started;
@@ -62,6 +63,7 @@ struct gcoll_comm {
     size_t scratch_len;
     uint32_t seq;
     uint64_t deadline_ms;
+    uint64_t spin_ns; /* blocking waits poll this long before sleeping (GCOLL_SPIN_US) */
     gcoll_counters_t counters;
 };
 

@@ -48,6 +48,10 @@ static const param_t params[] = {
      OFF(local_rank), 0, "0:1048575"},
     {"GCOLL_LOCAL_SIZE", P_INT, "", "ranks on this host (set by gcoll-run)", OFF(local_size), 0,
      "1:1048576"},
+    {"GCOLL_SPIN_US", P_INT, "50",
+     "a blocking wait polls the transport this long (us, yielding the CPU between polls) "
+     "before it sleeps; 0: sleep at once",
+     OFF(spin_us), 0, "0:1000000"},
     {"GCOLL_TIMEOUT_MS", P_DURATION, "300000ms",
      "deadline of every blocking wait (rendezvous, connect, collective); '500ms', '30s', '5m'",
      OFF(timeout_ms), 0, NULL},
@@ -70,8 +74,9 @@ static const param_t params[] = {
     {"GCOLL_RING_CHUNK", P_SIZE, "512kb", "pipelining chunk of ring algorithms", OFF(ring_chunk),
      F_MUST_MATCH, NULL},
     {"GCOLL_ALGO", P_ENUM, "auto",
-     "allreduce algorithm: ring, rhd (recursive halving-doubling), tree, or auto (cost model)",
-     OFF(algo), F_MUST_MATCH, "auto|ring|rhd|tree"},
+     "allreduce algorithm: ring, rhd (recursive halving-doubling), tree, rd (recursive "
+     "doubling), or auto (cost model)",
+     OFF(algo), F_MUST_MATCH, "auto|ring|rhd|tree|rd"},
     {"GCOLL_SPARSE_ALGO", P_ENUM, "auto",
      "sparse allreduce plan: allgather (SSAR), split (split-and-reduce), dense, or auto (by bytes)",
      OFF(sparse_algo), F_MUST_MATCH, "auto|allgather|split|dense"},

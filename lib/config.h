@@ -15,6 +15,7 @@ typedef struct gcoll_config {
     char *job_key;        /* NULL when unset */
     long local_rank;      /* informational (set by gcoll-run) */
     long local_size;
+    long spin_us;
     int64_t timeout_ms;
     int log_level;
     char *log_subsys;

@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "  -d TYPE   float (default), half, bfloat16, double, int32, int64\n"
             "  -r OP     sum (default), avg, min, max, prod\n"
             "  -R ROOT   broadcast root (default 0)\n"
-            "  -a ALGO   allreduce algorithm: ring, rhd, tree, auto (sets GCOLL_ALGO)\n"
+            "  -a ALGO   allreduce algorithm: ring, rhd, tree, rd, auto (sets GCOLL_ALGO)\n"
             "  -z SPEC   compressed allreduce with compressor SPEC (float sum); extra columns:\n"
             "            wire bytes per rank per op, compression ratio, codec time (input scan,\n"
             "            compression, decompression into the output), and the\n"

@@ -407,9 +407,41 @@ static void check_bad_args(void)
         FAIL("last_error does not describe the bad argument: '%s'", gcoll_comm_last_error(comm));
 }
 
+/* Every rank must end with the same bits, whatever the order each algorithm combines in:
+ * float inputs with fractions (sums round differently in another order), and MAX over
+ * +0 and -0 (equal, so the order decides which one is kept). Checked by gathering every
+ * rank's result. */
+static void check_identical(size_t count, gcoll_op_t op)
+{
+    float *x = malloc(count * sizeof(float)), *all = malloc(count * size * sizeof(float));
+    for (size_t i = 0; i < count; i++) {
+        uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(rank * 40503u + 7);
+        x[i] = op == GCOLL_MAX ? ((h >> 3) % 2 ? 0.0f : -0.0f) : (float)(h % 100003) / 7.0f;
+    }
+    checks++;
+    if (gcoll_allreduce(comm, x, x, count, GCOLL_FLOAT32, op) != GCOLL_OK ||
+        gcoll_allgather(comm, x, all, count, GCOLL_FLOAT32) != GCOLL_OK)
+        FAIL("identical results, count %zu %s: %s", count, gcoll_op_name(op),
+             gcoll_comm_last_error(comm));
+    else
+        for (int r = 1; r < size; r++)
+            if (memcmp(all, all + (size_t)r * count, count * sizeof(float)) != 0) {
+                FAIL("allreduce count=%zu %s: rank %d's result differs from rank 0's", count,
+                     gcoll_op_name(op), r);
+                break;
+            }
+    free(x);
+    free(all);
+}
+
 /* Allreduce only, for each forced algorithm (GCOLL_ALGO set by the caller). */
 static int run_allreduce(void)
 {
+    const size_t idcounts[] = {1, 5, 4099, 300007};
+    for (size_t c = 0; c < sizeof(idcounts) / sizeof(idcounts[0]); c++) {
+        check_identical(idcounts[c], GCOLL_SUM);
+        check_identical(idcounts[c], GCOLL_MAX);
+    }
     const size_t counts[] = {0, 1, 2, 7, 1000, 65537, 1000003};
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)

@@ -15,7 +15,7 @@ for tr in $(transports); do
         fi
     done
     # every allreduce algorithm forced in turn, on rank counts with and without a power of two
-    for algo in ring rhd tree; do
+    for algo in ring rhd tree rd; do
         for n in 3 4; do
             out="$TMP/allreduce-$tr-$algo-$n.log"
             if timeout 600 "$gcoll_run" -n "$n" --timeout 500 -x GCOLL_TRANSPORT="$tr" \
