@@ -20,7 +20,7 @@ usage: $0 [-B GCOLL_BUILD_DIR] [-o OUT_DIR] [-r REPS] [-n "NPS"] [-p PNG] [-q]
   -B DIR   gcoll build directory holding tools/gcoll-bench and tools/gcoll-run
            (default: \$GCOLL_BUILD, else the current directory)
   -o DIR   where drivers, raw CSV, tables and the plot go (default: a new /tmp dir)
-  -r N     repetitions of the whole sweep (default 5, or $REPS; about 6 minutes in all)
+  -r N     repetitions of the whole sweep (default 5, or \$REPS; about 6 minutes in all)
   -n LIST  rank counts (default "2 4")
   -p FILE  also copy the PNG plot there (e.g. docs/img/dense-busbw.png)
   -q       quick: sizes up to 16M, for a smoke test

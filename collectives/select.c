@@ -7,22 +7,24 @@
 
 const char *const gcoll_algo_names[] = {"auto", "ring", "rhd", "tree", "rd"};
 
-/* Per-exchange latency, per-byte wire time and per-byte reduction time, fitted to
- * gcoll-bench on loopback TCP on a 2-core VM (docs/benchmarks.md): what matters is their
- * ratio, which decides where the algorithms cross over. A tree step is a one-way message
- * (a rank only sends or only receives), which measured about half an exchange step (57 us
- * for the 4-rank tree against 101-114 us for halving-doubling's 4 exchanges), so it is
- * charged half; with these figures the tree wins up to about 128 KiB, as measured.
- * Halving-doubling's wire time is charged twice: each of its steps moves one whole message
- * and then reduces it, the sender's copy, the receiver's copy and the reduction one after
- * the other, where the ring overlaps them chunk by chunk (and reads an out-of-place input
- * where it is, while rhd works on a copy). Measured on 4 ranks with the ring's handshake
- * and folded copy in: ring 1.3-1.4x rhd's busbw at 256 KiB and 1 MiB, tree ahead up to
- * 64 KiB, so rhd never wins on 4 ranks; it still can on 8 or more, where the ring pays
- * 2 (P-1) steps. */
-#define ALPHA_NS 100000.0
+/* Per-step cost, per-byte wire time and per-byte reduction time, fitted to gcoll-bench on
+ * loopback TCP on a 2-core VM (docs/benchmarks.md): what matters is their ratios, which
+ * decide where the algorithms cross over; ALPHA_NS is well above a message's latency
+ * (5-15 us here) because it also stands for what a step costs beyond its bytes
+ * (hand-offs, the ring's per-slice handshake, pipeline fill). A tree step is a one-way
+ * message, charged half. Halving-doubling's wire time is charged RHD_WIRE times its bytes
+ * where the ring's is charged once: its steps move one whole message and then reduce it,
+ * one after the other, where the ring overlaps them chunk by chunk. Refitted after blocking
+ * waits began to poll (GCOLL_SPIN_US) to the fastest algorithm measured at each size,
+ * 8 B to 64 MiB (time per operation, 3 runs each): recursive doubling up to 128 KiB on
+ * 2 and 3 ranks and 64 KiB on 4; the ring from 256 KiB on 2 and 3 ranks (the fit picks
+ * it from 128 KiB on 3, where recursive doubling measured 1.2x faster: the one miss); on
+ * 4 ranks halving-doubling at 128 KiB-2 MiB (256 KiB: 225-270 us against the ring's
+ * 362-368 and recursive doubling's 351-457) and the ring from 4 MiB. */
+#define ALPHA_NS 80000.0
 #define BETA_NS 0.5
-#define GAMMA_NS 0.25
+#define GAMMA_NS 0.05
+#define RHD_WIRE 2.1
 
 static int ceil_log2(int p)
 {
@@ -43,7 +45,7 @@ static double cost(gcoll_algo_t a, double n, int P)
         return 2.0 * (P - 1) * ALPHA_NS + 2.0 * f * n * BETA_NS;
     case GCOLL_ALGO_RHD: {
         double fp = (double)(p2 - 1) / p2;
-        double c = 2.0 * lg * ALPHA_NS + 4.0 * fp * n * BETA_NS + fp * n * GAMMA_NS;
+        double c = 2.0 * lg * ALPHA_NS + RHD_WIRE * fp * n * BETA_NS + fp * n * GAMMA_NS;
         if (p2 != P) /* fold-in and fold-out of the extra ranks: full vectors */
             c += 2.0 * ALPHA_NS + 2.0 * n * BETA_NS + n * GAMMA_NS;
         return c;
@@ -74,14 +76,15 @@ gcoll_algo_t gcoll_algo_select(const gcoll_comm_t *comm, size_t bytes, char *why
             snprintf(why, len, "GCOLL_ALGO=%s", gcoll_algo_names[comm->cfg.algo]);
         return (gcoll_algo_t)comm->cfg.algo;
     }
-    /* Ties go to the earlier: recursive doubling, tree, rhd, ring. */
+    /* Ties go to the earlier (recursive doubling, tree, rhd, ring); equal figures summed in
+     * another order must tie too, hence the relative margin. */
     static const gcoll_algo_t order[] = {GCOLL_ALGO_RD, GCOLL_ALGO_TREE, GCOLL_ALGO_RHD,
                                          GCOLL_ALGO_RING};
     gcoll_algo_t best = GCOLL_ALGO_RING;
     double bc = 1e300, c[4];
     for (int i = 0; i < 4; i++) {
         c[i] = cost(order[i], (double)bytes, comm->size);
-        if (c[i] < bc) {
+        if (c[i] < bc * (1.0 - 1e-9)) {
             bc = c[i];
             best = order[i];
         }
