@@ -24,8 +24,9 @@ usage: $0 [-B GCOLL_BUILD_DIR] [-o OUT_DIR] [-r REPS] [-n "NPS"] [-p PNG] [-q]
   -n LIST  rank counts (default "2 4")
   -p FILE  also copy the PNG plot there (e.g. docs/img/dense-busbw.png)
   -q       quick: sizes up to 16M, for a smoke test
-Environment: MPI_BIND (default "none": Open MPI's --bind-to, none so that every peer gets
-the same scheduling freedom as gcoll-run's unbound ranks); GCOLL_BENCH_ENV, a space-separated
+Environment: MPI_BIND (Open MPI's --bind-to; default: not given, so that each launcher
+binds as it does by default: mpirun to cores for 2 ranks, gcoll-run (gcoll and Gloo) to
+CPUs when the ranks do not outnumber them); GCOLL_BENCH_ENV, a space-separated
 list of VAR=VALUE given to every gcoll rank (e.g. "GCOLL_RING_SLICE=16mb");
 GCOLL_BASE_BUILD, another gcoll build directory (e.g. of the last commit) run as one more
 column, "gcoll base", so that a change is measured against its baseline in the same run;
@@ -68,7 +69,8 @@ log=$out/run.log
 : >"$log"
 # the last column is the 1-minute load average when the launch began (other users + us)
 echo "peer,np,rep,size,count,type,redop,time_us,algbw_GBps,busbw_GBps,wrong,load1" >"$raw"
-mpi_bind=${MPI_BIND:-none}
+mpi_bind=()
+[ -z "${MPI_BIND:-}" ] || mpi_bind=(--bind-to "$MPI_BIND")
 gcoll_x=()
 for kv in ${GCOLL_BENCH_ENV:-}; do gcoll_x+=(-x "$kv"); done
 
@@ -112,7 +114,7 @@ launch() {
     local peer=$1 np=$2 limit=$3
     shift 3
     local mpirun_common=(timeout "$limit" mpirun --allow-run-as-root --oversubscribe -np "$np"
-        --bind-to "$mpi_bind" --mca pml ob1)
+        "${mpi_bind[@]}" --mca pml ob1)
     local cmd
     case $peer in
     gcoll_tcp | gcoll_ucx)

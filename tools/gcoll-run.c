@@ -29,6 +29,8 @@ static const char usage_text[] =
     "      --timeout SEC       stop the job after SEC seconds and exit with status 124\n"
     "      --grace SEC         wait SEC seconds between SIGTERM and SIGKILL (default 3)\n"
     "      --keep-going        do not stop the other ranks when one fails; report each failure\n"
+    "      --bind WHAT         core: bind rank R to the R-th CPU gcoll-run may use; none; auto\n"
+    "                          (default): core when there are no more ranks than CPUs\n"
     "  -q, --quiet             do not prefix output lines with \"[rank] \"\n"
     "  -h, --help              show this help and exit\n"
     "  -V, --version           show the version and exit\n"
@@ -119,7 +121,7 @@ static bool valid_root(const char *s)
     return colon && colon != s && parse_int(colon + 1, 1, 65535, &port);
 }
 
-enum { OPT_RANK_ENV = 256, OPT_ROOT, OPT_KEY_FROM_ENV, OPT_TIMEOUT, OPT_GRACE, OPT_KEEP_GOING };
+enum { OPT_RANK_ENV = 256, OPT_ROOT, OPT_KEY_FROM_ENV, OPT_TIMEOUT, OPT_GRACE, OPT_KEEP_GOING, OPT_BIND };
 
 /* Returns -1 to go on, or the exit status to end with (0 after --help or --version). */
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -132,6 +134,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"grace", required_argument, NULL, OPT_GRACE},
         {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
+        {"bind", required_argument, NULL, OPT_BIND},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
@@ -198,6 +201,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
             break;
         case OPT_KEEP_GOING:
             o->keep_going = true;
+            break;
+        case OPT_BIND:
+            if (strcmp(optarg, "auto") == 0)
+                o->bind = BIND_AUTO;
+            else if (strcmp(optarg, "core") == 0)
+                o->bind = BIND_CORE;
+            else if (strcmp(optarg, "none") == 0)
+                o->bind = BIND_NONE;
+            else
+                return usage_error("--bind expects core, none or auto, got '%s'", optarg);
             break;
         case 'q':
             o->quiet = true;
@@ -424,6 +437,7 @@ free_job:
     free(j->pfds);
     free(j->pstreams);
     free(j->prank);
+    free(j->cpus);
     free(j);
 free_opts:
     free(o.xenv);

@@ -10,6 +10,7 @@
 #endif
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -60,6 +61,7 @@ struct opts {
     size_t nrenv;
     const char *root;
     bool key_from_env, keep_going, quiet;
+    enum { BIND_AUTO, BIND_CORE, BIND_NONE } bind;
     double timeout_s; /* 0: none */
     double grace_s;
     char **prog_argv;
@@ -109,6 +111,8 @@ struct job {
     int abort_code; /* signal, launch failure or broken stdout: beats everything else */
     int fail_code; /* first failing rank's status */
     char root[GRUN_ROOT_MAX];
+    int ncpus;       /* CPUs the ranks are bound to, one each in order; 0: not bound */
+    int *cpus;
     char kv_rank[40], kv_local_rank[40], kv_size[40], kv_local_size[40];
     char kv_root[GRUN_ROOT_MAX + 16], kv_key[sizeof "GCOLL_JOB_KEY=" + 2 * GRUN_KEY_BYTES];
     struct outbuf out[2];
