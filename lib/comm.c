@@ -152,12 +152,14 @@ gcoll_status_t gcoll_net_done(gcoll_comm_t *comm, gcoll_treq_t *r, int *done_p)
 }
 
 /* A wait first polls for up to GCOLL_SPIN_US (again after each completion), yielding the
- * CPU between polls, and only then sleeps in the transport. A sleeping rank pays a
+ * CPU between polls after the first SPIN_HOT_NS, and only then sleeps in the transport. A sleeping rank pays a
  * wake-up on every message, most of a small allreduce: 2 ranks, 8 bytes, 20-50 us
  * sleeping against 4.5 us polling (docs/benchmarks.md). The yield is what makes polling
  * pay on shared cores too (4 ranks on 2 cores: 43 -> 23-35 us): a peer that shares the
  * core runs at once instead of when the poller's time slice ends (Open MPI's
  * yield-when-idle); polling without it made small allreduces slower there. */
+#define SPIN_HOT_NS 500u
+
 gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n)
 {
     int first = 0; /* requests before this one are done */
@@ -179,7 +181,10 @@ gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n)
                 spin_end = now + comm->spin_ns;
             if (now < spin_end) {
                 GCOLL_CHECK(comm->tops->progress(comm->tp, 0));
-                sched_yield(); /* a peer sharing this core runs now, not at our time slice's end */
+                /* After the first half microsecond (a shared-memory message's time), a peer
+                 * sharing this core runs now, not at the end of our time slice. */
+                if (spin_end - now < comm->spin_ns - SPIN_HOT_NS)
+                    sched_yield();
                 comm->counters.ns_wire += gcoll_time_ns() - now;
                 continue;
             }
