@@ -64,6 +64,7 @@ struct gcoll_comm {
     uint32_t seq;
     uint64_t deadline_ms;
     uint64_t spin_ns; /* blocking waits poll this long before sleeping (GCOLL_SPIN_US) */
+    uint64_t spin_from_ns; /* start of the current polling, 0: none (gcoll_net_poll) */
     gcoll_counters_t counters;
 };
 
@@ -98,7 +99,8 @@ gcoll_status_t gcoll_net_isend(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, ui
                                uint32_t sig, const void *buf, size_t len);
 gcoll_status_t gcoll_net_irecv(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, uint32_t sub,
                                uint32_t sig, void *buf, size_t len, unsigned flags);
-/* One round of progress, waiting up to the deadline for something to happen. Returns
+/* One round of progress: a poll while the wait is young (GCOLL_SPIN_US), else a sleep of
+ * up to the deadline until something happens. Returns
  * GCOLL_ERR_TIMEOUT past the deadline (naming `waiting` if not NULL), GCOLL_ERR_ABORTED on
  * gcoll_comm_abort. Call gcoll_net_done after each round to fold completions in. */
 gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting);
