@@ -79,6 +79,15 @@ double gcoll_ctl_step(gcoll_density_ctl_t *c, double window_s, double fixed_s, d
     return gcoll_ctl_apply(c, target, critical);
 }
 
+/* What the wire may add to a step already bound by its fixed costs, as a fraction of the
+ * window. Measured with bench/netns-shaped.sh MODE=adapt (4 ranks on 2 cores, where the
+ * compression of every rank is such a fixed cost): 5% let the 1 Gbit/s phase run at the
+ * maximum density 0.1 and 1.21-1.27x of its compute; 2% kept every step but the first
+ * within 1.16-1.18x but the 10 Gbit/s phases then stopped at 0.065-0.074 (compression
+ * grows with the density too); 3.5% reached 0.1 in both fast phases with two steps over
+ * 1.2x (1.21, 1.23, on and after the drop to 1 Gbit/s). */
+#define OVERRUN_SLACK 0.035
+
 /* Finish time of the last bucket at density d. */
 static double pipeline_finish(int n, const double *offset, const double *fixed,
                               const double *wire_full, double d)
@@ -100,8 +109,8 @@ double gcoll_fit_density(int n, const double *offset, const double *fixed,
     if (floor_t > deadline) {
         /* even the minimum overruns: the step is bound by the fixed costs (compression,
          * other buckets), and compressing harder buys nothing; let the wire add at most
-         * 5% of the window to that floor */
-        deadline = floor_t + 0.05 * deadline;
+         * OVERRUN_SLACK of the window to that floor */
+        deadline = floor_t + OVERRUN_SLACK * deadline;
         if (pipeline_finish(n, offset, fixed, wire_full, dmax) <= deadline)
             return dmax;
     }

@@ -48,7 +48,7 @@ double gcoll_ctl_step(gcoll_density_ctl_t *c, double window_s, double fixed_s, d
  * the last bucket finishes by deadline (the end of backward, from the first launch), so
  * that buckets launched late cannot leave their communication exposed. When even dmin
  * overruns (fixed costs bind the step), compressing harder buys nothing: the largest d
- * whose finish is within 5% of the window of dmin's. Buckets are in launch order. */
+ * whose finish is within 3.5% of the window of dmin's. Buckets are in launch order. */
 double gcoll_fit_density(int n, const double *offset, const double *fixed,
                          const double *wire_full, double deadline, double dmin, double dmax);
 
