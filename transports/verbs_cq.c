@@ -250,6 +250,8 @@ static int qp_index(gcoll_transport_t *t, gcoll_vb_peer_t *p, uint32_t qp_num)
     return -1;
 }
 
+static void on_sock(gcoll_transport_t *t, int peer);
+
 static void on_wc(gcoll_transport_t *t, const struct ibv_wc *wc)
 {
     unsigned kind = (unsigned)(wc->wr_id >> 60);
@@ -274,6 +276,15 @@ static void on_wc(gcoll_transport_t *t, const struct ibv_wc *wc)
         static const char *const what[] = {"", "eager send", "credit return", "rendezvous write",
                                            "receive"};
         gcoll_status_t st = gcoll_vb_wc_status(wc->status);
+        /* A peer that fails a call (a mismatch, say) tells everyone on the side channel and
+         * then tears down its queue pairs; our sends to it then fail. Its notice, already
+         * waiting on the socket, says why: read it first, so that every rank reports the
+         * mismatch rather than the transport error it caused. */
+        uint8_t b;
+        if (p->fd >= 0 && recv(p->fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 1 && b == ABORT_MAGIC)
+            on_sock(t, peer);
+        if (t->abort_status < 0)
+            st = t->abort_status;
         gcoll_vb_set_error(t,
                            "verbs: %s to rank %d failed: %s (%s, vendor error 0x%x, qp "
                            "0x%x)",
