@@ -90,8 +90,9 @@ gcoll_algo_t gcoll_algo_select(const gcoll_comm_t *comm, size_t bytes, char *why
         }
     }
     if (why)
-        snprintf(why, len, "cost model for %zu bytes on %d ranks: rd %.0f us, tree %.0f us, "
-             "rhd %.0f us, ring %.0f us", bytes, comm->size, c[0] / 1e3, c[1] / 1e3, c[2] / 1e3,
-             c[3] / 1e3);
+        snprintf(why, len,
+                 "cost model for %zu bytes on %d ranks: rd %.0f us, tree %.0f us, rhd %.0f us, "
+                 "ring %.0f us",
+                 bytes, comm->size, c[0] / 1e3, c[1] / 1e3, c[2] / 1e3, c[3] / 1e3);
     return best;
 }

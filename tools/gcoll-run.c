@@ -121,7 +121,15 @@ static bool valid_root(const char *s)
     return colon && colon != s && parse_int(colon + 1, 1, 65535, &port);
 }
 
-enum { OPT_RANK_ENV = 256, OPT_ROOT, OPT_KEY_FROM_ENV, OPT_TIMEOUT, OPT_GRACE, OPT_KEEP_GOING, OPT_BIND };
+enum {
+    OPT_RANK_ENV = 256,
+    OPT_ROOT,
+    OPT_KEY_FROM_ENV,
+    OPT_TIMEOUT,
+    OPT_GRACE,
+    OPT_KEEP_GOING,
+    OPT_BIND
+};
 
 /* Returns -1 to go on, or the exit status to end with (0 after --help or --version). */
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -203,14 +211,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->keep_going = true;
             break;
         case OPT_BIND:
-            if (strcmp(optarg, "auto") == 0)
-                o->bind = BIND_AUTO;
-            else if (strcmp(optarg, "core") == 0)
-                o->bind = BIND_CORE;
-            else if (strcmp(optarg, "none") == 0)
-                o->bind = BIND_NONE;
-            else
-                return usage_error("--bind expects core, none or auto, got '%s'", optarg);
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "core") != 0 &&
+                strcmp(optarg, "none") != 0)
+                return usage_error("--bind expects auto, core or none, got '%s'", optarg);
+            o->no_bind = strcmp(optarg, "none") == 0;
             break;
         case 'q':
             o->quiet = true;

@@ -522,7 +522,6 @@ static int setup_signals(struct job *j)
     return 0;
 }
 
-/* Returns 0 or an exit status. */
 /* --bind: rank R on the (R mod n)-th of the n CPUs gcoll-run may use. With no more ranks
  * than CPUs that is a CPU each, as Open MPI's mpirun binds to cores: unbound ranks that
  * sleep and wake are sometimes woken onto the CPU of the peer that woke them and stay
@@ -535,7 +534,7 @@ static int choose_cpus(struct job *j)
 {
     const struct opts *o = j->o;
     cpu_set_t set;
-    if (o->bind == BIND_NONE || sched_getaffinity(0, sizeof set, &set))
+    if (o->no_bind || sched_getaffinity(0, sizeof set, &set))
         return 0;
     int n = CPU_COUNT(&set);
     j->cpus = malloc((size_t)n * sizeof *j->cpus);
@@ -549,6 +548,7 @@ static int choose_cpus(struct job *j)
     return 0;
 }
 
+/* Returns 0 or an exit status. */
 int grun_prepare(struct job *j)
 {
     const struct opts *o = j->o;

@@ -61,7 +61,7 @@ struct opts {
     size_t nrenv;
     const char *root;
     bool key_from_env, keep_going, quiet;
-    enum { BIND_AUTO, BIND_CORE, BIND_NONE } bind;
+    bool no_bind; /* --bind none */
     double timeout_s; /* 0: none */
     double grace_s;
     char **prog_argv;
