@@ -128,16 +128,26 @@ static void op_finish(ucx_op_t *op, void *ucp_req, ucs_status_t status)
         ucx_peer_t *p = &t->peers[op->peer];
         if (st != GCOLL_OK && p->failed)
             st = p->status; /* the peer's failure says more than UCX's purge status */
-        if (st != GCOLL_OK && !p->failed) {
-            gcoll_ucx_set_error(t, "%s rank %d failed: %s",
-                                op->is_recv ? "receive from" : "send to", op->peer,
-                                ucs_status_string(status));
-            GCOLL_WARN("ucx: %s rank %d failed: %s", op->is_recv ? "receive from" : "send to",
-                       op->peer, ucs_status_string(status));
+        if (st != GCOLL_OK && !p->failed && !t->closing) {
+            /* The peer left (say, after failing the call on a mismatch it is telling
+             * everyone about): held like a failed endpoint, so that its abort, if one is
+             * on its way, decides the status (handle_ep_errors, gcoll_ucx_peer_fail). */
+            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: %s rank %d failed: %s; waiting for an abort",
+                        op->is_recv ? "receive from" : "send to", op->peer,
+                        ucs_status_string(status));
+            if (p->ep_error == UCS_OK) {
+                p->ep_error = status;
+                p->ep_error_ms = gcoll_time_ms();
+            }
+            t->ep_errors = 1;
+            op->req->priv = NULL;
+            gcoll_treq_list_push(&p->failing, &p->failing_tail, op->req);
+            op->req = NULL;
         }
-        if (st == GCOLL_OK && op->is_recv)
+        if (op->req && st == GCOLL_OK && op->is_recv)
             op->req->nbytes = op->len;
-        complete(t, op->req, st);
+        if (op->req)
+            complete(t, op->req, st);
     }
     t->events++;
     if (ucp_req)
@@ -504,6 +514,9 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
     for (gcoll_treq_t *r = p->posted; r; r = r->next)
         complete(t, r, st);
     p->posted = p->posted_tail = NULL;
+    for (gcoll_treq_t *r = p->failing; r; r = r->next)
+        complete(t, r, st);
+    p->failing = p->failing_tail = NULL;
     while (p->unexp) {
         ucx_msg_t *m = p->unexp;
         p->unexp = m->next;
@@ -547,7 +560,7 @@ static void handle_ep_errors(gcoll_transport_t *t)
         ucs_status_t status = p->ep_error;
         if (status == UCS_OK || p->failed)
             continue;
-        int busy = p->posted != NULL;
+        int busy = p->posted != NULL || p->failing != NULL;
         for (ucx_op_t *op = t->ops; op && !busy; op = op->next)
             busy = op->peer == r && op->req;
         if (busy && now < p->ep_error_ms + EP_ERROR_GRACE_MS) {
@@ -665,7 +678,8 @@ static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     if (req->done || req->peer < 0 || req->peer >= t->size)
         return;
     ucx_peer_t *p = &t->peers[req->peer];
-    if (gcoll_treq_list_remove(&p->posted, &p->posted_tail, req)) {
+    if (gcoll_treq_list_remove(&p->posted, &p->posted_tail, req) ||
+        gcoll_treq_list_remove(&p->failing, &p->failing_tail, req)) {
         complete(t, req, GCOLL_ERR_ABORTED);
         return;
     }

@@ -89,6 +89,7 @@ typedef struct ucx_peer {
     int hello;             /* last connect round heard from it (1 hello, 2 ready) */
     uint64_t cookie;       /* the peer's cookie, echoed in every header sent to it */
     gcoll_treq_t *posted, *posted_tail; /* receives not yet matched, oldest first */
+    gcoll_treq_t *failing, *failing_tail; /* failed in UCX, held for an abort (EP_ERROR_GRACE) */
     ucx_msg_t *unexp, *unexp_tail;      /* unexpected messages, oldest first */
 } ucx_peer_t;
 

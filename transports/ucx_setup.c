@@ -166,6 +166,7 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
         for (int i = 0; i < t->size; i++) {
             ucx_peer_t *p = &t->peers[i];
             p->posted = p->posted_tail = NULL; /* the caller's requests: not ours to touch */
+            p->failing = p->failing_tail = NULL;
             while (p->unexp) {
                 ucx_msg_t *m = p->unexp;
                 p->unexp = m->next;
