@@ -29,18 +29,62 @@ out:
     return st;
 }
 
-gcoll_status_t gcoll_rhd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
-                                   gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
+/* The largest power of two p2 <= P (*steps_p = log2 p2) that the algorithms below run on;
+ * the P - p2 extra ranks fold in before and out after. */
+static int pow2_group(int P, int *steps_p)
 {
-    const int P = comm->size, r = comm->rank;
-    const size_t esz = gcoll_dtype_size(dtype);
-    if (P == 1 || count == 0)
-        return GCOLL_OK;
     int p2 = 1, steps = 0;
     while (p2 * 2 <= P) {
         p2 *= 2;
         steps++;
     }
+    *steps_p = steps;
+    return p2;
+}
+
+typedef void (*reduce_fn_t)(void *dst, const void *src, size_t n, gcoll_dtype_t dtype,
+                            gcoll_op_t op);
+
+/* Fold-in: the first 2*rem ranks pair up, the even one sends its whole vector to the odd
+ * one, which combines it (with fold, in the operand order its algorithm keeps) and stays.
+ * *nr_p: the rank in the power-of-two group, -1 if folded away. */
+static gcoll_status_t fold_in(gcoll_comm_t *comm, int rem, uint32_t sig, uint8_t *buf,
+                              uint8_t *tmp, size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                              reduce_fn_t fold, int *nr_p)
+{
+    const int r = comm->rank;
+    const size_t bytes = count * gcoll_dtype_size(dtype);
+    *nr_p = r - rem;
+    if (r >= 2 * rem)
+        return GCOLL_OK;
+    *nr_p = r % 2 ? r / 2 : -1;
+    if (r % 2 == 0)
+        return exchange(comm, r + 1, 0, sig, buf, bytes, NULL, 0);
+    GCOLL_CHECK(exchange(comm, r - 1, 0, sig, NULL, 0, tmp, bytes));
+    fold(buf, tmp, count, dtype, op);
+    return GCOLL_OK;
+}
+
+/* Fold-out: the odd rank of each pair hands the result back (message `sub`). */
+static gcoll_status_t fold_out(gcoll_comm_t *comm, int rem, uint32_t sub, uint32_t sig,
+                               uint8_t *buf, size_t bytes)
+{
+    const int r = comm->rank;
+    if (r >= 2 * rem)
+        return GCOLL_OK;
+    if (r % 2 == 1)
+        return exchange(comm, r - 1, sub, sig, buf, bytes, NULL, 0);
+    return exchange(comm, r + 1, sub, sig, NULL, 0, buf, bytes);
+}
+
+gcoll_status_t gcoll_rhd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                   gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
+{
+    const int P = comm->size;
+    const size_t esz = gcoll_dtype_size(dtype);
+    if (P == 1 || count == 0)
+        return GCOLL_OK;
+    int steps, p2 = pow2_group(P, &steps);
     const int rem = P - p2;
     uint8_t *buf = recvbuf, *tmp = gcoll_comm_scratch(comm, count * esz);
     size_t *lo = malloc(((size_t)steps + 1) * 2 * sizeof(size_t)), *hi = lo ? lo + steps + 1 : NULL;
@@ -48,18 +92,8 @@ gcoll_status_t gcoll_rhd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t cou
     if (!tmp || !lo)
         goto out;
     int nr; /* rank in the power-of-two group, -1 if folded away */
-    if (r < 2 * rem) {
-        if (r % 2 == 0) {
-            GCOLL_CHECK_GOTO(exchange(comm, r + 1, 0, sig, buf, count * esz, NULL, 0), st, out);
-            nr = -1;
-        } else {
-            GCOLL_CHECK_GOTO(exchange(comm, r - 1, 0, sig, NULL, 0, tmp, count * esz), st, out);
-            gcoll_reduce(buf, tmp, count, dtype, op);
-            nr = r / 2;
-        }
-    } else {
-        nr = r - rem;
-    }
+    GCOLL_CHECK_GOTO(fold_in(comm, rem, sig, buf, tmp, count, dtype, op, gcoll_reduce, &nr), st,
+                     out);
     if (nr >= 0) {
         /* Halving: at each step keep one half of the current range and reduce into it. */
         lo[0] = 0;
@@ -86,13 +120,7 @@ gcoll_status_t gcoll_rhd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t cou
                                       buf + olo * esz, (ohi - olo) * esz), st, out);
         }
     }
-    if (r < 2 * rem) {
-        uint32_t sub = 1 + 2 * (uint32_t)steps;
-        if (r % 2 == 1)
-            st = exchange(comm, r - 1, sub, sig, buf, count * esz, NULL, 0);
-        else
-            st = exchange(comm, r + 1, sub, sig, NULL, 0, buf, count * esz);
-    }
+    st = fold_out(comm, rem, 1 + 2 * (uint32_t)steps, sig, buf, count * esz);
 out:
     free(lo);
     return st;
@@ -106,29 +134,17 @@ out:
 gcoll_status_t gcoll_rd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                   gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
 {
-    const int P = comm->size, r = comm->rank;
+    const int P = comm->size;
     const size_t bytes = count * gcoll_dtype_size(dtype);
     if (P == 1 || count == 0)
         return GCOLL_OK;
-    int p2 = 1, steps = 0;
-    while (p2 * 2 <= P) {
-        p2 *= 2;
-        steps++;
-    }
+    int steps, p2 = pow2_group(P, &steps);
     const int rem = P - p2;
     uint8_t *buf = recvbuf, *tmp = gcoll_comm_scratch(comm, bytes);
     if (!tmp)
         return GCOLL_ERR_NOMEM;
-    int nr = r - rem; /* rank in the power-of-two group, -1 if folded away */
-    if (r < 2 * rem) {
-        nr = r % 2 ? r / 2 : -1;
-        if (nr < 0)
-            GCOLL_CHECK(exchange(comm, r + 1, 0, sig, buf, bytes, NULL, 0));
-        else {
-            GCOLL_CHECK(exchange(comm, r - 1, 0, sig, NULL, 0, tmp, bytes));
-            gcoll_reduce_rev(buf, tmp, count, dtype, op);
-        }
-    }
+    int nr; /* rank in the power-of-two group, -1 if folded away */
+    GCOLL_CHECK(fold_in(comm, rem, sig, buf, tmp, count, dtype, op, gcoll_reduce_rev, &nr));
     for (int s = 0, mask = 1; nr >= 0 && mask < p2; s++, mask <<= 1) {
         int pnr = nr ^ mask;
         GCOLL_CHECK(exchange(comm, real_rank(pnr, rem), 1 + (uint32_t)s, sig, buf, bytes, tmp,
@@ -138,13 +154,7 @@ gcoll_status_t gcoll_rd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t coun
         else
             gcoll_reduce_rev(buf, tmp, count, dtype, op);
     }
-    if (r < 2 * rem) {
-        uint32_t sub = 1 + (uint32_t)steps;
-        if (nr >= 0)
-            return exchange(comm, r - 1, sub, sig, buf, bytes, NULL, 0);
-        return exchange(comm, r + 1, sub, sig, NULL, 0, buf, bytes);
-    }
-    return GCOLL_OK;
+    return fold_out(comm, rem, 1 + (uint32_t)steps, sig, buf, bytes);
 }
 
 gcoll_status_t gcoll_tree_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,

@@ -134,7 +134,8 @@ gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting)
         gcoll_comm_set_error(comm, "gcoll_comm_abort was called");
         return GCOLL_ERR_ABORTED;
     }
-    if (gcoll_time_ms() >= comm->deadline_ms) {
+    uint64_t t0 = gcoll_time_ns(); /* one clock read for the deadline and the polling */
+    if (t0 / 1000000u >= comm->deadline_ms) {
         if (waiting)
             gcoll_comm_set_error(comm, "no progress for %lld ms (GCOLL_TIMEOUT_MS) while "
                                  "waiting to %s rank %d",
@@ -146,7 +147,6 @@ gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting)
                                  (long long)comm->cfg.timeout_ms);
         return GCOLL_ERR_TIMEOUT;
     }
-    uint64_t t0 = gcoll_time_ns();
     gcoll_status_t st;
     if (!comm->spin_from_ns)
         comm->spin_from_ns = t0;
