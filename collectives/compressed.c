@@ -228,17 +228,19 @@ out:
 }
 
 enum { ALGO_AUTO = 0, ALGO_ALLTOALL = 1, ALGO_RING = 2 }; /* GCOLL_COMPRESSED_ALGO */
-typedef enum { S_DENSE, S_ALLTOALL, S_RING, S_RANDOMK, S_SPARSE } scheme_t;
+typedef enum { S_DENSE, S_ALLTOALL, S_RING, S_RANDOMK, S_SPARSE, S_STREAM } scheme_t;
 static const char *const scheme_names[] = {"dense ring", "alltoall", "ring",
-                                           "random-k dense values", "sparse"};
+                                           "random-k dense values", "sparse", "streamed sparse"};
 
 
-/* Scheme of a compressed allreduce; deterministic from the configuration, the codec, count
- * and P, so every rank picks the same. For quantizers both schemes put 2 (P-1)/P of the
+/* Scheme of a compressed allreduce; deterministic from the configuration, the codec, count,
+ * P and the state's step (s NULL: a state of c past its warm-up), so every rank picks the
+ * same. For quantizers both schemes put 2 (P-1)/P of the
  * compressed tensor on the wire; the ring overlaps compression with transfer segment by
  * segment but re-quantizes P-1 times and takes 2 (P-1) latency-bound steps. */
 static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *c,
-                            size_t count, int shard_only, char *why, size_t len)
+                            const gcoll_tensor_state_t *s, size_t count, int shard_only,
+                            char *why, size_t len)
 {
     const int P = comm->size;
     unsigned flags = gcoll_codec_flags(c);
@@ -247,8 +249,13 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
     snprintf(why, len, "by codec");
     if (!shard_only && (flags & GCOLL_CODEC_LOSSLESS) && c->vs.fmt == GCOLL_VF_F32)
         return S_DENSE;
-    if (!shard_only && (flags & GCOLL_CODEC_SPARSE))
-        return (flags & GCOLL_CODEC_RANDOMK) ? S_RANDOMK : S_SPARSE;
+    if (!shard_only && (flags & GCOLL_CODEC_SPARSE)) {
+        if (flags & GCOLL_CODEC_RANDOMK)
+            return S_RANDOMK;
+        size_t k = gcoll_codec_k(c, count, s ? s->step : UINT64_MAX);
+        int ef = s ? s->e != NULL && s->mode == GCOLL_STATE_WORKER : c->ef;
+        return gcoll_topk_stream_eligible(comm, c, ef, count, k) ? S_STREAM : S_SPARSE;
+    }
     if (comm->cfg.compressed_algo == ALGO_ALLTOALL) {
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_ALLTOALL;
@@ -273,7 +280,7 @@ const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compre
     char why[160];
     if (!comm || !c)
         return NULL;
-    scheme_t sc = pick_scheme(comm, c, count, shard_only, why, sizeof(why));
+    scheme_t sc = pick_scheme(comm, c, NULL, count, shard_only, why, sizeof(why));
     if (segment_p)
         *segment_p = sc == S_RING ? gcoll_cring_segment(comm->cfg.ring_chunk, count, comm->size)
                                   : 0;
@@ -292,7 +299,7 @@ gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                   (int)(h >> 32) ^ shard_only);
     gcoll_status_t st;
     char why[160];
-    scheme_t sc = pick_scheme(comm, c, count, shard_only, why, sizeof(why));
+    scheme_t sc = pick_scheme(comm, c, s, count, shard_only, why, sizeof(why));
     const char *scheme = scheme_names[sc];
     switch (sc) {
     case S_DENSE:
@@ -310,6 +317,9 @@ gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         break;
     case S_RANDOMK:
         st = run_randomk(comm, s, grad, out, count, op, sig);
+        break;
+    case S_STREAM:
+        st = gcoll_topk_stream_run(comm, s, grad, out, count, op, sig);
         break;
     default:
         st = run_sparse(comm, s, grad, out, count, op, sig);

@@ -80,6 +80,10 @@ static const param_t params[] = {
     {"GCOLL_SPARSE_ALGO", P_ENUM, "auto",
      "sparse allreduce plan: allgather (SSAR), split (split-and-reduce), dense, or auto (by bytes)",
      OFF(sparse_algo), F_MUST_MATCH, "auto|allgather|split|dense"},
+    {"GCOLL_TOPK_STREAM", P_SIZE, "1048576",
+     "compressed allreduce of top-k: elements per segment of the selection pass whose "
+     "candidates go on the wire while the pass goes on; 0: encode first, then send",
+     OFF(topk_stream), F_MUST_MATCH, NULL},
     {"GCOLL_COMPRESSED_ALGO", P_ENUM, "auto",
      "compressed allreduce of quantizers: alltoall (1-bit Adam's scheme), ring (pipelined, "
      "re-quantizing the partial sum at every hop), or auto (cost model)",

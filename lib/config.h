@@ -29,6 +29,7 @@ typedef struct gcoll_config {
     int algo; /* gcoll_algo_t */
     int sparse_algo; /* 0 auto, else gcoll_sparse_plan_t + 1 */
     int compressed_algo; /* 0 auto, 1 alltoall, 2 ring */
+    size_t topk_stream;  /* elements per streamed segment of top-k (0: off) */
     int codec_simd;  /* read by lib/compress/kernels.c at first use */
     char *compressor;      /* default compressor spec of tools and the bucketer */
     size_t bucket_bytes;

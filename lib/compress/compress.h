@@ -87,6 +87,7 @@ typedef struct {
     float *tmp;
     size_t cap_tmp;
     int zeroed; /* the last selection left e = 0 at the indices it returned (see select.h) */
+    struct gcoll_select_stream *stream; /* set by a streaming collective (select.h), or NULL */
 } gcoll_scratch_t;
 
 typedef enum { GCOLL_STATE_WORKER = 0, GCOLL_STATE_SERVER = 1 } gcoll_state_mode_t;
@@ -149,6 +150,29 @@ gcoll_status_t gcoll_codec_decode(const gcoll_compressor_t *c, const void *in, s
 gcoll_status_t gcoll_codec_sum(const gcoll_compressor_t *c, const uint8_t *const *msgs,
                                const size_t *lens, int m, float *out, size_t count, float div,
                                int *bad_p);
+
+/* A source of the merged sum below: plain pairs (msgs NULL: idx/val[0..n), strictly
+ * ascending, < count, checked by the caller), or a chain of nmsg sorted f32 sparse
+ * messages of c (message j's indices in [j * seg, (j + 1) * seg) unless seg is 0), with
+ * filter set read through a trim rule: keep |v| bits > thr, and the first ties pairs with
+ * |v| bits == thr (select.h). want: the pairs the source must yield; checked. */
+typedef struct {
+    const uint32_t *idx;
+    const float *val;
+    size_t n;
+    const uint8_t *const *msgs;
+    const size_t *lens;
+    size_t nmsg, seg;
+    int filter;
+    uint32_t thr;
+    size_t ties, want;
+} gcoll_sum_src_t;
+
+/* out[0..count) = the sum of m sources' pairs in the order given, divided by div unless
+ * div is 1: the same bits as gcoll_codec_sum of f32 messages holding those pairs. Every
+ * source is validated before out is touched; on a bad one *bad_p (if not NULL) names it. */
+gcoll_status_t gcoll_sum_sources(const gcoll_compressor_t *c, const gcoll_sum_src_t *src,
+                                 int m, float *out, size_t count, float div, int *bad_p);
 
 /* Decodes a sparse, random-k or dense message to (index, value) pairs, indices ascending
  * (dense messages list every element, zeros included). cap is the room in idx/val;

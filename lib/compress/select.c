@@ -95,7 +95,7 @@ static gcoll_status_t report_nonfinite(const float *x, size_t n)
  * threshold go to the lowest indices, so the result is deterministic.
  */
 static void topr_in_list(uint32_t *L, float *V, size_t *m_p, size_t r, uint32_t *hist,
-                         uint32_t *ab, float *restore)
+                         uint32_t *ab, float *restore, gcoll_select_stream_t *rule)
 {
     size_t m = *m_p;
     if (m <= r)
@@ -126,6 +126,10 @@ static void topr_in_list(uint32_t *L, float *V, size_t *m_p, size_t r, uint32_t 
         cum2 += hist[b2];
     }
     size_t ties = r1 - cum2, out = 0;
+    if (rule) { /* keep a > thr, or a == thr while ties last: the test below */
+        rule->thr = (uint32_t)(b << 15 | b2);
+        rule->ties = ties;
+    }
     for (size_t j = 0; j < m; j++) {
         uint32_t a = ab[j];
         uint32_t hi = a >> 15, lo = a & 0x7fffu;
@@ -142,13 +146,14 @@ static void topr_in_list(uint32_t *L, float *V, size_t *m_p, size_t r, uint32_t 
 
 /* topr_in_list over the scratch's pairs, its |x| buffer from the scratch (the sample
  * buffer, grown to m); restore: the array the collecting pass zeroed, or NULL. */
-static gcoll_status_t topr(gcoll_scratch_t *sc, size_t *m_p, size_t r, float *restore)
+static gcoll_status_t topr(gcoll_scratch_t *sc, size_t *m_p, size_t r, float *restore,
+                           gcoll_select_stream_t *rule)
 {
     if (*m_p <= r)
         return GCOLL_OK;
     if (grow((void **)&sc->samp, &sc->cap_samp, *m_p, sizeof(uint32_t)))
         return GCOLL_ERR_NOMEM;
-    topr_in_list(sc->idx, sc->val, m_p, r, sc->hist, sc->samp, restore);
+    topr_in_list(sc->idx, sc->val, m_p, r, sc->hist, sc->samp, restore, rule);
     return GCOLL_OK;
 }
 
@@ -254,7 +259,7 @@ static gcoll_status_t topk_hist(const float *x, size_t n, size_t k, gcoll_scratc
     size_t cnt = kn->collect_ge(x, n, thr, sc->idx, sc->val, cum, &bad);
     if (cnt > cum || bad)
         return GCOLL_ERR_INTERNAL; /* the histogram said otherwise */
-    GCOLL_CHECK(topr(sc, &cnt, k, NULL));
+    GCOLL_CHECK(topr(sc, &cnt, k, NULL, NULL));
     *nnz_p = cnt;
     return GCOLL_OK;
 }
@@ -279,6 +284,27 @@ static gcoll_status_t topk_hist(const float *x, size_t n, size_t k, gcoll_scratc
  * costs a scalar increment per element: 17 ms for 26M floats here, more than the
  * collecting pass).
  */
+/* The fused update-and-collect pass (zeroing what it stores) segment by segment, handing
+ * each segment's candidates to rule->emit; the same stores and count as one kernel call. */
+static size_t collect_streamed(float *e, const float *g, size_t n, float a, uint32_t thr,
+                               gcoll_scratch_t *sc, size_t cap, int *bad,
+                               gcoll_select_stream_t *rule)
+{
+    const gcoll_kernels_t *kn = gcoll_kernels();
+    size_t cnt = 0, seg = rule->seg ? rule->seg : n;
+    for (size_t off = 0, s = 0; off < n; off += seg, s++) {
+        size_t len = GCOLL_MIN(seg, n - off), at = GCOLL_MIN(cnt, cap), room = cap - at;
+        size_t got = kn->axpy_collect_ge(e + off, g + off, len, a, thr, sc->idx + at,
+                                         sc->val + at, room, bad, 1);
+        size_t kept = GCOLL_MIN(got, room);
+        for (size_t j = at; j < at + kept; j++)
+            sc->idx[j] += (uint32_t)off;
+        rule->emit(rule->arg, s, sc->idx + at, sc->val + at, kept);
+        cnt += got;
+    }
+    return cnt;
+}
+
 /* Top-k by a sampled threshold, trimmed to exactly k (exact: the histogram path whenever
  * fewer than k were collected; else down to 0.9k accepted), of x, or, with g != NULL, of
  * e + a*g with the update fused into the collecting pass (x is then e, and the sample is
@@ -289,6 +315,8 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
                                   gcoll_scratch_t *sc, size_t *nnz_p)
 {
     sc->zeroed = 0;
+    if (sc->stream)
+        sc->stream->streamed = 0;
     size_t m = GCOLL_MAX(n / 400, GCOLL_MIN(n, (size_t)4096));
     if (k == 0 || n == 0 || k * 4 >= n || m >= n) {
         if (g)
@@ -316,13 +344,15 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
         return GCOLL_ERR_INVALID;
     }
     thr = thr ? thr : 1u;
-    size_t cap = 4 * k + 1024;
+    size_t cap = gcoll_select_cand_cap(k);
     GCOLL_CHECK(gcoll_scratch_pairs(sc, cap));
     int bad = 0;
     zero = zero && g;
-    size_t cnt = g ? gcoll_kernels()->axpy_collect_ge(e, g, n, a, thr, sc->idx, sc->val, cap,
-                                                      &bad, zero)
-                   : gcoll_kernels()->collect_ge(x, n, thr, sc->idx, sc->val, cap, &bad);
+    gcoll_select_stream_t *rule = zero ? sc->stream : NULL;
+    size_t cnt = rule ? collect_streamed(e, g, n, a, thr, sc, cap, &bad, rule)
+                 : g  ? gcoll_kernels()->axpy_collect_ge(e, g, n, a, thr, sc->idx, sc->val, cap,
+                                                         &bad, zero)
+                      : gcoll_kernels()->collect_ge(x, n, thr, sc->idx, sc->val, cap, &bad);
     int fallback = cnt > cap || (cnt < (exact ? k : k - k / 10) && thr > 1);
     gcoll_status_t st = GCOLL_OK;
     if (!bad && !fallback) { /* the trim's buffers, so that it cannot fail once it starts */
@@ -341,7 +371,13 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
         return topk_hist(x, n, k, sc, nnz_p);
     }
     GCOLL_CHECK(st);
-    GCOLL_CHECK(topr(sc, &cnt, k, zero ? e : NULL));
+    if (rule) { /* no trim: keep every candidate */
+        rule->thr = 0;
+        rule->ties = 0;
+    }
+    GCOLL_CHECK(topr(sc, &cnt, k, zero ? e : NULL, rule));
+    if (rule)
+        rule->streamed = 1;
     sc->zeroed = zero;
     *nnz_p = cnt;
     return GCOLL_OK;

@@ -37,6 +37,27 @@ gcoll_status_t gcoll_select_ge(const float *x, size_t n, uint32_t thr, size_t ca
 /* The same after e += a * g, done in the collecting pass. */
 gcoll_status_t gcoll_select_ge_axpy(float *e, const float *g, float a, size_t n, uint32_t thr,
                                     size_t cap, gcoll_scratch_t *sc, size_t *cnt_p);
+/* Streaming of top-k's collecting pass, for a collective that sends the candidates while
+ * the pass goes on (the streamed top-k allreduce). With sc->stream set, the top-k axpy
+ * selectors with zero set run their collecting pass over e + a*g in segments of seg
+ * elements and call emit after each with the candidates collected there (ascending
+ * indices into the whole tensor, their values), before any trim; at most
+ * gcoll_select_cand_cap(k) candidates in all. On return, streamed says whether the
+ * selection returned is exactly those candidates filtered by the trim rule: keep |v| bits
+ * > thr, and of those with |v| bits == thr the first ties (thr 0: keep all). Otherwise
+ * (histogram fallback, small tensors) the selection came another way. */
+typedef struct gcoll_select_stream {
+    size_t seg;
+    void (*emit)(void *arg, size_t seg_no, const uint32_t *idx, const float *val, size_t n);
+    void *arg;
+    int streamed;
+    uint32_t thr;
+    size_t ties;
+} gcoll_select_stream_t;
+
+/* Most candidates the sampled collecting pass keeps for a top-k of k. */
+static inline size_t gcoll_select_cand_cap(size_t k) { return 4 * k + 1024; }
+
 /* Smallest |x| bit pattern among the selected (0xffffffff if none). */
 uint32_t gcoll_select_min_abs(const float *val, size_t nnz);
 
