@@ -254,7 +254,11 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
             return S_RANDOMK;
         size_t k = gcoll_codec_k(c, count, s ? s->step : UINT64_MAX);
         int ef = s ? s->e != NULL && s->mode == GCOLL_STATE_WORKER : c->ef;
-        return gcoll_topk_stream_eligible(comm, c, ef, count, k) ? S_STREAM : S_SPARSE;
+        if (!gcoll_topk_stream_eligible(comm, c, ef, count, k))
+            return S_SPARSE;
+        snprintf(why, len, "top-k of %zu in %zu floats, selection pass sent in segments of %zu",
+                 k, count, gcoll_topk_stream_segment(comm, count));
+        return S_STREAM;
     }
     if (comm->cfg.compressed_algo == ALGO_ALLTOALL) {
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
@@ -324,7 +328,7 @@ gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     default:
         st = run_sparse(comm, s, grad, out, count, op, sig);
     }
-    if (sc == S_RING || sc == S_ALLTOALL)
+    if (sc == S_RING || sc == S_ALLTOALL || sc == S_STREAM)
         GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme (%s)",
                    shard_only ? "reduce-scatter" : "allreduce", count, c->spec, scheme, why);
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme, step %llu",

@@ -16,7 +16,6 @@
  * The price is the candidates the trim drops (the sample's padding: about 10% more pairs
  * on the wire); the gain is that the wire runs during the pass, which is the longer part.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,7 +249,6 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, msgcap, &len);
     s->sc.stream = NULL;
     uint64_t dt = gcoll_time_ns() - t0;
-    uint64_t PROF_t1 = gcoll_time_ns();
     comm->counters.ns_compress += dt - GCOLL_MIN(dt, t.ns_net);
     comm->counters.ns_wire += t.ns_net;
     if (st == GCOLL_OK)
@@ -274,7 +272,9 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     if (fallback)
         GCOLL_CHECK_GOTO(send_all(&t, SUB_FULL, msg, len), st, out);
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "streamed top-k: %zu candidates in %zu segments, %zu "
-                "selected%s", t.cand, t.S, nnz, fallback ? " (not from the candidates)" : "");
+                "selected %s %zu at the threshold", t.cand, t.S, nnz,
+                fallback ? "whole (not from the candidates)" : "by the trim rule, keeping",
+                fallback ? (size_t)0 : t.rule.ties);
     for (int done = 0;;) {
         GCOLL_CHECK_GOTO(advance(&t, &done), st, out);
         if (done)
@@ -288,7 +288,6 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     /* every rank's selection, summed in rank order: the peers' read from their messages
      * through their trim rules (validated first: codec.c) */
     t0 = gcoll_time_ns();
-    uint64_t PROF_wait = t0 - PROF_t1;
     st = GCOLL_ERR_NOMEM;
     if (!(src = calloc((size_t)P, sizeof(*src))) ||
         !(msgs = calloc((size_t)P * t.S, sizeof(*msgs))))
@@ -323,16 +322,6 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
         gcoll_comm_set_error(comm, "rank %d sent a malformed streamed top-k selection (its "
                              "segments or its trailer)", bad);
     comm->counters.ns_compress += gcoll_time_ns() - t0;
-    if (getenv("STREAM_PROF")) {
-        char fn[64];
-        snprintf(fn, sizeof fn, "/tmp/sprof.%d", r);
-        FILE *f = fopen(fn, "a");
-        if (f) {
-            fprintf(f, "encode %.1f net %.1f wait %.1f sum %.1f cand %zu nnz %zu\n", dt / 1e6, t.ns_net / 1e6,
-                    PROF_wait / 1e6, (gcoll_time_ns() - t0) / 1e6, t.cand, nnz);
-            fclose(f);
-        }
-    }
 out:
     if (st != GCOLL_OK) {
         gcoll_net_cancel(comm, t.tx, t.ntx);

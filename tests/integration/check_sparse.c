@@ -98,9 +98,21 @@ int run_sparse(void)
 
 /* ---- compressed allreduce ---- */
 
+/* Gradient pattern: 0 smooth values of many magnitudes; 1 997 magnitudes, each about 30
+ * times in 30011 elements, so that top-k's threshold falls among equal ones (ties); 2 one
+ * magnitude everywhere, so that a sampled threshold collects everything and top-k takes
+ * its fallback path. */
+static int grad_pattern;
+
 static float grad_of(int r, int step, size_t k)
 {
-    return sinf((float)k * 0.37f + (float)r * 1.3f + (float)step * 0.7f) * (float)(1 + k % 13);
+    float v = sinf((float)k * 0.37f + (float)r * 1.3f + (float)step * 0.7f);
+    if (grad_pattern == 1)
+        return (v < 0 ? -1.0f : 1.0f) *
+               (1.0f + (float)((k + (size_t)r * 13 + (size_t)step * 7) % 997) / 997.0f);
+    if (grad_pattern == 2)
+        return v < 0 ? -2.0f : 2.0f;
+    return v * (float)(1 + k % 13);
 }
 
 /* The collective's chunking: a balanced split of count over the ranks. */
@@ -386,6 +398,14 @@ int run_compressed(void)
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
         check_compressed(specs[i], 30011, i % 2 ? GCOLL_AVG : GCOLL_SUM);
     check_compressed("topk:density=0.02", 7, GCOLL_SUM); /* fewer elements than ranks */
+    /* top-k's threshold among many equal magnitudes, and a selection that cannot come
+     * from the sampled threshold's candidates (the streamed scheme's trailer then carries
+     * the trim rule's ties, or says the selection follows whole) */
+    for (grad_pattern = 1; grad_pattern <= 2; grad_pattern++) {
+        check_compressed("topk:density=0.01", 30011, GCOLL_SUM);
+        check_compressed("topk:density=0.02,select=sample", 30011, GCOLL_AVG);
+    }
+    grad_pattern = 0;
     /* quantizers with fewer elements than ranks, and none at all */
     check_compressed("q8", 2, GCOLL_SUM);
     check_compressed("sign", 0, GCOLL_AVG);

@@ -64,15 +64,21 @@ for tr in $(transports); do
     done
     # every codec under the default scheme choice, then over the pipelined ring that
     # re-quantizes at every hop, with segments small enough that every chunk is cut into
-    # several (the simulation in the check follows the same cut; the log shows the ring ran)
-    for scheme in auto ring; do
+    # several (the simulation in the check follows the same cut; the log shows the ring ran),
+    # then with top-k's selection pass streamed in segments of 4096 elements (the
+    # 30011-element top-k tensors of the check go by the streamed scheme; the log shows it)
+    for scheme in auto ring stream; do
         set -- -x GCOLL_COMPRESSED_ALGO="$scheme"
-        [ "$scheme" = ring ] && set -- "$@" -x GCOLL_RING_CHUNK=16384 -x GCOLL_DEBUG=info
+        want=""
+        [ "$scheme" = ring ] && set -- "$@" -x GCOLL_RING_CHUNK=16384 -x GCOLL_DEBUG=info &&
+            want="ring scheme (forced"
+        [ "$scheme" = stream ] && set -- -x GCOLL_TOPK_STREAM=4096 -x GCOLL_DEBUG=info &&
+            want="streamed sparse scheme (top-k"
         for n in 2 3 5; do
             out="$TMP/compressed-$scheme-$tr-$n.log"
             if timeout 300 "$gcoll_run" -n "$n" --timeout 250 -x GCOLL_TRANSPORT="$tr" "$@" \
                 -- "$CHECK" compressed >"$out" 2>&1 &&
-               { [ "$scheme" = auto ] || grep -q "ring scheme (forced" "$out"; }; then
+               { [ -z "$want" ] || grep -q "$want" "$out"; }; then
                 pass "$tr: compressed allreduce and reduce-scatter, every codec, $scheme scheme, $n ranks"
             else
                 fail "$tr: compressed allreduce, $scheme scheme, $n ranks"
