@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "compress/compress.h"
+#include "compress/select.h"
 #include "compress/wire.h"
 
 #define N 1000
@@ -447,6 +448,187 @@ static void test_sum_messages(void **unused)
     free(want);
 }
 
+/* Top-k's streamed selection pass (select.h) and the filtered sum of its segments
+ * (gcoll_sum_sources): the candidates each segment hands out, read through the trim rule
+ * the selection reports, are exactly the pairs the encoder sent; summed with another
+ * rank's plain pairs they give the bits of the decode-add reference; a malformed chain
+ * (a segment outside its index range, counts that disagree with the announced total, a
+ * truncated segment, another value format) is refused with out untouched. */
+#define SEGS_MAX 64
+typedef struct {
+    uint8_t *buf[SEGS_MAX];
+    size_t len[SEGS_MAX], n;
+    size_t count;
+} seg_sink_t;
+
+static void sink_emit(void *arg, size_t s, const uint32_t *idx, const float *val, size_t n)
+{
+    seg_sink_t *k = arg;
+    assert_int_equal(s, k->n);
+    size_t cap = gcoll_codec_pairs_bound(NULL, n, k->count);
+    k->buf[s] = malloc(cap);
+    assert_int_equal(gcoll_codec_encode_pairs(NULL, idx, val, n, k->count, k->buf[s], cap,
+                                              &k->len[s]), GCOLL_OK);
+    k->n++;
+}
+
+static void sink_free(seg_sink_t *k)
+{
+    for (size_t s = 0; s < k->n; s++)
+        free(k->buf[s]);
+    k->n = 0;
+}
+
+static void test_sum_sources(void **unused)
+{
+    (void)unused;
+    enum { CNT = 200003, SEG = 16384 };
+    static const char *specs[] = {"topk:density=0.01", "topk:density=0.02,select=sample"};
+    float *x = malloc(CNT * sizeof(float)), *y = malloc(CNT * sizeof(float));
+    float *got = malloc(CNT * sizeof(float)), *want = malloc(CNT * sizeof(float));
+    uint32_t *pi = malloc(CNT * sizeof(uint32_t));
+    float *pv = malloc(CNT * sizeof(float));
+    for (size_t si = 0; si < sizeof(specs) / sizeof(specs[0]); si++) {
+        gcoll_compressor_t *c = mk(specs[si]);
+        size_t cap = gcoll_compressor_bound(c, CNT), len = 0, ylen = 0, yn = 0;
+        uint8_t *msg = malloc(cap), *ymsg = malloc(cap);
+        for (int ties = 0; ties < 2; ties++) {
+            gcoll_tensor_state_t *s = NULL;
+            assert_int_equal(gcoll_state_create(c, CNT, &s), GCOLL_OK);
+            fill(x, CNT, 7 + (unsigned)si);
+            if (ties) /* 497 magnitudes, about 402 times each: the threshold falls among equals */
+                for (size_t i = 0; i < CNT; i++)
+                    x[i] = (x[i] < 0 ? -1.0f : 1.0f) * (1.0f + (float)(i % 497) / 497.0f);
+            seg_sink_t sink = {.count = CNT};
+            gcoll_select_stream_t rule = {.seg = SEG, .emit = sink_emit, .arg = &sink};
+            s->sc.stream = &rule;
+            assert_int_equal(gcoll_encode(c, s, x, CNT, msg, cap, &len), GCOLL_OK);
+            s->sc.stream = NULL;
+            assert_true(rule.streamed);
+            assert_int_equal(sink.n, (CNT + SEG - 1) / SEG);
+            if (ties)
+                assert_true(rule.ties > 1);
+            /* the rule applied by hand to the decoded candidates gives the message's pairs */
+            size_t nsel = 0, kept = 0, tl = rule.ties;
+            assert_int_equal(gcoll_codec_decode_pairs(c, msg, len, CNT, pi, pv, CNT, &nsel),
+                             GCOLL_OK);
+            for (size_t g = 0; g < sink.n; g++) {
+                static uint32_t ci[SEG];
+                static float cv[SEG];
+                size_t m = 0;
+                assert_int_equal(gcoll_codec_decode_pairs(NULL, sink.buf[g], sink.len[g], CNT, ci,
+                                                          cv, SEG, &m), GCOLL_OK);
+                for (size_t q = 0; q < m; q++) {
+                    uint32_t a;
+                    memcpy(&a, &cv[q], 4);
+                    a &= 0x7fffffffu;
+                    if (a > rule.thr || (a == rule.thr && tl > 0 && tl--)) {
+                        assert_true(kept < nsel);
+                        assert_int_equal(ci[q], pi[kept]);
+                        assert_true(cv[q] == pv[kept]);
+                        kept++;
+                    }
+                }
+            }
+            assert_int_equal(kept, nsel);
+            /* another rank's plain pairs: a stateless top-k of other data */
+            fill(y, CNT, 99);
+            assert_int_equal(gcoll_encode(c, NULL, y, CNT, ymsg, cap, &ylen), GCOLL_OK);
+            uint32_t *yi = malloc(CNT * sizeof(uint32_t));
+            float *yv = malloc(CNT * sizeof(float));
+            assert_int_equal(gcoll_codec_decode_pairs(c, ymsg, ylen, CNT, yi, yv, CNT, &yn),
+                             GCOLL_OK);
+            memset(want, 0, CNT * sizeof(float));
+            assert_int_equal(gcoll_codec_decode(c, ymsg, ylen, want, CNT, GCOLL_DECODE_ADD),
+                             GCOLL_OK);
+            assert_int_equal(gcoll_codec_decode(c, msg, len, want, CNT, GCOLL_DECODE_ADD),
+                             GCOLL_OK);
+            for (size_t i = 0; i < CNT; i++)
+                want[i] /= 2.0f;
+            gcoll_sum_src_t src[2] = {
+                {.idx = yi, .val = yv, .n = yn},
+                {.msgs = (const uint8_t *const *)sink.buf, .lens = sink.len, .nmsg = sink.n,
+                 .seg = SEG, .filter = 1, .thr = rule.thr, .ties = rule.ties, .want = nsel}};
+            int bad = -1;
+            assert_int_equal(gcoll_sum_sources(c, src, 2, got, CNT, 2.0f, &bad), GCOLL_OK);
+            assert_memory_equal(got, want, CNT * sizeof(float));
+            /* malformed chains: refused, the source named, out untouched */
+            for (int how = 0; how < 5; how++) {
+                gcoll_sum_src_t b = src[1];
+                uint8_t *swap[SEGS_MAX];
+                size_t lens[SEGS_MAX];
+                memcpy(swap, sink.buf, sizeof(swap));
+                memcpy(lens, sink.len, sizeof(lens));
+                b.msgs = (const uint8_t *const *)swap;
+                b.lens = lens;
+                uint8_t *q8 = NULL;
+                if (how == 0) { /* two segments swapped: indices outside their ranges */
+                    swap[1] = sink.buf[2];
+                    swap[2] = sink.buf[1];
+                    lens[1] = sink.len[2];
+                    lens[2] = sink.len[1];
+                } else if (how == 1) {
+                    b.want++;
+                } else if (how == 2) { /* no trim rule: more pairs pass than announced */
+                    assert_true(rule.thr > 0);
+                    b.thr = 0;
+                    b.ties = 0;
+                } else if (how == 3) {
+                    lens[3]--;
+                } else { /* a segment whose values are q8 */
+                    gcoll_compressor_t *cq = mk("topk:density=0.5+q8");
+                    size_t qn = 0, qcap = gcoll_codec_pairs_bound(cq, 4, CNT);
+                    uint32_t qi[4] = {3 * SEG, 3 * SEG + 1, 3 * SEG + 2, 3 * SEG + 3};
+                    float qv[4] = {1, 2, 3, 4};
+                    q8 = malloc(qcap);
+                    assert_int_equal(gcoll_codec_encode_pairs(cq, qi, qv, 4, CNT, q8, qcap, &qn),
+                                     GCOLL_OK);
+                    swap[3] = q8;
+                    lens[3] = qn;
+                    gcoll_compressor_destroy(cq);
+                }
+                for (size_t i = 0; i < CNT; i++)
+                    got[i] = SENTINEL;
+                gcoll_sum_src_t both[2] = {src[0], b};
+                bad = -1;
+                if (gcoll_sum_sources(c, both, 2, got, CNT, 1.0f, &bad) != GCOLL_ERR_INVALID)
+                    fail_msg("%s: malformed chain %d accepted", specs[si], how);
+                assert_int_equal(bad, 1);
+                for (size_t i = 0; i < CNT; i++)
+                    assert_true(got[i] == SENTINEL);
+                free(q8);
+            }
+            free(yi);
+            free(yv);
+            sink_free(&sink);
+            gcoll_state_destroy(s);
+        }
+        /* one magnitude everywhere: the sampled candidates overflow, the selection takes
+         * the histogram path and says it did not come from the candidates */
+        gcoll_tensor_state_t *s = NULL;
+        assert_int_equal(gcoll_state_create(c, CNT, &s), GCOLL_OK);
+        for (size_t i = 0; i < CNT; i++)
+            x[i] = i % 3 ? 2.0f : -2.0f;
+        seg_sink_t sink = {.count = CNT};
+        gcoll_select_stream_t rule = {.seg = SEG, .emit = sink_emit, .arg = &sink};
+        s->sc.stream = &rule;
+        assert_int_equal(gcoll_encode(c, s, x, CNT, msg, cap, &len), GCOLL_OK);
+        s->sc.stream = NULL;
+        assert_false(rule.streamed);
+        sink_free(&sink);
+        gcoll_state_destroy(s);
+        free(msg);
+        free(ymsg);
+        gcoll_compressor_destroy(c);
+    }
+    free(x);
+    free(y);
+    free(got);
+    free(want);
+    free(pi);
+    free(pv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -458,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_value_sections),
         cmocka_unit_test(test_random_corruption),
         cmocka_unit_test(test_sum_messages),
+        cmocka_unit_test(test_sum_sources),
     };
     /* once with the generic (non-AVX2) kernels, once with what the CPU offers */
     gcoll_simd_set(GCOLL_SIMD_GENERIC);
