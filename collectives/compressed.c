@@ -244,7 +244,7 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
 {
     const int P = comm->size;
     unsigned flags = gcoll_codec_flags(c);
-    size_t segf = GCOLL_MAX(comm->cfg.ring_chunk / sizeof(float), (size_t)GCOLL_CRING_MIN_SEG);
+    size_t segf = GCOLL_CRING_SEG(comm->cfg.ring_chunk);
     size_t per = count / (size_t)(P > 0 ? P : 1);
     snprintf(why, len, "by codec");
     if (!shard_only && (flags & GCOLL_CODEC_LOSSLESS) && c->vs.fmt == GCOLL_VF_F32)

@@ -19,10 +19,13 @@ static inline gcoll_span_t gcoll_even_chunk(size_t count, int P, int j)
 gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n);
 
 /* Elements per compressed message of the ring scheme for count elements over P ranks:
- * GCOLL_RING_CHUNK / 4, at least GCOLL_CRING_MIN_SEG (each message carries ~100 bytes of
+ * GCOLL_RING_CHUNK / 8 (a segment of floats half the dense ring's chunk in bytes),
+ * at least GCOLL_CRING_MIN_SEG (each message carries ~100 bytes of
  * headers), at most one rank's chunk, doubled until every (step, segment) pair has its
  * own tag below the phase bits. The ring and gcoll_compressed_scheme both use it. */
 #define GCOLL_CRING_MIN_SEG 1024
+#define GCOLL_CRING_SEG(ring_chunk) \
+    GCOLL_MAX((ring_chunk) / (2 * sizeof(float)), (size_t)GCOLL_CRING_MIN_SEG)
 size_t gcoll_cring_segment(size_t ring_chunk, size_t count, int P);
 
 /* The pipelined ring with re-quantization at every hop (compressed_ring.c). */

@@ -5,8 +5,10 @@
  * left neighbour; it decodes what arrived, adds its own gradient, and compresses that
  * partial sum again (with error feedback into its own residual for that slice) before
  * passing it on, so after P-1 steps it holds the whole sum of chunk r. Each chunk travels
- * in segments of GCOLL_RING_CHUNK uncompressed bytes. The owner then compresses its
- * reduced chunk with the server residual (as the all-to-all scheme does) and an allgather
+ * in segments of half GCOLL_RING_CHUNK uncompressed bytes (64K floats by default: at
+ * 1 Gbit/s QSGD 4-bit took 0.190-0.194 s with them, 0.202-0.221 s with 128K). The owner
+ * then compresses its reduced chunk with the server residual (as the all-to-all scheme
+ * does) and an allgather
  * forwards those bytes unchanged around the ring: every rank decodes the same bytes, so
  * results are bit-identical on every rank.
  *
@@ -55,7 +57,7 @@ static gcoll_span_t seg_of(const ring_geom_t *g, gcoll_span_t ch, size_t s)
 
 size_t gcoll_cring_segment(size_t ring_chunk, size_t count, int P)
 {
-    size_t segf = GCOLL_MAX(ring_chunk / sizeof(float), (size_t)GCOLL_CRING_MIN_SEG);
+    size_t segf = GCOLL_CRING_SEG(ring_chunk);
     size_t maxlen = gcoll_even_chunk(count, P, 0).len, steps = (size_t)(P > 1 ? P - 1 : 1);
     segf = GCOLL_MIN(segf, GCOLL_MAX(maxlen, (size_t)1));
     while (steps * GCOLL_DIV_UP(maxlen, segf) >= SUB_MAX)

@@ -385,7 +385,7 @@ GCOLL_EXPORT void gcoll_shard_range(const gcoll_comm_t *comm, size_t count, size
  * with compressor c runs on comm: "dense ring", "sparse", "random-k dense values",
  * "alltoall" or "ring" (GCOLL_COMPRESSED_ALGO and its cost rule), the same on every rank.
  * For "ring", *segment_p (if not NULL) receives the elements per compressed message
- * (GCOLL_RING_CHUNK / 4, at least 1024, at most one rank's chunk): each segment of each
+ * (GCOLL_RING_CHUNK / 8, at least 1024, at most one rank's chunk): each segment of each
  * chunk is compressed on its own. NULL for a
  * NULL comm or compressor. Never blocks. */
 GCOLL_EXPORT const char *gcoll_compressed_scheme(const gcoll_comm_t *comm,
