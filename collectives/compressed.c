@@ -160,6 +160,57 @@ out:
     return st;
 }
 
+/* Whether a sparsifier's messages are small enough to gather without a census: when every
+ * rank's largest possible message (the codec's bound) takes at most 1/P of the dense
+ * tensor, the sparse allreduce would pick its allgather plan whatever the counts, so each
+ * rank sends its message straight to every other (one step instead of the census's P-1
+ * and the ring's P-1: latency a small bucket pays on every call). Deterministic from the
+ * configuration, the codec and count. */
+static int gather_direct(const gcoll_comm_t *comm, const gcoll_compressor_t *c, size_t count)
+{
+    size_t b = gcoll_codec_bound(c, count);
+    return comm->size > 1 && comm->cfg.sparse_algo == GCOLL_SPARSE_AUTO && b > 0 &&
+           b <= count * sizeof(float) / (size_t)comm->size;
+}
+
+/* Every rank's message to every rank, then their sum in rank order. */
+static gcoll_status_t gather_and_sum(gcoll_comm_t *comm, const gcoll_compressor_t *c,
+                                     uint8_t *msg, size_t len, float *out, size_t count,
+                                     gcoll_op_t op, uint32_t sig)
+{
+    const int P = comm->size, r = comm->rank;
+    size_t cap = gcoll_codec_bound(c, count);
+    size_t *slen = calloc(3 * (size_t)P, sizeof(size_t)), *rcap = slen ? slen + P : NULL,
+           *rlen = slen ? slen + 2 * P : NULL;
+    uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
+    uint8_t *rstore = malloc((size_t)P * cap + 1);
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!slen || !sbuf || !rstore)
+        goto out;
+    for (int j = 0; j < P; j++) {
+        sbuf[j] = msg;
+        slen[j] = len;
+        rbuf[j] = rstore + (size_t)j * cap;
+        rcap[j] = cap;
+    }
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(1), sig, sbuf, slen, rbuf, rcap, rlen), st,
+                     out);
+    rbuf[r] = msg;
+    rlen[r] = len;
+    uint64_t t0 = gcoll_time_ns();
+    int bad = 0;
+    st = gcoll_codec_sum(c, (const uint8_t *const *)rbuf, rlen, P, out, count,
+                         op == GCOLL_AVG ? (float)P : 1.0f, &bad);
+    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    if (st == GCOLL_ERR_INVALID)
+        gcoll_comm_set_error(comm, "the compressed message of rank %d is malformed", bad);
+out:
+    free(rstore);
+    free(sbuf);
+    free(slen);
+    return st;
+}
+
 /* Sparsifiers: encode once, then the sparse allreduce of what was sent. */
 static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
                                  float *out, size_t count, gcoll_op_t op, uint32_t sig)
@@ -174,6 +225,11 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     uint64_t t0 = gcoll_time_ns();
     GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, cap, &len), st,
                      out);
+    if (gather_direct(comm, c, count)) {
+        comm->counters.ns_compress += gcoll_time_ns() - t0;
+        st = gather_and_sum(comm, c, msg, len, out, count, op, sig);
+        goto out;
+    }
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &nnz), st, out);
     pairs.n = nnz; /* decoded from msg only if the plan needs the pairs */
     comm->counters.ns_compress += gcoll_time_ns() - t0;
