@@ -52,6 +52,16 @@ for tr in $(transports); do
             expect_lines "mismatch-ring-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4 &&
             expect_lines "mismatch-ring-$coll-$tr" "ring scheme (forced" 4
     done
+    # The same with top-k's selection pass streamed (GCOLL_TOPK_STREAM): against a rank
+    # gathering a q8 message whole, and against a rank streaming another density.
+    for case in sparsecodec:3 topkdensity:4; do
+        coll=${case%:*}
+        run "mismatch-stream-$coll-$tr" 0 -n 4 $common -x GCOLL_TOPK_STREAM=1024 \
+            -x GCOLL_DEBUG=info -x GCOLL_DEBUG_SUBSYS=COMPRESS \
+            -- "$CHECK" mismatch 3 "$coll" &&
+            expect_lines "mismatch-stream-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4 &&
+            expect_lines "mismatch-stream-$coll-$tr" "streamed sparse scheme" "${case#*:}"
+    done
     # A peer whose sparse pieces carry indices beyond the dense size: an error everywhere.
     run "sparse-bad-$tr" 0 -n 4 $common -- "$top_builddir/tests/integration/sparse_bad" 2 &&
         expect_lines "sparse-bad-$tr" "misbehaving rank 2: GCOLL_ERR" 4
