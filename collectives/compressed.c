@@ -310,7 +310,7 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
             return S_RANDOMK;
         size_t k = gcoll_codec_k(c, count, s ? s->step : UINT64_MAX);
         int ef = s ? s->e != NULL && s->mode == GCOLL_STATE_WORKER : c->ef;
-        if (!gcoll_topk_stream_eligible(comm, c, ef, count, k))
+        if ((s && s->no_stream) || !gcoll_topk_stream_eligible(comm, c, ef, count, k))
             return S_SPARSE;
         snprintf(why, len, "top-k of %zu in %zu floats, selection pass sent in segments of %zu",
                  k, count, gcoll_topk_stream_segment(comm, count));

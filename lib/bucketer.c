@@ -258,6 +258,9 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
             GCOLL_CHECK(gcoll_compressor_create(k->spec, &k->comp));
             GCOLL_CHECK(gcoll_state_create(k->comp, k->count, &k->state));
             k->adaptive = b->adapt && k->comp->density > 0 && k->comp->k_fixed == 0;
+            /* the bandwidth estimate takes the run less compression as wire time, which
+             * the streamed top-k hides under compression: adaptive buckets do not stream */
+            k->state->no_stream = k->adaptive && (b->adapt & 1);
             if (k->adaptive) {
                 const gcoll_config_t *cf = &b->comm->cfg;
                 k->base_density = k->comp->density;

@@ -109,6 +109,9 @@ struct gcoll_tensor_state {
     struct gcoll_tensor_state *server;
     /* the caller already verified the input is finite (skip the encoder's own scan) */
     int input_checked;
+    /* collectives: keep top-k's selection pass off the wire (the streamed scheme); the
+     * bucketer's bandwidth adaptation times the wire after the codec */
+    int no_stream;
 };
 
 /* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */
