@@ -48,6 +48,7 @@ struct gcoll_comm {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     gcoll_request_t *qhead, *qtail;
+    gcoll_request_t *req_cache; /* a freed request kept for the next call (atomic) */
     int busy; /* an operation is running (on the progress thread or inline) */
     int waiters; /* threads in gcoll_wait */
     int stop;
@@ -63,8 +64,10 @@ struct gcoll_comm {
     size_t scratch_len;
     uint32_t seq;
     uint64_t deadline_ms;
+    int deadline_stale; /* a request completed: the next poll moves the deadline out */
     uint64_t spin_ns; /* blocking waits poll this long before sleeping (GCOLL_SPIN_US) */
     uint64_t spin_from_ns; /* start of the current polling, 0: none (gcoll_net_poll) */
+    uint64_t poll_prev_ns; /* clock at the last polling round (gcoll_net_poll) */
     gcoll_counters_t counters;
 };
 
@@ -105,7 +108,8 @@ gcoll_status_t gcoll_net_irecv(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, ui
  * gcoll_comm_abort. Call gcoll_net_done after each round to fold completions in. */
 gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting);
 /* Whether r completed; a failed completion returns its status (< 0) and records it.
- * Every completion pushes the deadline out: the timeout measures silence, not duration. */
+ * Every completion pushes the deadline out (from the next poll): the timeout measures
+ * silence, not duration. */
 gcoll_status_t gcoll_net_done(gcoll_comm_t *comm, gcoll_treq_t *r, int *done_p);
 /* Waits for all of reqs[0..n) (NULL entries skipped). */
 gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n);

@@ -116,6 +116,8 @@ struct gcoll_transport {
     size_t addr_len;
     ucx_peer_t *peers;
     ucx_op_t *ops;        /* in flight in UCX */
+    ucx_op_t *op_cache;   /* finished operations kept for reuse (linked by next) */
+    int op_cached;
     unsigned long events; /* completions and arrivals, to tell progress it did something */
     int in_cb;            /* inside a UCX callback: defer endpoint closes */
     int aborted;          /* a peer's abort arrived (its status is in the peers) */

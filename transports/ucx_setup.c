@@ -234,6 +234,11 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
         free(op->owned);
         free(op);
     }
+    while (t->op_cache) {
+        ucx_op_t *op = t->op_cache;
+        t->op_cache = op->next;
+        free(op);
+    }
     if (t->ctx)
         ucp_cleanup(t->ctx);
     if (t->epfd >= 0)
