@@ -382,8 +382,10 @@ GCOLL_EXPORT void gcoll_shard_range(const gcoll_comm_t *comm, size_t count, size
                                     size_t *len_p);
 
 /* The scheme a compressed allreduce (or reduce-scatter, shard_only != 0) of count elements
- * with compressor c runs on comm: "dense ring", "sparse", "random-k dense values",
- * "alltoall" or "ring" (GCOLL_COMPRESSED_ALGO and its cost rule), the same on every rank.
+ * with compressor c runs on comm: "dense ring", "sparse", "streamed sparse" (top-k whose
+ * selection pass is sent as it goes: GCOLL_TOPK_STREAM; for a state past its warm-up with
+ * the compressor's error feedback), "random-k dense values", "alltoall" or "ring"
+ * (GCOLL_COMPRESSED_ALGO and its cost rule), the same on every rank.
  * For "ring", *segment_p (if not NULL) receives the elements per compressed message
  * (GCOLL_RING_CHUNK / 8, at least 1024, at most one rank's chunk): each segment of each
  * chunk is compressed on its own. NULL for a
