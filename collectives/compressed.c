@@ -193,7 +193,9 @@ static gcoll_status_t gather_and_sum(gcoll_comm_t *comm, const gcoll_compressor_
         rbuf[j] = rstore + (size_t)j * cap;
         rcap[j] = cap;
     }
-    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(1), sig, sbuf, slen, rbuf, rcap, rlen), st,
+    /* PHASE(0): the tag of the census and of the streamed scheme's first message, so that
+     * ranks on different paths (codecs or sizes that differ) fail on the signature */
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(0), sig, sbuf, slen, rbuf, rcap, rlen), st,
                      out);
     rbuf[r] = msg;
     rlen[r] = len;

@@ -27,8 +27,11 @@
 #include "sparse.h"
 #include "util.h"
 
+/* Segment 0 has the tag of the first message of the other sparse paths (the census
+ * and the direct gather: PHASE(0)), so that ranks taking different paths, as they do when
+ * their codecs or sizes differ, meet on it and fail with a mismatch instead of a timeout. */
 #define PHASE(n) ((uint32_t)(n) << 24)
-#define SUB_SEG(s) (PHASE(1) | (uint32_t)(s))
+#define SUB_SEG(s) (PHASE(0) | (uint32_t)(s))
 #define SUB_TRAILER PHASE(2)
 #define SUB_FULL PHASE(3)
 
@@ -315,6 +318,7 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
         q->filter = 1;
         q->thr = x->thr;
         q->ties = (size_t)x->ties;
+        q->cand = (size_t)x->cand;
     }
     int bad = 0;
     st = gcoll_sum_sources(c, src, P, out, count, op == GCOLL_AVG ? (float)P : 1.0f, &bad);

@@ -160,7 +160,9 @@ gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting)
     gcoll_status_t st;
     if (!comm->spin_from_ns)
         comm->spin_from_ns = t0;
-    else /* polling: the rounds of one wait follow each other, so one read per round */
+    else /* polling: the rounds of one wait follow each other, so one read per round (what
+          * the caller does between two rounds counts as wire time; the last round, which
+          * saw the completion, does not) */
         comm->counters.ns_wire += t0 - comm->poll_prev_ns;
     comm->poll_prev_ns = t0;
     uint64_t spun = t0 - comm->spin_from_ns;
@@ -263,6 +265,7 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
         uint64_t t0 = gcoll_time_ns();
         comm->deadline_ms = t0 / 1000000ull + (uint64_t)comm->cfg.timeout_ms;
         comm->deadline_stale = 0;
+        comm->spin_from_ns = 0; /* an operation that failed mid-wait left it set */
         st = req->run(comm, req);
         comm->counters.ns_total += gcoll_time_ns() - t0;
         if (st < 0)

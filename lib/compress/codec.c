@@ -756,7 +756,7 @@ out:
 static gcoll_status_t check_source(const gcoll_compressor_t *c, const gcoll_sum_src_t *src,
                                    size_t count, size_t *isz)
 {
-    size_t kept = 0, at_thr = 0;
+    size_t kept = 0, at_thr = 0, total = 0;
     for (size_t j = 0; j < src->nmsg; j++) {
         const uint8_t *msg = src->msgs[j], *pl = msg + GCOLL_WIRE_HDR;
         uint64_t lo = src->seg ? (uint64_t)j * src->seg : 0;
@@ -783,6 +783,7 @@ static gcoll_status_t check_source(const gcoll_compressor_t *c, const gcoll_sum_
                 return GCOLL_ERR_INVALID;
             }
         }
+        total += (size_t)h.nnz;
         const uint8_t *v = pl + isz[j];
         for (uint64_t q = 0; src->filter && q < h.nnz; q++) {
             uint32_t a = gcoll_get_u32(v + 4 * q) & 0x7fffffffu;
@@ -791,6 +792,11 @@ static gcoll_status_t check_source(const gcoll_compressor_t *c, const gcoll_sum_
         }
         if (!src->filter)
             kept += (size_t)h.nnz;
+    }
+    if (src->filter && total != src->cand) {
+        GCOLL_WARN("compress: sum: a source's messages hold %zu pairs, %zu announced", total,
+                   src->cand);
+        return GCOLL_ERR_INVALID;
     }
     if (src->filter)
         kept += GCOLL_MIN(at_thr, src->ties);
@@ -825,8 +831,11 @@ gcoll_status_t gcoll_sum_sources(const gcoll_compressor_t *c, const gcoll_sum_sr
         q[i].isz = mine;
         q[i].ties = src[i].ties;
         st = check_source(c, &src[i], count, mine);
-        if (st != GCOLL_OK && bad_p)
-            *bad_p = i;
+        if (st != GCOLL_OK) {
+            if (bad_p)
+                *bad_p = i;
+            break; /* its messages are not to be read */
+        }
         if (src[i].nmsg)
             cursor_open(&q[i], src[i].msgs[0], mine[0]);
         else

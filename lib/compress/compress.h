@@ -169,6 +169,7 @@ typedef struct {
     int filter;
     uint32_t thr;
     size_t ties, want;
+    size_t cand; /* filter: the pairs the messages hold in all; checked */
 } gcoll_sum_src_t;
 
 /* out[0..count) = the sum of m sources' pairs in the order given, divided by div unless

@@ -39,7 +39,8 @@ for tr in $(transports); do
     run "silent-$tr" 0 -n 3 $common -- "$CHECK" silent 1 &&
         expect_lines "silent-$tr" "failed as expected" 2
     # Mismatched counts: GCOLL_ERR_MISMATCH on every rank.
-    for coll in allreduce op allgather reduce_scatter alltoall broadcast codec sparsecodec tensor; do
+    for coll in allreduce op allgather reduce_scatter alltoall broadcast codec sparsecodec \
+        topkdense tensor; do
         run "mismatch-$coll-$tr" 0 -n 4 $common -- "$CHECK" mismatch 3 "$coll" &&
             expect_lines "mismatch-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4
     done
@@ -53,8 +54,9 @@ for tr in $(transports); do
             expect_lines "mismatch-ring-$coll-$tr" "ring scheme (forced" 4
     done
     # The same with top-k's selection pass streamed (GCOLL_TOPK_STREAM): against a rank
-    # gathering a q8 message whole, and against a rank streaming another density.
-    for case in sparsecodec:3 topkdensity:4; do
+    # gathering a q8 message whole, a rank streaming another density, and a rank whose
+    # density takes the census path.
+    for case in sparsecodec:3 topkdensity:4 topkdense:3; do
         coll=${case%:*}
         run "mismatch-stream-$coll-$tr" 0 -n 4 $common -x GCOLL_TOPK_STREAM=1024 \
             -x GCOLL_DEBUG=info -x GCOLL_DEBUG_SUBSYS=COMPRESS \

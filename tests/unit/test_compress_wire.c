@@ -531,6 +531,12 @@ static void test_sum_sources(void **unused)
                 }
             }
             assert_int_equal(kept, nsel);
+            size_t cand = 0;
+            for (size_t g = 0; g < sink.n; g++) {
+                size_t m = 0;
+                assert_int_equal(gcoll_decode_info(sink.buf[g], sink.len[g], NULL, &m), GCOLL_OK);
+                cand += m;
+            }
             /* another rank's plain pairs: a stateless top-k of other data */
             fill(y, CNT, 99);
             assert_int_equal(gcoll_encode(c, NULL, y, CNT, ymsg, cap, &ylen), GCOLL_OK);
@@ -548,12 +554,13 @@ static void test_sum_sources(void **unused)
             gcoll_sum_src_t src[2] = {
                 {.idx = yi, .val = yv, .n = yn},
                 {.msgs = (const uint8_t *const *)sink.buf, .lens = sink.len, .nmsg = sink.n,
-                 .seg = SEG, .filter = 1, .thr = rule.thr, .ties = rule.ties, .want = nsel}};
+                 .seg = SEG, .filter = 1, .thr = rule.thr, .ties = rule.ties, .want = nsel,
+                 .cand = cand}};
             int bad = -1;
             assert_int_equal(gcoll_sum_sources(c, src, 2, got, CNT, 2.0f, &bad), GCOLL_OK);
             assert_memory_equal(got, want, CNT * sizeof(float));
             /* malformed chains: refused, the source named, out untouched */
-            for (int how = 0; how < 5; how++) {
+            for (int how = 0; how < 7; how++) {
                 gcoll_sum_src_t b = src[1];
                 uint8_t *swap[SEGS_MAX];
                 size_t lens[SEGS_MAX];
@@ -575,6 +582,10 @@ static void test_sum_sources(void **unused)
                     b.ties = 0;
                 } else if (how == 3) {
                     lens[3]--;
+                } else if (how == 5) { /* more candidates announced than the segments hold */
+                    b.cand++;
+                } else if (how == 6) { /* a first segment shorter than a header */
+                    lens[0] = 20;
                 } else { /* a segment whose values are q8 */
                     gcoll_compressor_t *cq = mk("topk:density=0.5+q8");
                     size_t qn = 0, qcap = gcoll_codec_pairs_bound(cq, 4, CNT);
