@@ -530,6 +530,45 @@ static int run_die(int victim)
     return expect_error(st, "allreduce with a dead peer", t0, timeout_s() + 5);
 }
 
+/* The same in the middle of a compressed allreduce whose top-k selection pass is on the
+ * wire (the test sets GCOLL_TOPK_STREAM small): the victim exits while segments are
+ * streaming, the others fail fast instead of waiting for its trailer. */
+static int run_die_stream(int victim)
+{
+    /* large enough that the victim's pass cannot be done 5 ms in (a victim that sent its
+     * whole part before leaving would let the others finish, rightly) */
+    size_t count = 1 << 24;
+    float *x = malloc(count * sizeof(float)), *y = malloc(count * sizeof(float));
+    for (size_t i = 0; i < count; i++)
+        x[i] = (float)((i * 2654435761u + (size_t)rank) % 1000) - 500.0f;
+    gcoll_compressor_t *c;
+    gcoll_tensor_state_t *s;
+    gcoll_compressor_create("topk:density=0.01", &c);
+    gcoll_state_create(c, count, &s);
+    const char *sc = gcoll_compressed_scheme(comm, c, count, 0, NULL);
+    if (!sc || strcmp(sc, "streamed sparse") != 0)
+        FAIL("scheme %s, expected the streamed one (GCOLL_TOPK_STREAM)", sc ? sc : "(none)");
+    if (gcoll_compressed_allreduce(comm, s, x, y, count, GCOLL_SUM) != GCOLL_OK)
+        FAIL("warm-up compressed allreduce");
+    if (rank == victim) {
+        gcoll_request_t *req;
+        gcoll_icompressed_allreduce(comm, s, x, y, count, GCOLL_SUM, &req);
+        usleep(5000);
+        printf("rank %d: exiting in the middle of a streamed compressed allreduce\n", rank);
+        fflush(stdout);
+        _exit(3);
+    }
+    usleep(2000);
+    double t0 = now();
+    gcoll_status_t st = gcoll_compressed_allreduce(comm, s, x, y, count, GCOLL_SUM);
+    gcoll_state_destroy(s);
+    gcoll_compressor_destroy(c);
+    free(x);
+    free(y);
+    return expect_error(st, "streamed compressed allreduce with a dead peer", t0,
+                        timeout_s() + 5);
+}
+
 /* Rank `victim` stays silent past the timeout; the others must time out, not hang. The
  * victim, arriving late, must not hang either. It may find that every other rank sent its
  * part before giving up (recursive doubling needs nothing else from them) and, when no
@@ -675,6 +714,8 @@ int main(int argc, char **argv)
         bad = run_allreduce();
     else if (strcmp(mode, "die") == 0)
         bad = run_die(victim);
+    else if (strcmp(mode, "die_stream") == 0)
+        bad = run_die_stream(victim);
     else if (strcmp(mode, "silent") == 0)
         bad = run_silent(victim);
     else if (strcmp(mode, "mismatch") == 0)

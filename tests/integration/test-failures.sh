@@ -35,6 +35,10 @@ for tr in $(transports); do
     # reports the dead rank's status.
     run "die-$tr" 3 -n 4 --keep-going $common -- "$CHECK" die 2 &&
         expect_lines "die-$tr" "failed as expected" 3
+    # The same while top-k's selection pass is streaming: no rank waits for the trailer.
+    run "die-stream-$tr" 3 -n 4 --keep-going $common -x GCOLL_TOPK_STREAM=65536 \
+        -- "$CHECK" die_stream 2 &&
+        expect_lines "die-stream-$tr" "failed as expected" 3
     # A rank stays silent: the others time out instead of hanging.
     run "silent-$tr" 0 -n 3 $common -- "$CHECK" silent 1 &&
         expect_lines "silent-$tr" "failed as expected" 2
