@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include "ucx_int.h"
 #include "util.h"
@@ -524,7 +525,8 @@ static void close_failed_eps(gcoll_transport_t *t)
         if (UCS_PTR_IS_PTR(sp)) {
             uint64_t end = gcoll_time_ms() + 100;
             while (ucp_request_check_status(sp) == UCS_INPROGRESS && gcoll_time_ms() < end)
-                ucp_worker_progress(t->worker);
+                if (!ucp_worker_progress(t->worker))
+                    usleep(100); /* idle: do not spin a core for the whole 100 ms */
             ucp_request_free(sp);
         }
     }
