@@ -37,6 +37,12 @@
 
 /* Segments per tensor at most: larger tensors get longer segments. */
 #define STREAM_SEGS_MAX 256
+/* Segments per tensor at least. Streaming costs the sample's padding on the wire (more, in
+ * proportion, on smaller tensors: 22% over k at 25M floats and top-k 1%, 35% at 6M) and
+ * per-segment work; it gains the wire time it hides under the pass. At 1 Gbit/s, 4 ranks,
+ * top-k 1%: 6M floats 27 ms streamed against 24 ms not, 2.5M 11 against 9, 12M 52 against
+ * 55, 16M 74 against 74, 25M 102-106 against 120-127. */
+#define STREAM_SEGS_MIN 16
 
 /* Trailer: u32 magic, u32 flags, u64 candidates streamed, u64 pairs selected, u32 trim
  * threshold (|v| bits), u32 zero, u64 ties kept at the threshold. */
@@ -60,7 +66,7 @@ int gcoll_topk_stream_eligible(const gcoll_comm_t *comm, const gcoll_compressor_
     /* the selection streams its pass only for top-k of e + g sent as f32 (select.h); the
      * plain path would pick the allgather plan (merged pairs well under the dense size) */
     return comm->size > 1 && comm->cfg.sparse_algo == GCOLL_SPARSE_AUTO && seg &&
-           count >= 2 * seg && count <= GCOLL_WIRE_MAX_COUNT && ef &&
+           count >= STREAM_SEGS_MIN * seg && count <= GCOLL_WIRE_MAX_COUNT && ef &&
            c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE &&
            c->vs.fmt == GCOLL_VF_F32 && k > 0 && k <= count / (2 * (size_t)comm->size);
 }

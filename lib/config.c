@@ -82,7 +82,8 @@ static const param_t params[] = {
      OFF(sparse_algo), F_MUST_MATCH, "auto|allgather|split|dense"},
     {"GCOLL_TOPK_STREAM", P_SIZE, "1048576",
      "compressed allreduce of top-k: elements per segment of the selection pass whose "
-     "candidates go on the wire while the pass goes on; 0: encode first, then send",
+     "candidates go on the wire while the pass goes on (tensors of 16 segments or more); "
+     "0: encode first, then send",
      OFF(topk_stream), F_MUST_MATCH, NULL},
     {"GCOLL_COMPRESSED_ALGO", P_ENUM, "auto",
      "compressed allreduce of quantizers: alltoall (1-bit Adam's scheme), ring (pipelined, "

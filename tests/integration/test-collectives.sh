@@ -65,14 +65,14 @@ for tr in $(transports); do
     # every codec under the default scheme choice, then over the pipelined ring that
     # re-quantizes at every hop, with segments small enough that every chunk is cut into
     # several (the simulation in the check follows the same cut; the log shows the ring ran),
-    # then with top-k's selection pass streamed in segments of 4096 elements (the
+    # then with top-k's selection pass streamed in segments of 1024 elements (the
     # 30011-element top-k tensors of the check go by the streamed scheme; the log shows it)
     for scheme in auto ring stream; do
         set -- -x GCOLL_COMPRESSED_ALGO="$scheme"
         want=""
         [ "$scheme" = ring ] && set -- "$@" -x GCOLL_RING_CHUNK=16384 -x GCOLL_DEBUG=info &&
             want="ring scheme (forced"
-        [ "$scheme" = stream ] && set -- -x GCOLL_TOPK_STREAM=4096 -x GCOLL_DEBUG=info &&
+        [ "$scheme" = stream ] && set -- -x GCOLL_TOPK_STREAM=1024 -x GCOLL_DEBUG=info &&
             want="streamed sparse scheme (top-k"
         for n in 2 3 5; do
             out="$TMP/compressed-$scheme-$tr-$n.log"

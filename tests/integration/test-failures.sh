@@ -62,7 +62,7 @@ for tr in $(transports); do
     # density takes the census path.
     for case in sparsecodec:3 topkdensity:4 topkdense:3; do
         coll=${case%:*}
-        run "mismatch-stream-$coll-$tr" 0 -n 4 $common -x GCOLL_TOPK_STREAM=1024 \
+        run "mismatch-stream-$coll-$tr" 0 -n 4 $common -x GCOLL_TOPK_STREAM=512 \
             -x GCOLL_DEBUG=info -x GCOLL_DEBUG_SUBSYS=COMPRESS \
             -- "$CHECK" mismatch 3 "$coll" &&
             expect_lines "mismatch-stream-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4 &&
