@@ -266,24 +266,6 @@ static gcoll_status_t topk_hist(const float *x, size_t n, size_t k, gcoll_scratc
 
 /* --- sampled top-k (DGC) -------------------------------------------------------------- */
 
-/*
- * DGC's sampled threshold (Lin et al. 2018, sec. 4.4 "sampling"): estimate the k-th
- * largest |x| from a 0.25% stratified sample (at least 4096 elements; DGC samples
- * 0.1-1%), collect everything above it in one streaming pass, and if that overshoots run
- * the exact selection on the (small) candidate list, whose values the collecting pass
- * kept. The sample rank is padded by 10% and three standard deviations, so undershooting
- * (which would need a second pass) is rare; when it happens by more than 10% the
- * histogram path runs. The padding costs only candidates: the trim keeps the same top k.
- * A 1% sample with 30% padding measured 27 ms against 19-20 ms for 26M floats on one core
- * (the sample's scattered reads cost more than the larger candidate list).
- *
- * Exact top-k runs the same way: whenever at least k values were collected, every value
- * at or above the k-th largest is among them, so the trim returns exactly the top k (ties
- * to the lowest indices, as the histogram path); only when fewer than k were collected
- * does it take the histogram path. One streaming pass instead of two (the histogram pass
- * costs a scalar increment per element: 17 ms for 26M floats here, more than the
- * collecting pass).
- */
 /* The fused update-and-collect pass (zeroing what it stores) segment by segment, handing
  * each segment's candidates to rule->emit; the same stores and count as one kernel call. */
 static size_t collect_streamed(float *e, const float *g, size_t n, float a, uint32_t thr,
@@ -305,6 +287,24 @@ static size_t collect_streamed(float *e, const float *g, size_t n, float a, uint
     return cnt;
 }
 
+/*
+ * DGC's sampled threshold (Lin et al. 2018, sec. 4.4 "sampling"): estimate the k-th
+ * largest |x| from a 0.25% stratified sample (at least 4096 elements; DGC samples
+ * 0.1-1%), collect everything above it in one streaming pass, and if that overshoots run
+ * the exact selection on the (small) candidate list, whose values the collecting pass
+ * kept. The sample rank is padded by 10% and three standard deviations, so undershooting
+ * (which would need a second pass) is rare; when it happens by more than 10% the
+ * histogram path runs. The padding costs only candidates: the trim keeps the same top k.
+ * A 1% sample with 30% padding measured 27 ms against 19-20 ms for 26M floats on one core
+ * (the sample's scattered reads cost more than the larger candidate list).
+ *
+ * Exact top-k runs the same way: whenever at least k values were collected, every value
+ * at or above the k-th largest is among them, so the trim returns exactly the top k (ties
+ * to the lowest indices, as the histogram path); only when fewer than k were collected
+ * does it take the histogram path. One streaming pass instead of two (the histogram pass
+ * costs a scalar increment per element: 17 ms for 26M floats here, more than the
+ * collecting pass).
+ */
 /* Top-k by a sampled threshold, trimmed to exactly k (exact: the histogram path whenever
  * fewer than k were collected; else down to 0.9k accepted), of x, or, with g != NULL, of
  * e + a*g with the update fused into the collecting pass (x is then e, and the sample is
