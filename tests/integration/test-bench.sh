@@ -47,6 +47,9 @@ for spec in q8 sign; do
         -x GCOLL_COMPRESSED_ALGO=ring -x GCOLL_RING_CHUNK=4096 -- \
         "$BENCH" -z "$spec" -b 4 -e 12292 -f 0 -i 4096 -n 1 -w 0
 done
+# top-k with its selection pass streamed (segments of 1024 elements: 16 and 256 of them)
+check_z "gcoll-bench -z topk -c, streamed" 2 '^[0-9].*,streamed sparse$' \
+    -x GCOLL_TOPK_STREAM=1024 -- "$BENCH" -z "topk:density=0.01" -b 64K -e 1M -f 16 -n 2 -w 1
 out="$TMP/bench.json"
 timeout 60 "$gcoll_run" -n 2 -q -- "$BENCH" -b 1K -e 4K -n 1 -w 0 -d half -r max --json >"$out" 2>&1
 if [ "$(grep -c '"busbw"' "$out")" -eq 3 ] && head -n 1 "$out" | grep -q '^\[' &&
