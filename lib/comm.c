@@ -191,15 +191,12 @@ gcoll_status_t gcoll_net_done(gcoll_comm_t *comm, gcoll_treq_t *r, int *done_p)
 
 gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n)
 {
-    int first = 0; /* requests before this one are done */
+    int first = 0, done; /* requests before first are done */
     for (;;) {
-        while (first < n && reqs[first].done) {
-            if (reqs[first].status < 0)
-                return reqs[first].status;
-            count_anylen(comm, &reqs[first]);
-            first++;
-            comm->deadline_stale = 1;
-            comm->spin_from_ns = 0;
+        for (; first < n; first++) {
+            GCOLL_CHECK(gcoll_net_done(comm, &reqs[first], &done));
+            if (!done)
+                break;
         }
         if (first == n)
             return GCOLL_OK;

@@ -727,12 +727,10 @@ gcoll_status_t gcoll_codec_sum(const gcoll_compressor_t *c, const uint8_t *const
                 *bad_p = i;
             goto out;
         }
-        const uint8_t *pl = msgs[i] + GCOLL_WIRE_HDR;
         const gcoll_wire_hdr_t *h = &q[i].h;
         merge &= h->codec == GCOLL_WIRE_SPARSE && !(h->flags & GCOLL_WIRE_F_DENSE) &&
                  (h->flags & (GCOLL_WIRE_F_DELTA | GCOLL_WIRE_F_SORTED)) != 0;
-        gcoll_idx_iter_init(&q[i].it, pl, h->flags, h->nnz);
-        q[i].vals = pl + isz;
+        cursor_open(&q[i], msgs[i], isz);
     }
     if (!merge) { /* dense, random-k or unsorted messages: the plain way */
         memset(out, 0, count * sizeof(float));

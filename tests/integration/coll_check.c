@@ -509,6 +509,15 @@ static double timeout_s(void)
     return t ? atof(t) / 1000.0 : 300.0;
 }
 
+/* The victim leaves `us` microseconds into the operation it has just started. */
+static void exit_during(const char *what, useconds_t us)
+{
+    usleep(us);
+    printf("rank %d: exiting in the middle of %s\n", rank, what);
+    fflush(stdout);
+    _exit(3);
+}
+
 /* Rank `victim` dies in the middle of a large allreduce; the others must fail fast. */
 static int run_die(int victim)
 {
@@ -519,10 +528,7 @@ static int run_die(int victim)
     if (rank == victim) {
         gcoll_request_t *req;
         gcoll_iallreduce(comm, x, x, count, GCOLL_FLOAT32, GCOLL_SUM, &req);
-        usleep(20000);
-        printf("rank %d: exiting in the middle of an allreduce\n", rank);
-        fflush(stdout);
-        _exit(3);
+        exit_during("an allreduce", 20000);
     }
     double t0 = now();
     gcoll_status_t st = gcoll_allreduce(comm, x, x, count, GCOLL_FLOAT32, GCOLL_SUM);
@@ -553,10 +559,7 @@ static int run_die_stream(int victim)
     if (rank == victim) {
         gcoll_request_t *req;
         gcoll_icompressed_allreduce(comm, s, x, y, count, GCOLL_SUM, &req);
-        usleep(5000);
-        printf("rank %d: exiting in the middle of a streamed compressed allreduce\n", rank);
-        fflush(stdout);
-        _exit(3);
+        exit_during("a streamed compressed allreduce", 5000);
     }
     usleep(2000);
     double t0 = now();

@@ -479,6 +479,22 @@ static void sink_free(seg_sink_t *k)
     k->n = 0;
 }
 
+/* A fresh state of c encodes x[0..n) with its selection pass streamed into *sink in
+ * segments of seg (rule: what the selection reports). Returns the state. */
+static gcoll_tensor_state_t *encode_streamed(gcoll_compressor_t *c, const float *x, size_t n,
+                                             size_t seg, uint8_t *msg, size_t cap, size_t *len,
+                                             seg_sink_t *sink, gcoll_select_stream_t *rule)
+{
+    gcoll_tensor_state_t *s = NULL;
+    assert_int_equal(gcoll_state_create(c, n, &s), GCOLL_OK);
+    *sink = (seg_sink_t){.count = n};
+    *rule = (gcoll_select_stream_t){.seg = seg, .emit = sink_emit, .arg = sink};
+    s->sc.stream = rule;
+    assert_int_equal(gcoll_encode(c, s, x, n, msg, cap, len), GCOLL_OK);
+    s->sc.stream = NULL;
+    return s;
+}
+
 static void test_sum_sources(void **unused)
 {
     (void)unused;
@@ -493,17 +509,14 @@ static void test_sum_sources(void **unused)
         size_t cap = gcoll_compressor_bound(c, CNT), len = 0, ylen = 0, yn = 0;
         uint8_t *msg = malloc(cap), *ymsg = malloc(cap);
         for (int ties = 0; ties < 2; ties++) {
-            gcoll_tensor_state_t *s = NULL;
-            assert_int_equal(gcoll_state_create(c, CNT, &s), GCOLL_OK);
             fill(x, CNT, 7 + (unsigned)si);
             if (ties) /* 497 magnitudes, about 402 times each: the threshold falls among equals */
                 for (size_t i = 0; i < CNT; i++)
                     x[i] = (x[i] < 0 ? -1.0f : 1.0f) * (1.0f + (float)(i % 497) / 497.0f);
-            seg_sink_t sink = {.count = CNT};
-            gcoll_select_stream_t rule = {.seg = SEG, .emit = sink_emit, .arg = &sink};
-            s->sc.stream = &rule;
-            assert_int_equal(gcoll_encode(c, s, x, CNT, msg, cap, &len), GCOLL_OK);
-            s->sc.stream = NULL;
+            seg_sink_t sink;
+            gcoll_select_stream_t rule;
+            gcoll_tensor_state_t *s = encode_streamed(c, x, CNT, SEG, msg, cap, &len, &sink,
+                                                      &rule);
             assert_true(rule.streamed);
             assert_int_equal(sink.n, (CNT + SEG - 1) / SEG);
             if (ties)
@@ -616,15 +629,11 @@ static void test_sum_sources(void **unused)
         }
         /* one magnitude everywhere: the sampled candidates overflow, the selection takes
          * the histogram path and says it did not come from the candidates */
-        gcoll_tensor_state_t *s = NULL;
-        assert_int_equal(gcoll_state_create(c, CNT, &s), GCOLL_OK);
         for (size_t i = 0; i < CNT; i++)
             x[i] = i % 3 ? 2.0f : -2.0f;
-        seg_sink_t sink = {.count = CNT};
-        gcoll_select_stream_t rule = {.seg = SEG, .emit = sink_emit, .arg = &sink};
-        s->sc.stream = &rule;
-        assert_int_equal(gcoll_encode(c, s, x, CNT, msg, cap, &len), GCOLL_OK);
-        s->sc.stream = NULL;
+        seg_sink_t sink;
+        gcoll_select_stream_t rule;
+        gcoll_tensor_state_t *s = encode_streamed(c, x, CNT, SEG, msg, cap, &len, &sink, &rule);
         assert_false(rule.streamed);
         sink_free(&sink);
         gcoll_state_destroy(s);
