@@ -28,6 +28,10 @@ typedef struct {
     double hysteresis;  /* relative change below which the density stays */
     int min_hold;       /* steps between two changes */
     int held;           /* steps since the last change */
+    double fit[3];      /* the last targets fitted (a ring), since the last change */
+    int nfit;
+    int slower;         /* set by the caller: the link measurably slowed (the estimate
+                         * jumped down), so the next fit acts at once; cleared by it */
     long changes;
 } gcoll_density_ctl_t;
 

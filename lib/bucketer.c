@@ -523,6 +523,7 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
         }
         int critical = (b->adapt & 2) ? gcoll_phase_update(&b->phase, sqrt(norm2)) : 0;
         long jumps = b->bw.jumps;
+        double bw_before = b->bw.bw;
         if (b->adapted++ > 0) {
             if (b->mid_fired >= 2 && bytes_all / wire_all < b->bw.bw / 2)
                 gcoll_bw_jump(&b->bw, bytes_all, wire_all);
@@ -557,9 +558,16 @@ static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
             if (!k->adaptive)
                 continue;
             double old = k->ctl.density;
-            /* the link changed regime (the estimate jumped): not noise, so no hold */
-            if (b->bw.jumps != jumps)
-                k->ctl.held = k->ctl.min_hold;
+            /* the link changed regime (the estimate jumped): the fits from before say
+             * nothing of it; a slower link acts without the hold, a faster one keeps it
+             * (a run of small transfers that passed at the burst rate looks like one) */
+            if (b->bw.jumps != jumps) {
+                k->ctl.nfit = 0;
+                if (b->bw.bw < bw_before) {
+                    k->ctl.held = k->ctl.min_hold;
+                    k->ctl.slower = 1;
+                }
+            }
             /* phase only: the spec's density, or the maximum in a critical regime */
             double d = !(b->adapt & 1) ? (critical ? k->ctl.dmax : k->base_density)
                        : target > 0    ? gcoll_ctl_apply(&k->ctl, target, critical)

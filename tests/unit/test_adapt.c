@@ -74,6 +74,49 @@ static void test_noise_no_oscillation(void **state)
     assert_true(c.changes - before <= 2);
 }
 
+/* The fits of a CPU-bound step scatter (compression of 4 ranks on 2 cores) and one step in
+ * three comes out lucky: the traces below are fits logged by the bucketer at 1 Gbit/s and
+ * 200 Mbit/s (bench/netns-shaped.sh MODE=adapt). Rising on the last fit alone swung the
+ * density between the ordinary fit and the lucky one; now a rise goes only as far as
+ * every fit of the hold allowed. */
+static void test_lucky_fits(void **state)
+{
+    (void)state;
+    gcoll_density_ctl_t c;
+    gcoll_ctl_init(&c, 1e-4, 0.1, 0.045);
+    const double fits_1g[] = {0.0465, 0.0686, 0.0887, 0.0449, 0.0705, 0.0847, 0.047, 0.0817};
+    for (size_t i = 0; i < sizeof(fits_1g) / sizeof(fits_1g[0]); i++)
+        assert_true(gcoll_ctl_apply(&c, fits_1g[i], 0) == 0.045);
+    assert_int_equal(c.changes, 0);
+    /* 200 Mbit/s: ordinary fits near 0.011-0.014, lucky ones 2-5x higher */
+    gcoll_ctl_init(&c, 1e-4, 0.1, 0.012);
+    const double fits_200m[] = {0.0107, 0.0243, 0.0514, 0.0138, 0.0342, 0.0388, 0.011, 0.063};
+    for (size_t i = 0; i < sizeof(fits_200m) / sizeof(fits_200m[0]); i++)
+        assert_true(gcoll_ctl_apply(&c, fits_200m[i], 0) == 0.012);
+    /* a rise every fit of the hold agrees with still happens, to the lowest of them */
+    assert_true(gcoll_ctl_apply(&c, 0.03, 0) == 0.012); /* 0.011 is among the last three */
+    assert_true(gcoll_ctl_apply(&c, 0.05, 0) == 0.03);  /* 0.063, 0.03, 0.05 */
+    /* and the maximum is reached when three fits in a row say so */
+    for (int i = 0; i < 3; i++)
+        gcoll_ctl_apply(&c, 0.1, 0);
+    assert_true(c.density == 0.1);
+    /* one fit past two thirds below (a descheduled rank) moves nothing; two in a row cut
+     * at once, to the milder; and when the link measurably slowed, one is enough */
+    assert_true(gcoll_ctl_apply(&c, 0.063, 0) == 0.1);
+    assert_true(gcoll_ctl_apply(&c, 0.1, 0) == 0.1);
+    assert_true(gcoll_ctl_apply(&c, 0.05, 0) == 0.1);
+    assert_true(gcoll_ctl_apply(&c, 0.055, 0) == 0.055);
+    c.slower = 1;
+    assert_true(gcoll_ctl_apply(&c, 0.01, 0) == 0.01);
+    assert_int_equal(c.slower, 0);
+    /* a slow drift is followed once three fits in a row agree, to the highest of them */
+    gcoll_ctl_init(&c, 1e-4, 0.1, 0.1);
+    c.held = 0; /* just changed */
+    assert_true(gcoll_ctl_apply(&c, 0.07, 0) == 0.1);
+    assert_true(gcoll_ctl_apply(&c, 0.072, 0) == 0.1);
+    assert_true(gcoll_ctl_apply(&c, 0.071, 0) == 0.072);
+}
+
 static void test_outliers(void **state)
 {
     (void)state;
@@ -109,6 +152,12 @@ static void test_regime_change(void **state)
     assert_true(f.bw == 5e6 && f.jumps == 2);
     gcoll_bw_jump(&f, 0, 1.0); /* ignored */
     assert_true(f.bw == 5e6);
+    /* the history restarts at the jump: one fast sample next (a small transfer passing at
+     * the burst rate) is clipped, not a jump back to the old regime */
+    gcoll_bw_update(&f, 1.2e7, 1.0);
+    assert_true(f.jumps == 2 && f.bw < 1e7);
+    gcoll_bw_update(&f, 5e6, 1.0);
+    assert_true(f.jumps == 2 && f.bw < 1e7);
     /* and back up 50x in two samples */
     gcoll_bw_update(&e, 1e9, 1.0);
     gcoll_bw_update(&e, 1e9, 1.0);
@@ -289,7 +338,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_changes), cmocka_unit_test(test_noise_no_oscillation),
-        cmocka_unit_test(test_outliers),
+        cmocka_unit_test(test_outliers),          cmocka_unit_test(test_lucky_fits),
         cmocka_unit_test(test_regime_change),     cmocka_unit_test(test_fit_density),     cmocka_unit_test(test_bounds_and_hold),
         cmocka_unit_test(test_phase),         cmocka_unit_test(test_bucket_cost),
         cmocka_unit_test(test_midstep_scale),  cmocka_unit_test(test_midstep_drop),
