@@ -146,6 +146,10 @@ static const param_t params[] = {
      0, "1:31"},
     {"GCOLL_IB_RETRY_CNT", P_INT, "7", "verbs: transport retries before a send fails",
      OFF(ib_retry_cnt), 0, "0:7"},
+    {"GCOLL_UCX_CMA_MIN", P_SIZE, "128kb",
+     "ucx: messages at least this large to a rank on the same host are read by the receiver "
+     "straight from the sender's buffer (one copy, process_vm_readv); 0: off",
+     OFF(ucx_cma_min), 0, NULL},
     {"GCOLL_IB_EAGER_SLOTS", P_INT, "16",
      "verbs: pre-registered receive slots per peer (the credits a sender holds)",
      OFF(ib_eager_slots), 0, "2:4096"},

@@ -42,6 +42,7 @@ typedef struct gcoll_config {
     char *density_min_s, *density_max_s;
     long adapt_half_life;
     char *library; /* read by the Python binding only */
+    size_t ucx_cma_min;   /* ucx: single-copy (CMA) from this many bytes; 0: off */
     /* verbs transport (GCOLL_IB_*) */
     char *ib_hca;         /* "mlx5_0:1,mlx5_1" or NULL */
     long ib_gid_index;    /* -1: automatic */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "ucx_int.h"
@@ -76,7 +77,7 @@ const char *gcoll_ucx_hdr_decode(const void *buf, size_t len, ucx_hdr_t *h)
         return "bad magic";
     if (p[4] != GCOLL_UCX_VERSION)
         return "unsupported version";
-    if (p[5] < UCX_MSG_DATA || p[5] > UCX_MSG_ABORT)
+    if (p[5] < UCX_MSG_DATA || p[5] > UCX_MSG_FIN)
         return "unknown message type";
     h->type = p[5];
     h->status = -(int)p[6];
@@ -272,10 +273,132 @@ static void msg_free(gcoll_transport_t *t, ucx_msg_t *m)
     free(m);
 }
 
+/* ---------------------------------------------------------------------------------- */
+/* Single copy (CMA, see ucx_int.h)                                                     */
+
+/* Sends the FINs queued by receives that completed inside UCX's callbacks. */
+static void fin_flush(gcoll_transport_t *t)
+{
+    for (int i = 0; i < t->nfin; i++) {
+        struct ucx_fin *f = &t->fin[i];
+        uint8_t tok[8];
+        gcoll_put_u64(tok, f->token);
+        if (!t->peers[f->peer].failed &&
+            gcoll_ucx_send_ctl(t, f->peer, UCX_MSG_FIN, f->status, tok, sizeof(tok)) != GCOLL_OK)
+            gcoll_ucx_peer_fail(t, f->peer, GCOLL_ERR_NOMEM);
+    }
+    t->nfin = 0;
+}
+
+/* Tells the sender its single-copy send is over (status: how the read went). */
+static void fin_queue(gcoll_transport_t *t, int peer, uint64_t token, gcoll_status_t status)
+{
+    if (t->nfin == t->capfin) {
+        int cap = t->capfin ? 2 * t->capfin : 16;
+        struct ucx_fin *f = realloc(t->fin, (size_t)cap * sizeof(*f));
+        if (!f) {
+            gcoll_ucx_set_error(t, "out of memory answering a single-copy send of rank %d", peer);
+            gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_NOMEM);
+            return;
+        }
+        t->fin = f;
+        t->capfin = cap;
+    }
+    t->fin[t->nfin++] = (struct ucx_fin){.peer = peer, .status = status, .token = token};
+    if (!t->in_cb)
+        fin_flush(t);
+}
+
+/* Reads a matched single-copy message (desc: GCOLL_UCX_CMA_DESC bytes off the wire, length
+ * already matched against req) from the sender's memory into req->buf, then checks that
+ * the send was still live when the read ended (its token word unchanged). */
+static void cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const uint8_t *desc)
+{
+    ucx_peer_t *p = &t->peers[peer];
+    uint64_t addr = gcoll_get_u64(desc), len = gcoll_get_u64(desc + 8);
+    uint64_t tok_addr = gcoll_get_u64(desc + 16), token = gcoll_get_u64(desc + 24), now = 0;
+    const char *what = NULL;
+    int err = 0;
+    size_t done = 0;
+    while (done < len) {
+        struct iovec l = {.iov_base = (uint8_t *)req->buf + done, .iov_len = len - done};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(addr + done), .iov_len = len - done};
+        ssize_t n = process_vm_readv(p->cma_pid, &l, 1, &r, 1, 0);
+        if (n <= 0) {
+            err = n < 0 ? errno : EFAULT;
+            what = "reading its buffer";
+            break;
+        }
+        done += (size_t)n;
+    }
+    if (!what) {
+        struct iovec l = {.iov_base = &now, .iov_len = sizeof(now)};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)tok_addr, .iov_len = sizeof(now)};
+        if (process_vm_readv(p->cma_pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof(now)) {
+            err = errno;
+            what = "reading its token";
+        } else if (now != token) {
+            what = "its send was withdrawn during the read";
+        }
+    }
+    gcoll_status_t st = GCOLL_OK;
+    if (what) {
+        gcoll_ucx_set_error(t, "single-copy receive of %llu bytes from rank %d failed: %s%s%s",
+                            (unsigned long long)len, peer, what, err ? ": " : "",
+                            err ? strerror(err) : "");
+        st = GCOLL_ERR_PEER;
+    } else {
+        req->nbytes = (size_t)len;
+        t->st_cma_recvs++;
+    }
+    complete(t, req, st);
+    fin_queue(t, peer, token, st);
+}
+
+static void cma_send_end(gcoll_transport_t *t, ucx_op_t *op, gcoll_status_t st);
+
+/* A FIN for one of our single-copy sends. */
+static void on_fin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len)
+{
+    if (len != 8 || !data) {
+        gcoll_ucx_set_error(t, "rank %d sent a malformed single-copy answer (%zu bytes)", peer,
+                            len);
+        gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_PEER);
+        return;
+    }
+    uint64_t token = gcoll_get_u64(data);
+    for (ucx_op_t *op = t->ops; op; op = op->next) {
+        if (!op->cma || op->peer != peer || op->cma_token != token)
+            continue;
+        if (status != GCOLL_OK && op->req)
+            gcoll_ucx_set_error(t, "rank %d could not take a single-copy send: %s", peer,
+                                gcoll_status_string(status));
+        cma_send_end(t, op, status == GCOLL_OK ? GCOLL_OK : GCOLL_ERR_PEER);
+        return;
+    }
+    /* a send withdrawn (cancelled) before its FIN came: nothing to do */
+}
+
+/* Fails (or withdraws) a single-copy send: its token goes first, so that a read still
+ * racing with this fails its check instead of delivering a buffer handed back. */
+static void cma_send_end(gcoll_transport_t *t, ucx_op_t *op, gcoll_status_t st)
+{
+    __atomic_store_n(&op->cma_token, 0, __ATOMIC_SEQ_CST);
+    op_unlink(t, op);
+    if (op->req)
+        complete(t, op->req, st);
+    op_release(t, op);
+    t->events++;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Delivery                                                                             */
+
 /* Delivers an arrived message to a posted receive, or keeps it as unexpected. Returns what
- * the AM handler returns: UCS_INPROGRESS when UCX's descriptor is kept. */
+ * the AM handler returns: UCS_INPROGRESS when UCX's descriptor is kept. cma: data is a
+ * single-copy descriptor of a len-byte message. */
 static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig, void *data,
-                            size_t len, int rndv, int persistent)
+                            size_t len, int rndv, int persistent, int cma)
 {
     ucx_peer_t *p = &t->peers[peer];
     t->events++;
@@ -283,8 +406,14 @@ static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32
     if (req) {
         gcoll_status_t st = check_match(t, peer, req, len, sig);
         if (st != GCOLL_OK) {
+            if (cma) /* the sender waits for an answer */
+                fin_queue(t, peer, gcoll_get_u64((uint8_t *)data + 24), st);
             complete(t, req, st);
             return UCS_OK; /* dropped; for rendezvous UCX acknowledges the sender */
+        }
+        if (cma) {
+            cma_pull(t, peer, req, data);
+            return UCS_OK;
         }
         if (rndv) /* UCS_INPROGRESS: the descriptor now belongs to the receive */
             return rndv_recv(t, peer, req, data, len) ? UCS_INPROGRESS : UCS_OK;
@@ -300,8 +429,15 @@ static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32
     m->tag = tag;
     m->sig = sig;
     m->len = len;
+    m->cma = cma;
     ucs_status_t ret = UCS_OK;
-    if (rndv || persistent) {
+    if (cma) {
+        if (!(m->copy = malloc(GCOLL_UCX_CMA_DESC))) {
+            free(m);
+            goto err_nomem;
+        }
+        memcpy(m->copy, data, GCOLL_UCX_CMA_DESC);
+    } else if (rndv || persistent) {
         m->desc = data;
         m->rndv = rndv;
         ret = UCS_INPROGRESS;
@@ -364,9 +500,31 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
         return UCS_OK;
     switch (h.type) {
     case UCX_MSG_HELLO:
-        /* the round a hello belongs to travels in the status byte (1 hello, 2 ready) */
+        /* the round a hello belongs to travels in the status byte (1 hello, 2 ready), and
+         * whether the peer can read our memory in its flag byte */
         t->peers[peer].hello = GCOLL_MAX(t->peers[peer].hello, -h.status);
+        if (!rndv && length >= 1 && (*(const uint8_t *)data & GCOLL_UCX_HELLO_CMA) && t->cma_min)
+            t->peers[peer].cma_send = 1;
         t->events++;
+        return UCS_OK;
+    case UCX_MSG_FIN:
+        t->in_cb++;
+        on_fin(t, peer, h.status, rndv ? NULL : data, rndv ? 0 : length);
+        t->in_cb--;
+        return UCS_OK;
+    case UCX_MSG_CMA:
+        if (rndv || length != GCOLL_UCX_CMA_DESC || !t->peers[peer].cma_pid) {
+            gcoll_ucx_set_error(t, "rank %d sent a malformed single-copy message (%zu bytes%s)",
+                                peer, length,
+                                t->peers[peer].cma_pid ? "" : ", and we cannot read its memory");
+            t->in_cb++;
+            gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_PEER);
+            t->in_cb--;
+            return UCS_OK;
+        }
+        t->in_cb++;
+        deliver(t, peer, h.tag, h.sig, data, gcoll_get_u64((const uint8_t *)data + 8), 0, 0, 1);
+        t->in_cb--;
         return UCS_OK;
     case UCX_MSG_ABORT:
         t->in_cb++;
@@ -378,7 +536,7 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
     }
     t->in_cb++;
     ucs_status_t ret = deliver(t, peer, h.tag, h.sig, data, length, rndv,
-                               (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0);
+                               (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0, 0);
     t->in_cb--;
     return ret;
 }
@@ -443,12 +601,46 @@ static gcoll_status_t check_req(gcoll_transport_t *t, gcoll_treq_t *req)
     return GCOLL_OK;
 }
 
+/* A single-copy send: the descriptor goes as a control message; the send itself is an op
+ * of ours (not UCX's) that the receiver's FIN finishes. */
+static gcoll_status_t cma_send(gcoll_transport_t *t, gcoll_treq_t *req, ucx_hdr_t *h)
+{
+    ucx_op_t *op = op_alloc(t);
+    if (!op)
+        return GCOLL_ERR_NOMEM;
+    op->t = t;
+    op->req = req;
+    op->peer = req->peer;
+    op->cma = 1;
+    uint64_t token = t->cma_next++;
+    if (token == 0)
+        token = t->cma_next++;
+    op->cma_token = token;
+    uint8_t desc[GCOLL_UCX_CMA_DESC];
+    gcoll_put_u64(desc, (uint64_t)(uintptr_t)req->buf);
+    gcoll_put_u64(desc + 8, (uint64_t)req->len);
+    gcoll_put_u64(desc + 16, (uint64_t)(uintptr_t)&op->cma_token);
+    gcoll_put_u64(desc + 24, token);
+    op_link(t, op);
+    req->priv = op;
+    h->type = UCX_MSG_CMA;
+    gcoll_status_t st = send_op(t, req->peer, NULL, h, desc, sizeof(desc));
+    if (st != GCOLL_OK) {
+        req->priv = NULL;
+        op->req = NULL;
+        cma_send_end(t, op, st);
+        return st;
+    }
+    t->st_cma_sends++;
+    return GCOLL_OK;
+}
+
 static gcoll_status_t ucx_isend(gcoll_transport_t *t, gcoll_treq_t *req)
 {
     GCOLL_CHECK(check_req(t, req));
     if (req->peer == t->rank) {
         /* Sends to oneself never touch UCX: delivered (copied) into the receive side. */
-        deliver(t, t->rank, req->tag, req->sig, req->buf, req->len, 0, 0);
+        deliver(t, t->rank, req->tag, req->sig, req->buf, req->len, 0, 0, 0);
         if (t->peers[t->rank].failed)
             return GCOLL_ERR_NOMEM;
         complete(t, req, GCOLL_OK);
@@ -464,6 +656,8 @@ static gcoll_status_t ucx_isend(gcoll_transport_t *t, gcoll_treq_t *req)
                    .sig = req->sig,
                    .cookie = p->cookie,
                    .tag = req->tag};
+    if (p->cma_send && req->len >= t->cma_min)
+        return cma_send(t, req, &h);
     return send_op(t, req->peer, req, &h, req->buf, req->len);
 }
 
@@ -484,7 +678,11 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
             p->unexp_tail = prev;
         gcoll_status_t st = check_match(t, req->peer, req, m->len, m->sig);
         if (st != GCOLL_OK) {
+            if (m->cma) /* the sender waits for an answer */
+                fin_queue(t, req->peer, gcoll_get_u64(m->copy + 24), st);
             complete(t, req, st);
+        } else if (m->cma) {
+            cma_pull(t, req->peer, req, m->copy);
         } else if (m->rndv) {
             if (rndv_recv(t, req->peer, req, m->desc, m->len))
                 m->desc = NULL; /* UCX took the descriptor over */
@@ -551,6 +749,12 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
         msg_free(t, m);
     }
     p->unexp_tail = NULL;
+    /* Single-copy sends waiting for this peer's answer are ours to end. */
+    for (ucx_op_t *op = t->ops, *next; op; op = next) {
+        next = op->next;
+        if (op->cma && op->peer == peer)
+            cma_send_end(t, op, st);
+    }
     /* Operations UCX still owns complete through their callbacks once the endpoint is
      * closed (UCX purges them); until then their buffers stay in UCX's hands, so the
      * requests are not completed here. */
@@ -622,6 +826,8 @@ unsigned gcoll_ucx_drive(gcoll_transport_t *t)
         n = ucp_worker_progress(t->worker);
         total += n;
     } while (n && ++rounds < 64);
+    if (t->nfin)
+        fin_flush(t);
     if (!t->closing)
         handle_ep_errors(t);
     close_failed_eps(t);
@@ -714,6 +920,10 @@ static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     ucx_op_t *op = req->priv;
     if (!op) {
         complete(t, req, GCOLL_ERR_ABORTED);
+        return;
+    }
+    if (op->cma) { /* ours, not UCX's: withdrawn at once (the token goes first) */
+        cma_send_end(t, op, GCOLL_ERR_ABORTED);
         return;
     }
     /* UCX owns the buffer (a send, or a rendezvous receive under way). ucp_request_cancel

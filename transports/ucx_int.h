@@ -23,7 +23,7 @@
  * cookie u64 (the receiver's, from its address blob), tag u64. */
 #define GCOLL_UCX_AM_ID 7
 #define GCOLL_UCX_MAGIC 0x58554347u /* "GCUX" */
-#define GCOLL_UCX_VERSION 1
+#define GCOLL_UCX_VERSION 2
 #define GCOLL_UCX_HDR_LEN 32
 #define GCOLL_UCX_MAX_REASON 1024 /* longest abort reason accepted */
 /* Longest abort reason sent: the whole message must fit one UCX short active message
@@ -31,7 +31,21 @@
  * longer one waits on shared memory until the peer progresses, which may be too late. */
 #define GCOLL_UCX_ABORT_INLINE 56
 
-enum { UCX_MSG_DATA = 1, UCX_MSG_HELLO = 2, UCX_MSG_ABORT = 3 };
+enum { UCX_MSG_DATA = 1, UCX_MSG_HELLO = 2, UCX_MSG_ABORT = 3, UCX_MSG_CMA = 4, UCX_MSG_FIN = 5 };
+
+/* Single copy between ranks on one host (GCOLL_UCX_CMA_MIN): instead of the data, the
+ * sender sends a UCX_MSG_CMA message (header as a data message's; payload: the buffer's
+ * address u64, its length u64, the address of a token word u64 and the token u64); the
+ * receiver, once the message matches a receive, reads the buffer with process_vm_readv
+ * straight into it, then reads the token word again, and answers UCX_MSG_FIN (payload: the
+ * token u64; status: the receiver's outcome). The send completes on the FIN. A send that is
+ * cancelled or fails clears its token word before its buffer goes back to the caller, so a
+ * read racing with that sees the token gone and fails instead of delivering stale data. The
+ * hello of the connect round says whether its sender can read the receiver (flag byte 1),
+ * which each rank checks at connect by reading a random word the peer published with its
+ * address. */
+#define GCOLL_UCX_CMA_DESC 32
+#define GCOLL_UCX_HELLO_CMA 1u
 
 typedef struct {
     int type;
@@ -63,6 +77,8 @@ typedef struct ucx_op {
     ucs_status_t inline_status;     /* ... and this status */
     uint8_t *owned;                 /* control payload owned by the op */
     size_t len;                     /* receive: message length */
+    int cma;                        /* a single-copy send waiting for its FIN */
+    volatile uint64_t cma_token;    /* read by the receiver; 0 once the send is over */
     uint8_t hdr[GCOLL_UCX_HDR_LEN]; /* send: must live until UCX completes the send */
 } ucx_op_t;
 
@@ -75,6 +91,7 @@ typedef struct ucx_msg {
     void *desc;    /* UCX data descriptor (eager persistent or rendezvous), or NULL */
     int rndv;      /* desc is a rendezvous descriptor: data still at the sender */
     uint8_t *copy; /* our copy when UCX's data could not be kept (and sends to self) */
+    int cma;       /* copy holds a single-copy descriptor; the data is at the sender */
 } ucx_msg_t;
 
 typedef struct ucx_peer {
@@ -88,6 +105,8 @@ typedef struct ucx_peer {
     uint64_t ep_error_ms;  /* when */
     int hello;             /* last connect round heard from it (1 hello, 2 ready) */
     uint64_t cookie;       /* the peer's cookie, echoed in every header sent to it */
+    int cma_pid;           /* its pid when we can read its memory (CMA), else 0 */
+    int cma_send;          /* it said it can read ours: large sends go single-copy */
     gcoll_treq_t *posted, *posted_tail; /* receives not yet matched, oldest first */
     gcoll_treq_t *failing, *failing_tail; /* failed in UCX, held for an abort (EP_ERROR_GRACE) */
     ucx_msg_t *unexp, *unexp_tail;      /* unexpected messages, oldest first */
@@ -123,6 +142,13 @@ struct gcoll_transport {
     int aborted;          /* a peer's abort arrived (its status is in the peers) */
     int ep_errors;        /* some peer has ep_error set */
     int closing;          /* destroy: arrivals are dropped */
+    /* single copy (CMA) */
+    size_t cma_min;            /* GCOLL_UCX_CMA_MIN; 0: off */
+    uint64_t cma_probe;        /* the word peers read at connect to test access */
+    uint64_t cma_next;         /* next send token */
+    struct ucx_fin { int peer, status; uint64_t token; } *fin; /* FINs to send */
+    int nfin, capfin;
+    unsigned long st_cma_sends, st_cma_recvs; /* logged by destroy (test-ucx.sh) */
 
     uint64_t held_since_ns; /* start of the current run of held polls (ucx.c), or 0 */
     /* progress statistics, logged by destroy (GCOLL_DEBUG=debug; test-ucx.sh reads them) */
@@ -143,6 +169,8 @@ void gcoll_ucx_set_error(gcoll_transport_t *t, const char *fmt, ...)
 gcoll_status_t gcoll_ucx_status(ucs_status_t s);
 /* Fails everything pending with this peer; later posts to it fail at once. */
 void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st);
+/* Whether UCX_TLS leaves us shared-memory transports to bypass (single copy). */
+int gcoll_ucx_tls_local(void);
 /* Drives UCX until it has nothing more to do right now; returns the work done. */
 unsigned gcoll_ucx_drive(gcoll_transport_t *t);
 /* Endpoint error handler (arg: the ucx_peer_t): a failed peer fails its operations. */

@@ -1,11 +1,14 @@
 /* ucx_setup.c: the UCX transport's life cycle: probe, one ucp_context + ucp_worker per
  * communicator, the address blob, endpoints with peer-failure handling, a hello round that
  * proves every endpoint works, and a bounded teardown. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "ucx_int.h"
@@ -13,28 +16,46 @@
 
 #define BLOB_MAGIC 0x41554347u /* "GCUA" */
 #define BLOB_HDR_LEN 20        /* magic u32, version u8, pad 3, cookie u64, address length u32 */
+#define BLOB_CMA_LEN 24        /* after the address: pid u32 (0: no single copy), pad u32,
+                                * address of the probe word u64, its value u64 */
 #define CLOSE_DRAIN_MS 1000
 
 /* ---------------------------------------------------------------------------------- */
 /* Context                                                                              */
 
-/* Whether UCX_TLS lets UCX load its shared-memory (mm) transports; UCX warns about
- * settings of transports it does not load. */
-static int tls_may_use_mm(const char *tls)
+/* Whether UCX_TLS allows one of names[]: unset, an exclusion list ('^...'), or a list
+ * naming one of them. */
+static int tls_may_use(const char *tls, const char *const *names, size_t n)
 {
     if (!tls || !*tls || tls[0] == '^')
         return 1;
-    static const char *const mm[] = {"all", "sm", "shm", "mm", "posix", "sysv"};
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", tls);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         tok += strspn(tok, " \\");
-        for (size_t i = 0; i < GCOLL_ARRAY_SIZE(mm); i++)
-            if (strcmp(tok, mm[i]) == 0)
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(tok, names[i]) == 0)
                 return 1;
     }
     return 0;
+}
+
+/* Whether UCX_TLS lets UCX load its shared-memory (mm) transports; UCX warns about
+ * settings of transports it does not load. */
+static int tls_may_use_mm(const char *tls)
+{
+    static const char *const mm[] = {"all", "sm", "shm", "mm", "posix", "sysv"};
+    return tls_may_use(tls, mm, GCOLL_ARRAY_SIZE(mm));
+}
+
+/* Single copy bypasses UCX's transports between ranks of one host: only where UCX_TLS
+ * lets UCX use such transports itself (UCX_TLS=tcp means tcp, also on one host). */
+int gcoll_ucx_tls_local(void)
+{
+    static const char *const local[] = {"all", "sm", "shm", "mm", "posix", "sysv", "cma", "knem",
+                                        "xpmem"};
+    return tls_may_use(getenv("UCX_TLS"), local, GCOLL_ARRAY_SIZE(local));
 }
 
 /* Reads UCX's configuration (UCX_TLS, UCX_NET_DEVICES, ... pass through untouched) and
@@ -160,8 +181,10 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
         return;
     t->closing = 1;
     GCOLL_DEBUG(GCOLL_SUBSYS_NET,
-                "ucx: progress: sleeps=%lu sleep_timeouts=%lu held_polls=%lu held_naps=%lu",
-                t->st_sleeps, t->st_sleep_timeouts, t->st_held_polls, t->st_held_naps);
+                "ucx: progress: sleeps=%lu sleep_timeouts=%lu held_polls=%lu held_naps=%lu "
+                "cma_sends=%lu cma_recvs=%lu",
+                t->st_sleeps, t->st_sleep_timeouts, t->st_held_polls, t->st_held_naps,
+                t->st_cma_sends, t->st_cma_recvs);
     if (t->peers) {
         for (int i = 0; i < t->size; i++) {
             ucx_peer_t *p = &t->peers[i];
@@ -231,6 +254,7 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
     while (t->ops) {       /* not purged by UCX: only our bookkeeping is left */
         ucx_op_t *op = t->ops;
         t->ops = op->next;
+        op->cma_token = 0; /* a single-copy send: a peer's read now fails */
         free(op->owned);
         free(op);
     }
@@ -244,6 +268,7 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
     if (t->epfd >= 0)
         close(t->epfd);
     free(t->addr);
+    free(t->fin);
     free(t->peers);
     free(t);
 }
@@ -269,6 +294,22 @@ gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_tr
     while (t->cookie == 0)
         if (getrandom(&t->cookie, sizeof(t->cookie), 0) != sizeof(t->cookie))
             t->cookie = gcoll_time_ns() ^ ((uint64_t)getpid() << 32);
+
+    t->cma_min = params->cfg ? params->cfg->ucx_cma_min : 0;
+    if (t->cma_min && !gcoll_ucx_tls_local()) {
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: single copy off: UCX_TLS=%s has no local transport",
+                    getenv("UCX_TLS"));
+        t->cma_min = 0;
+    }
+    if (t->cma_min) {
+        /* Yama (ptrace_scope 1) lets only ancestors read a process; the ranks are siblings */
+        if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0 && errno != EINVAL)
+            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: prctl(PR_SET_PTRACER): %s", strerror(errno));
+        while (t->cma_probe == 0)
+            if (getrandom(&t->cma_probe, sizeof(t->cma_probe), 0) != sizeof(t->cma_probe))
+                t->cma_probe = t->cookie * 0x9e3779b97f4a7c15ull;
+        t->cma_next = (t->cma_probe >> 16) | 1;
+    }
 
     st = GCOLL_ERR_TRANSPORT;
     ucs_status_t s = context_init(params->cfg ? params->cfg->timeout_ms : 0, t->size, &t->ctx);
@@ -341,7 +382,7 @@ err_destroy:
 
 gcoll_status_t gcoll_ucx_address(gcoll_transport_t *t, void *buf, size_t *len_p)
 {
-    size_t n = BLOB_HDR_LEN + t->addr_len;
+    size_t n = BLOB_HDR_LEN + t->addr_len + BLOB_CMA_LEN;
     if (*len_p < n) {
         gcoll_ucx_set_error(t, "UCX worker address of %zu bytes does not fit in %zu", t->addr_len,
                             *len_p);
@@ -354,6 +395,13 @@ gcoll_status_t gcoll_ucx_address(gcoll_transport_t *t, void *buf, size_t *len_p)
     gcoll_put_u64(p + 8, t->cookie);
     gcoll_put_u32(p + 16, (uint32_t)t->addr_len);
     memcpy(p + BLOB_HDR_LEN, t->addr, t->addr_len);
+    uint8_t *c = p + BLOB_HDR_LEN + t->addr_len;
+    memset(c, 0, BLOB_CMA_LEN);
+    if (t->cma_min) {
+        gcoll_put_u32(c, (uint32_t)getpid());
+        gcoll_put_u64(c + 8, (uint64_t)(uintptr_t)&t->cma_probe);
+        gcoll_put_u64(c + 16, t->cma_probe);
+    }
     *len_p = n;
     return GCOLL_OK;
 }
@@ -376,14 +424,38 @@ static void log_lanes(ucp_ep_h ep, int peer)
     free(text);
 }
 
+/* Single copy to and from peer: can we read its memory? It published a random word and
+ * where it lives; reading it back proves the pid is that rank's, on this host, and that
+ * the kernel lets us (same user, Yama, no seccomp filter in the way). */
+static void cma_probe(gcoll_transport_t *t, int peer, const uint8_t *c)
+{
+    uint32_t pid = gcoll_get_u32(c);
+    uint64_t want = gcoll_get_u64(c + 16), got = 0;
+    if (!t->cma_min || pid == 0)
+        return;
+    struct iovec l = {.iov_base = &got, .iov_len = sizeof(got)};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)gcoll_get_u64(c + 8), .iov_len = sizeof(got)};
+    ssize_t n = process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0);
+    if (n == (ssize_t)sizeof(got) && got == want) {
+        t->peers[peer].cma_pid = (int)pid;
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d (pid %u): single copy from it", peer, pid);
+    } else {
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d (pid %u): no single copy from it (%s)", peer,
+                    pid, n < 0 ? strerror(errno) : "another process or host");
+    }
+}
+
 /* Sends every peer the connect round's hello and waits for theirs (and for ours to
  * leave). An abort arriving meanwhile ends the wait: connecting worked (a faster rank
  * already failed its first collective), and our first collective reports the abort. */
 static gcoll_status_t connect_round(gcoll_transport_t *t, int round, uint64_t deadline_ms)
 {
     for (int peer = 0; peer < t->size; peer++)
-        if (peer != t->rank)
-            GCOLL_CHECK(gcoll_ucx_send_ctl(t, peer, UCX_MSG_HELLO, -round, NULL, 0));
+        if (peer != t->rank) {
+            /* the flag byte: we can read its memory, so it may send us single-copy */
+            uint8_t flags = t->peers[peer].cma_pid ? GCOLL_UCX_HELLO_CMA : 0;
+            GCOLL_CHECK(gcoll_ucx_send_ctl(t, peer, UCX_MSG_HELLO, -round, &flags, 1));
+        }
     t->peers[t->rank].hello = round;
     for (;;) {
         int missing = -1, nmissing = 0;
@@ -452,7 +524,8 @@ gcoll_status_t gcoll_ucx_connect(gcoll_transport_t *t, const void *const *blobs,
             continue;
         const uint8_t *b = blobs[peer];
         if (lens[peer] < BLOB_HDR_LEN || gcoll_get_u32(b) != BLOB_MAGIC ||
-            b[4] != GCOLL_UCX_VERSION || gcoll_get_u32(b + 16) != lens[peer] - BLOB_HDR_LEN) {
+            b[4] != GCOLL_UCX_VERSION || lens[peer] < BLOB_HDR_LEN + BLOB_CMA_LEN ||
+            gcoll_get_u32(b + 16) != lens[peer] - BLOB_HDR_LEN - BLOB_CMA_LEN) {
             gcoll_ucx_set_error(t,
                                 "rank %d published a malformed ucx address (another "
                                 "gcoll version or transport?)",
@@ -461,6 +534,7 @@ gcoll_status_t gcoll_ucx_connect(gcoll_transport_t *t, const void *const *blobs,
         }
         ucx_peer_t *p = &t->peers[peer];
         p->cookie = gcoll_get_u64(b + 8);
+        cma_probe(t, peer, b + lens[peer] - BLOB_CMA_LEN);
         ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                                             UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                                             UCP_EP_PARAM_FIELD_ERR_HANDLER,

@@ -65,7 +65,7 @@ fi
 # ("held") polls from its debug summary at destroy, not time; and no wait on the event fd
 # may run into its timeout with operations in flight (a lost wake-up; a silent peer is not
 # expected here). With UCX's default transports (it picks sysv shared memory) and the
-# variants; over UCX's tcp nothing is held.
+# variants; over UCX's tcp nothing is held. Single copy is off here: it holds nothing.
 cpu=$(awk '/^Cpus_allowed_list:/ {split($2, a, "[-,]"); print a[1]}' /proc/self/status)
 if command -v taskset >/dev/null 2>&1 && [ -n "$cpu" ]; then
     ops=52 # -n 50 -w 2
@@ -76,6 +76,7 @@ if command -v taskset >/dev/null 2>&1 && [ -n "$cpu" ]; then
         # shellcheck disable=SC2086
         if ! env $venv taskset -c "$cpu" "$gcoll_run" --timeout 120 -n 2 -x GCOLL_TRANSPORT=ucx \
             -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=NET -x GCOLL_RING_CHUNK=128kb \
+            -x GCOLL_UCX_CMA_MIN=0 \
             -- "$top_builddir/tools/gcoll-bench" -c -b 4M -e 4M -n 50 -w 2 >"$log" 2>&1; then
             fail "$v: 4 MiB allreduce on one CPU did not run"
             tail -n 20 "$log"
@@ -99,4 +100,42 @@ if command -v taskset >/dev/null 2>&1 && [ -n "$cpu" ]; then
 else
     note "skip: no taskset or no CPU affinity: the held-send check did not run"
 fi
+# Single copy (GCOLL_UCX_CMA_MIN): where UCX may use shared memory, messages from 64 KiB go
+# by process_vm_readv (every rank's summary counts them), results exact; over UCX's tcp,
+# and with GCOLL_UCX_CMA_MIN=0, none do. The suite above ran the ucx-shm variant with it.
+for v in ucx-default $(ucx_variants) ucx-nocma; do
+    log="$TMP/cma-$v.log"
+    venv=$(ucx_variant_env "$v")
+    extra=""
+    case "$v" in
+    ucx-default) venv="UCX_TLS=all"; want=yes ;;
+    ucx-shm) want=yes ;;
+    ucx-nocma) venv=$(ucx_variant_env ucx-shm); extra="-x GCOLL_UCX_CMA_MIN=0"; want=no ;;
+    *) want=no ;;
+    esac
+    # shellcheck disable=SC2086
+    if ! env $venv "$gcoll_run" --timeout 120 -n 3 -x GCOLL_TRANSPORT=ucx $extra \
+        -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=NET \
+        -- "$top_builddir/tools/gcoll-bench" -c -b 32K -e 4M -f 4 -n 5 -w 1 >"$log" 2>&1; then
+        fail "$v: single-copy run did not run"
+        tail -n 20 "$log"
+        continue
+    fi
+    res=$(grep 'ucx: progress:' "$log" | awk '
+        {for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) {s[kv[1]] += kv[2]}
+         n++; if ($0 ~ /cma_sends=0 /) zero++}
+        END {printf "%d %d %d %d", n, s["cma_sends"], s["cma_recvs"], zero}')
+    # shellcheck disable=SC2086
+    set -- $res
+    wrong=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ {w += $(NF - 0)} END {print w + 0}' "$log")
+    sizes=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ && $NF == 0' "$log" | wc -l)
+    if [ "$1" = 3 ] && [ "$sizes" = 4 ] && [ "$wrong" = 0 ] &&
+        { { [ "$want" = yes ] && [ "$2" -gt 0 ] && [ "$2" = "$3" ] && [ "$4" = 0 ]; } ||
+          { [ "$want" = no ] && [ "$2" = 0 ] && [ "$3" = 0 ]; }; }; then
+        pass "$v: single copy $want ($2 sends, $3 receives on 3 ranks; 4 sizes exact)"
+    else
+        fail "$v: single copy should be $want: $1 summaries, $2 sends, $3 receives, $4 ranks without, $sizes sizes exact, #wrong sum $wrong"
+        grep -v '^ok' "$log" | tail -n 20
+    fi
+done
 finish
