@@ -586,6 +586,8 @@ static gcoll_status_t send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *req,
 gcoll_status_t gcoll_ucx_send_ctl(gcoll_transport_t *t, int peer, int type, int status,
                                   const void *data, size_t len)
 {
+    if (t->peers[peer].failed || !t->peers[peer].ep)
+        return GCOLL_ERR_PEER;
     ucx_hdr_t h = {
         .type = type, .status = status, .src = (uint32_t)t->rank, .cookie = t->peers[peer].cookie};
     return send_op(t, peer, NULL, &h, data, len);
