@@ -225,8 +225,11 @@ static gcoll_status_t parse_sparsifier_key(pctx_t *p, gcoll_compressor_t *c, see
     if (sp == GCOLL_SPARSIFY_DGC && !strcmp(key, "momentum")) {
         ONCE(have_momentum, key);
         double m;
-        if (parse_double(val, &m) || !(m >= 0.0 && m < 1.0))
-            return perr(p, "momentum=%s must be a number in [0, 1)", val);
+        /* checked as the float it is kept as: 0.999999999 rounds to 1 (a fuzzer found it),
+         * whose canonical spec would not parse back */
+        if (parse_double(val, &m) || !(m >= 0.0 && (float)m < 1.0f))
+            return perr(p, "momentum=%s must be a number in [0, 1) (as a float: at most "
+                           "0.99999994)", val);
         c->momentum = (float)m;
         return GCOLL_OK;
     }

@@ -98,6 +98,7 @@ static void test_spec_errors(void **unused)
         {"topk:density=0.1+q8+fp16", "at most one"},
         {"dgc:density=0.01,ef=0", "ef=0"},
         {"dgc:momentum=1.0", "momentum=1.0"},
+        {"dgc:momentum=0.999999999099", "as a float"}, /* rounds to 1.0f (fuzzer) */
         {"dgc:schedule=cosine,warmup_steps=3", "schedule=cosine"},
         {"topk:density=0.1 ", "white space"},
         {"topk:k=5,warmup_steps=3", "warmup_steps"},
