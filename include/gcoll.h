@@ -152,6 +152,10 @@ typedef struct {
 } gcoll_counters_t;
 GCOLL_EXPORT gcoll_status_t gcoll_comm_counters(const gcoll_comm_t *comm,
                                                 gcoll_counters_t *counters_p);
+/* With GCOLL_PROBE=1: the bandwidth (bytes per second sent per rank) of the exchange timed
+ * at init, the same on every rank (the slowest rank's); 0 without a probe. */
+GCOLL_EXPORT gcoll_status_t gcoll_comm_probe_bandwidth(const gcoll_comm_t *comm,
+                                                       double *bytes_per_s);
 
 /* ------------------------------------------------------------------------ */
 /* Dense collectives. Each blocking call is a nonblocking call plus gcoll_wait.

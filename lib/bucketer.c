@@ -136,6 +136,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
     b->mid_scale = 1;
     gcoll_phase_init(&b->phase, 0.5, 2);
     gcoll_bw_init(&b->bw, (double)comm->cfg.adapt_half_life);
+    if (comm->probe_bw > 0) /* GCOLL_PROBE: the first decision need not wait for a rate */
+        gcoll_bw_jump(&b->bw, comm->probe_bw, 1.0);
     b->policy_text = strdup(b->cfg.policy ? b->cfg.policy : "");
     b->default_spec = strdup(b->cfg.default_spec && *b->cfg.default_spec ? b->cfg.default_spec
                                                                          : "none");

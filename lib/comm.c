@@ -568,6 +568,36 @@ out:
     return st;
 }
 
+/* GCOLL_PROBE=1: two ring allgathers of PROBE_BYTES per rank, the first warming the
+ * connections (TCP's slow start, UCX's wire-up), the second timed; every rank takes the
+ * slowest rank's time, so the ring's slowest link governs and every rank holds the same
+ * estimate (adaptation starts from it instead of from its first step). */
+#define PROBE_BYTES (1u << 20)
+static gcoll_status_t probe(gcoll_comm_t *comm)
+{
+    size_t n = PROBE_BYTES / sizeof(float);
+    float *buf = calloc((size_t)comm->size * n, sizeof(float));
+    if (!buf)
+        return GCOLL_ERR_NOMEM;
+    gcoll_status_t st = GCOLL_OK;
+    double secs = 0;
+    for (int round = 0; round < 2 && st == GCOLL_OK; round++) {
+        uint64_t t0 = gcoll_time_ns();
+        st = gcoll_allgather(comm, buf + (size_t)comm->rank * n, buf, n, GCOLL_FLOAT32);
+        secs = (double)(gcoll_time_ns() - t0) * 1e-9;
+    }
+    if (st == GCOLL_OK)
+        st = gcoll_allreduce(comm, &secs, &secs, 1, GCOLL_FLOAT64, GCOLL_MAX);
+    free(buf);
+    if (st != GCOLL_OK)
+        return st;
+    double bytes = (double)(comm->size - 1) * PROBE_BYTES; /* what a rank sends */
+    comm->probe_bw = secs > 0 ? bytes / secs : 0;
+    GCOLL_INFO(GCOLL_SUBSYS_ADAPT, "probe: %.1f MB/s per rank (the slowest rank sent %.0f "
+               "bytes in %.2f ms)", comm->probe_bw / 1e6, bytes, secs * 1e3);
+    return GCOLL_OK;
+}
+
 gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
                                     gcoll_comm_t **comm_p)
 {
@@ -608,6 +638,11 @@ gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
     comm->thread_started = 1;
     place_progress_thread(comm, root);
     comm->spin_ns = (uint64_t)comm->cfg.spin_us * 1000u;
+    if (comm->cfg.probe && comm->size > 1 && (st = probe(comm)) != GCOLL_OK) {
+        snprintf(err, sizeof(err), "the bandwidth probe (GCOLL_PROBE=1) failed: %s",
+                 gcoll_comm_last_error(comm));
+        goto err_free;
+    }
     GCOLL_INFO(GCOLL_SUBSYS_INIT, "communicator ready: rank %d of %d over %s in %llu ms",
                comm->rank, comm->size, comm->tops->name,
                (unsigned long long)(gcoll_time_ms() - t0));
@@ -676,6 +711,14 @@ const char *gcoll_comm_last_error(const gcoll_comm_t *comm)
 const char *gcoll_comm_transport(const gcoll_comm_t *comm)
 {
     return comm && comm->tops ? comm->tops->name : "";
+}
+
+gcoll_status_t gcoll_comm_probe_bandwidth(const gcoll_comm_t *comm, double *bytes_per_s)
+{
+    if (!comm || !bytes_per_s)
+        return GCOLL_ERR_INVALID;
+    *bytes_per_s = comm->probe_bw;
+    return GCOLL_OK;
 }
 
 gcoll_status_t gcoll_comm_counters(const gcoll_comm_t *comm, gcoll_counters_t *counters_p)

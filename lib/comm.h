@@ -69,6 +69,7 @@ struct gcoll_comm {
     uint64_t spin_from_ns; /* start of the current polling, 0: none (gcoll_net_poll) */
     uint64_t poll_prev_ns; /* clock at the last polling round (gcoll_net_poll) */
     gcoll_counters_t counters;
+    double probe_bw; /* GCOLL_PROBE: bytes/s per rank the slowest rank saw at init; 0: none */
 };
 
 /* A temporary of at least len bytes kept across operations: large buffers malloc'ed and

@@ -122,6 +122,10 @@ static const param_t params[] = {
     {"GCOLL_ADAPT_HALF_LIFE", P_INT, "4",
      "adaptation: half-life in steps of the bandwidth estimate (EWMA)", OFF(adapt_half_life),
      F_MUST_MATCH, "1:1000"},
+    {"GCOLL_PROBE", P_BOOL, "0",
+     "at init, time a short exchange with every rank (two 1 MiB-per-rank allgathers, the "
+     "first warming the connections) and start adaptation's bandwidth estimate from it",
+     OFF(probe), F_MUST_MATCH, NULL},
     {"GCOLL_LIBRARY", P_STRING, "",
      "Python binding: path of the libgcoll.so to load (default: the build tree, then the system)",
      OFF(library), 0, NULL},

@@ -41,6 +41,7 @@ typedef struct gcoll_config {
     double density_min, density_max;
     char *density_min_s, *density_max_s;
     long adapt_half_life;
+    int probe;             /* GCOLL_PROBE: time an exchange at init */
     char *library; /* read by the Python binding only */
     size_t ucx_cma_min;   /* ucx: single-copy (CMA) from this many bytes; 0: off */
     /* verbs transport (GCOLL_IB_*) */

@@ -194,6 +194,18 @@ int run_adapt(void)
                                    .policy = "*bias*=none;*=topk:density=0.01"};
     float *g[NLAYERS];
     int id[NLAYERS];
+    /* GCOLL_PROBE=1 (set by the caller): a bandwidth from init, the same on every rank */
+    const char *pe = getenv("GCOLL_PROBE");
+    int probed = pe && strcmp(pe, "1") == 0;
+    double pb = -1, pl = -1, ph = -1;
+    checks++;
+    if (gcoll_comm_probe_bandwidth(comm, &pb) != GCOLL_OK ||
+        gcoll_allreduce(comm, &pb, &pl, 1, GCOLL_FLOAT64, GCOLL_MIN) != GCOLL_OK ||
+        gcoll_allreduce(comm, &pb, &ph, 1, GCOLL_FLOAT64, GCOLL_MAX) != GCOLL_OK || pl != ph ||
+        (probed ? !(pb > 0) : pb != 0))
+        FAIL("probe bandwidth %g (ranks %g..%g), GCOLL_PROBE=%s", pb, pl, ph, pe ? pe : "");
+    else if (probed)
+        printf("rank %d: probe bandwidth %.1f MB/s, the same on every rank\n", rank, pb / 1e6);
     gcoll_bucketer_t *b = make_bucketer(&cfg, g, id);
     if (!b)
         return failures;
