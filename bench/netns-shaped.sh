@@ -126,7 +126,8 @@ if [ "${MODE:-}" = adapt ]; then
     # GCOLL_ADAPT=bandwidth while the links change rate: 10 Gbit/s -> 1 Gbit/s ->
     # 200 Mbit/s -> 10 Gbit/s, PHASE_S seconds each; rank 0 prints one line per step,
     # after the time of a step of compute alone. ADAPT=off SPEC=topk:density=D runs a fixed
-    # density for comparison; ADAPT_DAT=FILE writes the data of bench/plot-adapt.gp.
+    # density for comparison; ADAPT_DAT=FILE writes the data of bench/plot-adapt.gp. The
+    # estimate starts from the init probe (GCOLL_PROBE=1 unless the caller sets it).
     OVERLAP="$BUILD/tools/gcoll-overlap-bench"
     PHASES=${PHASES:-"10gbit 1gbit 200mbit 10gbit"}
     PHASE_S=${PHASE_S:-15}
@@ -140,6 +141,7 @@ if [ "${MODE:-}" = adapt ]; then
         ip netns exec "gcoll-ns$i" env $(passenv) GCOLL_RANK="$i" GCOLL_SIZE=$N GCOLL_ROOT="10.77.0.1:$PORT" \
             GCOLL_JOB_KEY="$key" GCOLL_TIMEOUT_MS=120s GCOLL_ADAPT="${ADAPT:-bandwidth}" \
             GCOLL_DENSITY_MIN="${DMIN:-0.0001}" GCOLL_DENSITY_MAX="${DMAX:-0.1}" \
+            GCOLL_PROBE="${GCOLL_PROBE:-1}" \
             GCOLL_DEBUG="${ADAPT_DEBUG:-warn}" GCOLL_DEBUG_SUBSYS=ADAPT \
             timeout 900 "$OVERLAP" -c "${COMPUTE_MS:-1500}" -s "$steps" $CPIN \
             -z "${SPEC:-topk:density=0.01}" >"$TMP/ad$i.out" 2>"$TMP/ad$i.err" &
