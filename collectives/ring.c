@@ -48,6 +48,40 @@ static size_t step_seg(const gcoll_ring_plan_t *p, long r, long P, size_t g, int
  * a neighbour still busy with it, and the transport must buffer that data as unexpected
  * (a fresh allocation, page faults and one more copy of every early chunk; measured on
  * loopback at 64 MiB, about a tenth of the chunks). */
+/* The ring's sends, in the order the schedule makes them: order[0..queued) are due,
+ * order[0..started) posted, order[0..reaped) seen complete. With a depth, at most depth
+ * are posted and not yet complete (GCOLL_RING_DEPTH, as NCCL's steps in flight). */
+typedef struct {
+    size_t depth; /* 0: no limit */
+    size_t *order;
+    size_t queued, started, reaped;
+} send_q_t;
+
+/* Reaps completed sends and posts due ones the depth allows; *progressed is set when it
+ * did either (NULL: not wanted). A due send's sreq entry holds peer, buf and len. */
+static gcoll_status_t send_q_run(gcoll_comm_t *comm, send_q_t *q, gcoll_treq_t *sreq,
+                                 const gcoll_ring_plan_t *p, int *progressed)
+{
+    int done = 1;
+    while (q->reaped < q->started && done) {
+        GCOLL_CHECK(gcoll_net_done(comm, &sreq[q->order[q->reaped]], &done));
+        if (done) {
+            q->reaped++;
+            if (progressed)
+                *progressed = 1;
+        }
+    }
+    while (q->started < q->queued && (q->depth == 0 || q->started - q->reaped < q->depth)) {
+        size_t i = q->order[q->started++];
+        gcoll_treq_t *s = &sreq[i];
+        GCOLL_CHECK(gcoll_net_isend(comm, s, s->peer, p->sub0 + (uint32_t)i, p->sig, s->buf,
+                                    s->len));
+        if (progressed)
+            *progressed = 1;
+    }
+    return GCOLL_OK;
+}
+
 static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, uint32_t ready_sub)
 {
     const long P = comm->size, r = comm->rank;
@@ -66,8 +100,10 @@ static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, u
     size_t nreq = nsteps * nch;
     gcoll_treq_t *rreq = calloc(2 * nreq, sizeof(*rreq)), *sreq = rreq + nreq;
     size_t *cur = calloc(nch, sizeof(*cur));
+    /* GCOLL_RING_DEPTH: sends in order, at most depth of them in flight (0: no limit) */
+    send_q_t q = {.depth = (size_t)comm->cfg.ring_depth, .order = calloc(nreq, sizeof(size_t))};
     gcoll_status_t st = GCOLL_ERR_NOMEM;
-    if (!rreq || !cur)
+    if (!rreq || !cur || !q.order)
         goto out;
     st = GCOLL_OK;
     for (size_t g = 0; g < nsteps; g++) {
@@ -93,12 +129,14 @@ static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, u
     }
     for (size_t c = 0; c < nch; c++) {
         gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, 0, 0), c, nch);
-        GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &sreq[c], right, p->sub0 + (uint32_t)c, p->sig,
-                                         first + ch.off, ch.len), st, out);
+        sreq[c] = (gcoll_treq_t){.peer = right, .buf = (void *)(first + ch.off), .len = ch.len};
+        q.order[q.queued++] = c;
     }
+    GCOLL_CHECK_GOTO(send_q_run(comm, &q, sreq, p, NULL), st, out);
     size_t finished = 0; /* chunks through every step */
     while (finished < nch) {
         int progressed = 0;
+        GCOLL_CHECK_GOTO(send_q_run(comm, &q, sreq, p, &progressed), st, out);
         for (size_t c = 0; c < nch; c++) {
             while (cur[c] < nsteps) {
                 size_t g = cur[c];
@@ -118,10 +156,10 @@ static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, u
                 }
                 if (g + 1 < nsteps) {
                     gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g + 1, 0), c, nch);
-                    GCOLL_CHECK_GOTO(gcoll_net_isend(comm, &sreq[(g + 1) * nch + c], right,
-                                                     p->sub0 + (uint32_t)((g + 1) * nch + c),
-                                                     p->sig, p->buf + ch.off, ch.len),
-                                     st, out);
+                    sreq[(g + 1) * nch + c] =
+                        (gcoll_treq_t){.peer = right, .buf = p->buf + ch.off, .len = ch.len};
+                    q.order[q.queued++] = (g + 1) * nch + c;
+                    GCOLL_CHECK_GOTO(send_q_run(comm, &q, sreq, p, NULL), st, out);
                 }
                 if (++cur[c] == nsteps)
                     finished++;
@@ -134,10 +172,17 @@ static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, u
             GCOLL_CHECK_GOTO(gcoll_net_poll(comm, &rreq[cur[c] * nch + c]), st, out);
         }
     }
+    while (q.started < q.queued) { /* sends the depth held back */
+        int progressed = 0;
+        GCOLL_CHECK_GOTO(send_q_run(comm, &q, sreq, p, &progressed), st, out);
+        if (!progressed && q.started < q.queued)
+            GCOLL_CHECK_GOTO(gcoll_net_poll(comm, &sreq[q.order[q.reaped]]), st, out);
+    }
     st = gcoll_net_waitall(comm, sreq, (int)nreq);
 out:
-    if (st != GCOLL_OK && rreq)
+    if (st != GCOLL_OK && rreq) /* the sends never started are all-zero: nothing to cancel */
         gcoll_net_cancel(comm, rreq, (int)(2 * nreq));
+    free(q.order);
     free(cur);
     free(rreq);
     return st;

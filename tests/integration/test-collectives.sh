@@ -27,6 +27,19 @@ for tr in $(transports); do
             fi
         done
     done
+    # the ring with its pipelining depth limited (GCOLL_RING_DEPTH), in chunks small enough
+    # that a step has many: sends held back and posted as earlier ones complete
+    for depth in 1 3; do
+        out="$TMP/allreduce-$tr-depth$depth.log"
+        if timeout 600 "$gcoll_run" -n 3 --timeout 500 -x GCOLL_TRANSPORT="$tr" \
+            -x GCOLL_ALGO=ring -x GCOLL_RING_DEPTH=$depth -x GCOLL_RING_CHUNK=4kb \
+            -x GCOLL_TIMEOUT_MS=60s -- "$CHECK" allreduce >"$out" 2>&1; then
+            pass "$tr: ring allreduce with depth $depth (4 KiB chunks), 3 ranks"
+        else
+            fail "$tr: ring allreduce with depth $depth (4 KiB chunks), 3 ranks"
+            tail -n 40 "$out"
+        fi
+    done
     # sparse allreduce: each plan forced, then auto, which must use more than one plan
     for plan in allgather split dense auto; do
         for n in 3 4; do
