@@ -710,6 +710,9 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
 
 static void close_failed_eps(gcoll_transport_t *t)
 {
+    if (!t->close_any) /* every progress round comes here: most find nothing to close */
+        return;
+    t->close_any = 0;
     for (int i = 0; i < t->size; i++) {
         ucx_peer_t *p = &t->peers[i];
         if (!p->close_pending)
@@ -762,6 +765,7 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
      * requests are not completed here. */
     if (peer != t->rank && p->ep) {
         p->close_pending = 1;
+        t->close_any = 1;
         if (!t->in_cb)
             close_failed_eps(t);
     }

@@ -142,6 +142,7 @@ struct gcoll_transport {
     int aborted;          /* a peer's abort arrived (its status is in the peers) */
     int ep_errors;        /* some peer has ep_error set */
     int closing;          /* destroy: arrivals are dropped */
+    int close_any;        /* some peer has close_pending */
     /* single copy (CMA) */
     size_t cma_min;            /* GCOLL_UCX_CMA_MIN; 0: off */
     uint64_t cma_probe;        /* the word peers read at connect to test access */
@@ -162,6 +163,7 @@ struct gcoll_transport {
     ucx_reg_t reg[GCOLL_UCX_RCACHE_SIZE];
     uint64_t reg_clock;
     int reg_hooked; /* UCM unmap events invalidate entries */
+    int reg_held;   /* handles given out and not deregistered: 0 spares lookups the lock */
 };
 
 void gcoll_ucx_set_error(gcoll_transport_t *t, const char *fmt, ...)

@@ -124,6 +124,7 @@ gcoll_status_t gcoll_ucx_mem_reg(gcoll_transport_t *t, void *buf, size_t len, vo
         *e = (ucx_reg_t){.addr = buf, .len = len, .memh = memh};
     }
     e->refs++;
+    __atomic_add_fetch(&t->reg_held, 1, __ATOMIC_RELEASE);
     e->used = ++t->reg_clock;
     *handle_p = e;
 out:
@@ -139,6 +140,7 @@ void gcoll_ucx_mem_dereg(gcoll_transport_t *t, void *handle)
     pthread_mutex_lock(&t->reg_lock);
     if (e >= t->reg && e < t->reg + GCOLL_UCX_RCACHE_SIZE && e->memh && e->refs > 0) {
         /* Kept for the next registration of the same buffer unless it cannot be trusted. */
+        __atomic_sub_fetch(&t->reg_held, 1, __ATOMIC_RELEASE);
         if (--e->refs == 0 && (e->stale || !t->reg_hooked))
             unmap_entry(t, e);
     }
@@ -149,6 +151,8 @@ ucp_mem_h gcoll_ucx_reg_lookup(gcoll_transport_t *t, const void *buf, size_t len
 {
     ucp_mem_h memh = NULL;
     uintptr_t b = (uintptr_t)buf;
+    if (__atomic_load_n(&t->reg_held, __ATOMIC_ACQUIRE) == 0)
+        return NULL; /* nothing registered: every message but those of gcoll_mem_reg users */
     pthread_mutex_lock(&t->reg_lock);
     for (int i = 0; i < GCOLL_UCX_RCACHE_SIZE && !memh; i++) {
         ucx_reg_t *e = &t->reg[i];

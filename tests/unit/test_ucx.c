@@ -1,7 +1,7 @@
 /* test_ucx.c: the UCX transport's single-copy path (GCOLL_UCX_CMA_MIN) between two
  * transport instances in one process: transfers either way round, a send withdrawn while
  * its message waits unexpected, a receive of another length, and malformed single-copy
- * messages. Skips when UCX cannot run here. */
+ * messages; and its registration cache. Skips when UCX cannot run here. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -257,6 +257,26 @@ static void test_malformed_fin(void **state)
     free(src);
 }
 
+/* The registration cache: a lookup finds a live registration covering the range, and
+ * nothing once it is deregistered (or when nothing is registered: the lock-free path). */
+static void test_registration(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    size_t len = 1 << 20;
+    uint8_t *buf = calloc(1, len);
+    assert_null(gcoll_ucx_reg_lookup(p->t[0], buf, len));
+    void *h = NULL;
+    assert_int_equal(gcoll_ucx_ops.mem_reg(p->t[0], buf, len, &h), GCOLL_OK);
+    assert_non_null(h);
+    assert_non_null(gcoll_ucx_reg_lookup(p->t[0], buf + 4096, 8192));
+    assert_null(gcoll_ucx_reg_lookup(p->t[0], buf + 4096, len)); /* runs past the end */
+    transfer(p, len, 1, 1); /* other buffers meanwhile */
+    gcoll_ucx_ops.mem_dereg(p->t[0], h);
+    assert_null(gcoll_ucx_reg_lookup(p->t[0], buf, len));
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -265,6 +285,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_length_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_desc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_fin, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_registration, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
