@@ -502,8 +502,23 @@ void *gcoll_comm_scratch(gcoll_comm_t *comm, size_t len)
     return comm->scratch;
 }
 
+static void stop_thread(gcoll_comm_t *comm)
+{
+    if (!comm->thread_started)
+        return;
+    pthread_mutex_lock(&comm->lock);
+    comm->stop = 1;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    pthread_join(comm->thread, NULL);
+    comm->thread_started = 0;
+}
+
+/* Stops the progress thread if it runs (init failing after starting it: the probe), then
+ * frees everything. */
 static void comm_free(gcoll_comm_t *comm)
 {
+    stop_thread(comm);
     free(comm->req_cache);
     free(comm->scratch);
     if (comm->tp)
@@ -663,13 +678,7 @@ gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm)
 {
     if (!comm)
         return GCOLL_ERR_INVALID;
-    if (comm->thread_started) {
-        pthread_mutex_lock(&comm->lock);
-        comm->stop = 1;
-        pthread_cond_broadcast(&comm->cond);
-        pthread_mutex_unlock(&comm->lock);
-        pthread_join(comm->thread, NULL);
-    }
+    stop_thread(comm);
     gcoll_status_t st = comm->broken;
     comm_free(comm);
     return st == GCOLL_ERR_ABORTED ? GCOLL_OK : st;

@@ -1,9 +1,11 @@
 /* tcp.c: the TCP transport's data path: non-blocking sockets under epoll, several per
  * peer, tagged length-prefixed frames, large messages striped over the sockets. */
 #include <errno.h>
+#include <linux/sockios.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -374,9 +376,22 @@ static void handle_read(gcoll_transport_t *t, tcp_sock_t *s, int to_end)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return;
-        int peer = s->peer;
-        set_error(t, "connection to rank %d failed: %s", peer, strerror(errno));
-        GCOLL_WARN("connection to rank %d failed: %s", peer, strerror(errno));
+        int peer = s->peer, err = errno;
+        tcp_peer_t *p = &t->peers[peer];
+        if (!p->draining) {
+            /* A rank that exits right after failing resets its connections; what it sent
+             * before is still readable on the others, its abort notice among them (on
+             * the first socket): read that first, so a mismatch stays a mismatch. */
+            p->draining = 1;
+            for (int k = 0; k < t->nsocks && !p->failed; k++)
+                if (&p->socks[k] != s && p->socks[k].open)
+                    handle_read(t, &p->socks[k], 1);
+            p->draining = 0;
+            if (p->failed)
+                return;
+        }
+        set_error(t, "connection to rank %d failed: %s", peer, strerror(err));
+        GCOLL_WARN("connection to rank %d failed: %s", peer, strerror(err));
         peer_fail(t, peer, gone_status(t));
         return;
     }
@@ -626,14 +641,23 @@ void gcoll_tcp_abort(gcoll_transport_t *t, gcoll_status_t status, const char *re
         enqueue(&p->socks[0], f);
         flush(t, &p->socks[0]);
     }
-    /* Bounded drain so the abort reaches peers whose sockets were full. */
+    /* Bounded drain so the abort reaches peers whose sockets were full: out of our queue,
+     * and out of the kernel's too (acknowledged by the peer). A rank that exits right
+     * after failing closes sockets with bytes unread, so the kernel resets them and drops
+     * what it still holds to send: an abort stuck there behind a large message (400 KB
+     * alltoalls on 4 ranks) never arrived, and that peer reported a failed peer instead of
+     * the mismatch. Meanwhile progress keeps reading, so the peer's sends drain too. */
     for (;;) {
         int pending = 0;
-        for (int peer = 0; peer < t->size; peer++)
-            if (peer != t->rank && !t->peers[peer].failed && t->peers[peer].socks[0].txq)
-                pending = 1;
+        for (int peer = 0; peer < t->size && !pending; peer++) {
+            tcp_sock_t *s = &t->peers[peer].socks[0];
+            if (peer == t->rank || t->peers[peer].failed || !s->open)
+                continue;
+            int outq = 0;
+            pending = s->txq != NULL || (ioctl(s->fd, SIOCOUTQ, &outq) == 0 && outq > 0);
+        }
         if (!pending || gcoll_time_ms() >= deadline)
             break;
-        gcoll_tcp_progress(t, 10);
+        gcoll_tcp_progress(t, 1);
     }
 }

@@ -63,6 +63,7 @@ typedef struct {
 typedef struct {
     tcp_sock_t *socks;
     int nopen;
+    int draining; /* reading its other sockets after one was reset (tcp.c handle_read) */
     int failed;
     gcoll_status_t status;
     unsigned rr; /* round-robin socket for unstriped messages */

@@ -148,6 +148,22 @@ static void op_release(gcoll_transport_t *t, ucx_op_t *op)
     t->op_cached++;
 }
 
+/* A peer's operation failed before any abort from it arrived (it may be failing a call on
+ * a mismatch it is telling everyone about): the request is held like one on a failed
+ * endpoint, so that the abort, if one is on its way, decides the status (handle_ep_errors,
+ * gcoll_ucx_peer_fail). */
+static void hold_for_abort(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req,
+                           ucs_status_t status)
+{
+    if (p->ep_error == UCS_OK) {
+        p->ep_error = status;
+        p->ep_error_ms = gcoll_time_ms();
+    }
+    t->ep_errors = 1;
+    req->priv = NULL;
+    gcoll_treq_list_push(&p->failing, &p->failing_tail, req);
+}
+
 static void op_finish(ucx_op_t *op, void *ucp_req, ucs_status_t status)
 {
     gcoll_transport_t *t = op->t;
@@ -158,19 +174,10 @@ static void op_finish(ucx_op_t *op, void *ucp_req, ucs_status_t status)
         if (st != GCOLL_OK && p->failed)
             st = p->status; /* the peer's failure says more than UCX's purge status */
         if (st != GCOLL_OK && !p->failed && !t->closing) {
-            /* The peer left (say, after failing the call on a mismatch it is telling
-             * everyone about): held like a failed endpoint, so that its abort, if one is
-             * on its way, decides the status (handle_ep_errors, gcoll_ucx_peer_fail). */
             GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: %s rank %d failed: %s; waiting for an abort",
                         op->is_recv ? "receive from" : "send to", op->peer,
                         ucs_status_string(status));
-            if (p->ep_error == UCS_OK) {
-                p->ep_error = status;
-                p->ep_error_ms = gcoll_time_ms();
-            }
-            t->ep_errors = 1;
-            op->req->priv = NULL;
-            gcoll_treq_list_push(&p->failing, &p->failing_tail, op->req);
+            hold_for_abort(t, p, op->req, status);
             op->req = NULL;
         }
         if (op->req && st == GCOLL_OK && op->is_recv)
@@ -277,14 +284,15 @@ static void msg_free(gcoll_transport_t *t, ucx_msg_t *m)
 /* Single copy (CMA, see ucx_int.h)                                                     */
 
 /* Sends the FINs queued by receives that completed inside UCX's callbacks. */
-static void fin_flush(gcoll_transport_t *t)
+void gcoll_ucx_fin_flush(gcoll_transport_t *t)
 {
     for (int i = 0; i < t->nfin; i++) {
         struct ucx_fin *f = &t->fin[i];
         uint8_t tok[8];
         gcoll_put_u64(tok, f->token);
-        if (!t->peers[f->peer].failed &&
-            gcoll_ucx_send_ctl(t, f->peer, UCX_MSG_FIN, f->status, tok, sizeof(tok)) != GCOLL_OK)
+        /* a failed peer (or one whose endpoint is closed) needs no answer */
+        if (gcoll_ucx_send_ctl(t, f->peer, UCX_MSG_FIN, f->status, tok, sizeof(tok)) ==
+            GCOLL_ERR_NOMEM)
             gcoll_ucx_peer_fail(t, f->peer, GCOLL_ERR_NOMEM);
     }
     t->nfin = 0;
@@ -306,7 +314,7 @@ static void fin_queue(gcoll_transport_t *t, int peer, uint64_t token, gcoll_stat
     }
     t->fin[t->nfin++] = (struct ucx_fin){.peer = peer, .status = status, .token = token};
     if (!t->in_cb)
-        fin_flush(t);
+        gcoll_ucx_fin_flush(t);
 }
 
 /* Reads a matched single-copy message (desc: GCOLL_UCX_CMA_DESC bytes off the wire, length
@@ -341,18 +349,24 @@ static void cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const ui
             what = "its send was withdrawn during the read";
         }
     }
-    gcoll_status_t st = GCOLL_OK;
     if (what) {
+        /* The sender withdrew (it is failing: an abort may be on its way, with the
+         * status that should decide, say a mismatch elsewhere) or died: held as an
+         * operation on a failing endpoint, as UCX's own failures are (op_finish). */
         gcoll_ucx_set_error(t, "single-copy receive of %llu bytes from rank %d failed: %s%s%s",
                             (unsigned long long)len, peer, what, err ? ": " : "",
                             err ? strerror(err) : "");
-        st = GCOLL_ERR_PEER;
-    } else {
-        req->nbytes = (size_t)len;
-        t->st_cma_recvs++;
+        if (!p->failed && !t->closing)
+            hold_for_abort(t, p, req, UCS_ERR_IO_ERROR);
+        else
+            complete(t, req, p->failed ? p->status : GCOLL_ERR_PEER);
+        fin_queue(t, peer, token, GCOLL_ERR_PEER);
+        return;
     }
-    complete(t, req, st);
-    fin_queue(t, peer, token, st);
+    req->nbytes = (size_t)len;
+    t->st_cma_recvs++;
+    complete(t, req, GCOLL_OK);
+    fin_queue(t, peer, token, GCOLL_OK);
 }
 
 static void cma_send_end(gcoll_transport_t *t, ucx_op_t *op, gcoll_status_t st);
@@ -370,10 +384,14 @@ static void on_fin(gcoll_transport_t *t, int peer, int status, const void *data,
     for (ucx_op_t *op = t->ops; op; op = op->next) {
         if (!op->cma || op->peer != peer || op->cma_token != token)
             continue;
-        if (status != GCOLL_OK && op->req)
-            gcoll_ucx_set_error(t, "rank %d could not take a single-copy send: %s", peer,
-                                gcoll_status_string(status));
-        cma_send_end(t, op, status == GCOLL_OK ? GCOLL_OK : GCOLL_ERR_PEER);
+        /* Whatever the receiver made of it, the send is over, as UCX's rendezvous
+         * completes a send its receiver dropped: a receiver that failed (a mismatch, a
+         * read that failed) fails its call and tells everyone, with the status that
+         * decides; failing the send here would race that abort with a PEER error. */
+        if (status != GCOLL_OK)
+            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d did not take a single-copy send: %s",
+                        peer, gcoll_status_string(status));
+        cma_send_end(t, op, GCOLL_OK);
         return;
     }
     /* a send withdrawn (cancelled) before its FIN came: nothing to do */
@@ -832,11 +850,11 @@ unsigned gcoll_ucx_drive(gcoll_transport_t *t)
         n = ucp_worker_progress(t->worker);
         total += n;
     } while (n && ++rounds < 64);
-    if (t->nfin)
-        fin_flush(t);
     if (!t->closing)
         handle_ep_errors(t);
     close_failed_eps(t);
+    if (t->nfin) /* last: the progress in the two calls above may have queued some */
+        gcoll_ucx_fin_flush(t);
     return total;
 }
 

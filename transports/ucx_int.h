@@ -173,6 +173,8 @@ gcoll_status_t gcoll_ucx_status(ucs_status_t s);
 void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st);
 /* Whether UCX_TLS leaves us shared-memory transports to bypass (single copy). */
 int gcoll_ucx_tls_local(void);
+/* Sends the single-copy answers (FIN) queued inside UCX's callbacks. */
+void gcoll_ucx_fin_flush(gcoll_transport_t *t);
 /* Drives UCX until it has nothing more to do right now; returns the work done. */
 unsigned gcoll_ucx_drive(gcoll_transport_t *t);
 /* Endpoint error handler (arg: the ucx_peer_t): a failed peer fails its operations. */

@@ -55,7 +55,12 @@ int gcoll_ucx_tls_local(void)
 {
     static const char *const local[] = {"all", "sm", "shm", "mm", "posix", "sysv", "cma", "knem",
                                         "xpmem"};
-    return tls_may_use(getenv("UCX_TLS"), local, GCOLL_ARRAY_SIZE(local));
+    static const char *const cma[] = {"cma"};
+    const char *tls = getenv("UCX_TLS");
+    /* an exclusion list that names cma (UCX_TLS=^cma,...) excludes ours too */
+    if (tls && tls[0] == '^')
+        return !(tls[1] && tls_may_use(tls + 1, cma, 1));
+    return tls_may_use(tls, local, GCOLL_ARRAY_SIZE(local));
 }
 
 /* Reads UCX's configuration (UCX_TLS, UCX_NET_DEVICES, ... pass through untouched) and
@@ -185,6 +190,11 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
                 "cma_sends=%lu cma_recvs=%lu",
                 t->st_sleeps, t->st_sleep_timeouts, t->st_held_polls, t->st_held_naps,
                 t->st_cma_sends, t->st_cma_recvs);
+    /* Operations still in flight belong to requests the caller has given up on: whatever
+     * completes them from here on (UCX purging them, a single-copy answer, a peer failing
+     * during the drain) must find nobody to tell. */
+    for (ucx_op_t *op = t->ops; op; op = op->next)
+        op->req = NULL;
     if (t->peers) {
         for (int i = 0; i < t->size; i++) {
             ucx_peer_t *p = &t->peers[i];
@@ -193,6 +203,11 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
             while (p->unexp) {
                 ucx_msg_t *m = p->unexp;
                 p->unexp = m->next;
+                if (m->cma && m->copy) { /* its sender waits for an answer: none will come */
+                    uint8_t tok[8];
+                    memcpy(tok, m->copy + 24, sizeof(tok));
+                    gcoll_ucx_send_ctl(t, i, UCX_MSG_FIN, GCOLL_ERR_ABORTED, tok, sizeof(tok));
+                }
                 if (m->desc)
                     ucp_am_data_release(t->worker, m->desc);
                 free(m->copy);
@@ -200,6 +215,7 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
             }
             p->unexp_tail = NULL;
         }
+        gcoll_ucx_fin_flush(t); /* single-copy answers still queued: their senders wait */
         /* Close every endpoint, flushing what is still on its way unless the peer failed,
          * and wait a bounded time for the closes. */
         void **reqs = calloc((size_t)t->size, sizeof(*reqs));
@@ -244,11 +260,7 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
         }
         free(reqs);
     }
-    /* Operations still in flight belong to requests the caller has given up on: UCX
-     * completes (purges) them while destroying the worker, and must find nobody to tell. */
-    for (ucx_op_t *op = t->ops; op; op = op->next)
-        op->req = NULL;
-    if (t->worker)
+    if (t->worker) /* purges what is still in flight (their requests are NULL) */
         ucp_worker_destroy(t->worker);
     gcoll_ucx_reg_fini(t); /* after the worker: purged operations may have used them */
     while (t->ops) {       /* not purged by UCX: only our bookkeeping is left */

@@ -601,9 +601,9 @@ static int run_silent(int victim)
 
 /* Rank `victim` passes a different count to collective `which`: every rank must report
  * GCOLL_ERR_MISMATCH. */
-static int run_mismatch(int victim, const char *which)
+static int run_mismatch(int victim, const char *which, size_t base)
 {
-    size_t count = 10000 + (rank == victim ? 1 : 0);
+    size_t count = base + (rank == victim ? 1 : 0);
     float *x = calloc(count * (size_t)size + 1, sizeof(float)),
           *y = calloc(count * (size_t)size + 1, sizeof(float));
     double t0 = now();
@@ -722,7 +722,8 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "silent") == 0)
         bad = run_silent(victim);
     else if (strcmp(mode, "mismatch") == 0)
-        bad = run_mismatch(victim, argc > 3 ? argv[3] : "allreduce");
+        bad = run_mismatch(victim, argc > 3 ? argv[3] : "allreduce",
+                           argc > 4 ? strtoul(argv[4], NULL, 10) : 10000);
     else if (strcmp(mode, "abort") == 0)
         bad = run_abort();
     else {
