@@ -1,6 +1,7 @@
 /* ucx.c: the UCX transport's data path: one UCP active message per gcoll message, matched
  * here by (peer, tag) with length and signature checks, rendezvous data received straight
- * into the caller's buffer; progress sleeps on UCX's event fd. Setup is in ucx_setup.c. */
+ * into the caller's buffer; progress sleeps on UCX's event fd. Setup is in ucx_setup.c,
+ * single copy between ranks of one host in ucx_cma.c. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -9,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "ucx_int.h"
@@ -88,7 +88,7 @@ const char *gcoll_ucx_hdr_decode(const void *buf, size_t len, ucx_hdr_t *h)
     return NULL;
 }
 
-static void complete(gcoll_transport_t *t, gcoll_treq_t *req, gcoll_status_t st)
+void gcoll_ucx_complete(gcoll_transport_t *t, gcoll_treq_t *req, gcoll_status_t st)
 {
     if (req->done)
         return;
@@ -101,7 +101,7 @@ static void complete(gcoll_transport_t *t, gcoll_treq_t *req, gcoll_status_t st)
 /* ---------------------------------------------------------------------------------- */
 /* Operations owned by UCX                                                              */
 
-static void op_link(gcoll_transport_t *t, ucx_op_t *op)
+void gcoll_ucx_op_link(gcoll_transport_t *t, ucx_op_t *op)
 {
     op->prev = NULL;
     op->next = t->ops;
@@ -110,7 +110,7 @@ static void op_link(gcoll_transport_t *t, ucx_op_t *op)
     t->ops = op;
 }
 
-static void op_unlink(gcoll_transport_t *t, ucx_op_t *op)
+void gcoll_ucx_op_unlink(gcoll_transport_t *t, ucx_op_t *op)
 {
     if (op->prev)
         op->prev->next = op->next;
@@ -125,7 +125,7 @@ static void op_unlink(gcoll_transport_t *t, ucx_op_t *op)
  * 8-byte allreduce over shared memory. */
 #define OP_CACHE_MAX 64
 
-static ucx_op_t *op_alloc(gcoll_transport_t *t)
+ucx_op_t *gcoll_ucx_op_alloc(gcoll_transport_t *t)
 {
     ucx_op_t *op = t->op_cache;
     if (!op)
@@ -136,7 +136,7 @@ static ucx_op_t *op_alloc(gcoll_transport_t *t)
     return op;
 }
 
-static void op_release(gcoll_transport_t *t, ucx_op_t *op)
+void gcoll_ucx_op_release(gcoll_transport_t *t, ucx_op_t *op)
 {
     free(op->owned);
     if (t->op_cached >= OP_CACHE_MAX) {
@@ -152,7 +152,7 @@ static void op_release(gcoll_transport_t *t, ucx_op_t *op)
  * a mismatch it is telling everyone about): the request is held like one on a failed
  * endpoint, so that the abort, if one is on its way, decides the status (handle_ep_errors,
  * gcoll_ucx_peer_fail). */
-static void hold_for_abort(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req,
+void gcoll_ucx_hold_for_abort(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req,
                            ucs_status_t status)
 {
     if (p->ep_error == UCS_OK) {
@@ -167,7 +167,7 @@ static void hold_for_abort(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *re
 static void op_finish(ucx_op_t *op, void *ucp_req, ucs_status_t status)
 {
     gcoll_transport_t *t = op->t;
-    op_unlink(t, op);
+    gcoll_ucx_op_unlink(t, op);
     if (op->req) {
         gcoll_status_t st = gcoll_ucx_status(status);
         ucx_peer_t *p = &t->peers[op->peer];
@@ -177,18 +177,18 @@ static void op_finish(ucx_op_t *op, void *ucp_req, ucs_status_t status)
             GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: %s rank %d failed: %s; waiting for an abort",
                         op->is_recv ? "receive from" : "send to", op->peer,
                         ucs_status_string(status));
-            hold_for_abort(t, p, op->req, status);
+            gcoll_ucx_hold_for_abort(t, p, op->req, status);
             op->req = NULL;
         }
         if (op->req && st == GCOLL_OK && op->is_recv)
             op->req->nbytes = op->len;
         if (op->req)
-            complete(t, op->req, st);
+            gcoll_ucx_complete(t, op->req, st);
     }
     t->events++;
     if (ucp_req)
         ucp_request_free(ucp_req);
-    op_release(t, op);
+    gcoll_ucx_op_release(t, op);
 }
 
 /* UCX may complete an operation (typically with an error) from inside the call that
@@ -232,10 +232,10 @@ static void op_posted(ucx_op_t *op, ucs_status_ptr_t sp)
  * could not (out of memory), in which case the descriptor is still the caller's. */
 static int rndv_recv(gcoll_transport_t *t, int peer, gcoll_treq_t *req, void *desc, size_t len)
 {
-    ucx_op_t *op = op_alloc(t);
+    ucx_op_t *op = gcoll_ucx_op_alloc(t);
     if (!op) {
         gcoll_ucx_set_error(t, "out of memory receiving %zu bytes from rank %d", len, peer);
-        complete(t, req, GCOLL_ERR_NOMEM);
+        gcoll_ucx_complete(t, req, GCOLL_ERR_NOMEM);
         return 0;
     }
     op->t = t;
@@ -252,7 +252,7 @@ static int rndv_recv(gcoll_transport_t *t, int peer, gcoll_treq_t *req, void *de
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         prm.memh = memh;
     }
-    op_link(t, op);
+    gcoll_ucx_op_link(t, op);
     req->priv = op;
     op->posting = 1;
     op_posted(op, ucp_am_recv_data_nbx(t->worker, desc, req->buf, len, &prm));
@@ -281,135 +281,6 @@ static void msg_free(gcoll_transport_t *t, ucx_msg_t *m)
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* Single copy (CMA, see ucx_int.h)                                                     */
-
-/* Sends the FINs queued by receives that completed inside UCX's callbacks. */
-void gcoll_ucx_fin_flush(gcoll_transport_t *t)
-{
-    for (int i = 0; i < t->nfin; i++) {
-        struct ucx_fin *f = &t->fin[i];
-        uint8_t tok[8];
-        gcoll_put_u64(tok, f->token);
-        /* a failed peer (or one whose endpoint is closed) needs no answer */
-        if (gcoll_ucx_send_ctl(t, f->peer, UCX_MSG_FIN, f->status, tok, sizeof(tok)) ==
-            GCOLL_ERR_NOMEM)
-            gcoll_ucx_peer_fail(t, f->peer, GCOLL_ERR_NOMEM);
-    }
-    t->nfin = 0;
-}
-
-/* Tells the sender its single-copy send is over (status: how the read went). */
-static void fin_queue(gcoll_transport_t *t, int peer, uint64_t token, gcoll_status_t status)
-{
-    if (t->nfin == t->capfin) {
-        int cap = t->capfin ? 2 * t->capfin : 16;
-        struct ucx_fin *f = realloc(t->fin, (size_t)cap * sizeof(*f));
-        if (!f) {
-            gcoll_ucx_set_error(t, "out of memory answering a single-copy send of rank %d", peer);
-            gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_NOMEM);
-            return;
-        }
-        t->fin = f;
-        t->capfin = cap;
-    }
-    t->fin[t->nfin++] = (struct ucx_fin){.peer = peer, .status = status, .token = token};
-    if (!t->in_cb)
-        gcoll_ucx_fin_flush(t);
-}
-
-/* Reads a matched single-copy message (desc: GCOLL_UCX_CMA_DESC bytes off the wire, length
- * already matched against req) from the sender's memory into req->buf, then checks that
- * the send was still live when the read ended (its token word unchanged). */
-static void cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const uint8_t *desc)
-{
-    ucx_peer_t *p = &t->peers[peer];
-    uint64_t addr = gcoll_get_u64(desc), len = gcoll_get_u64(desc + 8);
-    uint64_t tok_addr = gcoll_get_u64(desc + 16), token = gcoll_get_u64(desc + 24), now = 0;
-    const char *what = NULL;
-    int err = 0;
-    size_t done = 0;
-    while (done < len) {
-        struct iovec l = {.iov_base = (uint8_t *)req->buf + done, .iov_len = len - done};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)(addr + done), .iov_len = len - done};
-        ssize_t n = process_vm_readv(p->cma_pid, &l, 1, &r, 1, 0);
-        if (n <= 0) {
-            err = n < 0 ? errno : EFAULT;
-            what = "reading its buffer";
-            break;
-        }
-        done += (size_t)n;
-    }
-    if (!what) {
-        struct iovec l = {.iov_base = &now, .iov_len = sizeof(now)};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)tok_addr, .iov_len = sizeof(now)};
-        if (process_vm_readv(p->cma_pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof(now)) {
-            err = errno;
-            what = "reading its token";
-        } else if (now != token) {
-            what = "its send was withdrawn during the read";
-        }
-    }
-    if (what) {
-        /* The sender withdrew (it is failing: an abort may be on its way, with the
-         * status that should decide, say a mismatch elsewhere) or died: held as an
-         * operation on a failing endpoint, as UCX's own failures are (op_finish). */
-        gcoll_ucx_set_error(t, "single-copy receive of %llu bytes from rank %d failed: %s%s%s",
-                            (unsigned long long)len, peer, what, err ? ": " : "",
-                            err ? strerror(err) : "");
-        if (!p->failed && !t->closing)
-            hold_for_abort(t, p, req, UCS_ERR_IO_ERROR);
-        else
-            complete(t, req, p->failed ? p->status : GCOLL_ERR_PEER);
-        fin_queue(t, peer, token, GCOLL_ERR_PEER);
-        return;
-    }
-    req->nbytes = (size_t)len;
-    t->st_cma_recvs++;
-    complete(t, req, GCOLL_OK);
-    fin_queue(t, peer, token, GCOLL_OK);
-}
-
-static void cma_send_end(gcoll_transport_t *t, ucx_op_t *op, gcoll_status_t st);
-
-/* A FIN for one of our single-copy sends. */
-static void on_fin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len)
-{
-    if (len != 8 || !data) {
-        gcoll_ucx_set_error(t, "rank %d sent a malformed single-copy answer (%zu bytes)", peer,
-                            len);
-        gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_PEER);
-        return;
-    }
-    uint64_t token = gcoll_get_u64(data);
-    for (ucx_op_t *op = t->ops; op; op = op->next) {
-        if (!op->cma || op->peer != peer || op->cma_token != token)
-            continue;
-        /* Whatever the receiver made of it, the send is over, as UCX's rendezvous
-         * completes a send its receiver dropped: a receiver that failed (a mismatch, a
-         * read that failed) fails its call and tells everyone, with the status that
-         * decides; failing the send here would race that abort with a PEER error. */
-        if (status != GCOLL_OK)
-            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d did not take a single-copy send: %s",
-                        peer, gcoll_status_string(status));
-        cma_send_end(t, op, GCOLL_OK);
-        return;
-    }
-    /* a send withdrawn (cancelled) before its FIN came: nothing to do */
-}
-
-/* Fails (or withdraws) a single-copy send: its token goes first, so that a read still
- * racing with this fails its check instead of delivering a buffer handed back. */
-static void cma_send_end(gcoll_transport_t *t, ucx_op_t *op, gcoll_status_t st)
-{
-    __atomic_store_n(&op->cma_token, 0, __ATOMIC_SEQ_CST);
-    op_unlink(t, op);
-    if (op->req)
-        complete(t, op->req, st);
-    op_release(t, op);
-    t->events++;
-}
-
-/* ---------------------------------------------------------------------------------- */
 /* Delivery                                                                             */
 
 /* Delivers an arrived message to a posted receive, or keeps it as unexpected. Returns what
@@ -425,12 +296,12 @@ static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32
         gcoll_status_t st = check_match(t, peer, req, len, sig);
         if (st != GCOLL_OK) {
             if (cma) /* the sender waits for an answer */
-                fin_queue(t, peer, gcoll_get_u64((uint8_t *)data + 24), st);
-            complete(t, req, st);
+                gcoll_ucx_fin_queue(t, peer, gcoll_get_u64((uint8_t *)data + 24), st);
+            gcoll_ucx_complete(t, req, st);
             return UCS_OK; /* dropped; for rendezvous UCX acknowledges the sender */
         }
         if (cma) {
-            cma_pull(t, peer, req, data);
+            gcoll_ucx_cma_pull(t, peer, req, data);
             return UCS_OK;
         }
         if (rndv) /* UCS_INPROGRESS: the descriptor now belongs to the receive */
@@ -438,7 +309,7 @@ static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32
         if (len)
             memcpy(req->buf, data, len);
         req->nbytes = len;
-        complete(t, req, GCOLL_OK);
+        gcoll_ucx_complete(t, req, GCOLL_OK);
         return UCS_OK;
     }
     ucx_msg_t *m = calloc(1, sizeof(*m));
@@ -527,7 +398,7 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
         return UCS_OK;
     case UCX_MSG_FIN:
         t->in_cb++;
-        on_fin(t, peer, h.status, rndv ? NULL : data, rndv ? 0 : length);
+        gcoll_ucx_on_fin(t, peer, h.status, rndv ? NULL : data, rndv ? 0 : length);
         t->in_cb--;
         return UCS_OK;
     case UCX_MSG_CMA:
@@ -563,16 +434,16 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
 /* Posting                                                                              */
 
 /* Sends one message; a control message's payload is copied (owned by the op). */
-static gcoll_status_t send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const ucx_hdr_t *h,
+gcoll_status_t gcoll_ucx_send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const ucx_hdr_t *h,
                               const void *buf, size_t len)
 {
     ucx_peer_t *p = &t->peers[peer];
-    ucx_op_t *op = op_alloc(t);
+    ucx_op_t *op = gcoll_ucx_op_alloc(t);
     if (!op)
         return GCOLL_ERR_NOMEM;
     if (!req && len) {
         if (!(op->owned = malloc(len))) {
-            op_release(t, op);
+            gcoll_ucx_op_release(t, op);
             return GCOLL_ERR_NOMEM;
         }
         memcpy(op->owned, buf, len);
@@ -592,7 +463,7 @@ static gcoll_status_t send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *req,
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         prm.memh = memh;
     }
-    op_link(t, op);
+    gcoll_ucx_op_link(t, op);
     if (req)
         req->priv = op;
     op->posting = 1;
@@ -608,7 +479,7 @@ gcoll_status_t gcoll_ucx_send_ctl(gcoll_transport_t *t, int peer, int type, int 
         return GCOLL_ERR_PEER;
     ucx_hdr_t h = {
         .type = type, .status = status, .src = (uint32_t)t->rank, .cookie = t->peers[peer].cookie};
-    return send_op(t, peer, NULL, &h, data, len);
+    return gcoll_ucx_send_op(t, peer, NULL, &h, data, len);
 }
 
 static gcoll_status_t check_req(gcoll_transport_t *t, gcoll_treq_t *req)
@@ -621,40 +492,6 @@ static gcoll_status_t check_req(gcoll_transport_t *t, gcoll_treq_t *req)
     return GCOLL_OK;
 }
 
-/* A single-copy send: the descriptor goes as a control message; the send itself is an op
- * of ours (not UCX's) that the receiver's FIN finishes. */
-static gcoll_status_t cma_send(gcoll_transport_t *t, gcoll_treq_t *req, ucx_hdr_t *h)
-{
-    ucx_op_t *op = op_alloc(t);
-    if (!op)
-        return GCOLL_ERR_NOMEM;
-    op->t = t;
-    op->req = req;
-    op->peer = req->peer;
-    op->cma = 1;
-    uint64_t token = t->cma_next++;
-    if (token == 0)
-        token = t->cma_next++;
-    op->cma_token = token;
-    uint8_t desc[GCOLL_UCX_CMA_DESC];
-    gcoll_put_u64(desc, (uint64_t)(uintptr_t)req->buf);
-    gcoll_put_u64(desc + 8, (uint64_t)req->len);
-    gcoll_put_u64(desc + 16, (uint64_t)(uintptr_t)&op->cma_token);
-    gcoll_put_u64(desc + 24, token);
-    op_link(t, op);
-    req->priv = op;
-    h->type = UCX_MSG_CMA;
-    gcoll_status_t st = send_op(t, req->peer, NULL, h, desc, sizeof(desc));
-    if (st != GCOLL_OK) {
-        req->priv = NULL;
-        op->req = NULL;
-        cma_send_end(t, op, st);
-        return st;
-    }
-    t->st_cma_sends++;
-    return GCOLL_OK;
-}
-
 static gcoll_status_t ucx_isend(gcoll_transport_t *t, gcoll_treq_t *req)
 {
     GCOLL_CHECK(check_req(t, req));
@@ -663,12 +500,12 @@ static gcoll_status_t ucx_isend(gcoll_transport_t *t, gcoll_treq_t *req)
         deliver(t, t->rank, req->tag, req->sig, req->buf, req->len, 0, 0, 0);
         if (t->peers[t->rank].failed)
             return GCOLL_ERR_NOMEM;
-        complete(t, req, GCOLL_OK);
+        gcoll_ucx_complete(t, req, GCOLL_OK);
         return GCOLL_OK;
     }
     ucx_peer_t *p = &t->peers[req->peer];
     if (p->failed) {
-        complete(t, req, p->status);
+        gcoll_ucx_complete(t, req, p->status);
         return GCOLL_OK;
     }
     ucx_hdr_t h = {.type = UCX_MSG_DATA,
@@ -677,8 +514,8 @@ static gcoll_status_t ucx_isend(gcoll_transport_t *t, gcoll_treq_t *req)
                    .cookie = p->cookie,
                    .tag = req->tag};
     if (p->cma_send && req->len >= t->cma_min)
-        return cma_send(t, req, &h);
-    return send_op(t, req->peer, req, &h, req->buf, req->len);
+        return gcoll_ucx_cma_send(t, req, &h);
+    return gcoll_ucx_send_op(t, req->peer, req, &h, req->buf, req->len);
 }
 
 static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
@@ -699,10 +536,10 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
         gcoll_status_t st = check_match(t, req->peer, req, m->len, m->sig);
         if (st != GCOLL_OK) {
             if (m->cma) /* the sender waits for an answer */
-                fin_queue(t, req->peer, gcoll_get_u64(m->copy + 24), st);
-            complete(t, req, st);
+                gcoll_ucx_fin_queue(t, req->peer, gcoll_get_u64(m->copy + 24), st);
+            gcoll_ucx_complete(t, req, st);
         } else if (m->cma) {
-            cma_pull(t, req->peer, req, m->copy);
+            gcoll_ucx_cma_pull(t, req->peer, req, m->copy);
         } else if (m->rndv) {
             if (rndv_recv(t, req->peer, req, m->desc, m->len))
                 m->desc = NULL; /* UCX took the descriptor over */
@@ -710,13 +547,13 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
             if (m->len)
                 memcpy(req->buf, m->copy ? (void *)m->copy : m->desc, m->len);
             req->nbytes = m->len;
-            complete(t, req, GCOLL_OK);
+            gcoll_ucx_complete(t, req, GCOLL_OK);
         }
         msg_free(t, m);
         return GCOLL_OK;
     }
     if (p->failed) {
-        complete(t, req, p->status);
+        gcoll_ucx_complete(t, req, p->status);
         return GCOLL_OK;
     }
     gcoll_treq_list_push(&p->posted, &p->posted_tail, req);
@@ -761,10 +598,10 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
     p->failed = 1;
     p->status = st;
     for (gcoll_treq_t *r = p->posted; r; r = r->next)
-        complete(t, r, st);
+        gcoll_ucx_complete(t, r, st);
     p->posted = p->posted_tail = NULL;
     for (gcoll_treq_t *r = p->failing; r; r = r->next)
-        complete(t, r, st);
+        gcoll_ucx_complete(t, r, st);
     p->failing = p->failing_tail = NULL;
     while (p->unexp) {
         ucx_msg_t *m = p->unexp;
@@ -776,7 +613,7 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
     for (ucx_op_t *op = t->ops, *next; op; op = next) {
         next = op->next;
         if (op->cma && op->peer == peer)
-            cma_send_end(t, op, st);
+            gcoll_ucx_cma_send_end(t, op, st);
     }
     /* Operations UCX still owns complete through their callbacks once the endpoint is
      * closed (UCX purges them); until then their buffers stay in UCX's hands, so the
@@ -938,16 +775,16 @@ static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     ucx_peer_t *p = &t->peers[req->peer];
     if (gcoll_treq_list_remove(&p->posted, &p->posted_tail, req) ||
         gcoll_treq_list_remove(&p->failing, &p->failing_tail, req)) {
-        complete(t, req, GCOLL_ERR_ABORTED);
+        gcoll_ucx_complete(t, req, GCOLL_ERR_ABORTED);
         return;
     }
     ucx_op_t *op = req->priv;
     if (!op) {
-        complete(t, req, GCOLL_ERR_ABORTED);
+        gcoll_ucx_complete(t, req, GCOLL_ERR_ABORTED);
         return;
     }
     if (op->cma) { /* ours, not UCX's: withdrawn at once (the token goes first) */
-        cma_send_end(t, op, GCOLL_ERR_ABORTED);
+        gcoll_ucx_cma_send_end(t, op, GCOLL_ERR_ABORTED);
         return;
     }
     /* UCX owns the buffer (a send, or a rendezvous receive under way). ucp_request_cancel
@@ -970,7 +807,7 @@ static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     }
     if (!req->done) {
         op->req = NULL; /* UCX's completion will find nobody to tell */
-        complete(t, req, GCOLL_ERR_ABORTED);
+        gcoll_ucx_complete(t, req, GCOLL_ERR_ABORTED);
     }
 }
 

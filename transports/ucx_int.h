@@ -173,8 +173,32 @@ gcoll_status_t gcoll_ucx_status(ucs_status_t s);
 void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st);
 /* Whether UCX_TLS leaves us shared-memory transports to bypass (single copy). */
 int gcoll_ucx_tls_local(void);
+/* Data path helpers shared by ucx.c and ucx_cma.c. */
+void gcoll_ucx_complete(gcoll_transport_t *t, gcoll_treq_t *req, gcoll_status_t st);
+ucx_op_t *gcoll_ucx_op_alloc(gcoll_transport_t *t);
+void gcoll_ucx_op_release(gcoll_transport_t *t, ucx_op_t *op);
+void gcoll_ucx_op_link(gcoll_transport_t *t, ucx_op_t *op);
+void gcoll_ucx_op_unlink(gcoll_transport_t *t, ucx_op_t *op);
+/* Holds a failed request of a live peer for the abort that may explain it. */
+void gcoll_ucx_hold_for_abort(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req,
+                              ucs_status_t status);
+/* Sends one message (req NULL: a control message, its payload copied). */
+gcoll_status_t gcoll_ucx_send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *req,
+                                 const ucx_hdr_t *h, const void *buf, size_t len);
+
+/* Single copy (ucx_cma.c). */
 /* Sends the single-copy answers (FIN) queued inside UCX's callbacks. */
 void gcoll_ucx_fin_flush(gcoll_transport_t *t);
+/* Queues (inside callbacks) or sends the answer to a single-copy send. */
+void gcoll_ucx_fin_queue(gcoll_transport_t *t, int peer, uint64_t token, gcoll_status_t status);
+/* Reads a matched descriptor's message into req->buf, then answers. */
+void gcoll_ucx_cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const uint8_t *desc);
+/* A FIN arrived for one of our single-copy sends. */
+void gcoll_ucx_on_fin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len);
+/* Ends (or withdraws) a single-copy send, its token cleared first. */
+void gcoll_ucx_cma_send_end(gcoll_transport_t *t, ucx_op_t *op, gcoll_status_t st);
+/* Starts a single-copy send of req (h: its data header, retyped). */
+gcoll_status_t gcoll_ucx_cma_send(gcoll_transport_t *t, gcoll_treq_t *req, ucx_hdr_t *h);
 /* Drives UCX until it has nothing more to do right now; returns the work done. */
 unsigned gcoll_ucx_drive(gcoll_transport_t *t);
 /* Endpoint error handler (arg: the ucx_peer_t): a failed peer fails its operations. */
