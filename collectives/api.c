@@ -30,10 +30,21 @@ static gcoll_status_t run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
     const gcoll_args_t *a = &req->a;
     size_t bytes = a->count * gcoll_dtype_size(a->dtype);
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, a->count, a->dtype, a->op, 0);
-    char why[256] = "";
-    /* the reason is formatted only when it is logged: a microsecond of a 5 us allreduce */
-    gcoll_algo_t algo = gcoll_algo_select(
-        comm, bytes, GCOLL_LOG_ON(GCOLL_LOG_INFO, GCOLL_SUBSYS_COLL) ? why : NULL, sizeof(why));
+    char why[256];
+    why[0] = '\0';
+    /* the reason is formatted only when it is logged: a microsecond of a 5 us allreduce;
+     * the choice for the last size is kept (the cost model was 5% of an 8-byte
+     * allreduce's profile on shared memory) */
+    gcoll_algo_t algo;
+    if (GCOLL_LOG_ON(GCOLL_LOG_INFO, GCOLL_SUBSYS_COLL)) {
+        algo = gcoll_algo_select(comm, bytes, why, sizeof(why));
+    } else if (comm->algo_memo >= 0 && comm->algo_memo_bytes == bytes) {
+        algo = (gcoll_algo_t)comm->algo_memo;
+    } else {
+        algo = gcoll_algo_select(comm, bytes, NULL, 0);
+        comm->algo_memo = (int)algo;
+        comm->algo_memo_bytes = bytes;
+    }
     GCOLL_INFO(GCOLL_SUBSYS_COLL, "allreduce of %zu bytes (%s %s): %s, because %s", bytes,
                gcoll_dtype_name(a->dtype), gcoll_op_name(a->op), gcoll_algo_names[algo], why);
     /* The ring reads sendbuf itself (its first reduction writes recvbuf); the others work

@@ -157,6 +157,10 @@ static const param_t params[] = {
      "ucx: messages at least this large to a rank on the same host are read by the receiver "
      "straight from the sender's buffer (one copy, process_vm_readv); 0: off",
      OFF(ucx_cma_min), 0, NULL},
+    {"GCOLL_UCX_SHM_MAX", P_SIZE, "4kb",
+     "ucx: messages up to this large to a rank on the same host go through gcoll's own "
+     "shared-memory mailbox instead of UCX (capped at 16kb); 0: off",
+     OFF(ucx_shm_max), 0, NULL},
     {"GCOLL_IB_EAGER_SLOTS", P_INT, "16",
      "verbs: pre-registered receive slots per peer (the credits a sender holds)",
      OFF(ib_eager_slots), 0, "2:4096"},

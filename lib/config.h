@@ -45,6 +45,7 @@ typedef struct gcoll_config {
     int probe;             /* GCOLL_PROBE: time an exchange at init */
     char *library; /* read by the Python binding only */
     size_t ucx_cma_min;   /* ucx: single-copy (CMA) from this many bytes; 0: off */
+    size_t ucx_shm_max;   /* ucx: shared-memory mailbox up to this many bytes; 0: off */
     /* verbs transport (GCOLL_IB_*) */
     char *ib_hca;         /* "mlx5_0:1,mlx5_1" or NULL */
     long ib_gid_index;    /* -1: automatic */

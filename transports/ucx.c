@@ -77,7 +77,7 @@ const char *gcoll_ucx_hdr_decode(const void *buf, size_t len, ucx_hdr_t *h)
         return "bad magic";
     if (p[4] != GCOLL_UCX_VERSION)
         return "unsupported version";
-    if (p[5] < UCX_MSG_DATA || p[5] > UCX_MSG_FIN)
+    if (p[5] < UCX_MSG_DATA || p[5] > UCX_MSG_BELL)
         return "unknown message type";
     h->type = p[5];
     h->status = -(int)p[6];
@@ -351,6 +351,12 @@ err_nomem:
     return UCS_OK;
 }
 
+void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig,
+                       const void *data, size_t len)
+{
+    deliver(t, peer, tag, sig, (void *)data, len, 0, 0, 0); /* copies, never keeps data */
+}
+
 static void on_abort(gcoll_transport_t *t, int peer, int status, const void *data, size_t len)
 {
     char why[GCOLL_UCX_MAX_REASON + 1];
@@ -394,6 +400,11 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
         t->peers[peer].hello = GCOLL_MAX(t->peers[peer].hello, -h.status);
         if (!rndv && length >= 1 && (*(const uint8_t *)data & GCOLL_UCX_HELLO_CMA) && t->cma_min)
             t->peers[peer].cma_send = 1;
+        if (!rndv && length >= 1 && (*(const uint8_t *)data & GCOLL_UCX_HELLO_SHM))
+            gcoll_ucx_shm_expect(t, peer);
+        t->events++;
+        return UCS_OK;
+    case UCX_MSG_BELL: /* the mailbox is polled by the progress that runs this */
         t->events++;
         return UCS_OK;
     case UCX_MSG_FIN:
@@ -513,6 +524,8 @@ static gcoll_status_t ucx_isend(gcoll_transport_t *t, gcoll_treq_t *req)
                    .sig = req->sig,
                    .cookie = p->cookie,
                    .tag = req->tag};
+    if (p->shm_ring && req->len <= t->shm_max && gcoll_ucx_shm_send(t, p, req))
+        return GCOLL_OK;
     if (p->cma_send && req->len >= t->cma_min)
         return gcoll_ucx_cma_send(t, req, &h);
     return gcoll_ucx_send_op(t, req->peer, req, &h, req->buf, req->len);
@@ -681,7 +694,7 @@ static void handle_ep_errors(gcoll_transport_t *t)
 
 unsigned gcoll_ucx_drive(gcoll_transport_t *t)
 {
-    unsigned total = 0, n;
+    unsigned total = t->nshm_senders ? gcoll_ucx_shm_poll(t) : 0, n;
     int rounds = 0;
     do {
         n = ucp_worker_progress(t->worker);
@@ -739,9 +752,15 @@ static gcoll_status_t ucx_progress(gcoll_transport_t *t, int timeout_ms)
         timeout_ms = GCOLL_MIN(timeout_ms, 50);
     /* Idle: sleep on UCX's event fd (and the communicator's wake fd) rather than spin.
      * Arming reports BUSY when events are already pending (UCX's wakeup protocol): progress
-     * again; if that finds nothing either, UCX is holding queued sends (above). */
+     * again; if that finds nothing either, UCX is holding queued sends (above). Senders
+     * into our mailbox see that we sleep and ring (UCX_MSG_BELL). */
+    if (gcoll_ucx_shm_sleep(t)) {
+        t->held_since_ns = 0;
+        return GCOLL_OK;
+    }
     ucs_status_t s = ucp_worker_arm(t->worker);
     if (s == UCS_ERR_BUSY) {
+        gcoll_ucx_shm_wake(t);
         if (gcoll_ucx_drive(t) || t->events != ev)
             t->held_since_ns = 0;
         else
@@ -749,6 +768,7 @@ static gcoll_status_t ucx_progress(gcoll_transport_t *t, int timeout_ms)
         return GCOLL_OK;
     }
     if (s != UCS_OK) {
+        gcoll_ucx_shm_wake(t);
         gcoll_ucx_set_error(t, "ucp_worker_arm: %s", ucs_status_string(s));
         return GCOLL_ERR_TRANSPORT;
     }
@@ -756,6 +776,7 @@ static gcoll_status_t ucx_progress(gcoll_transport_t *t, int timeout_ms)
     t->st_sleeps++;
     struct epoll_event e[2];
     int n = epoll_wait(t->epfd, e, 2, timeout_ms);
+    gcoll_ucx_shm_wake(t);
     if (n < 0 && errno != EINTR) {
         gcoll_ucx_set_error(t, "epoll_wait: %s", strerror(errno));
         return GCOLL_ERR_TRANSPORT;

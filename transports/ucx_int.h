@@ -23,7 +23,7 @@
  * cookie u64 (the receiver's, from its address blob), tag u64. */
 #define GCOLL_UCX_AM_ID 7
 #define GCOLL_UCX_MAGIC 0x58554347u /* "GCUX" */
-#define GCOLL_UCX_VERSION 2
+#define GCOLL_UCX_VERSION 3
 #define GCOLL_UCX_HDR_LEN 32
 #define GCOLL_UCX_MAX_REASON 1024 /* longest abort reason accepted */
 /* Longest abort reason sent: the whole message must fit one UCX short active message
@@ -31,7 +31,14 @@
  * longer one waits on shared memory until the peer progresses, which may be too late. */
 #define GCOLL_UCX_ABORT_INLINE 56
 
-enum { UCX_MSG_DATA = 1, UCX_MSG_HELLO = 2, UCX_MSG_ABORT = 3, UCX_MSG_CMA = 4, UCX_MSG_FIN = 5 };
+enum {
+    UCX_MSG_DATA = 1,
+    UCX_MSG_HELLO = 2,
+    UCX_MSG_ABORT = 3,
+    UCX_MSG_CMA = 4,
+    UCX_MSG_FIN = 5,
+    UCX_MSG_BELL = 6 /* no payload: a small message is waiting in the shared-memory mailbox */
+};
 
 /* Single copy between ranks on one host (GCOLL_UCX_CMA_MIN): instead of the data, the
  * sender sends a UCX_MSG_CMA message (header as a data message's; payload: the buffer's
@@ -46,6 +53,25 @@ enum { UCX_MSG_DATA = 1, UCX_MSG_HELLO = 2, UCX_MSG_ABORT = 3, UCX_MSG_CMA = 4, 
  * address. */
 #define GCOLL_UCX_CMA_DESC 32
 #define GCOLL_UCX_HELLO_CMA 1u
+
+/* Shared-memory mailbox between ranks of one host (GCOLL_UCX_SHM_MAX, ucx_shm.c): every
+ * rank creates a memfd (named gcoll-shm-<cookie>) holding a header page (magic, cookie,
+ * communicator size, ring bytes; at byte 64 a word the owner sets while it sleeps in
+ * epoll) and one ring per possible sender: a 128-byte control block (at 64 the
+ * receiver's total bytes consumed) and GCOLL_UCX_SHM_RING bytes of records (sequence u64,
+ * tag u64, sig u32, length u32, payload; each padded to 64 bytes; a length of 0xffffffff
+ * skips to the ring's end). A record is complete when its sequence word, stored last,
+ * equals its position in the ring's byte stream plus one. Its address blob carries pid u32 and fd
+ * u32; a peer maps it through /proc/<pid>/fd/<fd> after checking name, size and header,
+ * and says so in its hello (flag byte 2), so the owner polls that ring. A send of at most
+ * GCOLL_UCX_SHM_MAX bytes is written into the ring and complete; with the ring full it
+ * goes through UCX (a (peer, tag) pair is unique among outstanding messages, so the two
+ * paths need no order). After writing, the sender reads the owner's sleep word (both sides
+ * fence) and, if set, sends UCX_MSG_BELL to wake it. */
+#define GCOLL_UCX_HELLO_SHM 2u
+#define GCOLL_UCX_SHM_RING 65536u
+#define GCOLL_UCX_SHM_MAX_LIMIT 16384u /* GCOLL_UCX_SHM_MAX is capped at a quarter ring */
+#define GCOLL_UCX_BLOB_SHM_LEN 8
 
 typedef struct {
     int type;
@@ -107,6 +133,13 @@ typedef struct ucx_peer {
     uint64_t cookie;       /* the peer's cookie, echoed in every header sent to it */
     int cma_pid;           /* its pid when we can read its memory (CMA), else 0 */
     int cma_send;          /* it said it can read ours: large sends go single-copy */
+    /* shared-memory mailbox (ucx_shm.c) */
+    uint8_t *shm_box;       /* its mailbox mapped here, or NULL */
+    uint8_t *shm_ring;      /* our ring in it */
+    uint64_t shm_tail;      /* bytes we wrote into that ring */
+    uint64_t shm_head_seen; /* its consumption as last read */
+    int shm_from;           /* it writes into our mailbox: poll its ring */
+    uint64_t shm_head;      /* bytes of its ring in our mailbox consumed */
     gcoll_treq_t *posted, *posted_tail; /* receives not yet matched, oldest first */
     gcoll_treq_t *failing, *failing_tail; /* failed in UCX, held for an abort (EP_ERROR_GRACE) */
     ucx_msg_t *unexp, *unexp_tail;      /* unexpected messages, oldest first */
@@ -150,6 +183,15 @@ struct gcoll_transport {
     struct ucx_fin { int peer, status; uint64_t token; } *fin; /* FINs to send */
     int nfin, capfin;
     unsigned long st_cma_sends, st_cma_recvs; /* logged by destroy (test-ucx.sh) */
+
+    /* shared-memory mailbox (ucx_shm.c) */
+    size_t shm_max;   /* GCOLL_UCX_SHM_MAX, capped; 0: off */
+    int shm_fd;       /* our mailbox's memfd until connected, else -1 */
+    uint8_t *shm_box; /* our mailbox */
+    size_t shm_bytes;
+    int *shm_senders; /* peers whose rings we poll */
+    int nshm_senders;
+    unsigned long st_shm_sends, st_shm_recvs, st_shm_bells, st_shm_full;
 
     uint64_t held_since_ns; /* start of the current run of held polls (ucx.c), or 0 */
     /* progress statistics, logged by destroy (GCOLL_DEBUG=debug; test-ucx.sh reads them) */
@@ -199,6 +241,28 @@ void gcoll_ucx_on_fin(gcoll_transport_t *t, int peer, int status, const void *da
 void gcoll_ucx_cma_send_end(gcoll_transport_t *t, ucx_op_t *op, gcoll_status_t st);
 /* Starts a single-copy send of req (h: its data header, retyped). */
 gcoll_status_t gcoll_ucx_cma_send(gcoll_transport_t *t, gcoll_treq_t *req, ucx_hdr_t *h);
+/* Shared-memory mailbox (ucx_shm.c). */
+gcoll_status_t gcoll_ucx_shm_create(gcoll_transport_t *t);
+/* Writes the mailbox's GCOLL_UCX_BLOB_SHM_LEN blob bytes (zeros when off). */
+void gcoll_ucx_shm_blob(gcoll_transport_t *t, uint8_t *c);
+/* Maps the peer's mailbox from its blob bytes when it is on this host and ours to use. */
+void gcoll_ucx_shm_attach(gcoll_transport_t *t, int peer, const uint8_t *c);
+/* The peer's hello said it writes to our mailbox. */
+void gcoll_ucx_shm_expect(gcoll_transport_t *t, int peer);
+/* Connected: the mailbox's fd is no longer needed. */
+void gcoll_ucx_shm_connected(gcoll_transport_t *t);
+void gcoll_ucx_shm_destroy(gcoll_transport_t *t);
+/* Sends req through the peer's mailbox: 1 done (req complete), 0 no room. */
+int gcoll_ucx_shm_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req);
+/* Delivers what the rings hold; the number of messages. */
+unsigned gcoll_ucx_shm_poll(gcoll_transport_t *t);
+/* Before and after sleeping in epoll: nonzero from sleep means do not (messages came). */
+int gcoll_ucx_shm_sleep(gcoll_transport_t *t);
+void gcoll_ucx_shm_wake(gcoll_transport_t *t);
+/* Hands an arrived message (copied out of data) to its receive or the unexpected list. */
+void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig,
+                       const void *data, size_t len);
+
 /* Drives UCX until it has nothing more to do right now; returns the work done. */
 unsigned gcoll_ucx_drive(gcoll_transport_t *t);
 /* Endpoint error handler (arg: the ucx_peer_t): a failed peer fails its operations. */

@@ -18,6 +18,7 @@
 #define BLOB_HDR_LEN 20        /* magic u32, version u8, pad 3, cookie u64, address length u32 */
 #define BLOB_CMA_LEN 24        /* after the address: pid u32 (0: no single copy), pad u32,
                                 * address of the probe word u64, its value u64 */
+#define BLOB_TAIL_LEN (BLOB_CMA_LEN + GCOLL_UCX_BLOB_SHM_LEN) /* then the mailbox's */
 #define CLOSE_DRAIN_MS 1000
 
 /* ---------------------------------------------------------------------------------- */
@@ -187,9 +188,11 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
     t->closing = 1;
     GCOLL_DEBUG(GCOLL_SUBSYS_NET,
                 "ucx: progress: sleeps=%lu sleep_timeouts=%lu held_polls=%lu held_naps=%lu "
-                "cma_sends=%lu cma_recvs=%lu",
+                "cma_sends=%lu cma_recvs=%lu shm_sends=%lu shm_recvs=%lu shm_bells=%lu "
+                "shm_full=%lu",
                 t->st_sleeps, t->st_sleep_timeouts, t->st_held_polls, t->st_held_naps,
-                t->st_cma_sends, t->st_cma_recvs);
+                t->st_cma_sends, t->st_cma_recvs, t->st_shm_sends, t->st_shm_recvs,
+                t->st_shm_bells, t->st_shm_full);
     /* Operations still in flight belong to requests the caller has given up on: whatever
      * completes them from here on (UCX purging them, a single-copy answer, a peer failing
      * during the drain) must find nobody to tell. */
@@ -275,6 +278,8 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
         t->op_cache = op->next;
         free(op);
     }
+    gcoll_ucx_shm_destroy(t);
+    free(t->shm_senders);
     if (t->ctx)
         ucp_cleanup(t->ctx);
     if (t->epfd >= 0)
@@ -294,10 +299,12 @@ gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_tr
     t->size = params->size;
     t->wake_fd = params->wake_fd;
     t->efd = -1;
+    t->shm_fd = -1;
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
     t->peers = calloc((size_t)t->size, sizeof(*t->peers));
+    t->shm_senders = calloc((size_t)t->size, sizeof(*t->shm_senders));
     gcoll_status_t st = GCOLL_ERR_NOMEM;
-    if (t->epfd < 0 || !t->peers || gcoll_ucx_reg_init(t) != GCOLL_OK)
+    if (t->epfd < 0 || !t->peers || !t->shm_senders || gcoll_ucx_reg_init(t) != GCOLL_OK)
         goto err_destroy;
     for (int i = 0; i < t->size; i++) {
         t->peers[i].t = t;
@@ -322,6 +329,19 @@ gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_tr
                 t->cma_probe = t->cookie * 0x9e3779b97f4a7c15ull;
         t->cma_next = (t->cma_probe >> 16) | 1;
     }
+
+    t->shm_max = params->cfg ? params->cfg->ucx_shm_max : 0;
+    if (t->shm_max > GCOLL_UCX_SHM_MAX_LIMIT) {
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: GCOLL_UCX_SHM_MAX=%zu capped at %u", t->shm_max,
+                    GCOLL_UCX_SHM_MAX_LIMIT);
+        t->shm_max = GCOLL_UCX_SHM_MAX_LIMIT;
+    }
+    if (t->shm_max && !tls_may_use_mm(getenv("UCX_TLS"))) {
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: shared-memory mailbox off: UCX_TLS=%s has no "
+                    "shared-memory transport", getenv("UCX_TLS"));
+        t->shm_max = 0;
+    }
+    GCOLL_CHECK_GOTO(gcoll_ucx_shm_create(t), st, err_destroy);
 
     st = GCOLL_ERR_TRANSPORT;
     ucs_status_t s = context_init(params->cfg ? params->cfg->timeout_ms : 0, t->size, &t->ctx);
@@ -394,7 +414,7 @@ err_destroy:
 
 gcoll_status_t gcoll_ucx_address(gcoll_transport_t *t, void *buf, size_t *len_p)
 {
-    size_t n = BLOB_HDR_LEN + t->addr_len + BLOB_CMA_LEN;
+    size_t n = BLOB_HDR_LEN + t->addr_len + BLOB_TAIL_LEN;
     if (*len_p < n) {
         gcoll_ucx_set_error(t, "UCX worker address of %zu bytes does not fit in %zu", t->addr_len,
                             *len_p);
@@ -414,6 +434,7 @@ gcoll_status_t gcoll_ucx_address(gcoll_transport_t *t, void *buf, size_t *len_p)
         gcoll_put_u64(c + 8, (uint64_t)(uintptr_t)&t->cma_probe);
         gcoll_put_u64(c + 16, t->cma_probe);
     }
+    gcoll_ucx_shm_blob(t, c + BLOB_CMA_LEN);
     *len_p = n;
     return GCOLL_OK;
 }
@@ -464,8 +485,10 @@ static gcoll_status_t connect_round(gcoll_transport_t *t, int round, uint64_t de
 {
     for (int peer = 0; peer < t->size; peer++)
         if (peer != t->rank) {
-            /* the flag byte: we can read its memory, so it may send us single-copy */
-            uint8_t flags = t->peers[peer].cma_pid ? GCOLL_UCX_HELLO_CMA : 0;
+            /* the flag byte: we can read its memory, so it may send us single-copy; we
+             * write small messages into its mailbox, so it must poll our ring */
+            uint8_t flags = (t->peers[peer].cma_pid ? GCOLL_UCX_HELLO_CMA : 0) |
+                            (t->peers[peer].shm_ring ? GCOLL_UCX_HELLO_SHM : 0);
             GCOLL_CHECK(gcoll_ucx_send_ctl(t, peer, UCX_MSG_HELLO, -round, &flags, 1));
         }
     t->peers[t->rank].hello = round;
@@ -536,8 +559,8 @@ gcoll_status_t gcoll_ucx_connect(gcoll_transport_t *t, const void *const *blobs,
             continue;
         const uint8_t *b = blobs[peer];
         if (lens[peer] < BLOB_HDR_LEN || gcoll_get_u32(b) != BLOB_MAGIC ||
-            b[4] != GCOLL_UCX_VERSION || lens[peer] < BLOB_HDR_LEN + BLOB_CMA_LEN ||
-            gcoll_get_u32(b + 16) != lens[peer] - BLOB_HDR_LEN - BLOB_CMA_LEN) {
+            b[4] != GCOLL_UCX_VERSION || lens[peer] < BLOB_HDR_LEN + BLOB_TAIL_LEN ||
+            gcoll_get_u32(b + 16) != lens[peer] - BLOB_HDR_LEN - BLOB_TAIL_LEN) {
             gcoll_ucx_set_error(t,
                                 "rank %d published a malformed ucx address (another "
                                 "gcoll version or transport?)",
@@ -546,7 +569,8 @@ gcoll_status_t gcoll_ucx_connect(gcoll_transport_t *t, const void *const *blobs,
         }
         ucx_peer_t *p = &t->peers[peer];
         p->cookie = gcoll_get_u64(b + 8);
-        cma_probe(t, peer, b + lens[peer] - BLOB_CMA_LEN);
+        cma_probe(t, peer, b + lens[peer] - BLOB_TAIL_LEN);
+        gcoll_ucx_shm_attach(t, peer, b + lens[peer] - GCOLL_UCX_BLOB_SHM_LEN);
         ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                                             UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                                             UCP_EP_PARAM_FIELD_ERR_HANDLER,
@@ -570,6 +594,7 @@ gcoll_status_t gcoll_ucx_connect(gcoll_transport_t *t, const void *const *blobs,
      * endpoint may wait for the peer to progress, and an abort must not). Round 2, ready:
      * nobody leaves while a peer's flush may still need it to progress. */
     GCOLL_CHECK(connect_round(t, 1, deadline_ms));
+    gcoll_ucx_shm_connected(t); /* every peer's hello came: those that map it have */
     for (int peer = 0; peer < t->size && !t->aborted; peer++)
         GCOLL_CHECK(flush_ep(t, peer, deadline_ms));
     if (!t->aborted)

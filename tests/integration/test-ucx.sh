@@ -138,4 +138,42 @@ for v in ucx-default $(ucx_variants) ucx-nocma; do
         grep -v '^ok' "$log" | tail -n 20
     fi
 done
+# Shared-memory mailbox (GCOLL_UCX_SHM_MAX): where UCX may use shared memory, messages of up
+# to 4 KiB go through gcoll's own rings (every rank's summary counts them, sends = receives),
+# results exact; over UCX's tcp, and with GCOLL_UCX_SHM_MAX=0, none do.
+for v in ucx-default $(ucx_variants) ucx-noshm; do
+    log="$TMP/shm-$v.log"
+    venv=$(ucx_variant_env "$v")
+    extra=""
+    case "$v" in
+    ucx-default) venv="UCX_TLS=all"; want=yes ;;
+    ucx-shm) want=yes ;;
+    ucx-noshm) venv=$(ucx_variant_env ucx-shm); extra="-x GCOLL_UCX_SHM_MAX=0"; want=no ;;
+    *) want=no ;;
+    esac
+    # shellcheck disable=SC2086
+    if ! env $venv "$gcoll_run" --timeout 120 -n 3 -x GCOLL_TRANSPORT=ucx $extra \
+        -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=NET \
+        -- "$top_builddir/tools/gcoll-bench" -c -b 8 -e 32K -f 8 -n 20 -w 2 >"$log" 2>&1; then
+        fail "$v: mailbox run did not run"
+        tail -n 20 "$log"
+        continue
+    fi
+    res=$(grep 'ucx: progress:' "$log" | awk '
+        {for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) {s[kv[1]] += kv[2]}
+         n++; if ($0 ~ /shm_sends=0 /) zero++}
+        END {printf "%d %d %d %d", n, s["shm_sends"], s["shm_recvs"], zero}')
+    # shellcheck disable=SC2086
+    set -- $res
+    wrong=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ {w += $(NF - 0)} END {print w + 0}' "$log")
+    sizes=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ && $NF == 0' "$log" | wc -l)
+    if [ "$1" = 3 ] && [ "$sizes" = 5 ] && [ "$wrong" = 0 ] &&
+        { { [ "$want" = yes ] && [ "$2" -gt 0 ] && [ "$2" = "$3" ] && [ "$4" = 0 ]; } ||
+          { [ "$want" = no ] && [ "$2" = 0 ] && [ "$3" = 0 ]; }; }; then
+        pass "$v: mailbox $want ($2 sends, $3 receives on 3 ranks; 5 sizes exact)"
+    else
+        fail "$v: mailbox should be $want: $1 summaries, $2 sends, $3 receives, $4 ranks without, $sizes sizes exact, #wrong sum $wrong"
+        grep -v '^ok' "$log" | tail -n 20
+    fi
+done
 finish

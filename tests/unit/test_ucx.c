@@ -1,7 +1,9 @@
-/* test_ucx.c: the UCX transport's single-copy path (GCOLL_UCX_CMA_MIN) between two
- * transport instances in one process: transfers either way round, a send withdrawn while
- * its message waits unexpected, a receive of another length, and malformed single-copy
- * messages; and its registration cache. Skips when UCX cannot run here. */
+/* test_ucx.c: the UCX transport's single-copy path (GCOLL_UCX_CMA_MIN) and shared-memory
+ * mailbox (GCOLL_UCX_SHM_MAX) between two transport instances in one process: transfers
+ * either way round, a send withdrawn while its message waits unexpected, a receive of
+ * another length, malformed single-copy messages; a full mailbox, its records wrapping,
+ * a malformed record, the doorbell that wakes a sleeping receiver; and the registration
+ * cache. Skips when UCX cannot run here. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -48,6 +51,7 @@ static int setup(void **state)
     pair_t *p = calloc(1, sizeof(*p));
     p->cfg.timeout_ms = 10000;
     p->cfg.ucx_cma_min = 128 << 10;
+    p->cfg.ucx_shm_max = 4096;
     for (int r = 0; r < 2; r++) {
         gcoll_transport_params_t params = {.rank = r, .size = 2, .cfg = &p->cfg,
                                            .local_ip = "127.0.0.1",
@@ -66,6 +70,15 @@ static int setup(void **state)
     assert_int_equal(p->st[1], GCOLL_OK);
     *state = p;
     return 0;
+}
+
+/* Without UCX's keepalive, which would wake a sleeping receiver every second anyway. */
+static int setup_quiet(void **state)
+{
+    setenv("UCX_KEEPALIVE_INTERVAL", "60s", 1);
+    int rc = setup(state);
+    unsetenv("UCX_KEEPALIVE_INTERVAL");
+    return rc;
 }
 
 static int teardown(void **state)
@@ -122,19 +135,24 @@ static void wait_unexpected(pair_t *p)
     }
 }
 
-static void transfer(pair_t *p, size_t len, int recv_first, int single_copy)
+enum { VIA_UCX, VIA_CMA, VIA_SHM };
+
+static void transfer(pair_t *p, size_t len, int recv_first, int via)
 {
-    uint8_t *src = malloc(len), *dst = calloc(1, len);
+    uint8_t *src = malloc(len + 1), *dst = calloc(1, len + 1);
     for (size_t i = 0; i < len; i++)
         src[i] = (uint8_t)(i * 131 + len);
     unsigned long sends = p->t[0]->st_cma_sends, recvs = p->t[1]->st_cma_recvs;
+    unsigned long shm_sends = p->t[0]->st_shm_sends, shm_recvs = p->t[1]->st_shm_recvs;
     gcoll_treq_t s = req(1, 1000 + len, src, len), r = req(0, 1000 + len, dst, len);
     if (recv_first)
         assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
     assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s), GCOLL_OK);
+    if (via == VIA_SHM)
+        assert_int_equal(s.done, 1); /* copied into the mailbox: complete at once */
     if (!recv_first) {
         wait_unexpected(p);
-        if (single_copy)
+        if (via == VIA_CMA)
             assert_int_equal(s.done, 0); /* the send waits for the read */
         assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
     }
@@ -144,8 +162,10 @@ static void transfer(pair_t *p, size_t len, int recv_first, int single_copy)
     assert_int_equal(r.status, GCOLL_OK);
     assert_int_equal(r.nbytes, len);
     assert_memory_equal(src, dst, len);
-    assert_int_equal(p->t[0]->st_cma_sends - sends, (unsigned long)single_copy);
-    assert_int_equal(p->t[1]->st_cma_recvs - recvs, (unsigned long)single_copy);
+    assert_int_equal(p->t[0]->st_cma_sends - sends, (unsigned long)(via == VIA_CMA));
+    assert_int_equal(p->t[1]->st_cma_recvs - recvs, (unsigned long)(via == VIA_CMA));
+    assert_int_equal(p->t[0]->st_shm_sends - shm_sends, (unsigned long)(via == VIA_SHM));
+    assert_int_equal(p->t[1]->st_shm_recvs - shm_recvs, (unsigned long)(via == VIA_SHM));
     free(src);
     free(dst);
 }
@@ -159,12 +179,137 @@ static void test_single_copy(void **state)
     assert_int_equal(p->t[1]->peers[0].cma_send, 1);
     const size_t lens[] = {128 << 10, (3 << 20) + 7};
     for (size_t i = 0; i < 2; i++) {
-        transfer(p, lens[i], 1, 1);
-        transfer(p, lens[i], 0, 1);
+        transfer(p, lens[i], 1, VIA_CMA);
+        transfer(p, lens[i], 0, VIA_CMA);
     }
     /* below the threshold: UCX's own protocols */
-    transfer(p, (128 << 10) - 1, 1, 0);
-    transfer(p, 1000, 0, 0);
+    transfer(p, (128 << 10) - 1, 1, VIA_UCX);
+    transfer(p, 4097, 0, VIA_UCX);
+}
+
+/* Up to GCOLL_UCX_SHM_MAX bytes: through the peer's mailbox, both sides said so in their
+ * hellos; empty messages too. */
+static void test_mailbox(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    assert_non_null(p->t[0]->peers[1].shm_ring);
+    assert_non_null(p->t[1]->peers[0].shm_ring);
+    assert_int_equal(p->t[0]->nshm_senders, 1);
+    assert_int_equal(p->t[1]->peers[0].shm_from, 1);
+    const size_t lens[] = {0, 8, 40, 41, 1000, 4096};
+    for (size_t i = 0; i < GCOLL_ARRAY_SIZE(lens); i++) {
+        transfer(p, lens[i], 1, VIA_SHM);
+        transfer(p, lens[i], 0, VIA_SHM);
+    }
+    transfer(p, 4097, 1, VIA_UCX);
+}
+
+/* A mailbox ring that fills (the receiver not polling) sends the rest through UCX; every
+ * message arrives whole whichever way it went, received in another order, over several
+ * laps of the ring (records padded at its end). */
+static void test_mailbox_full(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    enum { N = 40 };
+    static uint8_t src[N][4096], dst[N][4096];
+    gcoll_treq_t s[N], r[N], *all[2 * N];
+    unsigned long full = p->t[0]->st_shm_full, via_shm = p->t[0]->st_shm_sends;
+    for (int lap = 0; lap < 5; lap++) {
+        for (int i = 0; i < N; i++) {
+            size_t len = 1000 + (size_t)((i * 977 + lap * 131) % 3097);
+            for (size_t j = 0; j < len; j++)
+                src[i][j] = (uint8_t)(i + j * 7 + lap);
+            s[i] = req(1, (uint64_t)lap << 32 | (uint64_t)i, src[i], len);
+            r[i] = req(0, (uint64_t)lap << 32 | (uint64_t)i, dst[i], len);
+            assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s[i]), GCOLL_OK);
+            gcoll_ucx_ops.progress(p->t[0], 0); /* the sender only */
+        }
+        for (int i = N - 1; i >= 0; i--) /* newest first */
+            assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r[i]), GCOLL_OK);
+        for (int i = 0; i < N; i++) {
+            all[i] = &s[i];
+            all[N + i] = &r[i];
+        }
+        drive(p, all, 2 * N);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(s[i].status, GCOLL_OK);
+            assert_int_equal(r[i].status, GCOLL_OK);
+            assert_int_equal(r[i].nbytes, s[i].len);
+            assert_memory_equal(src[i], dst[i], s[i].len);
+        }
+    }
+    assert_true(p->t[0]->st_shm_full > full);        /* some went through UCX */
+    assert_true(p->t[0]->st_shm_sends - via_shm > 5 * 10); /* most through the mailbox */
+}
+
+/* A record whose length field is out of bounds (a broken peer writes into our mailbox)
+ * fails that peer with a reason; nothing is delivered. */
+static void test_mailbox_malformed(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    transfer(p, 8, 1, VIA_SHM); /* the first record: the ring's next is at byte 64 */
+    uint8_t dst[64];
+    gcoll_treq_t r = req(0, 3, dst, sizeof(dst));
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
+    uint8_t *rec = p->t[0]->peers[1].shm_ring + 128 + 64; /* control block, then records */
+    gcoll_put_u64(rec + 8, 3);
+    gcoll_put_u32(rec + 16, 7);
+    gcoll_put_u32(rec + 20, GCOLL_UCX_SHM_RING); /* longer than any record may be */
+    __atomic_store_n((uint64_t *)rec, 64 + 1, __ATOMIC_RELEASE);
+    gcoll_treq_t *one[] = {&r};
+    drive(p, one, 1);
+    assert_int_equal(r.status, GCOLL_ERR_PEER);
+    assert_non_null(strstr(gcoll_ucx_ops.last_error(p->t[1]), "malformed shared-memory"));
+    assert_true(p->t[1]->peers[0].failed);
+}
+
+typedef struct {
+    gcoll_transport_t *t;
+    gcoll_treq_t *r;
+    uint64_t woke_ms;
+} sleeper_t;
+
+static void *sleep_in_progress(void *arg)
+{
+    sleeper_t *a = arg;
+    uint64_t end = gcoll_time_ms() + 10000;
+    while (!a->r->done && gcoll_time_ms() < end)
+        gcoll_ucx_ops.progress(a->t, 4000); /* sleeps: nothing arrives for a while */
+    a->woke_ms = gcoll_time_ms();
+    return NULL;
+}
+
+/* A receiver asleep in epoll is woken by the sender's doorbell: without it the message
+ * would wait in the mailbox until the 4-second sleep ran out (UCX's keepalive, which
+ * would wake it within a second, is off: setup_quiet). */
+static void test_mailbox_bell(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    uint8_t src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8] = {0};
+    gcoll_treq_t s = req(1, 11, src, 8), r = req(0, 11, dst, 8);
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
+    unsigned long bells = p->t[0]->st_shm_bells, sleeps = p->t[1]->st_sleeps;
+    sleeper_t a = {p->t[1], &r, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, sleep_in_progress, &a), 0);
+    uint64_t until = gcoll_time_ms() + 5000;
+    while (p->t[1]->st_sleeps == sleeps && gcoll_time_ms() < until)
+        usleep(1000);
+    usleep(100000); /* well inside epoll_wait */
+    uint64_t sent = gcoll_time_ms();
+    assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s), GCOLL_OK);
+    assert_int_equal(s.done, 1);
+    while (!r.done && gcoll_time_ms() < until + 5000)
+        gcoll_ucx_ops.progress(p->t[0], 1); /* the doorbell's own send */
+    pthread_join(th, NULL);
+    assert_int_equal(r.status, GCOLL_OK);
+    assert_memory_equal(src, dst, 8);
+    assert_int_equal(p->t[0]->st_shm_bells - bells, 1);
+    assert_true(a.woke_ms - sent < 1000);
 }
 
 /* A send cancelled while its descriptor waits at the receiver: the token word is cleared
@@ -310,7 +455,7 @@ static void test_registration(void **state)
     assert_non_null(h);
     assert_non_null(gcoll_ucx_reg_lookup(p->t[0], buf + 4096, 8192));
     assert_null(gcoll_ucx_reg_lookup(p->t[0], buf + 4096, len)); /* runs past the end */
-    transfer(p, len, 1, 1); /* other buffers meanwhile */
+    transfer(p, len, 1, VIA_CMA); /* other buffers meanwhile */
     gcoll_ucx_ops.mem_dereg(p->t[0], h);
     assert_null(gcoll_ucx_reg_lookup(p->t[0], buf, len));
     free(buf);
@@ -320,6 +465,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_single_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mailbox, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mailbox_full, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mailbox_malformed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mailbox_bell, setup_quiet, teardown),
         cmocka_unit_test_setup_teardown(test_withdrawn_abort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_withdrawn_silent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_length_mismatch, setup, teardown),
