@@ -135,8 +135,8 @@ static void count_anylen(gcoll_comm_t *comm, gcoll_treq_t *r)
 #define SPIN_HOT_NS 500u
 /* While polling hot, the clock is read every few rounds only: a clock read in this VM
  * costs about a shared-memory poll (16% of an 8-byte allreduce's profile on 2 ranks
- * before). The rounds without one count as wire time all the same (the next read adds
- * the whole interval). */
+ * before). The rounds without one count as wire time all the same (the next read, or the
+ * completion, adds the whole interval). */
 #define HOT_CLOCK_EVERY 4u
 
 gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting)
@@ -147,6 +147,7 @@ gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting)
     }
     if (comm->hot_skip) { /* polling hot: the clock every HOT_CLOCK_EVERY-th round */
         comm->hot_skip--;
+        comm->hot_unclocked = 1;
         return comm->tops->progress(comm->tp, 0);
     }
     uint64_t t0 = gcoll_time_ns(); /* one clock read for the deadline and the polling */
@@ -174,6 +175,7 @@ gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting)
           * saw the completion, does not) */
         comm->counters.ns_wire += t0 - comm->poll_prev_ns;
     comm->poll_prev_ns = t0;
+    comm->hot_unclocked = 0;
     uint64_t spun = t0 - comm->spin_from_ns;
     if (spun < comm->spin_ns) {
         st = comm->tops->progress(comm->tp, 0);
@@ -195,6 +197,10 @@ gcoll_status_t gcoll_net_done(gcoll_comm_t *comm, gcoll_treq_t *r, int *done_p)
     if (!r->done)
         return GCOLL_OK;
     count_anylen(comm, r);
+    if (comm->hot_unclocked) { /* rounds since the last clock read count as wire time */
+        comm->counters.ns_wire += gcoll_time_ns() - comm->poll_prev_ns;
+        comm->hot_unclocked = 0;
+    }
     comm->deadline_stale = 1;
     comm->spin_from_ns = 0;
     comm->hot_skip = 0;

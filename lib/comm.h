@@ -69,6 +69,7 @@ struct gcoll_comm {
     uint64_t spin_from_ns; /* start of the current polling, 0: none (gcoll_net_poll) */
     uint64_t poll_prev_ns; /* clock at the last polling round (gcoll_net_poll) */
     unsigned hot_skip;     /* polling rounds left before the next clock read */
+    int hot_unclocked;     /* rounds ran since the last clock read */
     size_t algo_memo_bytes; /* allreduce: the last size the cost model chose for, and */
     int algo_memo;          /* its choice (-1: none yet) */
     gcoll_counters_t counters;

@@ -59,8 +59,10 @@ gcoll_status_t gcoll_ucx_shm_create(gcoll_transport_t *t)
     char name[64];
     snprintf(name, sizeof(name), "gcoll-shm-%016llx", (unsigned long long)t->cookie);
     size_t bytes = mailbox_bytes(t->size);
-    int fd = memfd_create(name, MFD_CLOEXEC);
-    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    /* sealed at its size: a peer cannot shrink it under our mappings (SIGBUS) */
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
         GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: shared-memory mailbox off: %s", strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -109,24 +111,39 @@ void gcoll_ucx_shm_attach(gcoll_transport_t *t, int peer, const uint8_t *c)
     snprintf(path, sizeof(path), "/proc/%u/fd/%u", pid, fdn);
     snprintf(want, sizeof(want), "/memfd:gcoll-shm-%016llx (deleted)",
              (unsigned long long)p->cookie);
-    ssize_t n = readlink(path, link, sizeof(link) - 1);
     const char *why = NULL;
     size_t bytes = mailbox_bytes(t->size);
-    int fd = -1;
+    int fd = -1, pfd = open(path, O_PATH | O_CLOEXEC); /* a handle: opens nothing yet */
     void *m = MAP_FAILED;
     struct stat sb;
-    if (n < 0 || (link[n] = '\0', strcmp(link, want) != 0))
-        why = n < 0 ? strerror(errno) : "another process or host";
-    else if ((fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0)
+    ssize_t n = -1;
+    if (pfd >= 0) { /* what the handle is, not what the number meant a moment ago */
+        char self[64];
+        snprintf(self, sizeof(self), "/proc/self/fd/%d", pfd);
+        n = readlink(self, link, sizeof(link) - 1);
+    }
+    if (pfd < 0 || n < 0)
         why = strerror(errno);
-    else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != bytes)
+    else if (link[n] = '\0', strcmp(link, want) != 0)
+        why = "another process or host";
+    else if (fstat(pfd, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != bytes)
         why = "not a mailbox of this communicator's size";
-    else if ((m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
-        why = strerror(errno);
-    else if (gcoll_get_u64(m) != SHM_MAGIC || gcoll_get_u64((uint8_t *)m + 8) != p->cookie ||
-             gcoll_get_u32((uint8_t *)m + 16) != (uint32_t)t->size ||
-             gcoll_get_u32((uint8_t *)m + 20) != GCOLL_UCX_SHM_RING)
-        why = "its header does not match";
+    else {
+        char self[64];
+        snprintf(self, sizeof(self), "/proc/self/fd/%d", pfd);
+        if ((fd = open(self, O_RDWR | O_CLOEXEC)) < 0)
+            why = strerror(errno);
+        else if ((m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+                 MAP_FAILED)
+            why = strerror(errno);
+        else if (gcoll_get_u64(m) != SHM_MAGIC ||
+                 gcoll_get_u64((uint8_t *)m + 8) != p->cookie ||
+                 gcoll_get_u32((uint8_t *)m + 16) != (uint32_t)t->size ||
+                 gcoll_get_u32((uint8_t *)m + 20) != GCOLL_UCX_SHM_RING)
+            why = "its header does not match";
+    }
+    if (pfd >= 0)
+        close(pfd);
     if (fd >= 0)
         close(fd);
     if (why) {
@@ -179,7 +196,8 @@ void gcoll_ucx_shm_destroy(gcoll_transport_t *t)
 /* ---------------------------------------------------------------------------------- */
 /* Data path                                                                            */
 
-/* Copies req into the peer's ring; 1 if sent (req complete), 0 if the ring has no room
+/* Copies req into the peer's ring; 1 if sent (req complete, or with its doorbell), 0 if
+ * the ring has no room
  * (the caller sends it through UCX: (peer, tag) pairs are unique, so order does not
  * matter). The record's sequence word goes last: it is what the receiver polls, in the
  * record's own cache line (one line moves between the cores for a small message, as in
@@ -214,11 +232,16 @@ int gcoll_ucx_shm_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req)
     /* Dekker with the receiver's sleep (gcoll_ucx_shm_sleep): the record is visible before
      * we read its flag, or it sees the record before it sleeps */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (__atomic_load_n(mailbox_sleep(p->shm_box), __ATOMIC_RELAXED)) {
-        t->st_shm_bells++;
-        gcoll_ucx_send_ctl(t, p->rank, UCX_MSG_BELL, 0, NULL, 0);
-    }
     t->st_shm_sends++;
+    if (__atomic_load_n(mailbox_sleep(p->shm_box), __ATOMIC_RELAXED)) {
+        /* The send completes with its doorbell: a bell that UCX had to queue moves only
+         * while we progress, and a caller whose send completed might not. */
+        t->st_shm_bells++;
+        ucx_hdr_t h = {.type = UCX_MSG_BELL, .src = (uint32_t)t->rank, .cookie = p->cookie};
+        if (gcoll_ucx_send_op(t, p->rank, req, &h, NULL, 0) != GCOLL_OK)
+            gcoll_ucx_complete(t, req, GCOLL_OK); /* no memory: the receiver's timeout */
+        return 1;
+    }
     gcoll_ucx_complete(t, req, GCOLL_OK);
     return 1;
 }
@@ -244,19 +267,22 @@ static unsigned poll_ring(gcoll_transport_t *t, ucx_peer_t *p)
         if (__atomic_load_n((uint64_t *)(data + pos), __ATOMIC_ACQUIRE) != head + 1)
             break;
         uint32_t len = gcoll_get_u32(data + pos + 20);
-        if (len == SHM_PAD) {
-            head += R - pos;
-            continue;
+        size_t need = len == SHM_PAD ? (size_t)(R - pos) : rec_bytes(len);
+        if (len != SHM_PAD) {
+            if (len > GCOLL_UCX_SHM_MAX_LIMIT || need > R - pos) {
+                malformed(t, p->rank, "record length", len, pos);
+                break;
+            }
+            gcoll_ucx_deliver(t, p->rank, gcoll_get_u64(data + pos + 8),
+                              gcoll_get_u32(data + pos + 16), data + pos + SHM_REC_HDR, len);
+            n++;
         }
-        size_t need = rec_bytes(len);
-        if (len > GCOLL_UCX_SHM_MAX_LIMIT || need > R - pos) {
-            malformed(t, p->rank, "record length", len, pos);
-            break;
-        }
-        gcoll_ucx_deliver(t, p->rank, gcoll_get_u64(data + pos + 8),
-                          gcoll_get_u32(data + pos + 16), data + pos + SHM_REC_HDR, len);
+        /* Every line of what was read may start a later record: its first word is cleared
+         * so that old payload bytes are never taken for a sequence word (they can equal
+         * one: records differ in length from lap to lap). */
+        for (size_t o = 0; o < need; o += SHM_REC_ALIGN)
+            *(uint64_t *)(data + pos + o) = 0;
         head += need;
-        n++;
     }
     if (head != p->shm_head) {
         p->shm_head = head;
@@ -269,6 +295,8 @@ static unsigned poll_ring(gcoll_transport_t *t, ucx_peer_t *p)
 unsigned gcoll_ucx_shm_poll(gcoll_transport_t *t)
 {
     unsigned n = 0;
+    if (t->closing) /* destroy: arrivals are dropped (as UCX's) */
+        return 0;
     for (int i = 0; i < t->nshm_senders; i++) {
         ucx_peer_t *p = &t->peers[t->shm_senders[i]];
         if (!p->failed)
@@ -283,12 +311,14 @@ int gcoll_ucx_shm_sleep(gcoll_transport_t *t)
 {
     if (!t->nshm_senders)
         return 0;
+    unsigned long ev = t->events;
     __atomic_store_n(mailbox_sleep(t->shm_box), 1u, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    unsigned n = gcoll_ucx_shm_poll(t);
-    if (n)
+    /* anything delivered, or a peer failed on a malformed record: do not sleep */
+    int any = gcoll_ucx_shm_poll(t) != 0 || t->events != ev;
+    if (any)
         gcoll_ucx_shm_wake(t);
-    return n != 0;
+    return any;
 }
 
 void gcoll_ucx_shm_wake(gcoll_transport_t *t)
