@@ -82,6 +82,10 @@ typedef struct gcoll_transport_ops {
     void (*mem_dereg)(gcoll_transport_t *t, void *handle);
     /* Closes every connection and frees the instance. Bounded. */
     void (*destroy)(gcoll_transport_t *t);
+    /* Optional (NULL: unknown). Whether the peer last ran on the CPU the caller runs on:
+     * 1 yes, 0 on another one, -1 unknown. Waits use it to choose between polling (the
+     * peer runs elsewhere) and yielding the CPU (the peer needs it). Never blocks. */
+    int (*peer_shares_cpu)(gcoll_transport_t *t, int peer);
 } gcoll_transport_ops_t;
 
 extern const gcoll_transport_ops_t gcoll_tcp_ops;

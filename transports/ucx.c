@@ -694,7 +694,7 @@ static void handle_ep_errors(gcoll_transport_t *t)
 
 unsigned gcoll_ucx_drive(gcoll_transport_t *t)
 {
-    unsigned total = t->nshm_senders ? gcoll_ucx_shm_poll(t) : 0, n;
+    unsigned total = t->shm_box ? gcoll_ucx_shm_poll(t) : 0, n;
     int rounds = 0;
     do {
         n = ucp_worker_progress(t->worker);
@@ -897,4 +897,5 @@ const gcoll_transport_ops_t gcoll_ucx_ops = {
     .mem_reg = gcoll_ucx_mem_reg,
     .mem_dereg = gcoll_ucx_mem_dereg,
     .destroy = gcoll_ucx_destroy,
+    .peer_shares_cpu = gcoll_ucx_shm_peer_cpu,
 };

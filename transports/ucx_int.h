@@ -189,6 +189,7 @@ struct gcoll_transport {
     int shm_fd;       /* our mailbox's memfd until connected, else -1 */
     uint8_t *shm_box; /* our mailbox */
     size_t shm_bytes;
+    int shm_cpu1;     /* the CPU we last published in our mailbox, plus one (0: none) */
     int *shm_senders; /* peers whose rings we poll */
     int nshm_senders;
     unsigned long st_shm_sends, st_shm_recvs, st_shm_bells, st_shm_full;
@@ -256,6 +257,8 @@ void gcoll_ucx_shm_destroy(gcoll_transport_t *t);
 int gcoll_ucx_shm_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req);
 /* Delivers what the rings hold; the number of messages. */
 unsigned gcoll_ucx_shm_poll(gcoll_transport_t *t);
+/* transport op peer_shares_cpu: from the CPU each rank publishes in its mailbox. */
+int gcoll_ucx_shm_peer_cpu(gcoll_transport_t *t, int peer);
 /* Before and after sleeping in epoll: nonzero from sleep means do not (messages came). */
 int gcoll_ucx_shm_sleep(gcoll_transport_t *t);
 void gcoll_ucx_shm_wake(gcoll_transport_t *t);

@@ -5,6 +5,7 @@
  * a malformed record, the doorbell that wakes a sleeping receiver; and the registration
  * cache. Skips when UCX cannot run here. */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -291,6 +292,30 @@ static void test_mailbox_stale_lap(void **state)
     assert_false(p->t[1]->peers[0].failed);
 }
 
+/* Where the peer runs (peer_shares_cpu): both instances poll on this thread's CPU (pinned
+ * here), so each sees the other on its own CPU; a peer published elsewhere is on another
+ * one; no mailbox (itself) is unknown. */
+static void test_peer_cpu(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    cpu_set_t old, one;
+    assert_int_equal(sched_getaffinity(0, sizeof(old), &old), 0);
+    int cpu = sched_getcpu();
+    assert_true(cpu >= 0);
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+    progress_both(p);
+    assert_int_equal(gcoll_ucx_ops.peer_shares_cpu(p->t[0], 1), 1);
+    assert_int_equal(gcoll_ucx_ops.peer_shares_cpu(p->t[1], 0), 1);
+    assert_int_equal(gcoll_ucx_ops.peer_shares_cpu(p->t[0], 0), -1);
+    assert_int_equal(gcoll_ucx_ops.peer_shares_cpu(p->t[0], 2), -1);
+    __atomic_store_n((int *)(p->t[0]->shm_box + 128), cpu + 2, __ATOMIC_RELAXED);
+    assert_int_equal(gcoll_ucx_ops.peer_shares_cpu(p->t[1], 0), 0);
+    assert_int_equal(sched_setaffinity(0, sizeof(old), &old), 0);
+}
+
 typedef struct {
     gcoll_transport_t *t;
     gcoll_treq_t *r;
@@ -494,6 +519,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mailbox_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_stale_lap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_bell, setup_quiet, teardown),
         cmocka_unit_test_setup_teardown(test_withdrawn_abort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_withdrawn_silent, setup, teardown),
