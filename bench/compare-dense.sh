@@ -153,7 +153,7 @@ launch() {
 # to keep the whole run under 10 minutes on a 2-core VM; results are checked (-c) up to
 # 16 MiB (the check is one more operation per size, too dear above). The last field of each
 # band is its timeout in seconds.
-bands=("-b 8 -e 8 -n 200 -w 20 60"
+bands=("-b 8 -e 8 -n 2000 -w 200 60"
     "-b 4K -e 1M -f 4 -n 50 -w 5 -c 90"
     "-b 4M -e 16M -f 4 -n 5 -w 2 -c 120")
 [ "$max_large" = 16M ] || bands+=("-b 64M -e $max_large -f 4 -n 3 -w 1 180")

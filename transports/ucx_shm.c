@@ -53,6 +53,23 @@ static size_t rec_bytes(size_t len)
 /* ---------------------------------------------------------------------------------- */
 /* Set-up                                                                               */
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* Faults a ring's pages into this process's page tables now, writable: the first lap of
+ * a ring otherwise takes a page fault on each side every 4 KiB (8-byte allreduce on 2
+ * ranks, 2000 iterations: 0.65-0.70 us against 0.42-0.45 once the ring had gone round).
+ * Only at connect, before any record is written: the fallback writes its zeros. */
+static void populate_ring(uint8_t *ring)
+{
+    if (madvise(ring, ring_stride(), MADV_POPULATE_WRITE) == 0)
+        return;
+    for (size_t o = 0; o < ring_stride(); o += 4096)
+        __atomic_store_n(ring + o, __atomic_load_n(ring + o, __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
+}
+
 gcoll_status_t gcoll_ucx_shm_create(gcoll_transport_t *t)
 {
     t->shm_fd = -1;
@@ -157,6 +174,7 @@ void gcoll_ucx_shm_attach(gcoll_transport_t *t, int peer, const uint8_t *c)
     }
     p->shm_box = m;
     p->shm_ring = ring_of(m, t->rank);
+    populate_ring(p->shm_ring);
     GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d (pid %u): small messages through its mailbox",
                 peer, pid);
 }
@@ -168,6 +186,7 @@ void gcoll_ucx_shm_expect(gcoll_transport_t *t, int peer)
         return;
     t->peers[peer].shm_from = 1;
     t->shm_senders[t->nshm_senders++] = peer;
+    populate_ring(ring_of(t->shm_box, peer));
 }
 
 void gcoll_ucx_shm_connected(gcoll_transport_t *t)
