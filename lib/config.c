@@ -73,9 +73,10 @@ static const param_t params[] = {
      OFF(tcp_stripe_min), F_MUST_MATCH, NULL},
     {"GCOLL_RING_CHUNK", P_SIZE, "512kb", "pipelining chunk of ring algorithms", OFF(ring_chunk),
      F_MUST_MATCH, NULL},
-    {"GCOLL_RING_DEPTH", P_INT, "0",
+    {"GCOLL_RING_DEPTH", P_INT, "-1",
      "pipelining depth of ring algorithms: chunks in flight to the right neighbour at a time "
-     "(0: every chunk of a step at once)", OFF(ring_depth), 0, "0:1048576"},
+     "(0: every chunk of a step at once; -1: 1 when the host's ranks outnumber its CPUs, "
+     "else 0)", OFF(ring_depth), 0, "-1:1048576"},
     {"GCOLL_ALGO", P_ENUM, "auto",
      "allreduce algorithm: ring, rhd (recursive halving-doubling), tree, rd (recursive "
      "doubling), or auto (cost model)",

@@ -25,7 +25,8 @@ typedef struct gcoll_config {
     char *tcp_ifname;
     size_t tcp_stripe_min;
     size_t ring_chunk;
-    long ring_depth; /* chunks a ring step keeps in flight to its right neighbour; 0: all */
+    long ring_depth; /* chunks a ring step keeps in flight to its right neighbour; 0: all;
+                      * -1 (auto) is resolved at init (comm.c) */
     size_t ring_slice;
     int algo; /* gcoll_algo_t */
     int sparse_algo; /* 0 auto, else gcoll_sparse_plan_t + 1 */
