@@ -20,11 +20,21 @@ const char *const gcoll_algo_names[] = {"auto", "ring", "rhd", "tree", "rd"};
  * 2 and 3 ranks and 64 KiB on 4; the ring from 256 KiB on 2 and 3 ranks (the fit picks
  * it from 128 KiB on 3, where recursive doubling measured 1.2x faster: the one miss); on
  * 4 ranks halving-doubling at 128 KiB-2 MiB (256 KiB: 225-270 us against the ring's
- * 362-368 and recursive doubling's 351-457) and the ring from 4 MiB. */
+ * 362-368 and recursive doubling's 351-457) and the ring from 4 MiB. Refitted once the
+ * ring kept one chunk in flight on oversubscribed hosts (GCOLL_RING_DEPTH=-1) and waits
+ * stopped yielding to peers on other CPUs: 4 ranks at 1 MiB, the ring 1.73-1.80 GB/s
+ * against halving-doubling's 1.23-1.36 over TCP, 2.45-2.51 against 1.97-2.60 over UCX
+ * (4 runs each); at 128 KiB halving-doubling still ahead of recursive doubling (111-119
+ * us against 153-170 over TCP, 71-87 against 100-117 over UCX) and level or ahead of the
+ * ring at 256 KiB. Halving-doubling's wire charge went from 2.1 to RHD_WIRE and its steps
+ * to RHD_STEP of a step, which moves its crossover with the ring on 4 ranks from 2 MiB to
+ * about 600 KiB and leaves the others (recursive doubling to 128 KiB on 2 ranks and 64
+ * KiB on 3 and 4, the ring from 256 KiB on 2 and 128 KiB on 3) where they were. */
 #define ALPHA_NS 80000.0
 #define BETA_NS 0.5
 #define GAMMA_NS 0.05
-#define RHD_WIRE 2.1
+#define RHD_WIRE 2.8
+#define RHD_STEP 0.87
 
 static int ceil_log2(int p)
 {
@@ -45,7 +55,8 @@ static double cost(gcoll_algo_t a, double n, int P)
         return 2.0 * (P - 1) * ALPHA_NS + 2.0 * f * n * BETA_NS;
     case GCOLL_ALGO_RHD: {
         double fp = (double)(p2 - 1) / p2;
-        double c = 2.0 * lg * ALPHA_NS + RHD_WIRE * fp * n * BETA_NS + fp * n * GAMMA_NS;
+        double c = 2.0 * lg * RHD_STEP * ALPHA_NS + RHD_WIRE * fp * n * BETA_NS +
+                   fp * n * GAMMA_NS;
         if (p2 != P) /* fold-in and fold-out of the extra ranks: full vectors */
             c += 2.0 * ALPHA_NS + 2.0 * n * BETA_NS + n * GAMMA_NS;
         return c;
