@@ -288,10 +288,20 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
         GCOLL_CHECK_GOTO(advance(&t, &done), st, out);
         if (done)
             break;
+        /* the wait names one pending peer: one that shares our CPU if there is one (it
+         * needs the CPU; gcoll_net_poll then yields at once), else the first */
         const gcoll_treq_t *w = NULL;
-        for (int j = 0; j < P && !w; j++)
-            if (j != r && t.rx[j].stage < t.S + 2)
+        for (int j = 0; j < P; j++) {
+            if (j == r || t.rx[j].stage >= t.S + 2)
+                continue;
+            if (!w)
                 w = &t.rx[j].req;
+            if (comm->tops->peer_shares_cpu &&
+                comm->tops->peer_shares_cpu(comm->tp, j) == 1) {
+                w = &t.rx[j].req;
+                break;
+            }
+        }
         GCOLL_CHECK_GOTO(gcoll_net_poll(comm, w ? w : &t.tx[t.tx_done]), st, out);
     }
     /* every rank's selection, summed in rank order: the peers' read from their messages

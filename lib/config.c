@@ -49,8 +49,8 @@ static const param_t params[] = {
     {"GCOLL_LOCAL_SIZE", P_INT, "", "ranks on this host (set by gcoll-run)", OFF(local_size), 0,
      "1:1048576"},
     {"GCOLL_SPIN_US", P_INT, "50",
-     "a blocking wait polls the transport this long (us, yielding the CPU between polls) "
-     "before it sleeps; 0: sleep at once",
+     "a blocking wait polls the transport this long (us, yielding the CPU between polls "
+     "once the awaited peer is not running elsewhere) before it sleeps; 0: sleep at once",
      OFF(spin_us), 0, "0:1000000"},
     {"GCOLL_TIMEOUT_MS", P_DURATION, "300000ms",
      "deadline of every blocking wait (rendezvous, connect, collective); '500ms', '30s', '5m'",

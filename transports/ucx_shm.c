@@ -63,11 +63,13 @@ static size_t rec_bytes(size_t len)
  * Only at connect, before any record is written: the fallback writes its zeros. */
 static void populate_ring(uint8_t *ring)
 {
-    if (madvise(ring, ring_stride(), MADV_POPULATE_WRITE) == 0)
+    /* rings are not page-aligned (the stride is 64 KiB + 128): the pages that hold one */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)ring & ~(page - 1);
+    uintptr_t end = ((uintptr_t)ring + ring_stride() + page - 1) & ~(page - 1);
+    if (madvise((void *)a, end - a, MADV_POPULATE_WRITE) == 0)
         return;
-    for (size_t o = 0; o < ring_stride(); o += 4096)
-        __atomic_store_n(ring + o, __atomic_load_n(ring + o, __ATOMIC_RELAXED),
-                         __ATOMIC_RELAXED);
+    for (uintptr_t p = a < (uintptr_t)ring ? a + page : a; p < end; p += page)
+        __atomic_fetch_or((uint8_t *)p, 0, __ATOMIC_RELAXED); /* a write that changes nothing */
 }
 
 gcoll_status_t gcoll_ucx_shm_create(gcoll_transport_t *t)
@@ -152,6 +154,8 @@ void gcoll_ucx_shm_attach(gcoll_transport_t *t, int peer, const uint8_t *c)
         snprintf(self, sizeof(self), "/proc/self/fd/%d", pfd);
         if ((fd = open(self, O_RDWR | O_CLOEXEC)) < 0)
             why = strerror(errno);
+        else if (!(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK)) /* -1 sets it too: not a memfd */
+            why = "not sealed at its size";
         else if ((m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
                  MAP_FAILED)
             why = strerror(errno);
