@@ -402,8 +402,7 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
             t->peers[peer].cma_send = 1;
         if (!rndv && length >= 1 && (*(const uint8_t *)data & GCOLL_UCX_HELLO_SHM))
             gcoll_ucx_shm_expect(t, peer);
-        t->events++;
-        return UCS_OK;
+        /* fall through */
     case UCX_MSG_BELL: /* the mailbox is polled by the progress that runs this */
         t->events++;
         return UCS_OK;
@@ -759,8 +758,9 @@ static gcoll_status_t ucx_progress(gcoll_transport_t *t, int timeout_ms)
         return GCOLL_OK;
     }
     ucs_status_t s = ucp_worker_arm(t->worker);
-    if (s == UCS_ERR_BUSY) {
+    if (s != UCS_OK) /* not sleeping after all */
         gcoll_ucx_shm_wake(t);
+    if (s == UCS_ERR_BUSY) {
         if (gcoll_ucx_drive(t) || t->events != ev)
             t->held_since_ns = 0;
         else
@@ -768,7 +768,6 @@ static gcoll_status_t ucx_progress(gcoll_transport_t *t, int timeout_ms)
         return GCOLL_OK;
     }
     if (s != UCS_OK) {
-        gcoll_ucx_shm_wake(t);
         gcoll_ucx_set_error(t, "ucp_worker_arm: %s", ucs_status_string(s));
         return GCOLL_ERR_TRANSPORT;
     }
