@@ -305,6 +305,8 @@ static size_t collect_streamed(float *e, const float *g, size_t n, float a, uint
  * costs a scalar increment per element: 17 ms for 26M floats here, more than the
  * collecting pass).
  */
+#define SAMPLE_PF 16
+
 /* Top-k by a sampled threshold, trimmed to exactly k (exact: the histogram path whenever
  * fewer than k were collected; else down to 0.9k accepted), of x, or, with g != NULL, of
  * e + a*g with the update fused into the collecting pass (x is then e, and the sample is
@@ -327,8 +329,18 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
         return GCOLL_ERR_NOMEM;
     size_t stride = n / m;
     uint64_t rs = key;
+    /* the positions first (n < 2^32), then the scattered reads with the ones SAMPLE_PF
+     * ahead prefetched: each is a cache miss, and only a few overlap otherwise */
+    for (size_t j = 0; j < m; j++)
+        sc->samp[j] = (uint32_t)(j * stride + (size_t)gcoll_rng_below(&rs, stride));
+    const float *xs = g ? e : x;
     for (size_t j = 0; j < m; j++) {
-        size_t i = j * stride + (size_t)gcoll_rng_below(&rs, stride);
+        if (j + SAMPLE_PF < m) {
+            __builtin_prefetch(xs + sc->samp[j + SAMPLE_PF]);
+            if (g)
+                __builtin_prefetch(g + sc->samp[j + SAMPLE_PF]);
+        }
+        size_t i = sc->samp[j];
         sc->samp[j] = absbits(g ? e[i] + a * g[i] : x[i]);
     }
     double ks = (double)k * (double)m / (double)n;
