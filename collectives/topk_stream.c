@@ -296,8 +296,7 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
                 continue;
             if (!w)
                 w = &t.rx[j].req;
-            if (comm->tops->peer_shares_cpu &&
-                comm->tops->peer_shares_cpu(comm->tp, j) == 1) {
+            if (gcoll_net_peer_shares_cpu(comm, j) == 1) {
                 w = &t.rx[j].req;
                 break;
             }

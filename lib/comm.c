@@ -149,11 +149,16 @@ static void count_anylen(gcoll_comm_t *comm, gcoll_treq_t *r)
  * third rank needs for long. */
 #define SPIN_ELSEWHERE_NS 8000u
 
+int gcoll_net_peer_shares_cpu(const gcoll_comm_t *comm, int peer)
+{
+    return comm->tops->peer_shares_cpu ? comm->tops->peer_shares_cpu(comm->tp, peer) : -1;
+}
+
 static uint64_t hot_ns(gcoll_comm_t *comm, const gcoll_treq_t *waiting)
 {
-    if (!waiting || !comm->tops->peer_shares_cpu)
+    if (!waiting)
         return SPIN_HOT_NS;
-    switch (comm->tops->peer_shares_cpu(comm->tp, waiting->peer)) {
+    switch (gcoll_net_peer_shares_cpu(comm, waiting->peer)) {
     case 1: return 0;
     case 0: return SPIN_ELSEWHERE_NS;
     default: return SPIN_HOT_NS;

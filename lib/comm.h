@@ -103,6 +103,10 @@ static inline uint64_t gcoll_tag(const gcoll_comm_t *comm, uint32_t sub)
     return ((uint64_t)comm->seq << 32) | sub;
 }
 
+/* Whether the peer last ran on the caller's CPU: 1, 0 (another CPU), -1 (unknown: the
+ * transport cannot tell). */
+int gcoll_net_peer_shares_cpu(const gcoll_comm_t *comm, int peer);
+
 gcoll_status_t gcoll_net_isend(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, uint32_t sub,
                                uint32_t sig, const void *buf, size_t len);
 gcoll_status_t gcoll_net_irecv(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, uint32_t sub,

@@ -188,7 +188,6 @@ struct gcoll_transport {
     size_t shm_max;   /* GCOLL_UCX_SHM_MAX, capped; 0: off */
     int shm_fd;       /* our mailbox's memfd until connected, else -1 */
     uint8_t *shm_box; /* our mailbox */
-    size_t shm_bytes;
     int shm_cpu1;     /* the CPU we last published in our mailbox, plus one (0: none) */
     int *shm_senders; /* peers whose rings we poll */
     int nshm_senders;

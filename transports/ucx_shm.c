@@ -101,7 +101,6 @@ gcoll_status_t gcoll_ucx_shm_create(gcoll_transport_t *t)
     }
     t->shm_fd = fd;
     t->shm_box = m;
-    t->shm_bytes = bytes;
     gcoll_put_u64(t->shm_box, SHM_MAGIC);
     gcoll_put_u64(t->shm_box + 8, t->cookie);
     gcoll_put_u32(t->shm_box + 16, (uint32_t)t->size);
@@ -137,21 +136,16 @@ void gcoll_ucx_shm_attach(gcoll_transport_t *t, int peer, const uint8_t *c)
     int fd = -1, pfd = open(path, O_PATH | O_CLOEXEC); /* a handle: opens nothing yet */
     void *m = MAP_FAILED;
     struct stat sb;
-    ssize_t n = -1;
-    if (pfd >= 0) { /* what the handle is, not what the number meant a moment ago */
-        char self[64];
-        snprintf(self, sizeof(self), "/proc/self/fd/%d", pfd);
-        n = readlink(self, link, sizeof(link) - 1);
-    }
-    if (pfd < 0 || n < 0)
+    char self[64]; /* the handle: what it is, not what the number meant a moment ago */
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", pfd);
+    ssize_t n = pfd >= 0 ? readlink(self, link, sizeof(link) - 1) : -1;
+    if (n < 0)
         why = strerror(errno);
     else if (link[n] = '\0', strcmp(link, want) != 0)
         why = "another process or host";
     else if (fstat(pfd, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != bytes)
         why = "not a mailbox of this communicator's size";
     else {
-        char self[64];
-        snprintf(self, sizeof(self), "/proc/self/fd/%d", pfd);
         if ((fd = open(self, O_RDWR | O_CLOEXEC)) < 0)
             why = strerror(errno);
         else if (!(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK)) /* -1 sets it too: not a memfd */
@@ -211,7 +205,7 @@ void gcoll_ucx_shm_destroy(gcoll_transport_t *t)
             t->peers[i].shm_ring = NULL;
         }
     if (t->shm_box)
-        munmap(t->shm_box, t->shm_bytes);
+        munmap(t->shm_box, bytes);
     t->shm_box = NULL;
     if (t->shm_fd >= 0)
         close(t->shm_fd);

@@ -333,10 +333,9 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
      * ahead prefetched: each is a cache miss, and only a few overlap otherwise */
     for (size_t j = 0; j < m; j++)
         sc->samp[j] = (uint32_t)(j * stride + (size_t)gcoll_rng_below(&rs, stride));
-    const float *xs = g ? e : x;
-    for (size_t j = 0; j < m; j++) {
+    for (size_t j = 0; j < m; j++) { /* with g, x is e */
         if (j + SAMPLE_PF < m) {
-            __builtin_prefetch(xs + sc->samp[j + SAMPLE_PF]);
+            __builtin_prefetch(x + sc->samp[j + SAMPLE_PF]);
             if (g)
                 __builtin_prefetch(g + sc->samp[j + SAMPLE_PF]);
         }

@@ -100,80 +100,54 @@ if command -v taskset >/dev/null 2>&1 && [ -n "$cpu" ]; then
 else
     note "skip: no taskset or no CPU affinity: the held-send check did not run"
 fi
-# Single copy (GCOLL_UCX_CMA_MIN): where UCX may use shared memory, messages from 64 KiB go
-# by process_vm_readv (every rank's summary counts them), results exact; over UCX's tcp,
-# and with GCOLL_UCX_CMA_MIN=0, none do. The suite above ran the ucx-shm variant with it.
-for v in ucx-default $(ucx_variants) ucx-nocma; do
-    log="$TMP/cma-$v.log"
-    venv=$(ucx_variant_env "$v")
-    extra=""
-    case "$v" in
-    ucx-default) venv="UCX_TLS=all"; want=yes ;;
-    ucx-shm) want=yes ;;
-    ucx-nocma) venv=$(ucx_variant_env ucx-shm); extra="-x GCOLL_UCX_CMA_MIN=0"; want=no ;;
-    *) want=no ;;
-    esac
-    # shellcheck disable=SC2086
-    if ! env $venv "$gcoll_run" --timeout 120 -n 3 -x GCOLL_TRANSPORT=ucx $extra \
-        -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=NET \
-        -- "$top_builddir/tools/gcoll-bench" -c -b 32K -e 4M -f 4 -n 5 -w 1 >"$log" 2>&1; then
-        fail "$v: single-copy run did not run"
-        tail -n 20 "$log"
-        continue
-    fi
-    res=$(grep 'ucx: progress:' "$log" | awk '
-        {for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) {s[kv[1]] += kv[2]}
-         n++; if ($0 ~ /cma_sends=0 /) zero++}
-        END {printf "%d %d %d %d", n, s["cma_sends"], s["cma_recvs"], zero}')
-    # shellcheck disable=SC2086
-    set -- $res
-    wrong=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ {w += $(NF - 0)} END {print w + 0}' "$log")
-    sizes=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ && $NF == 0' "$log" | wc -l)
-    if [ "$1" = 3 ] && [ "$sizes" = 4 ] && [ "$wrong" = 0 ] &&
-        { { [ "$want" = yes ] && [ "$2" -gt 0 ] && [ "$2" = "$3" ] && [ "$4" = 0 ]; } ||
-          { [ "$want" = no ] && [ "$2" = 0 ] && [ "$3" = 0 ]; }; }; then
-        pass "$v: single copy $want ($2 sends, $3 receives on 3 ranks; 4 sizes exact)"
-    else
-        fail "$v: single copy should be $want: $1 summaries, $2 sends, $3 receives, $4 ranks without, $sizes sizes exact, #wrong sum $wrong"
-        grep -v '^ok' "$log" | tail -n 20
-    fi
-done
-# Shared-memory mailbox (GCOLL_UCX_SHM_MAX): where UCX may use shared memory, messages of up
-# to 4 KiB go through gcoll's own rings (every rank's summary counts them, sends = receives),
-# results exact; over UCX's tcp, and with GCOLL_UCX_SHM_MAX=0, none do.
-for v in ucx-default $(ucx_variants) ucx-noshm; do
-    log="$TMP/shm-$v.log"
-    venv=$(ucx_variant_env "$v")
-    extra=""
-    case "$v" in
-    ucx-default) venv="UCX_TLS=all"; want=yes ;;
-    ucx-shm) want=yes ;;
-    ucx-noshm) venv=$(ucx_variant_env ucx-shm); extra="-x GCOLL_UCX_SHM_MAX=0"; want=no ;;
-    *) want=no ;;
-    esac
-    # shellcheck disable=SC2086
-    if ! env $venv "$gcoll_run" --timeout 120 -n 3 -x GCOLL_TRANSPORT=ucx $extra \
-        -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=NET \
-        -- "$top_builddir/tools/gcoll-bench" -c -b 8 -e 32K -f 8 -n 20 -w 2 >"$log" 2>&1; then
-        fail "$v: mailbox run did not run"
-        tail -n 20 "$log"
-        continue
-    fi
-    res=$(grep 'ucx: progress:' "$log" | awk '
-        {for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) {s[kv[1]] += kv[2]}
-         n++; if ($0 ~ /shm_sends=0 /) zero++}
-        END {printf "%d %d %d %d", n, s["shm_sends"], s["shm_recvs"], zero}')
-    # shellcheck disable=SC2086
-    set -- $res
-    wrong=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ {w += $(NF - 0)} END {print w + 0}' "$log")
-    sizes=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ && $NF == 0' "$log" | wc -l)
-    if [ "$1" = 3 ] && [ "$sizes" = 5 ] && [ "$wrong" = 0 ] &&
-        { { [ "$want" = yes ] && [ "$2" -gt 0 ] && [ "$2" = "$3" ] && [ "$4" = 0 ]; } ||
-          { [ "$want" = no ] && [ "$2" = 0 ] && [ "$3" = 0 ]; }; }; then
-        pass "$v: mailbox $want ($2 sends, $3 receives on 3 ranks; 5 sizes exact)"
-    else
-        fail "$v: mailbox should be $want: $1 summaries, $2 sends, $3 receives, $4 ranks without, $sizes sizes exact, #wrong sum $wrong"
-        grep -v '^ok' "$log" | tail -n 20
-    fi
-done
+# counted_path WHAT COUNTER OFFVAR OFFNAME NSIZES BENCH_ARGS...: 3 ranks run gcoll-bench
+# -c with UCX's default transports, each variant, and OFFNAME (ucx-shm with OFFVAR=0); the
+# path WHAT must be used (COUNTER_sends = COUNTER_recvs > 0 in every rank's summary) where
+# UCX may use shared memory and nowhere else, and every result must be exact.
+counted_path() {
+    what=$1 c=$2 offvar=$3 offname=$4 nsizes=$5
+    shift 5
+    bench_args="$*" # (set -- below reuses the positional parameters)
+    for v in ucx-default $(ucx_variants) "$offname"; do
+        log="$TMP/$c-$v.log"
+        venv=$(ucx_variant_env "$v")
+        extra=""
+        case "$v" in
+        ucx-default) venv="UCX_TLS=all"; want=yes ;;
+        ucx-shm) want=yes ;;
+        "$offname") venv=$(ucx_variant_env ucx-shm); extra="-x $offvar=0"; want=no ;;
+        *) want=no ;;
+        esac
+        # shellcheck disable=SC2086
+        if ! env $venv "$gcoll_run" --timeout 120 -n 3 -x GCOLL_TRANSPORT=ucx $extra \
+            -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=NET \
+            -- "$top_builddir/tools/gcoll-bench" -c $bench_args >"$log" 2>&1; then
+            fail "$v: $what run did not run"
+            tail -n 20 "$log"
+            continue
+        fi
+        res=$(grep 'ucx: progress:' "$log" | awk -v c="$c" '
+            {for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) {s[kv[1]] += kv[2]}
+             n++; if ($0 ~ (c "_sends=0 ")) zero++}
+            END {printf "%d %d %d %d", n, s[c "_sends"], s[c "_recvs"], zero}')
+        # shellcheck disable=SC2086
+        set -- $res
+        wrong=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ {w += $(NF - 0)} END {print w + 0}' "$log")
+        sizes=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ && $NF == 0' "$log" | wc -l)
+        if [ "$1" = 3 ] && [ "$sizes" = "$nsizes" ] && [ "$wrong" = 0 ] &&
+            { { [ "$want" = yes ] && [ "$2" -gt 0 ] && [ "$2" = "$3" ] && [ "$4" = 0 ]; } ||
+              { [ "$want" = no ] && [ "$2" = 0 ] && [ "$3" = 0 ]; }; }; then
+            pass "$v: $what $want ($2 sends, $3 receives on 3 ranks; $nsizes sizes exact)"
+        else
+            fail "$v: $what should be $want: $1 summaries, $2 sends, $3 receives, $4 ranks without, $sizes sizes exact, #wrong sum $wrong"
+            grep -v '^ok' "$log" | tail -n 20
+        fi
+    done
+}
+# Single copy (GCOLL_UCX_CMA_MIN): messages from 128 KiB go by process_vm_readv. The suite
+# above ran the ucx-shm variant with it.
+counted_path "single copy" cma GCOLL_UCX_CMA_MIN ucx-nocma 4 -b 32K -e 4M -f 4 -n 5 -w 1
+# Shared-memory mailbox (GCOLL_UCX_SHM_MAX): messages of up to 4 KiB go through gcoll's own
+# rings.
+counted_path mailbox shm GCOLL_UCX_SHM_MAX ucx-noshm 5 -b 8 -e 32K -f 8 -n 20 -w 2
 finish
