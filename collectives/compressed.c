@@ -22,6 +22,7 @@
 typedef struct {
     gcoll_tensor_state_t *state;
     int shard_only;   /* reduce-scatter: stop after reducing this rank's chunk */
+    int folded;       /* no scan by the caller: the codec checks (gcoll_codec_folds_check) */
     uint64_t scan_ns; /* the caller's NaN/Inf scan, counted as codec time */
 } comp_args_t;
 
@@ -225,8 +226,18 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, cap, &len), st,
-                     out);
+    st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, cap, &len);
+    if (st != GCOLL_OK) {
+        /* nothing sent yet: this rank's call fails alone, as a bad argument would */
+        comm->op_local = 1;
+        size_t bad = st == GCOLL_ERR_INVALID && s->fold_check
+                         ? gcoll_kernels()->first_bad(grad, count) : count;
+        if (bad < count)
+            gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);
+        else if (st == GCOLL_ERR_INVALID && s->fold_check)
+            gcoll_comm_set_error(comm, "the residual plus the gradient is not finite");
+        goto out;
+    }
     if (gather_direct(comm, c, count)) {
         comm->counters.ns_compress += gcoll_time_ns() - t0;
         st = gather_and_sum(comm, c, msg, len, out, count, op, sig);
@@ -336,6 +347,13 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
     return per >= 4 * segf ? S_RING : S_ALLTOALL;
 }
 
+static scheme_t scheme_of(const gcoll_comm_t *comm, const gcoll_tensor_state_t *s, size_t count,
+                          int shard_only)
+{
+    char why[160];
+    return pick_scheme(comm, s->c, s, count, shard_only, why, sizeof(why));
+}
+
 const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *c,
                                     size_t count, int shard_only, size_t *segment_p)
 {
@@ -403,12 +421,14 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
 {
     const gcoll_args_t *a = &req->a;
     const comp_args_t *ca = a->ext;
-    /* submit() scanned the gradient for NaN/Inf already */
+    /* submit() scanned the gradient for NaN/Inf already, or left it to the codec */
     comm->counters.ns_compress += ca->scan_ns;
-    ca->state->input_checked = 1;
+    ca->state->input_checked = !ca->folded;
+    ca->state->fold_check = ca->folded;
     gcoll_status_t st = gcoll_compressed_run(comm, ca->state, a->sendbuf, a->recvbuf, a->count,
                                              a->op, ca->shard_only);
     ca->state->input_checked = 0;
+    ca->state->fold_check = 0;
     return st;
 }
 
@@ -428,9 +448,12 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
                                       "op %s: only sum and avg", gcoll_op_name(op)));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || (grad && out),
                                       "NULL buffer with count %zu", count));
-    /* one vectorized scan (the codec's kernel), not a call per element */
+    /* one vectorized scan (the codec's kernel), not a call per element; or none where the
+     * codec checks in its feedback pass, before anything is sent (run_sparse) */
+    int folded = !shard_only && comm->cfg.ef_spare && scheme_of(comm, state, count, 0) ==
+                 S_SPARSE && gcoll_codec_folds_check(state->c, state, count);
     uint64_t t0 = gcoll_time_ns();
-    size_t bad = count ? gcoll_kernels()->first_bad(grad, count) : 0;
+    size_t bad = count && !folded ? gcoll_kernels()->first_bad(grad, count) : count;
     uint64_t scan_ns = gcoll_time_ns() - t0;
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, bad >= count, "grad[%zu] is NaN or infinite",
                                       bad));
@@ -439,6 +462,7 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
         return GCOLL_ERR_NOMEM;
     ca->state = state;
     ca->shard_only = shard_only;
+    ca->folded = folded;
     ca->scan_ns = scan_ns;
     gcoll_args_t a = {.sendbuf = grad, .recvbuf = out, .count = count, .dtype = GCOLL_FLOAT32,
                       .op = op, .ext = ca, .release = free};

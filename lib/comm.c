@@ -76,6 +76,21 @@ static void comm_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
     }
 }
 
+/* An operation that failed before it sent or consumed anything (comm->op_local): an
+ * error of this call only, as a bad argument. The sequence number goes back so that the
+ * caller's next call pairs with the peers' calls still waiting for this one. */
+static void local_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
+{
+    char msg[1000];
+    comm->seq--;
+    snprintf(msg, sizeof(msg), "%s: %.900s", what,
+             comm->op_error[0] ? comm->op_error : gcoll_status_string(st));
+    pthread_mutex_lock(&comm->lock);
+    snprintf(comm->last_error, sizeof(comm->last_error), "%s", msg);
+    pthread_mutex_unlock(&comm->lock);
+    GCOLL_WARN("%s", msg);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Transport helpers for collectives                                                    */
 
@@ -310,9 +325,12 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
         comm->deadline_stale = 0;
         comm->spin_from_ns = 0; /* an operation that failed mid-wait left it set */
         comm->hot_skip = 0;
+        comm->op_local = 0;
         st = req->run(comm, req);
         comm->counters.ns_total += gcoll_time_ns() - t0;
-        if (st < 0)
+        if (st < 0 && comm->op_local)
+            local_fail(comm, req->name, st);
+        else if (st < 0)
             comm_fail(comm, req->name, st);
         else
             comm->counters.ops++;

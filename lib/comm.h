@@ -59,6 +59,9 @@ struct gcoll_comm {
     volatile gcoll_status_t broken;
     char last_error[1024];
     char op_error[1024]; /* detail set by the running collective */
+    /* set by a running operation that fails before it sent or consumed anything: the
+     * failure is its caller's alone (the call is undone, the communicator stays usable) */
+    int op_local;
     /* owned by the running operation */
     void *scratch; /* reused temporary of the algorithms (grown, never shrunk) */
     size_t scratch_len;

@@ -88,6 +88,7 @@ GCOLL_EXPORT void gcoll_state_destroy(gcoll_tensor_state_t *s)
     gcoll_state_destroy(s->server);
     gcoll_scratch_free(&s->sc);
     free(s->e);
+    free(s->spare);
     free(s->u);
     free(s);
 }

@@ -197,20 +197,24 @@ static gcoll_status_t bad_nonfinite(const float *x, size_t n, size_t i)
     return GCOLL_ERR_INVALID;
 }
 
-/* A feedback update e += a*g that selection has yet to apply (g NULL: none). The first
- * pass over e does it: fused with the collection of a (sampled) threshold, otherwise as a
- * plain axpy before the selector runs. */
+/* A feedback update dst = e + a*g that selection has yet to apply (g NULL: none; dst is
+ * e, or the state's spare when the input scan is folded into the pass). The first pass
+ * over e does it: fused with the collection of a (sampled) threshold, otherwise as a plain
+ * axpy before the selector runs. */
 typedef struct {
-    float *e;
+    const float *e;
+    float *dst;
     const float *g;
     float a;
-    int zero; /* values go out as f32: top-k may zero e where it selects (select.h) */
+    int zero; /* values go out as f32: top-k may zero dst where it selects (select.h) */
 } pending_t;
 
 static void pending_flush(pending_t *p, size_t n)
 {
     if (p->g) {
-        gcoll_kernels()->axpy(p->e, p->g, n, p->a);
+        if (p->dst != p->e)
+            memcpy(p->dst, p->e, n * sizeof(float));
+        gcoll_kernels()->axpy(p->dst, p->g, n, p->a);
         p->g = NULL;
     }
 }
@@ -221,7 +225,7 @@ static gcoll_status_t topk_exact(const float *x, size_t n, size_t k, pending_t *
     if (p->g) { /* the update fused into the collecting pass */
         const float *g = p->g;
         p->g = NULL;
-        return gcoll_select_topk_exact_axpy(p->e, g, p->a, n, k, p->zero, sc, nnz_p);
+        return gcoll_select_topk_exact_axpy(p->dst, p->e, g, p->a, n, k, p->zero, sc, nnz_p);
     }
     return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
 }
@@ -229,11 +233,12 @@ static gcoll_status_t topk_exact(const float *x, size_t n, size_t k, pending_t *
 static gcoll_status_t select_ge(const float *x, size_t n, uint32_t thr, size_t cap,
                                 pending_t *p, gcoll_scratch_t *sc, size_t *cnt_p)
 {
-    if (p->g) {
+    if (p->g && p->dst == p->e) {
         const float *g = p->g;
         p->g = NULL;
-        return gcoll_select_ge_axpy(p->e, g, p->a, n, thr, cap, sc, cnt_p);
+        return gcoll_select_ge_axpy(p->dst, g, p->a, n, thr, cap, sc, cnt_p);
     }
+    pending_flush(p, n);
     return gcoll_select_ge(x, n, thr, cap, sc, cnt_p);
 }
 
@@ -270,7 +275,8 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
         if (p->g) { /* sample e + a*g on the fly, then one fused update-and-collect pass */
             const float *g = p->g;
             p->g = NULL;
-            return gcoll_select_topk_sample_axpy(p->e, g, p->a, n, k, key, p->zero, sc, nnz_p);
+            return gcoll_select_topk_sample_axpy(p->dst, p->e, g, p->a, n, k, key, p->zero, sc,
+                                                 nnz_p);
         }
         return gcoll_select_topk_sample(x, n, k, key, sc, nnz_p);
     }
@@ -296,6 +302,28 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
 
 static gcoll_status_t apply_checked(const gcoll_wire_hdr_t *h, const uint8_t *payload,
                                     size_t isz, float *out, gcoll_dmode_t mode);
+
+int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_state_t *s,
+                            size_t count)
+{
+    return c && s && s->c == c && s->e && s->mode == GCOLL_STATE_WORKER &&
+           c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE &&
+           !(c->clip > 0) && count == s->count;
+}
+
+/* The spare residual of a folded check: written whole by the feedback pass before it is
+ * read, so not cleared; 64-byte aligned for the pass's streaming stores. */
+static float *spare_get(gcoll_tensor_state_t *s)
+{
+    if (!s->spare) {
+        void *p = NULL;
+        size_t bytes = GCOLL_DIV_UP((s->count ? s->count : 1) * sizeof(float), 64) * 64;
+        if (posix_memalign(&p, 64, bytes) != 0)
+            return NULL;
+        s->spare = p;
+    }
+    return s->spare;
+}
 
 gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
                                         size_t off, const float *in, size_t n, uint64_t step,
@@ -328,11 +356,18 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     const float *work = in;
     /* dense codecs run the feedback update inside the value encoder, block by block */
     int fused_dense = feedback && !dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
-    pending_t pend = {NULL, NULL, 1.0f, 0};
+    pending_t pend = {NULL, NULL, NULL, 1.0f, 0};
     size_t zeroed_n = 0; /* selected elements of e the selection zeroed (restored on error) */
     sc->zeroed = 0;
+    /* The input scan folded into top-k's feedback pass (the caller's choice, s->fold_check):
+     * the pass writes e + a*g into the spare buffer and catches NaN/Inf in the sum as it
+     * collects (they compare above any threshold), so e is as it was on any failure; on
+     * success the two buffers swap. One read of the input instead of two. */
+    int fold = feedback && !dgc && !s->input_checked && s->fold_check && off == 0 &&
+               gcoll_codec_folds_check(c, s, n) && spare_get(s);
+    float *ew = fold ? s->spare : feedback ? s->e + off : NULL; /* where e_new goes */
 
-    if ((feedback || clip) && !(s && s->input_checked)) {
+    if ((feedback || clip) && !(s && s->input_checked) && !fold) {
         /* check before touching the state: a NaN in the residual would never leave */
         size_t i = k->first_bad(in, n);
         if (i < n) {
@@ -351,8 +386,8 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
         work = s->e + off;
     } else if (feedback && !fused_dense) {
         /* the selection applies e += a*g in its first pass over e */
-        pend = (pending_t){s->e + off, in, a, c->vs.fmt == GCOLL_VF_F32};
-        work = s->e + off;
+        pend = (pending_t){s->e + off, ew, in, a, c->vs.fmt == GCOLL_VF_F32};
+        work = ew;
     } else if (a != 1.0f && !fused_dense) {
         GCOLL_CHECK_GOTO(gcoll_scratch_tmp(sc, n), st, out_free);
         memset(sc->tmp, 0, n * sizeof(float));
@@ -422,14 +457,18 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
         if (h.codec == GCOLL_WIRE_SPARSE && !(h.flags & GCOLL_WIRE_F_DENSE))
             GCOLL_CHECK_GOTO(gcoll_idx_check(o + GCOLL_WIRE_HDR, (size_t)h.payload_len,
                                              h.flags, h.nnz, h.count, &isz), st, out_free);
-        GCOLL_CHECK_GOTO(apply_checked(&h, o + GCOLL_WIRE_HDR, isz, s->e + off,
-                                       GCOLL_DECODE_SUB), st, out_free);
+        GCOLL_CHECK_GOTO(apply_checked(&h, o + GCOLL_WIRE_HDR, isz, ew, GCOLL_DECODE_SUB), st,
+                         out_free);
     }
     *len_p = len;
+    if (fold) { /* the new residual is the spare's; the old one is the next spare */
+        s->spare = s->e;
+        s->e = ew;
+    }
 out_free:
-    if (st != GCOLL_OK && zeroed_n) /* nothing sent: e back to e_old + g (see above) */
+    if (st != GCOLL_OK && zeroed_n && !fold) /* nothing sent: e back to e_old + g (above) */
         for (size_t j = 0; j < zeroed_n; j++)
-            s->e[off + sc->idx[j]] = sc->val[j];
+            ew[sc->idx[j]] = sc->val[j];
     if (!s)
         gcoll_scratch_free(&local);
     return st;

@@ -98,6 +98,7 @@ struct gcoll_tensor_state {
     uint64_t step;
     gcoll_state_mode_t mode;
     float *e;             /* error-feedback residual; for DGC the accumulation v */
+    float *spare;         /* second residual buffer of a folded check (fold_check), or NULL */
     float *u;             /* DGC velocity (worker mode only) */
     uint32_t reuse_thr;   /* select=reuse: |x| bit pattern of the last threshold */
     uint64_t reuse_at;    /* step the threshold was computed at */
@@ -109,10 +110,19 @@ struct gcoll_tensor_state {
     struct gcoll_tensor_state *server;
     /* the caller already verified the input is finite (skip the encoder's own scan) */
     int input_checked;
+    /* the caller did not scan the input and lets top-k fold the check into its feedback
+     * pass, at the price of a second residual buffer (gcoll_codec_folds_check) */
+    int fold_check;
     /* collectives: keep top-k's selection pass off the wire (the streamed scheme); the
      * bucketer's bandwidth adaptation times the wire after the codec */
     int no_stream;
 };
+
+/* Whether an encode of all count elements with s (fold_check set, input_checked not) finds
+ * NaN/Inf in its feedback pass instead of scanning the input first, with e as it was on a
+ * failure: top-k (sampled or exact threshold) with error feedback, no clipping. */
+int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_state_t *s,
+                            size_t count);
 
 /* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */
 unsigned gcoll_codec_flags(const gcoll_compressor_t *c);

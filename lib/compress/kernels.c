@@ -569,15 +569,16 @@ static size_t collect_ge_gen(const float *x, size_t n, uint32_t thr, uint32_t *i
 }
 
 /* Threshold selection fused with the feedback update, eight elements at a time. */
-static size_t axpy_collect_ge_gen(float *e, const float *g, size_t n, float a, uint32_t thr,
-                                  uint32_t *idx, float *val, size_t cap, int *bad, int zero)
+static size_t axpy_collect_ge_gen(float *dst, const float *e, const float *g, size_t n,
+                                  float a, uint32_t thr, uint32_t *idx, float *val, size_t cap,
+                                  int *bad, int zero)
 {
     size_t cnt = 0;
     for (size_t i = 0; i < n; i += 8) {
         size_t m = GCOLL_MIN(n - i, (size_t)8);
         for (size_t j = 0; j < m; j++)
-            e[i + j] += a * g[i + j];
-        collect_block(e, i, m, thr, idx, val, cap, &cnt, bad, zero ? e : NULL);
+            dst[i + j] = e[i + j] + a * g[i + j];
+        collect_block(dst, i, m, thr, idx, val, cap, &cnt, bad, zero ? dst : NULL);
     }
     return cnt;
 }

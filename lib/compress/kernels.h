@@ -51,11 +51,12 @@ typedef struct {
     void (*hist16)(const float *x, size_t n, uint32_t *hist);
     size_t (*collect_ge)(const float *x, size_t n, uint32_t thr, uint32_t *idx, float *val,
                          size_t cap, int *bad);
-    /* e += a * g, then collect_ge over the updated e (threshold, reused thresholds); with
-     * zero, each stored element of e is then set to 0 (the residual of a value sent
-     * exactly: the caller restores those it does not send from val) */
-    size_t (*axpy_collect_ge)(float *e, const float *g, size_t n, float a, uint32_t thr,
-                              uint32_t *idx, float *val, size_t cap, int *bad, int zero);
+    /* dst = e + a * g (dst == e: in place; else the two do not overlap), then collect_ge
+     * over dst; with zero, each stored element of dst is then set to 0 (the residual of a
+     * value sent exactly: the caller restores those it does not send from val) */
+    size_t (*axpy_collect_ge)(float *dst, const float *e, const float *g, size_t n, float a,
+                              uint32_t thr, uint32_t *idx, float *val, size_t cap, int *bad,
+                              int zero);
     /* e += a * g, then acc[j] += |e_i| (l2 == 0) or e_i^2 (l2 == 1) for i = 8t + j: the
      * lanes of sign_put, continued across calls (n a multiple of 8 except at the end) */
     void (*axpy_abssum)(float *e, const float *g, size_t n, float a, int l2, float *acc);
@@ -93,8 +94,9 @@ int gcoll_k_bf16_put_avx2(const float *x, size_t n, uint8_t *out);
 void gcoll_k_q8_put_avx2(const float *x, size_t n, float inv, int8_t *codes);
 void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float scale, float *out,
                              int mode);
-size_t gcoll_k_axpy_collect_ge_avx2(float *e, const float *g, size_t n, float a, uint32_t thr,
-                                    uint32_t *idx, float *val, size_t cap, int *bad, int zero);
+size_t gcoll_k_axpy_collect_ge_avx2(float *dst, const float *e, const float *g, size_t n,
+                                    float a, uint32_t thr, uint32_t *idx, float *val,
+                                    size_t cap, int *bad, int zero);
 void gcoll_k_qsgd_apply_avx2(const uint8_t *packed, size_t plen, size_t i, size_t n,
                              unsigned B, uint32_t s, float f, float *out, int mode);
 int gcoll_k_qsgd_bad_avx2(const uint8_t *packed, size_t plen, size_t n, unsigned B);

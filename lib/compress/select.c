@@ -268,16 +268,16 @@ static gcoll_status_t topk_hist(const float *x, size_t n, size_t k, gcoll_scratc
 
 /* The fused update-and-collect pass (zeroing what it stores) segment by segment, handing
  * each segment's candidates to rule->emit; the same stores and count as one kernel call. */
-static size_t collect_streamed(float *e, const float *g, size_t n, float a, uint32_t thr,
-                               gcoll_scratch_t *sc, size_t cap, int *bad,
+static size_t collect_streamed(float *dst, const float *e, const float *g, size_t n, float a,
+                               uint32_t thr, gcoll_scratch_t *sc, size_t cap, int *bad,
                                gcoll_select_stream_t *rule)
 {
     const gcoll_kernels_t *kn = gcoll_kernels();
     size_t cnt = 0, seg = rule->seg ? rule->seg : n;
     for (size_t off = 0, s = 0; off < n; off += seg, s++) {
         size_t len = GCOLL_MIN(seg, n - off), at = GCOLL_MIN(cnt, cap), room = cap - at;
-        size_t got = kn->axpy_collect_ge(e + off, g + off, len, a, thr, sc->idx + at,
-                                         sc->val + at, room, bad, 1);
+        size_t got = kn->axpy_collect_ge(dst + off, e + off, g + off, len, a, thr,
+                                         sc->idx + at, sc->val + at, room, bad, 1);
         size_t kept = GCOLL_MIN(got, room);
         for (size_t j = at; j < at + kept; j++)
             sc->idx[j] += (uint32_t)off;
@@ -307,22 +307,33 @@ static size_t collect_streamed(float *e, const float *g, size_t n, float a, uint
  */
 #define SAMPLE_PF 16
 
+/* dst = e + a*g (dst == e: in place) */
+static void axpy_to(float *dst, const float *e, const float *g, size_t n, float a)
+{
+    if (dst != e)
+        memcpy(dst, e, n * sizeof(float));
+    gcoll_kernels()->axpy(dst, g, n, a);
+}
+
 /* Top-k by a sampled threshold, trimmed to exactly k (exact: the histogram path whenever
  * fewer than k were collected; else down to 0.9k accepted), of x, or, with g != NULL, of
- * e + a*g with the update fused into the collecting pass (x is then e, and the sample is
- * computed on the fly: e + a*g rounds as the axpy kernels do, no contraction, so both
- * forms select the same indices). */
-static gcoll_status_t topk_sample(const float *x, float *e, const float *g, float a, size_t n,
-                                  size_t k, uint64_t key, int exact, int zero,
-                                  gcoll_scratch_t *sc, size_t *nnz_p)
+ * e + a*g with the update fused into the collecting pass, which stores it in dst (dst == e:
+ * in place; the sample is computed on the fly from e and g: e + a*g rounds as the axpy
+ * kernels do, no contraction, so both forms select the same indices; x is then dst). With
+ * dst != e, e is only read: a NaN/Inf in the sum fails the call with e as it was. */
+static gcoll_status_t topk_sample(const float *x, float *dst, const float *e, const float *g,
+                                  float a, size_t n, size_t k, uint64_t key, int exact,
+                                  int zero, gcoll_scratch_t *sc, size_t *nnz_p)
 {
+    if (g)
+        x = dst;
     sc->zeroed = 0;
     if (sc->stream)
         sc->stream->streamed = 0;
     size_t m = GCOLL_MAX(n / 400, GCOLL_MIN(n, (size_t)4096));
     if (k == 0 || n == 0 || k * 4 >= n || m >= n) {
         if (g)
-            gcoll_kernels()->axpy(e, g, n, a);
+            axpy_to(dst, e, g, n, a);
         return topk_hist(x, n, k, sc, nnz_p);
     }
     if (grow((void **)&sc->samp, &sc->cap_samp, m, sizeof(uint32_t)))
@@ -333,14 +344,15 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
      * ahead prefetched: each is a cache miss, and only a few overlap otherwise */
     for (size_t j = 0; j < m; j++)
         sc->samp[j] = (uint32_t)(j * stride + (size_t)gcoll_rng_below(&rs, stride));
-    for (size_t j = 0; j < m; j++) { /* with g, x is e */
+    const float *xs = g ? e : x; /* what the sample reads (with g + a*g) */
+    for (size_t j = 0; j < m; j++) {
         if (j + SAMPLE_PF < m) {
-            __builtin_prefetch(x + sc->samp[j + SAMPLE_PF]);
+            __builtin_prefetch(xs + sc->samp[j + SAMPLE_PF]);
             if (g)
                 __builtin_prefetch(g + sc->samp[j + SAMPLE_PF]);
         }
         size_t i = sc->samp[j];
-        sc->samp[j] = absbits(g ? e[i] + a * g[i] : x[i]);
+        sc->samp[j] = absbits(g ? e[i] + a * g[i] : xs[i]);
     }
     double ks = (double)k * (double)m / (double)n;
     size_t rank = (size_t)(ks * 1.1 + 3.0 * __builtin_sqrt(ks) + 2.0);
@@ -360,9 +372,9 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
     int bad = 0;
     zero = zero && g;
     gcoll_select_stream_t *rule = zero ? sc->stream : NULL;
-    size_t cnt = rule ? collect_streamed(e, g, n, a, thr, sc, cap, &bad, rule)
-                 : g  ? gcoll_kernels()->axpy_collect_ge(e, g, n, a, thr, sc->idx, sc->val, cap,
-                                                         &bad, zero)
+    size_t cnt = rule ? collect_streamed(dst, e, g, n, a, thr, sc, cap, &bad, rule)
+                 : g  ? gcoll_kernels()->axpy_collect_ge(dst, e, g, n, a, thr, sc->idx, sc->val,
+                                                         cap, &bad, zero)
                       : gcoll_kernels()->collect_ge(x, n, thr, sc->idx, sc->val, cap, &bad);
     int fallback = cnt > cap || (cnt < (exact ? k : k - k / 10) && thr > 1);
     gcoll_status_t st = GCOLL_OK;
@@ -371,9 +383,9 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
         if (st == GCOLL_OK && grow((void **)&sc->samp, &sc->cap_samp, cnt, sizeof(uint32_t)))
             st = GCOLL_ERR_NOMEM;
     }
-    if (zero && (bad || fallback || st != GCOLL_OK)) /* e back to e + a*g everywhere */
+    if (zero && (bad || fallback || st != GCOLL_OK)) /* x back to e + a*g everywhere */
         for (size_t j = 0; j < GCOLL_MIN(cnt, cap); j++)
-            e[sc->idx[j]] = sc->val[j];
+            dst[sc->idx[j]] = sc->val[j];
     if (bad)
         return report_nonfinite(x, n);
     if (fallback) {
@@ -386,7 +398,7 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
         rule->thr = 0;
         rule->ties = 0;
     }
-    GCOLL_CHECK(topr(sc, &cnt, k, zero ? e : NULL, rule));
+    GCOLL_CHECK(topr(sc, &cnt, k, zero ? dst : NULL, rule));
     if (rule)
         rule->streamed = 1;
     sc->zeroed = zero;
@@ -397,14 +409,15 @@ static gcoll_status_t topk_sample(const float *x, float *e, const float *g, floa
 gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint64_t key,
                                         gcoll_scratch_t *sc, size_t *nnz_p)
 {
-    return topk_sample(x, NULL, NULL, 0, n, k, key, 0, 0, sc, nnz_p);
+    /* without g, x is only read */
+    return topk_sample(x, NULL, NULL, NULL, 0, n, k, key, 0, 0, sc, nnz_p);
 }
 
-gcoll_status_t gcoll_select_topk_sample_axpy(float *e, const float *g, float a, size_t n,
-                                             size_t k, uint64_t key, int zero,
-                                             gcoll_scratch_t *sc, size_t *nnz_p)
+gcoll_status_t gcoll_select_topk_sample_axpy(float *dst, const float *e, const float *g,
+                                             float a, size_t n, size_t k, uint64_t key,
+                                             int zero, gcoll_scratch_t *sc, size_t *nnz_p)
 {
-    return topk_sample(e, e, g, a, n, k, key, 0, zero, sc, nnz_p);
+    return topk_sample(NULL, dst, e, g, a, n, k, key, 0, zero, sc, nnz_p);
 }
 
 /* The sample only guides the work in the exact forms: any fixed key will do. */
@@ -413,14 +426,14 @@ gcoll_status_t gcoll_select_topk_sample_axpy(float *e, const float *g, float a, 
 gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
                                        size_t *nnz_p)
 {
-    return topk_sample(x, NULL, NULL, 0, n, k, EXACT_KEY, 1, 0, sc, nnz_p);
+    return topk_sample(x, NULL, NULL, NULL, 0, n, k, EXACT_KEY, 1, 0, sc, nnz_p);
 }
 
-gcoll_status_t gcoll_select_topk_exact_axpy(float *e, const float *g, float a, size_t n,
-                                            size_t k, int zero, gcoll_scratch_t *sc,
+gcoll_status_t gcoll_select_topk_exact_axpy(float *dst, const float *e, const float *g, float a,
+                                            size_t n, size_t k, int zero, gcoll_scratch_t *sc,
                                             size_t *nnz_p)
 {
-    return topk_sample(e, e, g, a, n, k, EXACT_KEY, 1, zero, sc, nnz_p);
+    return topk_sample(NULL, dst, e, g, a, n, k, EXACT_KEY, 1, zero, sc, nnz_p);
 }
 
 /* --- threshold and reuse ------------------------------------------------------------- */
@@ -442,7 +455,7 @@ gcoll_status_t gcoll_select_ge_axpy(float *e, const float *g, float a, size_t n,
 {
     GCOLL_CHECK(gcoll_scratch_pairs(sc, cap));
     int bad = 0;
-    size_t cnt = gcoll_kernels()->axpy_collect_ge(e, g, n, a, thr ? thr : 1u, sc->idx, sc->val,
+    size_t cnt = gcoll_kernels()->axpy_collect_ge(e, e, g, n, a, thr ? thr : 1u, sc->idx, sc->val,
                                                   cap, &bad, 0);
     if (bad)
         return report_nonfinite(e, n);

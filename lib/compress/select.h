@@ -15,22 +15,23 @@
 /* The k largest |x| (fewer if x has fewer non-zeros); ties go to lower indices. */
 gcoll_status_t gcoll_select_topk_exact(const float *x, size_t n, size_t k, gcoll_scratch_t *sc,
                                        size_t *nnz_p);
-/* The same selection from e + a*g, the update e += a*g fused into the collecting pass.
- * zero: also leave e = 0 at the returned indices (the residual after sending those values
- * exactly, as f32), setting sc->zeroed when it did (a fallback path may not); every other
- * element ends as e + a*g. */
-gcoll_status_t gcoll_select_topk_exact_axpy(float *e, const float *g, float a, size_t n,
-                                            size_t k, int zero, gcoll_scratch_t *sc,
+/* The same selection from e + a*g, the update dst = e + a*g fused into the collecting pass
+ * (dst == e: in place; otherwise e is only read, and left as it was on a NaN/Inf).
+ * zero: also leave dst = 0 at the returned indices (the residual after sending those
+ * values exactly, as f32), setting sc->zeroed when it did (a fallback path may not); every
+ * other element ends as e + a*g. */
+gcoll_status_t gcoll_select_topk_exact_axpy(float *dst, const float *e, const float *g, float a,
+                                            size_t n, size_t k, int zero, gcoll_scratch_t *sc,
                                             size_t *nnz_p);
 /* DGC's sampled threshold; usually k, at least 0.9k unless x has fewer non-zeros. */
 gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint64_t key,
                                         gcoll_scratch_t *sc, size_t *nnz_p);
-/* The same selection from e + a*g, with the update e += a*g fused into the collecting
- * pass (the sample is computed from e and g): one pass over e instead of two. Returns the
- * same indices as axpy followed by gcoll_select_topk_sample. */
-gcoll_status_t gcoll_select_topk_sample_axpy(float *e, const float *g, float a, size_t n,
-                                             size_t k, uint64_t key, int zero,
-                                             gcoll_scratch_t *sc, size_t *nnz_p);
+/* The same selection from e + a*g, with the update dst = e + a*g fused into the collecting
+ * pass (the sample is computed from e and g; dst as for the exact form): one pass over e
+ * instead of two. Returns the same indices as axpy followed by gcoll_select_topk_sample. */
+gcoll_status_t gcoll_select_topk_sample_axpy(float *dst, const float *e, const float *g,
+                                             float a, size_t n, size_t k, uint64_t key,
+                                             int zero, gcoll_scratch_t *sc, size_t *nnz_p);
 /* Every i with |x[i]| bits >= thr; stores at most cap and returns the full count. */
 gcoll_status_t gcoll_select_ge(const float *x, size_t n, uint32_t thr, size_t cap,
                                gcoll_scratch_t *sc, size_t *cnt_p);

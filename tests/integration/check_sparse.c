@@ -227,6 +227,11 @@ static void simulate_ring(gcoll_compressor_t *c, gcoll_tensor_state_t **ws,
     free(x);
 }
 
+/* A rank (or -1: none) whose step-1 gradient first holds a NaN: its call fails alone
+ * (GCOLL_ERR_INVALID, the communicator usable) and it calls again with the clean gradient,
+ * which the others' call, still waiting, pairs with; every check of the step then holds. */
+static int nan_victim = -1;
+
 static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
 {
     gcoll_compressor_t *c;
@@ -251,6 +256,15 @@ static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
     for (int step = 0; step < 3; step++) {
         for (size_t k = 0; k < count; k++)
             g[k] = grad_of(rank, step, k);
+        if (rank == nan_victim && step == 1) {
+            g[count / 3] = NAN;
+            gcoll_status_t rn = gcoll_compressed_allreduce(comm, st, g, out, count, op);
+            checks++;
+            if (rn != GCOLL_ERR_INVALID || !strstr(gcoll_comm_last_error(comm), "NaN"))
+                FAIL("compressed '%s': a NaN gave %s (%s), not a local invalid-argument error",
+                     spec, gcoll_status_string(rn), gcoll_comm_last_error(comm));
+            g[count / 3] = grad_of(rank, step, count / 3);
+        }
         gcoll_status_t rc = gcoll_compressed_allreduce(comm, st, g, out, count, op);
         checks++;
         if (rc != GCOLL_OK) {
@@ -406,6 +420,13 @@ int run_compressed(void)
         check_compressed("topk:density=0.02,select=sample", 30011, GCOLL_AVG);
     }
     grad_pattern = 0;
+    /* a NaN on the last rank: top-k finds it in its feedback pass (GCOLL_EF_SPARE), the
+     * others in the scan before the call; the same local error, then the retry */
+    nan_victim = size - 1;
+    check_compressed("topk:density=0.01+q8", 30011, GCOLL_SUM);
+    check_compressed("topk:density=0.02,select=sample", 30011, GCOLL_AVG);
+    check_compressed("q8", 30011, GCOLL_SUM);
+    nan_victim = -1;
     /* quantizers with fewer elements than ranks, and none at all */
     check_compressed("q8", 2, GCOLL_SUM);
     check_compressed("sign", 0, GCOLL_AVG);

@@ -379,8 +379,9 @@ static void test_fused_axpy_collect_ge(void **unused)
     float *ef = malloc(nmax * 4);
     uint32_t *ir = malloc(nmax * 4), *iff = malloc(nmax * 4), *igen = malloc(nmax * 4);
     float *vr = malloc(nmax * 4), *vf = malloc(nmax * 4), *vz = malloc(nmax * 4);
-    float *ez = malloc(nmax * 4);
-    uint32_t *iz = malloc(nmax * 4);
+    float *ez = malloc(nmax * 4), *eo = malloc(nmax * 4), *vo = malloc(nmax * 4);
+    float *od = aligned_alloc(64, (nmax + 16) * 4);
+    uint32_t *iz = malloc(nmax * 4), *io = malloc(nmax * 4);
     const uint32_t thrs[] = {1u, 0x3c000000u /* 2^-7 */, 0x3f000000u /* 0.5 */};
     for (size_t zi = 0; zi < N_FUSED_SIZES; zi++)
         for (int ai = 0; ai < 2; ai++)
@@ -395,8 +396,8 @@ static void test_fused_axpy_collect_ge(void **unused)
                     k->axpy(er, g, n, fused_a[ai]);
                     size_t cr = k->collect_ge(er, n, thrs[ti], ir, vr, cap, &badr);
                     memcpy(ef, e0, n * 4);
-                    size_t cf = k->axpy_collect_ge(ef, g, n, fused_a[ai], thrs[ti], iff, vf,
-                                                   cap, &badf, 0);
+                    size_t cf = k->axpy_collect_ge(ef, ef, g, n, fused_a[ai], thrs[ti], iff,
+                                                   vf, cap, &badf, 0);
                     assert_int_equal(cr, cf);
                     assert_int_equal(badr, badf);
                     assert_memory_equal(er, ef, n * 4);
@@ -418,7 +419,7 @@ static void test_fused_axpy_collect_ge(void **unused)
                     /* zero: the same, and e = 0 exactly where an index was stored */
                     memcpy(ez, e0, n * 4);
                     int badz = 0;
-                    size_t cz = k->axpy_collect_ge(ez, g, n, fused_a[ai], thrs[ti], iz, vz,
+                    size_t cz = k->axpy_collect_ge(ez, ez, g, n, fused_a[ai], thrs[ti], iz, vz,
                                                    cap, &badz, 1);
                     assert_int_equal(cz, cf);
                     assert_memory_equal(iz, iff, GCOLL_MIN(cf, cap) * 4);
@@ -428,6 +429,27 @@ static void test_fused_axpy_collect_ge(void **unused)
                         ez[iz[j]] = vz[j];
                     }
                     assert_memory_equal(ez, ef, n * 4);
+                    /* out of place (the folded check's spare; streaming stores from dst's
+                     * first 32-byte boundary, so every misalignment): dst as e was in
+                     * place, e only read */
+                    for (int zero = 0; zero < 2; zero++) {
+                        float *dst = od + (zi + (size_t)ai + (size_t)ti + (size_t)zero) % 8;
+                        int bado = 0;
+                        memcpy(eo, e0, n * 4);
+                        size_t co = k->axpy_collect_ge(dst, eo, g, n, fused_a[ai], thrs[ti],
+                                                       io, vo, cap, &bado, zero);
+                        assert_int_equal(co, cf);
+                        assert_int_equal(bado, badf);
+                        assert_memory_equal(io, iff, GCOLL_MIN(cf, cap) * 4);
+                        assert_memory_equal(vo, vf, GCOLL_MIN(cf, cap) * 4);
+                        assert_memory_equal(eo, e0, n * 4);
+                        if (zero)
+                            for (size_t j = 0; j < GCOLL_MIN(co, cap); j++) {
+                                assert_true(dst[io[j]] == 0.0f && !signbit(dst[io[j]]));
+                                dst[io[j]] = vo[j];
+                            }
+                        assert_memory_equal(dst, ef, n * 4);
+                    }
                     if (lvl_i == 0) {
                         cgen = cf;
                         memcpy(igen, iff, GCOLL_MIN(cf, cap) * 4);
@@ -439,7 +461,69 @@ static void test_fused_axpy_collect_ge(void **unused)
             }
     gcoll_simd_set(GCOLL_SIMD_AUTO);
     free(g), free(e0), free(er), free(ef), free(ir), free(iff), free(igen), free(vr), free(vf);
-    free(vz), free(ez), free(iz);
+    free(vz), free(ez), free(iz), free(eo), free(vo), free(od), free(io);
+}
+
+/* The input check folded into top-k's feedback pass (fold_check, as the compressed
+ * allreduce asks): the same bytes and residual as the scan-first encode, step after step
+ * (the residual then lives in the other buffer: the swap), and on NaN/Inf anywhere an
+ * error with the residual as it was, in place. */
+static void test_folded_check(void **unused)
+{
+    (void)unused;
+    static const char *specs[] = {"topk:density=0.01", "topk:density=0.01,select=sample",
+                                  "topk:density=0.001+q8", "topk:density=0.3",
+                                  "topk:density=0.01+fp16"};
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    const size_t n = 200003, pos[] = {0, 7, 100001, n - 1};
+    float *x = malloc(n * 4), *e = malloc(n * 4);
+    FOR_EACH_SIMD(lvl)
+    for (size_t sp = 0; sp < sizeof(specs) / sizeof(*specs); sp++) {
+        gcoll_compressor_t *c = mk(specs[sp]);
+        gcoll_tensor_state_t *sf, *sp_;
+        assert_int_equal(gcoll_state_create(c, n, &sf), GCOLL_OK);
+        assert_int_equal(gcoll_state_create(c, n, &sp_), GCOLL_OK);
+        assert_true(gcoll_codec_folds_check(c, sf, n));
+        size_t cap = gcoll_compressor_bound(c, n), lf, lp;
+        uint8_t *bf = malloc(cap), *bp = malloc(cap);
+        for (uint64_t step = 0; step < 3; step++) {
+            fill(x, n, 40 + step);
+            const float *before = gcoll_state_residual(sf);
+            sf->fold_check = 1;
+            assert_int_equal(gcoll_codec_encode_range(c, sf, 0, x, n, step, bf, cap, &lf),
+                             GCOLL_OK);
+            sf->fold_check = 0;
+            assert_int_equal(gcoll_codec_encode_range(c, sp_, 0, x, n, step, bp, cap, &lp),
+                             GCOLL_OK);
+            assert_int_equal(lf, lp);
+            assert_memory_equal(bf, bp, lf);
+            assert_ptr_not_equal(gcoll_state_residual(sf), before);
+            assert_memory_equal(gcoll_state_residual(sf), gcoll_state_residual(sp_), n * 4);
+        }
+        for (int bi = 0; bi < 3; bi++)
+            for (size_t pi = 0; pi < sizeof(pos) / sizeof(*pos); pi++) {
+                fill(x, n, 50);
+                x[pos[pi]] = bad[bi];
+                const float *before = gcoll_state_residual(sf);
+                memcpy(e, before, n * 4);
+                sf->fold_check = 1;
+                assert_int_equal(gcoll_codec_encode_range(c, sf, 0, x, n, 3, bf, cap, &lf),
+                                 GCOLL_ERR_INVALID);
+                sf->fold_check = 0;
+                assert_ptr_equal(gcoll_state_residual(sf), before);
+                assert_memory_equal(e, before, n * 4);
+            }
+        /* part of the tensor (a chunk): no folding, the scan-first path */
+        assert_false(gcoll_codec_folds_check(c, sf, n - 1));
+        free(bf);
+        free(bp);
+        gcoll_state_destroy(sf);
+        gcoll_state_destroy(sp_);
+        gcoll_compressor_destroy(c);
+    }
+    gcoll_simd_set(GCOLL_SIMD_AUTO);
+    free(x);
+    free(e);
 }
 
 /* The sign scale's sum from the fused pass, split at multiples of 8 as chunks are, equals
@@ -678,6 +762,7 @@ int main(void)
         cmocka_unit_test(test_ef_invariant_quantizers),
         cmocka_unit_test(test_ef_off_and_state_checks),
         cmocka_unit_test(test_nonfinite_input),
+        cmocka_unit_test(test_folded_check),
         cmocka_unit_test(test_clipping),
         cmocka_unit_test(test_warmup_schedule),
         cmocka_unit_test(test_encode_chunks),
