@@ -214,6 +214,28 @@ out:
     return st;
 }
 
+/* The whole tensor's encode, before anything is sent: a failure (a NaN the codec found
+ * in its feedback pass, where the caller left the check to it) is this rank's call's
+ * alone, as a bad argument would be (comm->op_local). */
+static gcoll_status_t encode_first(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+                                   const float *grad, size_t count, uint8_t *msg, size_t cap,
+                                   size_t *len_p)
+{
+    gcoll_status_t st = gcoll_codec_encode_range(s->c, s, 0, grad, count, s->step, msg, cap,
+                                                 len_p);
+    if (st == GCOLL_OK)
+        return st;
+    comm->op_local = 1;
+    if (st == GCOLL_ERR_INVALID && s->fold_check) {
+        size_t bad = gcoll_kernels()->first_bad(grad, count);
+        if (bad < count)
+            gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);
+        else
+            gcoll_comm_set_error(comm, "the residual plus the gradient is not finite");
+    }
+    return st;
+}
+
 /* Sparsifiers: encode once, then the sparse allreduce of what was sent. */
 static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
                                  float *out, size_t count, gcoll_op_t op, uint32_t sig)
@@ -226,18 +248,7 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, cap, &len);
-    if (st != GCOLL_OK) {
-        /* nothing sent yet: this rank's call fails alone, as a bad argument would */
-        comm->op_local = 1;
-        size_t bad = st == GCOLL_ERR_INVALID && s->fold_check
-                         ? gcoll_kernels()->first_bad(grad, count) : count;
-        if (bad < count)
-            gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);
-        else if (st == GCOLL_ERR_INVALID && s->fold_check)
-            gcoll_comm_set_error(comm, "the residual plus the gradient is not finite");
-        goto out;
-    }
+    GCOLL_CHECK_GOTO(encode_first(comm, s, grad, count, msg, cap, &len), st, out);
     if (gather_direct(comm, c, count)) {
         comm->counters.ns_compress += gcoll_time_ns() - t0;
         st = gather_and_sum(comm, c, msg, len, out, count, op, sig);
@@ -256,6 +267,35 @@ out:
     return st;
 }
 
+/* out = 0 but val[j] * scale at idx[j]. Large outputs with ascending indices go block by
+ * block through a buffer in L1 streamed out with cache-bypassing stores, as the codec's
+ * sum does: glibc's memset reads every line of a 100 MB output before writing it here (its
+ * streaming threshold is three quarters of this machine's 260 MB cache). */
+#define SCATTER_BLOCK 2048
+static void scatter_dense(float *out, size_t count, const uint32_t *idx, const float *val,
+                          size_t k, float scale)
+{
+    int ascending = count >= ((size_t)1 << 20);
+    for (size_t j = 1; ascending && j < k; j++)
+        ascending = idx[j] > idx[j - 1];
+    if (!ascending || (k && idx[k - 1] >= count)) {
+        memset(out, 0, count * sizeof(float));
+        for (size_t j = 0; j < k; j++)
+            out[idx[j]] = val[j] * scale;
+        return;
+    }
+    float blk[SCATTER_BLOCK];
+    memset(blk, 0, sizeof(blk));
+    for (size_t b = 0, j = 0; b < count; b += SCATTER_BLOCK) {
+        size_t end = GCOLL_MIN(b + SCATTER_BLOCK, count), j0 = j;
+        for (; j < k && idx[j] < end; j++)
+            blk[idx[j] - b] = val[j] * scale;
+        gcoll_kernels()->stream_copy(out + b, blk, end - b);
+        for (size_t q = j0; q < j; q++)
+            blk[idx[q] - b] = 0.0f;
+    }
+}
+
 /* Random-k with a shared seed: every rank picked the same indices, so only the k values
  * are reduced, densely. */
 static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
@@ -271,8 +311,7 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, cap, &len), st,
-                     out);
+    GCOLL_CHECK_GOTO(encode_first(comm, s, grad, count, msg, cap, &len), st, out);
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &k), st, out);
     idx = malloc((k + 1) * sizeof(uint32_t));
     val = malloc((k + 1) * sizeof(float));
@@ -284,10 +323,7 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     GCOLL_CHECK_GOTO(gcoll_ring_allreduce_at(comm, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig,
                                              PHASE(0)), st, out);
     t0 = gcoll_time_ns();
-    memset(out, 0, count * sizeof(float));
-    float scale = op == GCOLL_AVG ? 1.0f / (float)comm->size : 1.0f;
-    for (size_t i = 0; i < k; i++)
-        out[idx[i]] = op == GCOLL_AVG ? val[i] * scale : val[i];
+    scatter_dense(out, count, idx, val, k, op == GCOLL_AVG ? 1.0f / (float)comm->size : 1.0f);
     comm->counters.ns_compress += gcoll_time_ns() - t0;
 out:
     free(idx);
@@ -450,8 +486,9 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
                                       "NULL buffer with count %zu", count));
     /* one vectorized scan (the codec's kernel), not a call per element; or none where the
      * codec checks in its feedback pass, before anything is sent (run_sparse) */
-    int folded = !shard_only && comm->cfg.ef_spare && scheme_of(comm, state, count, 0) ==
-                 S_SPARSE && gcoll_codec_folds_check(state->c, state, count);
+    scheme_t sc = shard_only ? S_ALLTOALL : scheme_of(comm, state, count, 0);
+    int folded = comm->cfg.ef_spare && (sc == S_SPARSE || sc == S_RANDOMK) &&
+                 gcoll_codec_folds_check(state->c, state, count);
     uint64_t t0 = gcoll_time_ns();
     size_t bad = count && !folded ? gcoll_kernels()->first_bad(grad, count) : count;
     uint64_t scan_ns = gcoll_time_ns() - t0;

@@ -90,9 +90,10 @@ static const param_t params[] = {
      "0: encode first, then send",
      OFF(topk_stream), F_MUST_MATCH, NULL},
     {"GCOLL_EF_SPARE", P_BOOL, "1",
-     "compressed allreduce of top-k (sparse scheme): keep a second residual buffer per "
-     "tensor so that the feedback pass checks the gradient for NaN/Inf as it goes (the "
-     "residual untouched on a failure) instead of a separate scan first; 0 saves the memory",
+     "compressed allreduce of top-k (sparse scheme) and random-k: keep a second residual "
+     "buffer per tensor so that the feedback pass checks the gradient for NaN/Inf as it "
+     "goes (the residual untouched on a failure) instead of a separate scan first; 0 saves "
+     "the memory",
      OFF(ef_spare), 0, NULL},
     {"GCOLL_COMPRESSED_ALGO", P_ENUM, "auto",
      "compressed allreduce of quantizers: alltoall (1-bit Adam's scheme), ring (pipelined, "

@@ -256,10 +256,20 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
         return select_ge(x, n, thr, n, p, sc, nnz_p);
     }
     case GCOLL_SPARSIFY_RANDOMK: {
-        pending_flush(p, n);
-        size_t i = gcoll_kernels()->first_bad(x, n);
-        if (i < n)
-            return bad_nonfinite(x, n, i);
+        if (p->g) {
+            /* the update with the check for NaN/Inf (the gradient's, or an overflow) in one
+             * pass: the collecting kernel with only non-finite values at its threshold */
+            int bad = 0;
+            size_t nb = gcoll_kernels()->axpy_collect_ge(p->dst, p->e, p->g, n, p->a,
+                                                         0x7f800000u, NULL, NULL, 0, &bad, 0);
+            p->g = NULL;
+            if (nb)
+                return bad_nonfinite(x, n, gcoll_kernels()->first_bad(x, n));
+        } else {
+            size_t i = gcoll_kernels()->first_bad(x, n);
+            if (i < n)
+                return bad_nonfinite(x, n, i);
+        }
         GCOLL_CHECK(gcoll_scratch_pairs(sc, k));
         GCOLL_CHECK(gcoll_scratch_bitmap(sc, n));
         GCOLL_CHECK(gcoll_randomk_indices(gcoll_randomk_key(c, step, off), n, k, sc->idx,
@@ -307,7 +317,8 @@ int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_stat
                             size_t count)
 {
     return c && s && s->c == c && s->e && s->mode == GCOLL_STATE_WORKER &&
-           c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE &&
+           ((c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE) ||
+            c->sparsify == GCOLL_SPARSIFY_RANDOMK) &&
            !(c->clip > 0) && count == s->count;
 }
 

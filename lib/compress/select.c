@@ -484,7 +484,12 @@ uint64_t gcoll_randomk_key(const gcoll_compressor_t *c, uint64_t step, size_t of
 }
 
 /* Floyd's algorithm (Bentley & Floyd 1987) draws k distinct indices with exactly k calls
- * to the generator; a bitmap makes membership O(1) and yields them in ascending order. */
+ * to the generator; a bitmap makes membership O(1) and yields them in ascending order.
+ * The draws do not depend on the bitmap, so they are made RK_BATCH at a time and the
+ * bitmap words they touch prefetched before the batch is applied in order: each is a
+ * cache miss otherwise (the bitmap of 25M elements is 3 MiB; 4 ranks, 25M floats,
+ * random-k 1%: the draws were 28% of the step's CPU time). */
+#define RK_BATCH 32
 gcoll_status_t gcoll_randomk_indices(uint64_t key, size_t n, size_t k, uint32_t *idx,
                                      uint64_t *bitmap)
 {
@@ -502,11 +507,19 @@ gcoll_status_t gcoll_randomk_indices(uint64_t key, size_t n, size_t k, uint32_t 
         memset(bm, 0, words * sizeof(uint64_t));
     }
     uint64_t rs = key;
-    for (size_t j = n - k; j < n; j++) {
-        size_t t = (size_t)gcoll_rng_below(&rs, (uint64_t)j + 1);
-        if (bm[t >> 6] & (1ull << (t & 63)))
-            t = j;
-        bm[t >> 6] |= 1ull << (t & 63);
+    uint32_t draw[RK_BATCH];
+    for (size_t j0 = n - k; j0 < n; j0 += RK_BATCH) {
+        size_t m = GCOLL_MIN((size_t)RK_BATCH, n - j0);
+        for (size_t q = 0; q < m; q++) {
+            draw[q] = (uint32_t)gcoll_rng_below(&rs, (uint64_t)(j0 + q) + 1);
+            __builtin_prefetch(&bm[draw[q] >> 6], 1);
+        }
+        for (size_t q = 0; q < m; q++) {
+            size_t t = draw[q];
+            if (bm[t >> 6] & (1ull << (t & 63)))
+                t = j0 + q;
+            bm[t >> 6] |= 1ull << (t & 63);
+        }
     }
     size_t o = 0;
     for (size_t w = 0; w < words && o < k; w++) {

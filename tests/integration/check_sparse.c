@@ -412,6 +412,8 @@ int run_compressed(void)
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
         check_compressed(specs[i], 30011, i % 2 ? GCOLL_AVG : GCOLL_SUM);
     check_compressed("topk:density=0.02", 7, GCOLL_SUM); /* fewer elements than ranks */
+    /* random-k's output streamed block by block (1M elements and more), averaged */
+    check_compressed("randomk:density=0.01,seed=9", ((size_t)1 << 20) + 4099, GCOLL_AVG);
     /* top-k's threshold among many equal magnitudes, and a selection that cannot come
      * from the sampled threshold's candidates (the streamed scheme's trailer then carries
      * the trim rule's ties, or says the selection follows whole) */
@@ -420,11 +422,13 @@ int run_compressed(void)
         check_compressed("topk:density=0.02,select=sample", 30011, GCOLL_AVG);
     }
     grad_pattern = 0;
-    /* a NaN on the last rank: top-k finds it in its feedback pass (GCOLL_EF_SPARE), the
-     * others in the scan before the call; the same local error, then the retry */
+    /* a NaN on the last rank: top-k and random-k find it in their feedback pass
+     * (GCOLL_EF_SPARE), the others in the scan before the call; the same local error,
+     * then the retry */
     nan_victim = size - 1;
     check_compressed("topk:density=0.01+q8", 30011, GCOLL_SUM);
     check_compressed("topk:density=0.02,select=sample", 30011, GCOLL_AVG);
+    check_compressed("randomk:density=0.05,seed=3", 30011, GCOLL_AVG);
     check_compressed("q8", 30011, GCOLL_SUM);
     nan_victim = -1;
     /* quantizers with fewer elements than ranks, and none at all */

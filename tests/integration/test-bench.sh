@@ -40,6 +40,10 @@ check_z() {
 for spec in "topk:density=0.01+q8" sign "randomk:density=0.02"; do
     check_z "gcoll-bench -z $spec -c" 3 '^[0-9]' -- "$BENCH" -z "$spec" -b 4K -e 1M -f 16 -n 2 -w 1
 done
+# random-k's output built block by block and streamed (1M elements and more): 1048579
+# elements, the last block partial
+check_z "gcoll-bench -z randomk -c, streamed output" 1 '^[0-9]' -- "$BENCH" \
+    -z "randomk:density=0.01" -b 4194316 -e 4194316 -n 1 -w 1
 # the same over the compressed ring (-c simulates the ring's hops): 1 element (fewer than
 # ranks) up to 3073 (chunk 0 holds two 1024-element segments, the others one)
 for spec in q8 sign; do

@@ -464,7 +464,7 @@ static void test_fused_axpy_collect_ge(void **unused)
     free(vz), free(ez), free(iz), free(eo), free(vo), free(od), free(io);
 }
 
-/* The input check folded into top-k's feedback pass (fold_check, as the compressed
+/* The input check folded into top-k's and random-k's feedback pass (fold_check, as the compressed
  * allreduce asks): the same bytes and residual as the scan-first encode, step after step
  * (the residual then lives in the other buffer: the swap), and on NaN/Inf anywhere an
  * error with the residual as it was, in place. */
@@ -473,7 +473,8 @@ static void test_folded_check(void **unused)
     (void)unused;
     static const char *specs[] = {"topk:density=0.01", "topk:density=0.01,select=sample",
                                   "topk:density=0.001+q8", "topk:density=0.3",
-                                  "topk:density=0.01+fp16"};
+                                  "topk:density=0.01+fp16", "randomk:density=0.01,seed=5",
+                                  "randomk:density=0.02,seed=5+q8"};
     const float bad[] = {NAN, INFINITY, -INFINITY};
     const size_t n = 200003, pos[] = {0, 7, 100001, n - 1};
     float *x = malloc(n * 4), *e = malloc(n * 4);
