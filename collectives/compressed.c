@@ -21,9 +21,9 @@
 
 typedef struct {
     gcoll_tensor_state_t *state;
-    int shard_only;   /* reduce-scatter: stop after reducing this rank's chunk */
-    int folded;       /* no scan by the caller: the codec checks (gcoll_codec_folds_check) */
-    uint64_t scan_ns; /* the caller's NaN/Inf scan, counted as codec time */
+    int shard_only; /* reduce-scatter: stop after reducing this rank's chunk */
+    int checked;    /* the nonblocking call scanned the gradient for NaN/Inf already */
+    uint64_t scan_ns; /* that scan, counted as codec time when the call runs */
 } comp_args_t;
 
 static gcoll_span_t chunk(size_t count, int P, int j) { return gcoll_even_chunk(count, P, j); }
@@ -214,19 +214,20 @@ out:
     return st;
 }
 
-/* The whole tensor's encode, before anything is sent: a failure (a NaN the codec found
- * in its feedback pass, where the caller left the check to it) is this rank's call's
- * alone, as a bad argument would be (comm->op_local). */
+/* The whole tensor's encode, before anything is sent. Where the codec checks for NaN/Inf
+ * in its feedback pass (fold_check, set by run_compressed only), any failure leaves the
+ * state as it was, so it is this rank's call's alone, as a bad argument would be
+ * (comm->op_local); on other paths a failure may come after the residual took g. */
 static gcoll_status_t encode_first(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                    const float *grad, size_t count, uint8_t *msg, size_t cap,
                                    size_t *len_p)
 {
     gcoll_status_t st = gcoll_codec_encode_range(s->c, s, 0, grad, count, s->step, msg, cap,
                                                  len_p);
-    if (st == GCOLL_OK)
+    if (st == GCOLL_OK || !s->fold_check)
         return st;
     comm->op_local = 1;
-    if (st == GCOLL_ERR_INVALID && s->fold_check) {
+    if (st == GCOLL_ERR_INVALID) {
         size_t bad = gcoll_kernels()->first_bad(grad, count);
         if (bad < count)
             gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);
@@ -457,14 +458,32 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
 {
     const gcoll_args_t *a = &req->a;
     const comp_args_t *ca = a->ext;
-    /* submit() scanned the gradient for NaN/Inf already, or left it to the codec */
+    gcoll_tensor_state_t *s = ca->state;
+    const size_t count = a->count;
+    /* NaN/Inf in the gradient (a blocking call; a nonblocking one scanned in the call): one
+     * vectorized scan (the codec's kernel) before anything is sent, or none where the
+     * codec checks in its feedback pass, also before anything is sent (encode_first);
+     * either way the state is untouched and nothing sent (comm->op_local) */
     comm->counters.ns_compress += ca->scan_ns;
-    ca->state->input_checked = !ca->folded;
-    ca->state->fold_check = ca->folded;
-    gcoll_status_t st = gcoll_compressed_run(comm, ca->state, a->sendbuf, a->recvbuf, a->count,
-                                             a->op, ca->shard_only);
-    ca->state->input_checked = 0;
-    ca->state->fold_check = 0;
+    scheme_t sc = ca->shard_only ? S_ALLTOALL : scheme_of(comm, s, count, 0);
+    int fold = !ca->checked && comm->cfg.ef_spare && (sc == S_SPARSE || sc == S_RANDOMK) &&
+               gcoll_codec_folds_check(s->c, s, count);
+    if (!fold && !ca->checked && count) {
+        uint64_t t0 = gcoll_time_ns();
+        size_t bad = gcoll_kernels()->first_bad(a->sendbuf, count);
+        comm->counters.ns_compress += gcoll_time_ns() - t0;
+        if (bad < count) {
+            comm->op_local = 1;
+            gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);
+            return GCOLL_ERR_INVALID;
+        }
+    }
+    s->input_checked = !fold;
+    s->fold_check = fold;
+    gcoll_status_t st = gcoll_compressed_run(comm, s, a->sendbuf, a->recvbuf, count, a->op,
+                                             ca->shard_only);
+    s->input_checked = 0;
+    s->fold_check = 0;
     return st;
 }
 
@@ -484,22 +503,23 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
                                       "op %s: only sum and avg", gcoll_op_name(op)));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || (grad && out),
                                       "NULL buffer with count %zu", count));
-    /* one vectorized scan (the codec's kernel), not a call per element; or none where the
-     * codec checks in its feedback pass, before anything is sent (run_sparse) */
-    scheme_t sc = shard_only ? S_ALLTOALL : scheme_of(comm, state, count, 0);
-    int folded = comm->cfg.ef_spare && (sc == S_SPARSE || sc == S_RANDOMK) &&
-                 gcoll_codec_folds_check(state->c, state, count);
-    uint64_t t0 = gcoll_time_ns();
-    size_t bad = count && !folded ? gcoll_kernels()->first_bad(grad, count) : count;
-    uint64_t scan_ns = gcoll_time_ns() - t0;
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, bad >= count, "grad[%zu] is NaN or infinite",
-                                      bad));
+    /* a nonblocking call checks for NaN/Inf now, so that the caller learns of it before it
+     * queues another call (which would otherwise take this one's place among the peers'
+     * calls); a blocking one checks as it runs (run_compressed) */
+    uint64_t scan_ns = 0;
+    if (req_p && count) {
+        uint64_t t0 = gcoll_time_ns();
+        size_t bad = gcoll_kernels()->first_bad(grad, count);
+        scan_ns = gcoll_time_ns() - t0;
+        GCOLL_CHECK(gcoll_comm_check_args(comm, what, bad >= count,
+                                          "grad[%zu] is NaN or infinite", bad));
+    }
     comp_args_t *ca = calloc(1, sizeof(*ca));
     if (!ca)
         return GCOLL_ERR_NOMEM;
     ca->state = state;
     ca->shard_only = shard_only;
-    ca->folded = folded;
+    ca->checked = req_p != NULL;
     ca->scan_ns = scan_ns;
     gcoll_args_t a = {.sendbuf = grad, .recvbuf = out, .count = count, .dtype = GCOLL_FLOAT32,
                       .op = op, .ext = ca, .release = free};

@@ -290,7 +290,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_state_create(gcoll_compressor_t *c, size_t cou
                                                gcoll_tensor_state_t **s_p);
 GCOLL_EXPORT void gcoll_state_destroy(gcoll_tensor_state_t *s);
 /* The residual (count floats), NULL if the state keeps no feedback. For dgc it is the
- * accumulation v (what was selected from but not yet sent). */
+ * accumulation v (what was selected from but not yet sent). Valid until the next call
+ * with this state (a compressed allreduce may move the residual to another buffer). */
 GCOLL_EXPORT const float *gcoll_state_residual(const gcoll_tensor_state_t *s);
 /* Encodes done with this state so far (the step warm-up schedules use). */
 GCOLL_EXPORT uint64_t gcoll_state_step(const gcoll_tensor_state_t *s);

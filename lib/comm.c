@@ -76,9 +76,18 @@ static void comm_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
     }
 }
 
-/* An operation that failed before it sent or consumed anything (comm->op_local): an
- * error of this call only, as a bad argument. The sequence number goes back so that the
- * caller's next call pairs with the peers' calls still waiting for this one. */
+static int queue_empty(gcoll_comm_t *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    int empty = comm->qhead == NULL;
+    pthread_mutex_unlock(&comm->lock);
+    return empty;
+}
+
+/* A blocking operation that failed before it sent or consumed anything (comm->op_local),
+ * nothing queued behind it: an error of this call only, as a bad argument. The sequence
+ * number goes back so that the caller's next call pairs with the peers' calls still
+ * waiting for this one. */
 static void local_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
 {
     char msg[1000];
@@ -328,7 +337,7 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
         comm->op_local = 0;
         st = req->run(comm, req);
         comm->counters.ns_total += gcoll_time_ns() - t0;
-        if (st < 0 && comm->op_local)
+        if (st < 0 && comm->op_local && req->blocking && queue_empty(comm))
             local_fail(comm, req->name, st);
         else if (st < 0)
             comm_fail(comm, req->name, st);
@@ -398,6 +407,7 @@ static void *progress_main(void *arg)
 gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req,
                                  gcoll_request_t **req_p)
 {
+    req->blocking = req_p == NULL;
     pthread_mutex_lock(&comm->lock);
     if (req_p == NULL && comm->qhead == NULL && !comm->busy) {
         /* Blocking call on an idle communicator: run here and save a thread hand-off. */

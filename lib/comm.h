@@ -33,6 +33,7 @@ struct gcoll_request {
     gcoll_args_t a;
     gcoll_status_t status;
     int done;
+    int blocking; /* the caller waits for it in the call (no request handle) */
     struct gcoll_request *next;
 };
 
@@ -59,8 +60,10 @@ struct gcoll_comm {
     volatile gcoll_status_t broken;
     char last_error[1024];
     char op_error[1024]; /* detail set by the running collective */
-    /* set by a running operation that fails before it sent or consumed anything: the
-     * failure is its caller's alone (the call is undone, the communicator stays usable) */
+    /* set by a running operation that fails before it sent or consumed anything: for a
+     * blocking call with nothing queued behind it, the failure is its caller's alone (the
+     * call is undone, the communicator stays usable); otherwise the communicator fails, as
+     * a call queued behind would take the undone call's place among the peers' calls */
     int op_local;
     /* owned by the running operation */
     void *scratch; /* reused temporary of the algorithms (grown, never shrunk) */

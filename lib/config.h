@@ -32,7 +32,7 @@ typedef struct gcoll_config {
     int sparse_algo; /* 0 auto, else gcoll_sparse_plan_t + 1 */
     int compressed_algo; /* 0 auto, 1 alltoall, 2 ring */
     size_t topk_stream;  /* elements per streamed segment of top-k (0: off) */
-    int ef_spare;        /* top-k: fold the NaN/Inf scan into the feedback pass */
+    int ef_spare;        /* top-k, random-k: fold the NaN/Inf scan into the feedback pass */
     int codec_simd;  /* read by lib/compress/kernels.c at first use */
     char *compressor;      /* default compressor spec of tools and the bucketer */
     size_t bucket_bytes;

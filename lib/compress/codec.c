@@ -370,12 +370,18 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     pending_t pend = {NULL, NULL, NULL, 1.0f, 0};
     size_t zeroed_n = 0; /* selected elements of e the selection zeroed (restored on error) */
     sc->zeroed = 0;
-    /* The input scan folded into top-k's feedback pass (the caller's choice, s->fold_check):
-     * the pass writes e + a*g into the spare buffer and catches NaN/Inf in the sum as it
-     * collects (they compare above any threshold), so e is as it was on any failure; on
-     * success the two buffers swap. One read of the input instead of two. */
+    /* The input scan folded into top-k's and random-k's feedback pass (the caller's
+     * choice, s->fold_check, made with the same gcoll_codec_folds_check): the pass writes
+     * e + a*g into the spare buffer and catches NaN/Inf in the sum as it goes (top-k's
+     * compare above any threshold; random-k's pass collects only them), so e is as it was
+     * on any failure; on success the two buffers swap. One read of the input instead of
+     * two. */
     int fold = feedback && !dgc && !s->input_checked && s->fold_check && off == 0 &&
-               gcoll_codec_folds_check(c, s, n) && spare_get(s);
+               gcoll_codec_folds_check(c, s, n);
+    if (fold && !spare_get(s)) {
+        GCOLL_WARN("compress: cannot allocate the spare residual (%zu elements)", s->count);
+        return GCOLL_ERR_NOMEM; /* nothing touched yet */
+    }
     float *ew = fold ? s->spare : feedback ? s->e + off : NULL; /* where e_new goes */
 
     if ((feedback || clip) && !(s && s->input_checked) && !fold) {

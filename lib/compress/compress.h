@@ -110,8 +110,9 @@ struct gcoll_tensor_state {
     struct gcoll_tensor_state *server;
     /* the caller already verified the input is finite (skip the encoder's own scan) */
     int input_checked;
-    /* the caller did not scan the input and lets top-k fold the check into its feedback
-     * pass, at the price of a second residual buffer (gcoll_codec_folds_check) */
+    /* the caller did not scan the input and lets top-k or random-k fold the check into
+     * the feedback pass, at the price of a second residual buffer (set only where
+     * gcoll_codec_folds_check holds: every failure then leaves the state as it was) */
     int fold_check;
     /* collectives: keep top-k's selection pass off the wire (the streamed scheme); the
      * bucketer's bandwidth adaptation times the wire after the codec */
@@ -120,7 +121,9 @@ struct gcoll_tensor_state {
 
 /* Whether an encode of all count elements with s (fold_check set, input_checked not) finds
  * NaN/Inf in its feedback pass instead of scanning the input first, with e as it was on a
- * failure: top-k (sampled or exact threshold) with error feedback, no clipping. */
+ * failure: top-k (sampled or exact threshold, not reuse) and random-k with error
+ * feedback, no clipping. The residual then moves to the other buffer on every success
+ * (gcoll_state_residual's pointer changes). */
 int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_state_t *s,
                             size_t count);
 

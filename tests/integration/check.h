@@ -41,6 +41,6 @@ int run_compressed(void);           /* check_sparse.c */
 int run_bucketer(void);             /* check_bucketer.c */
 int run_adapt(void);                /* check_bucketer.c */
 int run_bucket_missing(int victim);
-int run_bucket_nan(int victim); /* check_bucketer.c */
+int run_bucket_nan(int victim, int accumulate); /* check_bucketer.c */
 
 #endif /* GCOLL_CHECK_H */

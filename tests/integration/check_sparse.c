@@ -258,7 +258,14 @@ static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
             g[k] = grad_of(rank, step, k);
         if (rank == nan_victim && step == 1) {
             g[count / 3] = NAN;
-            gcoll_status_t rn = gcoll_compressed_allreduce(comm, st, g, out, count, op);
+            /* the nonblocking form refuses it in the call, before anything is queued */
+            gcoll_request_t *req = NULL;
+            gcoll_status_t rn = gcoll_icompressed_allreduce(comm, st, g, out, count, op, &req);
+            checks++;
+            if (rn != GCOLL_ERR_INVALID || req)
+                FAIL("compressed '%s': a NaN in a nonblocking call gave %s", spec,
+                     gcoll_status_string(rn == GCOLL_OK ? gcoll_wait(req) : rn));
+            rn = gcoll_compressed_allreduce(comm, st, g, out, count, op);
             checks++;
             if (rn != GCOLL_ERR_INVALID || !strstr(gcoll_comm_last_error(comm), "NaN"))
                 FAIL("compressed '%s': a NaN gave %s (%s), not a local invalid-argument error",

@@ -708,7 +708,9 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "bucket_missing") == 0)
         bad = run_bucket_missing(victim);
     else if (strcmp(mode, "bucket_nan") == 0)
-        bad = run_bucket_nan(victim);
+        bad = run_bucket_nan(victim, 1);
+    else if (strcmp(mode, "bucket_nan_acc") == 0)
+        bad = run_bucket_nan(victim, 2);
     else if (strcmp(mode, "compressed") == 0)
         bad = run_compressed();
     else if (strcmp(mode, "sparse") == 0)

@@ -83,6 +83,9 @@ for tr in $(transports); do
     # A NaN in one rank's gradient: that rank names the tensor and element, all fail fast.
     run "bucket-nan-$tr" 0 -n 3 $common -- "$CHECK" bucket_nan 1 &&
         expect_lines "bucket-nan-$tr" "NaN gradient failed as expected" 3
+    # The same with local accumulation: the encoder finds it in the accumulated sum.
+    run "bucket-nan-acc-$tr" 0 -n 3 $common -- "$CHECK" bucket_nan_acc 1 &&
+        expect_lines "bucket-nan-acc-$tr" "NaN gradient failed as expected" 3
     run "bucket-missing-$tr" 0 -n 3 $common -- "$CHECK" bucket_missing 1 &&
         expect_lines "bucket-missing-$tr" "missing ready() failed as expected" 3
     # gcoll_comm_abort from another thread interrupts rank 0 and fails the others.
