@@ -268,35 +268,6 @@ out:
     return st;
 }
 
-/* out = 0 but val[j] * scale at idx[j]. Large outputs with ascending indices go block by
- * block through a buffer in L1 streamed out with cache-bypassing stores, as the codec's
- * sum does: glibc's memset reads every line of a 100 MB output before writing it here (its
- * streaming threshold is three quarters of this machine's 260 MB cache). */
-#define SCATTER_BLOCK 2048
-static void scatter_dense(float *out, size_t count, const uint32_t *idx, const float *val,
-                          size_t k, float scale)
-{
-    int ascending = count >= ((size_t)1 << 20);
-    for (size_t j = 1; ascending && j < k; j++)
-        ascending = idx[j] > idx[j - 1];
-    if (!ascending || (k && idx[k - 1] >= count)) {
-        memset(out, 0, count * sizeof(float));
-        for (size_t j = 0; j < k; j++)
-            out[idx[j]] = val[j] * scale;
-        return;
-    }
-    float blk[SCATTER_BLOCK];
-    memset(blk, 0, sizeof(blk));
-    for (size_t b = 0, j = 0; b < count; b += SCATTER_BLOCK) {
-        size_t end = GCOLL_MIN(b + SCATTER_BLOCK, count), j0 = j;
-        for (; j < k && idx[j] < end; j++)
-            blk[idx[j] - b] = val[j] * scale;
-        gcoll_kernels()->stream_copy(out + b, blk, end - b);
-        for (size_t q = j0; q < j; q++)
-            blk[idx[q] - b] = 0.0f;
-    }
-}
-
 /* Random-k with a shared seed: every rank picked the same indices, so only the k values
  * are reduced, densely. */
 static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
@@ -323,8 +294,12 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     comm->counters.ns_compress += gcoll_time_ns() - t0;
     GCOLL_CHECK_GOTO(gcoll_ring_allreduce_at(comm, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig,
                                              PHASE(0)), st, out);
+    /* out: the k sums at their (ascending) indices, zeros elsewhere, through the merged
+     * sum's blocks streamed out (glibc's memset reads every line of a large output first) */
     t0 = gcoll_time_ns();
-    scatter_dense(out, count, idx, val, k, op == GCOLL_AVG ? 1.0f / (float)comm->size : 1.0f);
+    gcoll_sum_src_t src = {.idx = idx, .val = val, .n = k};
+    st = gcoll_sum_sources(c, &src, 1, out, count, op == GCOLL_AVG ? (float)comm->size : 1.0f,
+                           NULL);
     comm->counters.ns_compress += gcoll_time_ns() - t0;
 out:
     free(idx);
@@ -384,13 +359,6 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
     return per >= 4 * segf ? S_RING : S_ALLTOALL;
 }
 
-static scheme_t scheme_of(const gcoll_comm_t *comm, const gcoll_tensor_state_t *s, size_t count,
-                          int shard_only)
-{
-    char why[160];
-    return pick_scheme(comm, s->c, s, count, shard_only, why, sizeof(why));
-}
-
 const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *c,
                                     size_t count, int shard_only, size_t *segment_p)
 {
@@ -404,9 +372,11 @@ const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compre
     return scheme_names[sc];
 }
 
-gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
-                                    const float *grad, float *out, size_t count, gcoll_op_t op,
-                                    int shard_only)
+/* The compressed allreduce (or reduce-scatter) by scheme sc, which pick_scheme chose for
+ * the reason why. */
+static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+                                 float *out, size_t count, gcoll_op_t op, int shard_only,
+                                 scheme_t sc, const char *why)
 {
     const gcoll_compressor_t *c = s->c;
     /* the signature covers the spec, the count and the step: ranks whose states disagree
@@ -415,8 +385,6 @@ gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, count, (int)(h & 0xffff), op,
                                   (int)(h >> 32) ^ shard_only);
     gcoll_status_t st;
-    char why[160];
-    scheme_t sc = pick_scheme(comm, c, s, count, shard_only, why, sizeof(why));
     const char *scheme = scheme_names[sc];
     switch (sc) {
     case S_DENSE:
@@ -454,6 +422,15 @@ gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     return st;
 }
 
+gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+                                    const float *grad, float *out, size_t count, gcoll_op_t op,
+                                    int shard_only)
+{
+    char why[160];
+    scheme_t sc = pick_scheme(comm, s->c, s, count, shard_only, why, sizeof(why));
+    return run_scheme(comm, s, grad, out, count, op, shard_only, sc, why);
+}
+
 static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
 {
     const gcoll_args_t *a = &req->a;
@@ -465,7 +442,8 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
      * codec checks in its feedback pass, also before anything is sent (encode_first);
      * either way the state is untouched and nothing sent (comm->op_local) */
     comm->counters.ns_compress += ca->scan_ns;
-    scheme_t sc = ca->shard_only ? S_ALLTOALL : scheme_of(comm, s, count, 0);
+    char why[160];
+    scheme_t sc = pick_scheme(comm, s->c, s, count, ca->shard_only, why, sizeof(why));
     int fold = !ca->checked && comm->cfg.ef_spare && (sc == S_SPARSE || sc == S_RANDOMK) &&
                gcoll_codec_folds_check(s->c, s, count);
     if (!fold && !ca->checked && count) {
@@ -480,8 +458,8 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
     }
     s->input_checked = !fold;
     s->fold_check = fold;
-    gcoll_status_t st = gcoll_compressed_run(comm, s, a->sendbuf, a->recvbuf, count, a->op,
-                                             ca->shard_only);
+    gcoll_status_t st = run_scheme(comm, s, a->sendbuf, a->recvbuf, count, a->op,
+                                   ca->shard_only, sc, why);
     s->input_checked = 0;
     s->fold_check = 0;
     return st;

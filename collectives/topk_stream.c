@@ -304,7 +304,7 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
         GCOLL_CHECK_GOTO(gcoll_net_poll(comm, w ? w : &t.tx[t.tx_done]), st, out);
     }
     /* every rank's selection, summed in rank order: the peers' read from their messages
-     * through their trim rules (validated first: codec.c) */
+     * through their trim rules (validated first: decode.c) */
     t0 = gcoll_time_ns();
     st = GCOLL_ERR_NOMEM;
     if (!(src = calloc((size_t)P, sizeof(*src))) ||

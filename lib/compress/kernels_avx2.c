@@ -190,16 +190,16 @@ TARGET_AVX2 void gcoll_k_stream_copy_avx2(float *dst, const float *src, size_t n
     _mm_sfence();
 }
 
-/* Selection output shared by the collect kernels: element i of x is taken (its index and
- * value stored while there is room, and then, with zero_at, zero_at[i] zeroed; counted
- * always; *bad set if it is NaN/Inf). */
-static inline void take(const float *x, size_t i, uint32_t *idx, float *val, size_t cap,
-                        size_t *cnt, int *bad, float *zero_at)
+/* Selection output shared by the collect kernels: x[i], element base + i, is taken (its
+ * index and value stored while there is room, and then, with zero_at, zero_at[i] zeroed;
+ * counted always; *bad set if it is NaN/Inf). */
+static inline void take(const float *x, size_t i, size_t base, uint32_t *idx, float *val,
+                        size_t cap, size_t *cnt, int *bad, float *zero_at)
 {
     if ((gcoll_f32_bits(x[i]) & 0x7fffffffu) >= 0x7f800000u)
         *bad = 1;
     if (*cnt < cap) {
-        idx[*cnt] = (uint32_t)i;
+        idx[*cnt] = (uint32_t)(base + i);
         val[*cnt] = x[i];
         if (zero_at)
             zero_at[i] = 0.0f;
@@ -207,14 +207,15 @@ static inline void take(const float *x, size_t i, uint32_t *idx, float *val, siz
     (*cnt)++;
 }
 
-/* take() for every set bit j of mask: element base + j. */
+/* take() for every set bit j of mask: x[j] (and zero_at[j]) is element base + j, so x may
+ * be the block's copy as well as the array at base. */
 static inline void take_mask(const float *x, size_t base, uint32_t mask, uint32_t *idx,
                              float *val, size_t cap, size_t *cnt, int *bad, float *zero_at)
 {
     while (mask) {
         unsigned j = (unsigned)__builtin_ctz(mask);
         mask &= mask - 1;
-        take(x, base + j, idx, val, cap, cnt, bad, zero_at);
+        take(x, j, base, idx, val, cap, cnt, bad, zero_at);
     }
 }
 
@@ -244,11 +245,11 @@ TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t th
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g2)) << 16) |
                         ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g3)) << 24);
-        take_mask(x, i, mask, idx, val, cap, &cnt, bad, NULL);
+        take_mask(x + i, i, mask, idx, val, cap, &cnt, bad, NULL);
     }
     for (; i < n; i++)
         if ((gcoll_f32_bits(x[i]) & 0x7fffffffu) >= thr)
-            take(x, i, idx, val, cap, &cnt, bad, NULL);
+            take(x, i, 0, idx, val, cap, &cnt, bad, NULL);
     return cnt;
 }
 
@@ -376,25 +377,36 @@ TARGET_AVX2 void gcoll_k_qsgd_codes_avx2(const float *x, size_t n, float f, uint
     }
 }
 
-/* The out-of-place form of the kernel below: non-temporal stores from dst's first 32-byte
- * boundary on, as dst is written whole and not read again in this pass (a plain store
- * would first read each line of dst: a third more memory traffic than updating e in
- * place). A block holding a hit goes through a stack copy, where the taken lanes are read
- * and zeroed, so that no plain store or load touches a line the stream is writing. */
-TARGET_AVX2 static size_t axpy_collect_ge_nt(float *dst, const float *e, const float *g,
-                                             size_t n, float a, uint32_t thr, uint32_t *idx,
-                                             float *val, size_t cap, int *bad, int zero)
+/* dst[i] = e[i] + a*g[i], taken when |dst[i]| bits >= thr (the kernels' scalar ends) */
+static inline void axpy_take_scalar(float *dst, const float *e, const float *g, float a,
+                                    uint32_t thr, size_t i, uint32_t *idx, float *val,
+                                    size_t cap, size_t *cnt, int *bad, int zero)
+{
+    dst[i] = e[i] + a * g[i];
+    if ((gcoll_f32_bits(dst[i]) & 0x7fffffffu) >= thr)
+        take(dst, i, 0, idx, val, cap, cnt, bad, zero ? dst : NULL);
+}
+
+/* collect_ge over dst = e + a*g, the update stored as it streams by (multiply then add,
+ * as the generic kernel: no FMA). In place (nt == 0) the blocks are stored, then the hits
+ * taken from them. Out of place (nt, dst not overlapping e) the stores are non-temporal
+ * from dst's first 32-byte boundary on, as dst is written whole and not read again in the
+ * pass (a plain store would first read each line of dst: a third more memory traffic than
+ * updating e in place); a block holding a hit goes through a stack copy, where the taken
+ * lanes are read and zeroed, so that no plain store or load touches a line the stream is
+ * writing. */
+TARGET_AVX2 static inline __attribute__((always_inline)) size_t
+axpy_collect_ge_body(float *dst, const float *e, const float *g, size_t n, float a,
+                     uint32_t thr, uint32_t *idx, float *val, size_t cap, int *bad, int zero,
+                     const int nt)
 {
     const __m256i absm = _mm256_set1_epi32(0x7fffffff);
     const __m256i t1 = _mm256_set1_epi32((int)(thr - 1u)); /* thr >= 1 */
     const __m256 av = _mm256_set1_ps(a);
     size_t cnt = 0, i = 0;
     float blk[16];
-    for (; i < n && ((uintptr_t)(dst + i) & 31u) != 0; i++) {
-        dst[i] = e[i] + a * g[i];
-        if ((gcoll_f32_bits(dst[i]) & 0x7fffffffu) >= thr)
-            take(dst, i, idx, val, cap, &cnt, bad, zero ? dst : NULL);
-    }
+    for (; nt && i < n && ((uintptr_t)(dst + i) & 31u) != 0; i++)
+        axpy_take_scalar(dst, e, g, a, thr, i, idx, val, cap, &cnt, bad, zero);
     for (; i + 16 <= n; i += 16) {
         if (i + PF_STREAM < n) {
             _mm_prefetch((const char *)(g + i + PF_STREAM), _MM_HINT_T0);
@@ -404,80 +416,45 @@ TARGET_AVX2 static size_t axpy_collect_ge_nt(float *dst, const float *e, const f
                                   _mm256_mul_ps(av, _mm256_loadu_ps(g + i)));
         __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(e + i + 8),
                                   _mm256_mul_ps(av, _mm256_loadu_ps(g + i + 8)));
+        if (!nt) {
+            _mm256_storeu_ps(dst + i, x0);
+            _mm256_storeu_ps(dst + i + 8, x1);
+        }
         __m256i g0 = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(x0), absm), t1);
         __m256i g1 = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(x1), absm), t1);
         __m256i any = _mm256_or_si256(g0, g1);
         if (!_mm256_testz_si256(any, any)) {
             uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g0)) |
                             ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8);
-            _mm256_storeu_ps(blk, x0);
-            _mm256_storeu_ps(blk + 8, x1);
-            while (mask) {
-                unsigned j = (unsigned)__builtin_ctz(mask);
-                mask &= mask - 1;
-                if ((gcoll_f32_bits(blk[j]) & 0x7fffffffu) >= 0x7f800000u)
-                    *bad = 1;
-                if (cnt < cap) {
-                    idx[cnt] = (uint32_t)(i + j);
-                    val[cnt] = blk[j];
-                    if (zero)
-                        blk[j] = 0.0f;
-                }
-                cnt++;
+            if (!nt) {
+                take_mask(dst + i, i, mask, idx, val, cap, &cnt, bad, zero ? dst + i : NULL);
+            } else {
+                _mm256_storeu_ps(blk, x0);
+                _mm256_storeu_ps(blk + 8, x1);
+                take_mask(blk, i, mask, idx, val, cap, &cnt, bad, zero ? blk : NULL);
+                x0 = _mm256_loadu_ps(blk);
+                x1 = _mm256_loadu_ps(blk + 8);
             }
-            x0 = _mm256_loadu_ps(blk);
-            x1 = _mm256_loadu_ps(blk + 8);
         }
-        _mm256_stream_ps(dst + i, x0);
-        _mm256_stream_ps(dst + i + 8, x1);
+        if (nt) {
+            _mm256_stream_ps(dst + i, x0);
+            _mm256_stream_ps(dst + i + 8, x1);
+        }
     }
-    _mm_sfence();
-    for (; i < n; i++) {
-        dst[i] = e[i] + a * g[i];
-        if ((gcoll_f32_bits(dst[i]) & 0x7fffffffu) >= thr)
-            take(dst, i, idx, val, cap, &cnt, bad, zero ? dst : NULL);
-    }
+    if (nt)
+        _mm_sfence();
+    for (; i < n; i++)
+        axpy_take_scalar(dst, e, g, a, thr, i, idx, val, cap, &cnt, bad, zero);
     return cnt;
 }
 
-/* collect_ge over dst = e + a*g, the update stored as it streams by (multiply then add,
- * as the generic kernel: no FMA). */
 TARGET_AVX2 size_t gcoll_k_axpy_collect_ge_avx2(float *dst, const float *e, const float *g,
                                                 size_t n, float a, uint32_t thr, uint32_t *idx,
                                                 float *val, size_t cap, int *bad, int zero)
 {
     if (dst != e)
-        return axpy_collect_ge_nt(dst, e, g, n, a, thr, idx, val, cap, bad, zero);
-    const __m256i absm = _mm256_set1_epi32(0x7fffffff);
-    const __m256i t1 = _mm256_set1_epi32((int)(thr - 1u)); /* thr >= 1 */
-    const __m256 av = _mm256_set1_ps(a);
-    size_t cnt = 0, i = 0;
-    for (; i + 16 <= n; i += 16) {
-        if (i + PF_STREAM < n) {
-            _mm_prefetch((const char *)(g + i + PF_STREAM), _MM_HINT_T0);
-            _mm_prefetch((const char *)(e + i + PF_STREAM), _MM_HINT_T0);
-        }
-        __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(e + i),
-                                  _mm256_mul_ps(av, _mm256_loadu_ps(g + i)));
-        __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(e + i + 8),
-                                  _mm256_mul_ps(av, _mm256_loadu_ps(g + i + 8)));
-        _mm256_storeu_ps(dst + i, x0);
-        _mm256_storeu_ps(dst + i + 8, x1);
-        __m256i g0 = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(x0), absm), t1);
-        __m256i g1 = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(x1), absm), t1);
-        __m256i any = _mm256_or_si256(g0, g1);
-        if (_mm256_testz_si256(any, any))
-            continue;
-        uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g0)) |
-                        ((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(g1)) << 8);
-        take_mask(dst, i, mask, idx, val, cap, &cnt, bad, zero ? dst : NULL);
-    }
-    for (; i < n; i++) {
-        dst[i] = e[i] + a * g[i];
-        if ((gcoll_f32_bits(dst[i]) & 0x7fffffffu) >= thr)
-            take(dst, i, idx, val, cap, &cnt, bad, zero ? dst : NULL);
-    }
-    return cnt;
+        return axpy_collect_ge_body(dst, e, g, n, a, thr, idx, val, cap, bad, zero, 1);
+    return axpy_collect_ge_body(dst, e, g, n, a, thr, idx, val, cap, bad, zero, 0);
 }
 
 /* QSGD decode. Eight B-bit codes sit in the low 8B bits of group g's 8-byte word; one

@@ -71,6 +71,12 @@ void gcoll_wire_put_hdr(uint8_t *p, const gcoll_wire_hdr_t *h);
 gcoll_status_t gcoll_wire_parse_hdr(const void *in, size_t len, size_t count,
                                     gcoll_wire_hdr_t *h);
 
+/* Applies a message whose header h and payload pl (index section isz bytes) were
+ * validated to out (decode.c; the encoder subtracts what it sent from the residual with
+ * it); sparse ADD/SUB touch only the nnz targets. */
+gcoll_status_t gcoll_codec_apply(const gcoll_wire_hdr_t *h, const uint8_t *pl, size_t isz,
+                                 float *out, gcoll_dmode_t mode);
+
 /* Bytes of a value section of n values; SIZE_MAX on overflow or bad parameters. */
 size_t gcoll_vsec_size(const gcoll_vspec_t *vs, uint64_t n);
 /* Number of scale buckets of a value section of n values. */
