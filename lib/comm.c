@@ -769,11 +769,58 @@ gcoll_status_t gcoll_comm_init(gcoll_comm_t **comm_p)
     return gcoll_comm_init_rank(-1, -1, NULL, comm_p);
 }
 
+/* The closing handshake of gcoll_comm_destroy, run as the communicator's last operation:
+ * an empty message to every peer and one from every peer. A rank leaves only once every
+ * peer has entered destroy, that is, completed every operation that involves this rank;
+ * the messages still in flight when it closes precede its close on the wire, and every
+ * transport delivers them before it reports the close (MPI_Finalize and ncclCommFinalize
+ * are collective for the same reason). All to all rather than a dissemination barrier: a
+ * rank that passed a barrier knows the others entered it, not that they received its last
+ * round; here each one waits for nothing but its peers' own arrival. */
+#define GCOLL_KIND_CLOSE 0x434c4f53 /* "CLOS": not a collective kind (coll.h) */
+static gcoll_status_t run_close(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    (void)req;
+    const int P = comm->size;
+    uint32_t sig = gcoll_call_sig(GCOLL_KIND_CLOSE, 0, 0, 0, 0);
+    gcoll_treq_t *r = calloc(2 * (size_t)P, sizeof(*r));
+    if (!r)
+        return GCOLL_ERR_NOMEM;
+    gcoll_status_t st = GCOLL_OK;
+    int n = 0;
+    /* receives first: a peer's message finds its receive posted */
+    for (int k = 1; k < P && st == GCOLL_OK; k++, n++)
+        st = gcoll_net_irecv(comm, &r[n], (comm->rank + P - k) % P, 0, sig, NULL, 0, 0);
+    for (int k = 1; k < P && st == GCOLL_OK; k++, n++)
+        st = gcoll_net_isend(comm, &r[n], (comm->rank + k) % P, 0, sig, NULL, 0);
+    if (st == GCOLL_OK)
+        st = gcoll_net_waitall(comm, r, n);
+    if (st != GCOLL_OK) {
+        if (!comm->op_error[0])
+            gcoll_comm_set_error(comm, "the closing handshake failed: %s",
+                                 comm->tops->last_error(comm->tp));
+        gcoll_net_cancel(comm, r, n);
+    }
+    free(r);
+    return st;
+}
+
 gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm)
 {
     if (!comm)
         return GCOLL_ERR_INVALID;
-    stop_thread(comm);
+    stop_thread(comm); /* runs what is queued first */
+    if (comm->size > 1 && comm->tp && comm->broken == GCOLL_OK && !comm->abort_requested) {
+        gcoll_args_t a = {0};
+        gcoll_request_t *req = gcoll_request_new(comm, "gcoll_comm_destroy", run_close, &a);
+        if (req) {
+            comm->busy = 1;
+            run_op(comm, req);
+            request_free(req);
+        } else {
+            GCOLL_WARN("gcoll_comm_destroy: no memory for the closing handshake");
+        }
+    }
     gcoll_status_t st = comm->broken;
     comm_free(comm);
     return st == GCOLL_ERR_ABORTED ? GCOLL_OK : st;

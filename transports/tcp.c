@@ -57,9 +57,15 @@ static void peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
     for (gcoll_treq_t *r = p->posted; r; r = r->next)
         complete(r, st);
     p->posted = p->posted_tail = NULL;
-    while (p->msgs) {
-        rx_msg_t *m = p->msgs;
-        p->msgs = m->next;
+    /* A message that arrived whole before the peer left is still delivered: an orderly
+     * close follows the peer's last message, whose receive may not be posted yet. */
+    for (rx_msg_t **pp = &p->msgs; *pp;) {
+        rx_msg_t *m = *pp;
+        if (!m->req && !m->discard && m->got == m->len) {
+            pp = &m->next;
+            continue;
+        }
+        *pp = m->next;
         if (m->req)
             complete(m->req, st);
         free(m->ubuf);
@@ -219,7 +225,9 @@ static void sock_eof(gcoll_transport_t *t, tcp_sock_t *s)
     /* Data precedes the FIN on each socket, so the peer is gone only when all are shut. */
     if (--p->nopen > 0)
         return;
-    int busy = p->posted != NULL || p->msgs != NULL;
+    int busy = p->posted != NULL;
+    for (rx_msg_t *m = p->msgs; m && !busy; m = m->next)
+        busy = m->req || m->discard || m->got != m->len; /* whole ones are kept */
     for (int i = 0; i < t->nsocks && !busy; i++)
         busy = p->socks[i].txq != NULL;
     if (busy) {

@@ -615,12 +615,26 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
     for (gcoll_treq_t *r = p->failing; r; r = r->next)
         gcoll_ucx_complete(t, r, st);
     p->failing = p->failing_tail = NULL;
+    /* A message whose data arrived before the peer left is still delivered (an orderly
+     * close follows the peer's last message, whose receive may not be posted yet); one
+     * whose data is still at the peer (rendezvous, single copy) cannot be. */
+    ucx_msg_t *keep = NULL, *keep_tail = NULL;
     while (p->unexp) {
         ucx_msg_t *m = p->unexp;
         p->unexp = m->next;
-        msg_free(t, m);
+        if (m->rndv || m->cma) {
+            msg_free(t, m);
+            continue;
+        }
+        m->next = NULL;
+        if (keep_tail)
+            keep_tail->next = m;
+        else
+            keep = m;
+        keep_tail = m;
     }
-    p->unexp_tail = NULL;
+    p->unexp = keep;
+    p->unexp_tail = keep_tail;
     /* Single-copy sends waiting for this peer's answer are ours to end. */
     for (ucx_op_t *op = t->ops, *next; op; op = next) {
         next = op->next;

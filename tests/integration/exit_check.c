@@ -223,7 +223,7 @@ static int do_q8(unsigned call, size_t n, float *buf, float *out)
 {
     gcoll_compressor_t *c;
     gcoll_tensor_state_t *s;
-    gcoll_status_t st = gcoll_compressor_create("q8,ef=0", &c);
+    gcoll_status_t st = gcoll_compressor_create("q8:ef=0", &c);
     if (st != GCOLL_OK)
         return failed("compressor_create", call, st);
     st = gcoll_state_create(c, n, &s);
