@@ -76,7 +76,7 @@ static ucs_status_t context_init(int64_t timeout_ms, int nranks, ucp_context_h *
     if (!getenv("UCX_KEEPALIVE_INTERVAL") && timeout_ms > 0) {
         char v[32];
         snprintf(v, sizeof(v), "%lldms",
-                 (long long)GCOLL_MAX(GCOLL_MIN(timeout_ms / 4, 1000), 100));
+                 (long long)GCOLL_MAX(GCOLL_MIN(timeout_ms / 4, 500), 100));
         if (ucp_config_modify(config, "KEEPALIVE_INTERVAL", v) != UCS_OK)
             GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: cannot set KEEPALIVE_INTERVAL=%s", v);
     }

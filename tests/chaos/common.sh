@@ -1,0 +1,63 @@
+# common.sh: what the chaos campaigns share (sourced): ranks started by hand, the way srun
+# or a framework's launcher starts them, through GCOLL_RANK/GCOLL_SIZE/GCOLL_ROOT/
+# GCOLL_JOB_KEY, each under timeout(1), all killed when the script ends.
+set -u
+: "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+EXIT_CHECK="$top_builddir/tests/integration/exit_check"
+INTRUDER="$top_builddir/tests/integration/intruder"
+export UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
+unset GCOLL_RANK GCOLL_SIZE GCOLL_ROOT GCOLL_JOB_KEY
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gcoll-chaos.XXXXXX")
+PIDS=""
+cleanup() {
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Transport variants: name and environment. TCP, UCX over its tcp transport, UCX over
+# shared memory (skipped when this build has no UCX).
+variants() {
+    if [ -n "${CHAOS_VARIANTS:-}" ]; then echo "$CHAOS_VARIANTS"; return; fi
+    v="tcp"
+    "$top_builddir/tools/gcoll-info" -t 2>/dev/null | grep -q '^ucx *usable' && v="$v ucx-tcp ucx-shm"
+    echo "$v"
+}
+variant_env() {
+    case "$1" in
+    tcp) echo "GCOLL_TRANSPORT=tcp" ;;
+    ucx-tcp) echo "GCOLL_TRANSPORT=ucx UCX_TLS=tcp" ;;
+    ucx-shm) echo "GCOLL_TRANSPORT=ucx UCX_TLS=posix,cma,self" ;;
+    esac
+}
+
+# start_ranks N VARIANT LIMIT_S CMD...: starts N ranks of CMD; their pids in RANK_PIDS (rank
+# order), stderr in $TMP/err.<rank>, exit status later in $TMP/rc.<rank>.
+start_ranks() {
+    n=$1 var=$2 limit=$3
+    shift 3
+    port=$("$INTRUDER" freeport)
+    key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    RANK_PIDS=""
+    rm -f "$TMP"/rc.* "$TMP"/err.* "$TMP"/pid.*
+    r=0
+    while [ "$r" -lt "$n" ]; do
+        # shellcheck disable=SC2046
+        (env $(variant_env "$var") GCOLL_RANK=$r GCOLL_SIZE=$n GCOLL_ROOT=127.0.0.1:$port \
+            GCOLL_JOB_KEY=$key timeout -s KILL "$limit" \
+            sh -c 'echo $$ >"$0"; exec "$@"' "$TMP/pid.$r" "$@" 2>"$TMP/err.$r" >/dev/null
+         echo $? >"$TMP/rc.$r") &
+        RANK_PIDS="$RANK_PIDS $!"
+        r=$((r + 1))
+    done
+    PIDS="$PIDS $RANK_PIDS"
+}
+
+# wait_ranks: waits for the ranks started last.
+wait_ranks() {
+    for p in $RANK_PIDS; do wait "$p" 2>/dev/null; done
+}
+
+# The process of rank r (it wrote its pid before it exec'ed the command).
+rank_pid() { cat "$TMP/pid.$1" 2>/dev/null; }
