@@ -118,9 +118,13 @@ GCOLL_EXPORT gcoll_status_t gcoll_comm_init(gcoll_comm_t **comm_p);
 GCOLL_EXPORT gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
                                                  gcoll_comm_t **comm_p);
 
-/* Releases the communicator. Waits for queued operations to finish (bounded by the
- * timeout). Not collective, but peers still communicating with this rank will see
- * GCOLL_ERR_PEER. Returns the first error of a queued operation, or GCOLL_OK. */
+/* Releases the communicator. Collective: runs the queued operations, then a closing
+ * handshake with every peer, so that every operation involving this rank completes on
+ * every peer before it closes (the process may exit as soon as this returns). Waits for
+ * the slowest peer to call it, for at most GCOLL_TIMEOUT_MS without progress. A broken or
+ * aborted communicator is released at once, without the handshake. Returns the first
+ * error of a queued operation or of the handshake (GCOLL_ERR_PEER, GCOLL_ERR_TIMEOUT), or
+ * GCOLL_OK; the communicator is freed in every case. */
 GCOLL_EXPORT gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm);
 
 /* Marks the communicator broken, fails queued and running operations with

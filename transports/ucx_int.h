@@ -195,6 +195,7 @@ struct gcoll_transport {
 
     uint64_t held_since_ns; /* start of the current run of held polls (ucx.c), or 0 */
     /* progress statistics, logged by destroy (GCOLL_DEBUG=debug; test-ucx.sh reads them) */
+    unsigned long dropped;           /* messages refused (bad header, cookie or rank) */
     unsigned long st_sleeps;         /* waits on the event fd */
     unsigned long st_sleep_timeouts; /* ... that ran into their timeout, operations in flight */
     unsigned long st_held_polls;     /* arm said BUSY and progress found nothing to do */

@@ -3,7 +3,8 @@
  * either way round, a send withdrawn while its message waits unexpected, a receive of
  * another length, malformed single-copy messages; a full mailbox, its records wrapping,
  * a malformed record, the doorbell that wakes a sleeping receiver; and the registration
- * cache. Skips when UCX cannot run here. */
+ * cache; a stranger's endpoint sending gcoll's active messages without the cookie. Skips
+ * when UCX cannot run here. */
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -511,6 +512,92 @@ static void test_registration(void **state)
     free(buf);
 }
 
+/* A process that holds no job key but has learned rank 1's worker address (here: read
+ * from its blob) creates its own UCX endpoint and sends active messages as gcoll does,
+ * claiming to be rank 0 and aiming at a receive rank 1 has posted. Without the receiver's
+ * cookie, which only the authenticated bootstrap hands out, nothing is delivered; with it
+ * (read here from the transport, which a stranger cannot do) the same message is, so the
+ * cookie is what keeps it out. */
+static void stranger_send(pair_t *p, ucp_worker_h w, ucp_ep_h ep, uint64_t cookie,
+                          uint64_t tag, const void *data, size_t len)
+{
+    ucx_hdr_t h = {.type = UCX_MSG_DATA, .src = 0, .sig = 7, .cookie = cookie, .tag = tag};
+    uint8_t hdr[GCOLL_UCX_HDR_LEN];
+    gcoll_ucx_hdr_encode(&h, hdr);
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_AM_SEND_FLAG_EAGER};
+    ucs_status_ptr_t sp = ucp_am_send_nbx(ep, GCOLL_UCX_AM_ID, hdr, sizeof(hdr), data, len, &prm);
+    assert_false(UCS_PTR_IS_ERR(sp));
+    uint64_t deadline = gcoll_time_ms() + 5000;
+    while (UCS_PTR_IS_PTR(sp) && ucp_request_check_status(sp) == UCS_INPROGRESS) {
+        assert_true(gcoll_time_ms() < deadline);
+        ucp_worker_progress(w);
+        progress_both(p); /* the receiver answers UCX's wire-up */
+    }
+    if (UCS_PTR_IS_PTR(sp))
+        ucp_request_free(sp);
+}
+
+static void test_stranger_injection(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    ucp_config_t *cfg;
+    assert_int_equal(ucp_config_read(NULL, NULL, &cfg), UCS_OK);
+    ucp_params_t prm = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ucp_context_h ctx;
+    assert_int_equal(ucp_init(&prm, cfg, &ctx), UCS_OK);
+    ucp_config_release(cfg);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ucp_worker_h w;
+    assert_int_equal(ucp_worker_create(ctx, &wp, &w), UCS_OK);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                          .address = (const ucp_address_t *)(p->blob[1] + 20),
+                          .err_mode = UCP_ERR_HANDLING_MODE_PEER};
+    ucp_ep_h e;
+    assert_int_equal(ucp_ep_create(w, &ep, &e), UCS_OK);
+
+    uint8_t got[64] = {0}, evil[64];
+    memset(evil, 0x5a, sizeof(evil));
+    gcoll_treq_t r = req(0, 4242, got, sizeof(got));
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
+    uint64_t cookie = p->t[1]->cookie;
+    uint64_t guesses[] = {0, 1, cookie ^ 1, cookie ^ (1ull << 63), ~cookie, p->t[0]->cookie};
+    for (size_t i = 0; i < sizeof(guesses) / sizeof(guesses[0]); i++)
+        stranger_send(p, w, e, guesses[i], 4242, evil, sizeof(evil));
+    uint64_t until = gcoll_time_ms() + 300;
+    while (gcoll_time_ms() < until) {
+        progress_both(p);
+        ucp_worker_progress(w);
+    }
+    assert_int_equal(r.done, 0);
+    assert_null(p->t[1]->peers[0].unexp); /* not kept for a later receive either */
+    for (size_t i = 0; i < sizeof(got); i++)
+        assert_int_equal(got[i], 0);
+
+    stranger_send(p, w, e, cookie, 4242, evil, sizeof(evil));
+    uint64_t deadline = gcoll_time_ms() + 5000;
+    while (!r.done) {
+        assert_true(gcoll_time_ms() < deadline);
+        progress_both(p);
+        ucp_worker_progress(w);
+    }
+    assert_int_equal(r.status, GCOLL_OK);
+    assert_memory_equal(got, evil, sizeof(evil));
+
+    ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t sp = ucp_ep_close_nbx(e, &cp);
+    while (UCS_PTR_IS_PTR(sp) && ucp_request_check_status(sp) == UCS_INPROGRESS)
+        ucp_worker_progress(w);
+    if (UCS_PTR_IS_PTR(sp))
+        ucp_request_free(sp);
+    ucp_worker_destroy(w);
+    ucp_cleanup(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -528,6 +615,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_fin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_answers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stranger_injection, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
