@@ -133,6 +133,21 @@ GCOLL_EXPORT gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm);
  * The communicator must still be destroyed. */
 GCOLL_EXPORT gcoll_status_t gcoll_comm_abort(gcoll_comm_t *comm);
 
+/* Splits comm (as MPI_Comm_split and ncclCommSplit do): collective over every rank of
+ * comm. Ranks passing the same color >= 0 form a new communicator, ranked by (key, rank
+ * in comm); a negative color (GCOLL_SPLIT_NOCOLOR) joins none and gets *newcomm_p = NULL.
+ * The new communicator is independent of comm: its own transport connections (made over
+ * comm, with comm's job key and settings), queue, progress thread, sequence and failure
+ * state; comm stays usable, and each must be destroyed. comm must not be used by another
+ * thread during the call. Errors: those of comm's collectives, GCOLL_ERR_NOMEM,
+ * GCOLL_ERR_TRANSPORT/TIMEOUT from the new connections; on any error *newcomm_p is not set
+ * and comm is still usable unless the error broke it. Blocks. */
+#define GCOLL_SPLIT_NOCOLOR (-1)
+GCOLL_EXPORT gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key,
+                                             gcoll_comm_t **newcomm_p);
+/* gcoll_comm_split(comm, 0, rank, newcomm_p): the same ranks in the same order. */
+GCOLL_EXPORT gcoll_status_t gcoll_comm_dup(gcoll_comm_t *comm, gcoll_comm_t **newcomm_p);
+
 GCOLL_EXPORT int gcoll_comm_rank(const gcoll_comm_t *comm);
 GCOLL_EXPORT int gcoll_comm_size(const gcoll_comm_t *comm);
 

@@ -645,6 +645,7 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
     }
     if (comm->cfg.tcp_ifname && *comm->cfg.tcp_ifname)
         GCOLL_CHECK_GOTO(ifname_ip(comm->cfg.tcp_ifname, ip, sizeof(ip), err, errlen), st, out);
+    snprintf(comm->local_ip, sizeof(comm->local_ip), "%s", ip); /* for gcoll_comm_split */
     gcoll_transport_params_t tp = {.rank = comm->rank, .size = comm->size, .cfg = &comm->cfg,
                                    .local_ip = ip, .key = comm->key, .wake_fd = comm->wake_fd};
     st = comm->tops->create(&tp, &comm->tp);
@@ -706,48 +707,75 @@ static gcoll_status_t probe(gcoll_comm_t *comm)
     return GCOLL_OK;
 }
 
-gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
-                                    gcoll_comm_t **comm_p)
+gcoll_status_t gcoll_comm_alloc(gcoll_comm_t **comm_p, char *err, size_t errlen)
 {
-    char err[1024] = "";
-    if (!comm_p)
-        return GCOLL_ERR_INVALID;
     gcoll_comm_t *comm = calloc(1, sizeof(*comm));
     if (!comm)
         return GCOLL_ERR_NOMEM;
     comm->wake_fd = -1;
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
-    gcoll_status_t st;
-    GCOLL_CHECK_GOTO(gcoll_config_load(&comm->cfg, err, sizeof(err)), st, err_free);
+    snprintf(comm->local_ip, sizeof(comm->local_ip), "127.0.0.1");
+    *comm_p = comm;
+    gcoll_status_t st = gcoll_config_load(&comm->cfg, err, errlen);
+    if (st != GCOLL_OK)
+        return st;
+    resolve_ring_depth(comm);
+    comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    comm->spin_ns = (uint64_t)comm->cfg.spin_us * 1000u;
+    comm->algo_memo = -1;
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_comm_set_key(gcoll_comm_t *comm, const char *key)
+{
+    free(comm->keybuf);
+    comm->keybuf = strdup(key);
+    if (!comm->keybuf)
+        return GCOLL_ERR_NOMEM;
+    comm->key = (gcoll_key_t){.key = (const uint8_t *)comm->keybuf, .keylen = strlen(key)};
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_comm_start(gcoll_comm_t *comm, const char *root, char *err, size_t errlen)
+{
+    if (pthread_create(&comm->thread, NULL, progress_main, comm) != 0) {
+        snprintf(err, errlen, "cannot start the progress thread");
+        return GCOLL_ERR_INTERNAL;
+    }
+    comm->thread_started = 1;
+    place_progress_thread(comm, root);
+    return GCOLL_OK;
+}
+
+void gcoll_comm_free(gcoll_comm_t *comm) { comm_free(comm); }
+
+gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
+                                    gcoll_comm_t **comm_p)
+{
+    char err[1024] = "";
+    if (!comm_p)
+        return GCOLL_ERR_INVALID;
+    gcoll_comm_t *comm = NULL;
+    gcoll_status_t st = gcoll_comm_alloc(&comm, err, sizeof(err));
+    if (!comm)
+        return st;
+    if (st != GCOLL_OK)
+        goto err_free;
     GCOLL_CHECK_GOTO(resolve_identity(comm, size, rank, err, sizeof(err)), st, err_free);
     gcoll_log_set_rank(comm->rank);
-    resolve_ring_depth(comm);
-    const char *key = comm->cfg.job_key ? comm->cfg.job_key : DEFAULT_KEY;
     if (!comm->cfg.job_key && comm->size > 1)
         GCOLL_INFO(GCOLL_SUBSYS_INIT, "GCOLL_JOB_KEY is not set: connections are not "
                                       "authenticated by a secret");
-    comm->keybuf = strdup(key);
-    st = GCOLL_ERR_NOMEM;
-    if (!comm->keybuf)
-        goto err_free;
-    comm->key = (gcoll_key_t){.key = (const uint8_t *)comm->keybuf, .keylen = strlen(key)};
-    comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    GCOLL_CHECK_GOTO(gcoll_comm_set_key(comm, comm->cfg.job_key ? comm->cfg.job_key : DEFAULT_KEY),
+                     st, err_free);
     st = GCOLL_ERR_INVALID;
     if (!(comm->tops = choose_transport(&comm->cfg, err, sizeof(err))))
         goto err_free;
     const char *root = root_addr ? root_addr : comm->cfg.root;
     uint64_t t0 = gcoll_time_ms();
     GCOLL_CHECK_GOTO(comm_connect(comm, root, err, sizeof(err)), st, err_free);
-    if (pthread_create(&comm->thread, NULL, progress_main, comm) != 0) {
-        snprintf(err, sizeof(err), "cannot start the progress thread");
-        st = GCOLL_ERR_INTERNAL;
-        goto err_free;
-    }
-    comm->thread_started = 1;
-    place_progress_thread(comm, root);
-    comm->spin_ns = (uint64_t)comm->cfg.spin_us * 1000u;
-    comm->algo_memo = -1;
+    GCOLL_CHECK_GOTO(gcoll_comm_start(comm, root, err, sizeof(err)), st, err_free);
     if (comm->cfg.probe && comm->size > 1 && (st = probe(comm)) != GCOLL_OK) {
         snprintf(err, sizeof(err), "the bandwidth probe (GCOLL_PROBE=1) failed: %s",
                  gcoll_comm_last_error(comm));
