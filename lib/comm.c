@@ -3,6 +3,7 @@
 #include "comm.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <ifaddrs.h>
 #include <arpa/inet.h>
@@ -625,8 +626,54 @@ static void comm_free(gcoll_comm_t *comm)
     free(comm);
 }
 
+/* Under srun without GCOLL_ROOT: task 0 runs on the step's first node, so the rendezvous
+ * is there, at a port derived from the job and step ids (the same on every task; steps of
+ * one job differ, and so do jobs unless their ids are 2000 apart and run at once on the same
+ * node). Writes "host:port" into buf; 0 on success. */
+static int slurm_root(char *buf, size_t len)
+{
+    const char *list = getenv("SLURM_STEP_NODELIST");
+    if (!list || !*list)
+        list = getenv("SLURM_JOB_NODELIST");
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    long jobid, stepid = 0;
+    if (!list || !*list || !job || gcoll_parse_long(job, 0, LONG_MAX, &jobid) != 0)
+        return -1;
+    if (step && gcoll_parse_long(step, 0, LONG_MAX, &stepid) != 0)
+        stepid = 0;
+    /* the first host of a list such as "node[03-05,9]-ib,other": prefix, first number,
+     * suffix */
+    char host[256];
+    size_t n = 0;
+    const char *p = list;
+    while (*p && *p != ',' && *p != '[' && n + 1 < sizeof(host))
+        host[n++] = *p++;
+    if (*p == '[') {
+        for (p++; *p && *p != '-' && *p != ',' && *p != ']' && n + 1 < sizeof(host); p++)
+            host[n++] = *p;
+        while (*p && *p != ']')
+            p++;
+        if (*p == ']')
+            p++;
+        while (*p && *p != ',' && *p != '[' && n + 1 < sizeof(host))
+            host[n++] = *p++;
+    }
+    host[n] = '\0';
+    if (n == 0)
+        return -1;
+    int port = 20000 + (int)(((jobid % 2000) * 16 + stepid % 16) % 32000);
+    snprintf(buf, len, "%s:%d", host, port);
+    return 0;
+}
+
 static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *err, size_t errlen)
 {
+    char slurm[300];
+    if ((!root || !*root) && comm->size > 1 && slurm_root(slurm, sizeof(slurm)) == 0) {
+        root = slurm;
+        GCOLL_INFO(GCOLL_SUBSYS_INIT, "rendezvous at %s, from Slurm's node list and job id "
+                   "(GCOLL_ROOT overrides)", root);
+    }
     uint64_t deadline = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
     gcoll_bootstrap_t *bs = NULL;
     void **blobs = NULL;
@@ -636,7 +683,8 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
     if (comm->size > 1) {
         if (!root || !*root) {
             snprintf(err, errlen, "GCOLL_ROOT is not set: every rank needs the rendezvous "
-                     "address host:port (gcoll-run sets it; with mpirun pass -x GCOLL_ROOT)");
+                     "address host:port (gcoll-run sets it; with mpirun pass -x GCOLL_ROOT; "
+                     "under srun it defaults to the step's first node)");
             return GCOLL_ERR_INVALID;
         }
         GCOLL_CHECK_GOTO(gcoll_bootstrap_open(comm->rank, comm->size, root, &comm->key, deadline,
