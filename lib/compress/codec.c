@@ -126,7 +126,7 @@ size_t gcoll_codec_bound(const gcoll_compressor_t *c, size_t n)
 
 size_t gcoll_codec_pairs_bound(const gcoll_compressor_t *c, size_t nnz, size_t count)
 {
-    gcoll_vspec_t f32 = {GCOLL_VF_F32, 0, 0, 0};
+    gcoll_vspec_t f32 = {.fmt = GCOLL_VF_F32};
     if (count > GCOLL_WIRE_MAX_COUNT || nnz > count)
         return 0;
     size_t sz = sparse_size(c ? &c->vs : &f32, nnz, count);
@@ -361,6 +361,10 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     gcoll_scratch_t local = {0}, *sc = s ? &s->sc : &local;
     gcoll_status_t st = GCOLL_OK;
     int feedback = s && s->e;
+    /* the value form: contractive where the residual takes the error back, unbiased
+     * (as published) where nothing does (docs/compressors.md, "Error feedback") */
+    gcoll_vspec_t vs = c->vs;
+    vs.contract = feedback;
     int clip = c->clip > 0 && !(s && s->mode == GCOLL_STATE_SERVER);
     float a = 1.0f;
     const float *work = in;
@@ -415,21 +419,21 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     uint64_t qkey = qsgd_key(s ? s->salt : 0, step, off, s == NULL);
     size_t len = 0;
     if (c->sparsify == GCOLL_SPARSIFY_NONE) {
-        size_t vsz = gcoll_vsec_size(&c->vs, n);
+        size_t vsz = gcoll_vsec_size(&vs, n);
         if (GCOLL_WIRE_HDR + vsz > cap) {
             st = too_small(GCOLL_WIRE_HDR + vsz, cap);
             goto out_free;
         }
-        gcoll_wire_hdr_t h = {GCOLL_WIRE_DENSE, 0, n, n, vsz, c->vs, 0};
+        gcoll_wire_hdr_t h = {GCOLL_WIRE_DENSE, 0, n, n, vsz, vs, 0};
         gcoll_wire_put_hdr(o, &h);
         if (fused_dense) {
             /* e += a*g, encode, e -= D(c): the same bytes and residual as the passes below */
-            GCOLL_CHECK_GOTO(gcoll_vsec_put_ef(&c->vs, s->e + off, in, a, n, qkey,
+            GCOLL_CHECK_GOTO(gcoll_vsec_put_ef(&vs, s->e + off, in, a, n, qkey,
                                                o + GCOLL_WIRE_HDR), st, out_free);
             *len_p = GCOLL_WIRE_HDR + vsz;
             goto out_free;
         }
-        GCOLL_CHECK_GOTO(gcoll_vsec_put(&c->vs, work, n, qkey, o + GCOLL_WIRE_HDR), st, out_free);
+        GCOLL_CHECK_GOTO(gcoll_vsec_put(&vs, work, n, qkey, o + GCOLL_WIRE_HDR), st, out_free);
         len = GCOLL_WIRE_HDR + vsz;
     } else {
         size_t nnz = 0;
@@ -444,19 +448,19 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
                 scale = (float)((double)n / (double)nnz);
             for (size_t j = 0; j < nnz; j++)
                 sc->val[j] = work[sc->idx[j]] * scale;
-            size_t vsz = gcoll_vsec_size(&c->vs, nnz);
+            size_t vsz = gcoll_vsec_size(&vs, nnz);
             if (GCOLL_WIRE_HDR + vsz > cap) {
                 st = too_small(GCOLL_WIRE_HDR + vsz, cap);
                 goto out_free;
             }
-            gcoll_wire_hdr_t h = {GCOLL_WIRE_RANDOMK, 0, n, nnz, vsz, c->vs,
+            gcoll_wire_hdr_t h = {GCOLL_WIRE_RANDOMK, 0, n, nnz, vsz, vs,
                                   gcoll_randomk_key(c, step, off)};
             gcoll_wire_put_hdr(o, &h);
-            GCOLL_CHECK_GOTO(gcoll_vsec_put(&c->vs, sc->val, nnz, qkey, o + GCOLL_WIRE_HDR), st,
+            GCOLL_CHECK_GOTO(gcoll_vsec_put(&vs, sc->val, nnz, qkey, o + GCOLL_WIRE_HDR), st,
                              out_free);
             len = GCOLL_WIRE_HDR + vsz;
         } else {
-            GCOLL_CHECK_GOTO(emit_sparse(&c->vs, sc->idx, sc->val, nnz, n, qkey, sc, o, cap,
+            GCOLL_CHECK_GOTO(emit_sparse(&vs, sc->idx, sc->val, nnz, n, qkey, sc, o, cap,
                                          &len), st, out_free);
         }
         if (dgc) /* momentum factor masking (Lin et al. 2018, sec. 3.2) */
@@ -494,7 +498,7 @@ gcoll_status_t gcoll_codec_encode_pairs(const gcoll_compressor_t *c, const uint3
                                         const float *val, size_t nnz, size_t count, void *out,
                                         size_t cap, size_t *len_p)
 {
-    gcoll_vspec_t f32 = {GCOLL_VF_F32, 0, 0, 0};
+    gcoll_vspec_t f32 = {.fmt = GCOLL_VF_F32};
     if (!out || !len_p || (nnz && (!idx || !val)) || nnz > count ||
         count > GCOLL_WIRE_MAX_COUNT) {
         GCOLL_WARN("compress: encode_pairs: bad arguments (nnz %zu, count %zu)", nnz, count);

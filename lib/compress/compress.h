@@ -52,6 +52,11 @@ typedef struct {
     unsigned bits;   /* qsgd: 2..8 */
     uint32_t bucket; /* q8/qsgd values per scale; sign values per scale (0: whole message) */
     int sign_l2;     /* sign: scale is ||x||_2/sqrt(n) (1-bit Adam) instead of mean |x| */
+    /* the encode feeds its error back (a state's residual): send the contractive form,
+     * ||D(Q(x)) - x||^2 <= (1 - delta) ||x||^2 (QSGD's norm scaled by 1/(1 + omega), the
+     * l2 sign scale capped); 0: the unbiased / published form. Not on the wire: the
+     * scales carry it. See docs/compressors.md, "Error feedback". */
+    int contract;
 } gcoll_vspec_t;
 
 #define GCOLL_SPEC_MAX 256
@@ -64,7 +69,7 @@ struct gcoll_compressor {
     gcoll_select_t select;
     uint32_t reuse_steps;  /* select=reuse: recompute the threshold every N steps */
     uint64_t seed;         /* randomk */
-    int unbiased;          /* randomk: scale kept values by n/k */
+    int unbiased;          /* randomk: scale kept values by n/k (ef=0 only: not a contraction) */
     float tau;             /* threshold */
     float momentum;        /* dgc */
     uint64_t warmup_steps;

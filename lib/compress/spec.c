@@ -473,6 +473,13 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
     case GCOLL_SPARSIFY_RANDOMK:
         if (!seen.have_density)
             return perr(&p, "randomk needs density=D");
+        /* scaled by n/k random-k is unbiased with omega = n/k - 1, not a contraction:
+         * with error feedback its residual grows without bound */
+        if (c->ef && c->unbiased)
+            return perr(&p, "randomk: unbiased=1 (values scaled by n/k) is not a contraction, "
+                            "error feedback would diverge: use it with ef=0");
+        if (!seen.have_unbiased)
+            c->unbiased = !c->ef;
         break;
     case GCOLL_SPARSIFY_THRESHOLD:
         if (!seen.have_tau)

@@ -414,7 +414,7 @@ int run_compressed(void)
         "none", "fp16", "bf16", "q8", "sign", "sign:scale=l2", "qsgd:bits=8,ef=0",
         "topk:density=0.01", "topk:density=0.05,select=sample", "topk:density=0.01+q8",
         "topk:density=0.01,ef=0", "threshold:tau=8", "randomk:density=0.05,seed=3",
-        "randomk:density=0.05,seed=3,unbiased=1", "dgc:density=0.01,momentum=0.9",
+        "randomk:density=0.05,seed=3,unbiased=1,ef=0", "dgc:density=0.01,momentum=0.9",
     };
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
         check_compressed(specs[i], 30011, i % 2 ? GCOLL_AVG : GCOLL_SUM);

@@ -26,7 +26,7 @@ static void test_spec_valid(void **unused)
         "none", "fp16", "bf16", "q8", "q8:bucket=64", "sign", "sign:scale=l2,chunk=64",
         "qsgd:bits=2,bucket=16", "qsgd:bits=8", "topk:density=0.001", "topk:k=10",
         "topk:density=0.01,select=sample", "topk:density=0.01,select=reuse,reuse_steps=5",
-        "randomk:density=0.01,seed=7", "randomk:density=0.5,seed=1,unbiased=1",
+        "randomk:density=0.01,seed=7", "randomk:density=0.5,seed=1,unbiased=1,ef=0",
         "threshold:tau=0.01", "topk:density=0.01+q8", "topk:density=0.01+qsgd:bits=4",
         "topk:density=0.01,clip=1+fp16", "fp16:clip=2.5,ef=0", "none:ef=0",
         "dgc:density=0.001,momentum=0.9,warmup_steps=100,schedule=linear",
@@ -459,7 +459,7 @@ static void test_randomk(void **unused)
     fill(x, n, 40);
     gcoll_compressor_t *c = mk("randomk:density=0.02,seed=9");
     gcoll_compressor_t *c2 = mk("randomk:density=0.02,seed=9");
-    gcoll_compressor_t *c3 = mk("randomk:density=0.02,seed=9,unbiased=1");
+    gcoll_compressor_t *c3 = mk("randomk:density=0.02,seed=9,unbiased=1,ef=0");
     size_t k = gcoll_codec_k(c, n, 0);
     assert_int_equal(k, 100);
     uint32_t *i1 = malloc(k * 4), *i2 = malloc(k * 4), *pi = malloc(k * 4);
