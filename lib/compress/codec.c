@@ -102,13 +102,18 @@ static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
     }
 }
 
+/* Whether a sparse message may fall back to a dense one: not for sign, which has no zero
+ * (the unsent elements would decode as +scale, and under error feedback their residuals
+ * would drift without bound). */
+static int dense_fallback_ok(const gcoll_vspec_t *vs) { return vs->fmt != GCOLL_VF_SIGN; }
+
 static size_t sparse_size(const gcoll_vspec_t *vs, size_t nnz, size_t n)
 {
     size_t dense = gcoll_vsec_size(vs, n), vals = gcoll_vsec_size(vs, nnz);
     if (dense == SIZE_MAX || vals == SIZE_MAX)
         return SIZE_MAX;
     size_t sp = 4 * nnz + vals;
-    return GCOLL_WIRE_HDR + (sp < dense ? sp : dense);
+    return GCOLL_WIRE_HDR + (sp < dense || !dense_fallback_ok(vs) ? sp : dense);
 }
 
 size_t gcoll_codec_bound(const gcoll_compressor_t *c, size_t n)
@@ -152,7 +157,7 @@ static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, const uint32_t *idx,
     int use_delta = delta < 4 * nnz;
     size_t isz = use_delta ? delta : 4 * nnz;
     gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, GCOLL_WIRE_F_SORTED, n, nnz, 0, *vs, 0};
-    if (isz + vsz > dense) {
+    if (isz + vsz > dense && dense_fallback_ok(vs)) {
         if (GCOLL_WIRE_HDR + dense > cap)
             return too_small(GCOLL_WIRE_HDR + dense, cap);
         GCOLL_CHECK(gcoll_scratch_tmp(sc, n));
