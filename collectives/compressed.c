@@ -65,19 +65,27 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     if (!(sstore = malloc(stot)) || !(rstore = malloc(rtot)) ||
         !(acc = malloc((mine.len + 1) * sizeof(float))))
         goto out;
-    /* 1. worker: compress every chunk with its slice of the residual */
+    /* 1. worker: compress every chunk with its slice of the residual, clip= scaling
+     * by the norm of the whole gradient (not each chunk's own) */
     uint64_t t0 = gcoll_time_ns();
     gcoll_state_set_salt(s, (uint64_t)r);
+    s->clip_factor = gcoll_codec_clip_factor(c, grad, count, 1);
+    s->clip_preset = 1;
     stot = rtot = 0;
     for (int j = 0; j < P; j++) {
         gcoll_span_t ch = chunk(count, P, j);
         sbuf[j] = sstore + stot;
-        GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step,
-                                                  sbuf[j], cap[j], &len[j]), st, out);
+        st = gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step, sbuf[j],
+                                      cap[j], &len[j]);
+        if (st != GCOLL_OK) {
+            s->clip_preset = 0;
+            goto out;
+        }
         stot += cap[j];
         rbuf[j] = rstore + rtot;
         rtot += gcoll_codec_bound(c, mine.len);
     }
+    s->clip_preset = 0;
     comm->counters.ns_compress += gcoll_time_ns() - t0;
     /* 2. chunk j goes to rank j */
     size_t rc = gcoll_codec_bound(c, mine.len);
@@ -345,9 +353,10 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_ALLTOALL;
     }
-    if (P < 2 || c->clip > 0) {
-        snprintf(why, len, "%s", P < 2 ? "one rank" : "clip= scales whole chunks: the ring "
-                                                      "would clip partial sums");
+    if (P < 2 || c->clip > 0 || c->clip_value > 0) {
+        snprintf(why, len, "%s", P < 2 ? "one rank" : "clipping applies to each rank's own "
+                                                      "gradient: the ring would clip partial "
+                                                      "sums");
         return S_ALLTOALL;
     }
     if (comm->cfg.compressed_algo == ALGO_RING) {

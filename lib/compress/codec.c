@@ -32,7 +32,8 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c)
         f |= GCOLL_CODEC_QUANTIZED;
     if (c->vs.fmt == GCOLL_VF_QSGD)
         f |= GCOLL_CODEC_STOCHASTIC;
-    if (c->sparsify == GCOLL_SPARSIFY_NONE && c->vs.fmt == GCOLL_VF_F32 && c->clip == 0)
+    if (c->sparsify == GCOLL_SPARSIFY_NONE && c->vs.fmt == GCOLL_VF_F32 && c->clip == 0 &&
+        c->clip_value == 0)
         f |= GCOLL_CODEC_LOSSLESS;
     /* a sum of decoded messages is the decoding of nothing in particular, but adding
      * decodes is always meaningful: every codec here decodes to a linear image */
@@ -323,7 +324,7 @@ int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_stat
     return c && s && s->c == c && s->e && s->mode == GCOLL_STATE_WORKER &&
            ((c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE) ||
             c->sparsify == GCOLL_SPARSIFY_RANDOMK) &&
-           !(c->clip > 0) && count == s->count;
+           !(c->clip > 0) && !(c->clip_value > 0) && count == s->count;
 }
 
 /* The spare residual of a folded check: written whole by the feedback pass before it is
@@ -338,6 +339,41 @@ static float *spare_get(gcoll_tensor_state_t *s)
         s->spare = p;
     }
     return s->spare;
+}
+
+/* Elementwise clamp to [-v, v] (NaN was refused before). */
+static void clamp_copy(float *dst, const float *x, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = x[i] > v ? v : (x[i] < -v ? -v : x[i]);
+}
+
+/* The state's buffer for the clamped input of clip_value, of the tensor's size. */
+static float *clamp_buf(gcoll_tensor_state_t *s, size_t n)
+{
+    (void)n;
+    if (!s->clamped)
+        s->clamped = malloc((s->count ? s->count : 1) * sizeof(float));
+    return s->clamped;
+}
+
+float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n,
+                              int clamp)
+{
+    if (!(c->clip > 0))
+        return 1.0f;
+    double ss = 0;
+    if (clamp && c->clip_value > 0) {
+        const double v = c->clip_value;
+        for (size_t i = 0; i < n; i++) {
+            double x = g[i] > v ? v : (g[i] < -v ? -v : g[i]);
+            ss += x * x;
+        }
+    } else {
+        ss = gcoll_kernels()->sumsq_d(g, n);
+    }
+    double norm = sqrt(ss);
+    return norm > c->clip ? (float)(c->clip / norm) : 1.0f;
 }
 
 gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
@@ -370,8 +406,9 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
      * (as published) where nothing does (docs/compressors.md, "Error feedback") */
     gcoll_vspec_t vs = c->vs;
     vs.contract = feedback;
-    int clip = c->clip > 0 && !(s && s->mode == GCOLL_STATE_SERVER);
+    int clip = (c->clip > 0 || c->clip_value > 0) && !(s && s->mode == GCOLL_STATE_SERVER);
     float a = 1.0f;
+    float *clamped = NULL; /* clip_value: the clamped input (the state's buffer, or ours) */
     const float *work = in;
     /* dense codecs run the feedback update inside the value encoder, block by block */
     int fused_dense = feedback && !dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
@@ -400,11 +437,20 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
             goto out_free;
         }
     }
-    if (clip) {
-        /* gradient clipping by l2 norm, as DGC applies before accumulation */
-        double norm = sqrt(k->sumsq_d(in, n));
-        if (norm > c->clip)
-            a = (float)(c->clip / norm);
+    if (clip && c->clip_value > 0) {
+        /* value clipping: the encoders read the input more than once, so a clamped copy */
+        clamped = s ? clamp_buf(s, n) : malloc((n ? n : 1) * sizeof(float));
+        if (!clamped) {
+            st = GCOLL_ERR_NOMEM;
+            goto out_free;
+        }
+        clamp_copy(clamped, in, n, (float)c->clip_value);
+        in = work = clamped;
+    }
+    if (clip && c->clip > 0) {
+        /* gradient clipping by l2 norm, as DGC applies before accumulation: by the factor
+         * the collective computed over the whole tensor when it cuts it into chunks */
+        a = s && s->clip_preset ? s->clip_factor : gcoll_codec_clip_factor(c, in, n, 0);
     }
     if (dgc) {
         k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);
@@ -494,8 +540,10 @@ out_free:
     if (st != GCOLL_OK && zeroed_n && !fold) /* nothing sent: e back to e_old + g (above) */
         for (size_t j = 0; j < zeroed_n; j++)
             ew[sc->idx[j]] = sc->val[j];
-    if (!s)
+    if (!s) {
         gcoll_scratch_free(&local);
+        free(clamped);
+    }
     return st;
 }
 

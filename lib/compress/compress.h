@@ -75,6 +75,7 @@ struct gcoll_compressor {
     uint64_t warmup_steps;
     gcoll_sched_t sched;
     double clip;           /* clip=C: scale the gradient to l2 norm <= C (0: off) */
+    double clip_value;     /* clip_value=V: clamp each element to [-V, V] first (0: off) */
     int ef;                /* error feedback in states created from this compressor */
     gcoll_vspec_t vs;
 };
@@ -113,6 +114,12 @@ struct gcoll_tensor_state {
     /* compressed allreduce: residual of the reduced chunk this rank re-compresses (the
      * "server" side of 1-bit Adam's scheme), created on first use, freed with the state */
     struct gcoll_tensor_state *server;
+    /* clip=C over the whole tensor: a collective that encodes it chunk by chunk sets the
+     * factor of the whole (gcoll_codec_clip_factor) for the call, else each encode
+     * scales its range by the range's own norm */
+    int clip_preset;
+    float clip_factor;
+    float *clamped; /* clip_value: the clamped input, the tensor's size, or NULL */
     /* the caller already verified the input is finite (skip the encoder's own scan) */
     int input_checked;
     /* the caller did not scan the input and lets top-k or random-k fold the check into
@@ -131,6 +138,11 @@ struct gcoll_tensor_state {
  * (gcoll_state_residual's pointer changes). */
 int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_state_t *s,
                             size_t count);
+
+/* The clip=C factor min(1, C / ||g||) of g[0..n) (with clamp set: of g clamped to
+ * [-clip_value, clip_value] first), 1 without clip=. g must be finite. */
+float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n,
+                              int clamp);
 
 /* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */
 unsigned gcoll_codec_flags(const gcoll_compressor_t *c);

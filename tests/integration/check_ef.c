@@ -210,3 +210,86 @@ int run_efmean(int argc, char **argv)
     }
     return failures;
 }
+
+/* ---- clipping inside the collective ------------------------------------------------- */
+
+/* clip mode: one compressed allreduce (AVG) per spec of each rank's fixed gradient
+ * (||g_r|| ~ 89), against the average of the gradients clipped here: clamped to [-V, V]
+ * (clip_value=V), then scaled to l2 norm <= C (clip=C) over the whole tensor, whatever
+ * chunks the scheme encodes. fp16 rounds twice (worker, server): 2^-11 of the values
+ * rounded each time; top-k at density 1 sends f32 values: float rounding only. */
+int run_clip(void)
+{
+    static const struct {
+        const char *spec;
+        double C, V, u; /* clip, clip_value (0: off), unit roundoff of the values */
+    } cases[] = {
+        {"fp16:clip=10", 10, 0, 0x1p-11},
+        {"fp16:clip_value=3", 0, 3, 0x1p-11},
+        {"fp16:clip=10,clip_value=3", 10, 3, 0x1p-11},
+        {"bf16:clip=50,ef=0", 50, 0, 0x1p-8},
+        {"topk:density=1,clip=10", 10, 0, 0x1p-23},
+        {"topk:density=1,clip=10,clip_value=2", 10, 2, 0x1p-23},
+    };
+    const size_t n = 4000;
+    float *g = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+    double *want = malloc(n * sizeof(double)), *mag = malloc(n * sizeof(double));
+    double *cl = malloc(n * sizeof(double));
+    for (size_t j = 0; j < sizeof(cases) / sizeof(cases[0]); j++) {
+        memset(want, 0, n * sizeof(double));
+        memset(mag, 0, n * sizeof(double));
+        for (int r = 0; r < size; r++) {
+            fixed_grad(r, n, g);
+            double n2 = 0;
+            for (size_t i = 0; i < n; i++) {
+                double v = g[i], V = cases[j].V;
+                cl[i] = V > 0 ? fmin(V, fmax(-V, v)) : v;
+                n2 += cl[i] * cl[i];
+            }
+            double f = cases[j].C > 0 && sqrt(n2) > cases[j].C ? cases[j].C / sqrt(n2) : 1;
+            for (size_t i = 0; i < n; i++) {
+                want[i] += cl[i] * f / size;
+                mag[i] += fabs(cl[i] * f) / size;
+            }
+        }
+        gcoll_compressor_t *c = NULL;
+        gcoll_tensor_state_t *st = NULL;
+        checks++;
+        if (gcoll_compressor_create(cases[j].spec, &c) != GCOLL_OK ||
+            gcoll_state_create(c, n, &st) != GCOLL_OK) {
+            FAIL("clip: bad spec '%s'", cases[j].spec);
+            gcoll_compressor_destroy(c);
+            continue;
+        }
+        fixed_grad(rank, n, g);
+        gcoll_status_t rc = gcoll_compressed_allreduce(comm, st, g, out, n, GCOLL_AVG);
+        if (rc != GCOLL_OK) {
+            FAIL("clip '%s': %s", cases[j].spec, gcoll_status_string(rc));
+        } else {
+            const double u = cases[j].u * 1.01;
+            size_t bad = 0, first = 0;
+            for (size_t i = 0; i < n; i++) {
+                /* worker rounding of each value, server rounding of their average */
+                double tol = u * mag[i] + u * (fabs(want[i]) + u * mag[i]) + 1e-6 * mag[i] +
+                             1e-30;
+                if (!(fabs(out[i] - want[i]) <= tol) && bad++ == 0)
+                    first = i;
+            }
+            if (bad)
+                FAIL("clip '%s': %zu of %zu values off the whole tensor's clipping, first at "
+                     "%zu: got %g want %g", cases[j].spec, bad, n, first, out[first],
+                     want[first]);
+            else if (rank == 0)
+                printf("clip %s: %d rank(s), %s scheme: matches the clipped average\n",
+                       cases[j].spec, size, gcoll_compressed_scheme(comm, c, n, 0, NULL));
+        }
+        gcoll_state_destroy(st);
+        gcoll_compressor_destroy(c);
+    }
+    free(g);
+    free(out);
+    free(want);
+    free(mag);
+    free(cl);
+    return failures;
+}

@@ -26,4 +26,14 @@ else
     fail "error feedback: ring scheme, 3 ranks"
     grep -v ' INFO ' "$out" | tail -n 30
 fi
+for n in 1 3 4; do
+    out="$TMP/clip-$n.log"
+    if timeout 120 "$gcoll_run" -n "$n" --timeout 100 -x GCOLL_TRANSPORT=$tr \
+        -x GCOLL_TIMEOUT_MS=60s -- "$CHECK" clip >"$out" 2>&1; then
+        pass "clip=C over the whole tensor and clip_value=V inside the collective, $n rank(s)"
+    else
+        fail "clipping inside the collective, $n rank(s)"
+        grep -v ' INFO ' "$out" | tail -n 30
+    fi
+done
 finish

@@ -35,6 +35,8 @@ static void test_spec_valid(void **unused)
         "topk:density=0.01,warmup_steps=8,schedule=exp",
         "fp16:clip=90", /* canonical "9e01": an exponent's '+' is not a separator */
         "topk:density=1e+0,clip=1e+20+q8",
+        "fp16:clip_value=0.5", "topk:density=0.1,clip=2,clip_value=1e-3+q8",
+        "randomk:density=0.1,ef=0",
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(*ok); i++) {
         gcoll_compressor_t *c = mk(ok[i]), *c2 = NULL;
@@ -58,6 +60,16 @@ static void test_spec_valid(void **unused)
     gcoll_compressor_destroy(c);
     c = mk("dgc:density=0.01");
     assert_true(gcoll_compressor_flags(c) & GCOLL_CODEC_NEEDS_STATE);
+    gcoll_compressor_destroy(c);
+    c = mk("none:clip_value=4");
+    assert_false(gcoll_compressor_flags(c) & GCOLL_CODEC_LOSSLESS);
+    gcoll_compressor_destroy(c);
+    /* random-k's form follows ef: contractive (unscaled) with it, unbiased (n/k) without */
+    c = mk("randomk:density=0.1");
+    assert_non_null(strstr(gcoll_compressor_spec(c), "unbiased=0"));
+    gcoll_compressor_destroy(c);
+    c = mk("randomk:density=0.1,ef=0");
+    assert_non_null(strstr(gcoll_compressor_spec(c), "unbiased=1"));
     gcoll_compressor_destroy(c);
 }
 
@@ -92,6 +104,11 @@ static void test_spec_errors(void **unused)
         {"sign:scale=max", "scale=max"},
         {"sign:chunk=12", "chunk=12"},
         {"fp16:clip=0", "clip=0"},
+        {"fp16:clip_value=0", "clip_value=0"},
+        {"fp16:clip_value=-1", "clip_value=-1"},
+        {"fp16:clip_value=1,clip_value=2", "twice"},
+        {"topk:density=0.1,clip_value=1+q8:clip_value=2", "twice"},
+        {"randomk:density=0.1,unbiased=1", "not a contraction"},
         {"fp16:ef=2", "ef=2"},
         {"none+q8", "sparsifier"},
         {"topk:density=0.1+none", "+none"},
