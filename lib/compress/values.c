@@ -169,11 +169,13 @@ static gcoll_status_t q8_put(const gcoll_vspec_t *vs, const float *x, size_t n, 
  * least-squares scale ||x||_1 / n by 1/r (r = ||x||_1 / (sqrt(n) ||x||_2)), and a scale
  * lambda ||x||_1 / n contracts iff lambda < 2 (delta = (2 lambda - lambda^2) r^2). Capped at
  * lambda = 1.5, dense inputs (r >= 2/3) keep the l2 scale and every input contracts with
- * delta >= 0.75 r^2 >= 0.75 / n. */
+ * delta >= 0.75 r^2 >= 0.75 / n (squares that underflow to 0 give the mean scale). */
 #define SIGN_L2_CAP 1.5f
 static float sign_l2_capped(float l2scale, float l1sum, size_t m)
 {
-    float cap = SIGN_L2_CAP * (l1sum / (float)m);
+    float mean = l1sum / (float)m, cap = SIGN_L2_CAP * mean;
+    if (l2scale == 0.0f) /* squares of subnormal values underflow: lambda = 1 */
+        return mean;
     return l2scale < cap ? l2scale : cap;
 }
 
