@@ -454,7 +454,8 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
     char why[160];
     scheme_t sc = pick_scheme(comm, s->c, s, count, ca->shard_only, why, sizeof(why));
     int fold = !ca->checked && comm->cfg.ef_spare && (sc == S_SPARSE || sc == S_RANDOMK) &&
-               gcoll_codec_folds_check(s->c, s, count);
+               gcoll_codec_folds_check(s->c, s, count) &&
+               gcoll_codec_spare_reserve(s, comm->cfg.ef_spare_max);
     if (!fold && !ca->checked && count) {
         uint64_t t0 = gcoll_time_ns();
         size_t bad = gcoll_kernels()->first_bad(a->sendbuf, count);

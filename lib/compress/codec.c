@@ -327,13 +327,50 @@ int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_stat
            !(c->clip > 0) && !(c->clip_value > 0) && count == s->count;
 }
 
+static size_t spare_bytes(const gcoll_tensor_state_t *s)
+{
+    return GCOLL_DIV_UP((s->count ? s->count : 1) * sizeof(float), 64) * 64;
+}
+
+/* Bytes of spare residuals reserved in this process: the budget bounds their sum, so a
+ * large model keeps one residual per tensor plus O(k) scratch (docs/compressors.md). */
+static size_t spare_used;
+
+int gcoll_codec_spare_reserve(gcoll_tensor_state_t *s, size_t budget)
+{
+    if (s->spare_reserved)
+        return 1;
+    size_t need = spare_bytes(s), cur = __atomic_load_n(&spare_used, __ATOMIC_RELAXED);
+    do {
+        if (need > budget || cur > budget - need) {
+            if (!s->spare_refused)
+                GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compress: a tensor of %zu floats keeps one "
+                           "residual: its spare (%zu bytes) exceeds what is left of "
+                           "GCOLL_EF_SPARE_MAX (%zu of %zu bytes in use); the gradient is "
+                           "scanned before the feedback pass", s->count, need, cur, budget);
+            s->spare_refused = 1;
+            return 0;
+        }
+    } while (!__atomic_compare_exchange_n(&spare_used, &cur, cur + need, 0, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    s->spare_reserved = need;
+    return 1;
+}
+
+void gcoll_codec_spare_release(gcoll_tensor_state_t *s)
+{
+    if (s->spare_reserved)
+        __atomic_fetch_sub(&spare_used, s->spare_reserved, __ATOMIC_RELAXED);
+    s->spare_reserved = 0;
+}
+
 /* The spare residual of a folded check: written whole by the feedback pass before it is
  * read, so not cleared; 64-byte aligned for the pass's streaming stores. */
 static float *spare_get(gcoll_tensor_state_t *s)
 {
     if (!s->spare) {
         void *p = NULL;
-        size_t bytes = GCOLL_DIV_UP((s->count ? s->count : 1) * sizeof(float), 64) * 64;
+        size_t bytes = spare_bytes(s);
         if (posix_memalign(&p, 64, bytes) != 0)
             return NULL;
         s->spare = p;

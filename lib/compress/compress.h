@@ -126,6 +126,8 @@ struct gcoll_tensor_state {
      * the feedback pass, at the price of a second residual buffer (set only where
      * gcoll_codec_folds_check holds: every failure then leaves the state as it was) */
     int fold_check;
+    size_t spare_reserved; /* bytes of the spare budget this state holds (0: none yet) */
+    int spare_refused;     /* the budget had no room for it (logged once) */
     /* collectives: keep top-k's selection pass off the wire (the streamed scheme); the
      * bucketer's bandwidth adaptation times the wire after the codec */
     int no_stream;
@@ -143,6 +145,12 @@ int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_stat
  * [-clip_value, clip_value] first), 1 without clip=. g must be finite. */
 float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n,
                               int clamp);
+
+/* Whether s may keep the spare residual of a folded check: it has one, or the process's
+ * spare buffers (all states together) stay within budget bytes with it, which it then
+ * reserves until gcoll_state_destroy (GCOLL_EF_SPARE_MAX). Thread safe. */
+int gcoll_codec_spare_reserve(gcoll_tensor_state_t *s, size_t budget);
+void gcoll_codec_spare_release(gcoll_tensor_state_t *s);
 
 /* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */
 unsigned gcoll_codec_flags(const gcoll_compressor_t *c);

@@ -293,3 +293,53 @@ int run_clip(void)
     free(cl);
     return failures;
 }
+
+/* ---- memory of the feedback state ----------------------------------------------------- */
+
+#include <sys/resource.h>
+
+/* rss SPEC COUNT STEPS: STEPS compressed allreduces (AVG) of COUNT floats; prints this
+ * process's peak resident set (what the gradient, the output and the codec's state and
+ * scratch took; the docs' memory table). SPEC "dense": gcoll_allreduce instead. */
+int run_rss(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: coll_check rss SPEC COUNT STEPS\n");
+        return 1;
+    }
+    const char *spec = argv[2];
+    size_t count = strtoul(argv[3], NULL, 10);
+    long steps = atol(argv[4]);
+    int dense = !strcmp(spec, "dense");
+    float *g = malloc((count + 1) * sizeof(float)), *out = malloc((count + 1) * sizeof(float));
+    gcoll_compressor_t *c = NULL;
+    gcoll_tensor_state_t *st = NULL;
+    checks++;
+    if (!g || !out || (!dense && (gcoll_compressor_create(spec, &c) != GCOLL_OK ||
+                                  gcoll_state_create(c, count, &st) != GCOLL_OK))) {
+        FAIL("rss: bad spec '%s' or no memory", spec);
+        goto out;
+    }
+    fixed_grad(rank, count, g);
+    double t0 = now();
+    for (long t = 0; t < steps; t++) {
+        gcoll_status_t rc = dense ? gcoll_allreduce(comm, g, out, count, GCOLL_FLOAT32, GCOLL_AVG)
+                                  : gcoll_compressed_allreduce(comm, st, g, out, count, GCOLL_AVG);
+        if (rc != GCOLL_OK) {
+            FAIL("rss '%s': %s", spec, gcoll_status_string(rc));
+            goto out;
+        }
+    }
+    double dt = (now() - t0) / (double)steps;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("rss %s: %zu floats (%.0f MiB), rank %d of %d: peak RSS %.0f MiB, %.1f ms per step\n",
+           spec, count, count * 4.0 / 1048576.0, rank, size, (double)ru.ru_maxrss / 1024.0,
+           dt * 1e3);
+out:
+    gcoll_state_destroy(st);
+    gcoll_compressor_destroy(c);
+    free(g);
+    free(out);
+    return failures;
+}

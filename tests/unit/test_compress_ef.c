@@ -957,6 +957,36 @@ static void test_contraction(void **unused)
     free(d);
 }
 
+/* The spare residuals of folded checks share one budget per process: a state reserves its
+ * buffer's bytes (64-byte rounded) only if they fit in what is left, keeps them until it
+ * is destroyed, and a refused state keeps one residual. */
+static void test_spare_budget(void **unused)
+{
+    (void)unused;
+    gcoll_compressor_t *c = mk("topk:density=0.01");
+    gcoll_tensor_state_t *a, *b, *d;
+    assert_int_equal(gcoll_state_create(c, 1000, &a), GCOLL_OK); /* 4032 bytes */
+    assert_int_equal(gcoll_state_create(c, 2000, &b), GCOLL_OK); /* 8000 bytes */
+    assert_int_equal(gcoll_state_create(c, 10, &d), GCOLL_OK);   /* 64 bytes */
+    const size_t budget = 4032 + 8000 - 1;
+    assert_true(gcoll_codec_spare_reserve(a, budget));
+    assert_true(gcoll_codec_spare_reserve(a, budget)); /* held: no second reservation */
+    assert_false(gcoll_codec_spare_reserve(b, budget));
+    assert_true(b->spare_refused);
+    assert_false(gcoll_codec_spare_reserve(b, 0)); /* 0: no spare at all */
+    assert_true(gcoll_codec_spare_reserve(d, budget));
+    gcoll_state_destroy(a); /* its bytes come back */
+    assert_true(gcoll_codec_spare_reserve(b, budget));
+    assert_int_equal(b->spare_reserved, 8000);
+    gcoll_state_destroy(b);
+    gcoll_state_destroy(d);
+    /* all released: the whole budget is free again */
+    assert_int_equal(gcoll_state_create(c, 3000, &a), GCOLL_OK);
+    assert_true(gcoll_codec_spare_reserve(a, 12032));
+    gcoll_state_destroy(a);
+    gcoll_compressor_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -977,6 +1007,7 @@ int main(void)
         cmocka_unit_test(test_fused_topk_ef),
         cmocka_unit_test(test_fused_overflow),
         cmocka_unit_test(test_contraction),
+        cmocka_unit_test(test_spare_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
