@@ -21,7 +21,8 @@ check="$build/tests/integration/coll_check"
 [ -x "$check" ] || { echo "no $check: make check TESTS= builds it" >&2; exit 2; }
 unset GCOLL_COMPRESSOR GCOLL_EF_SPARE GCOLL_EF_SPARE_MAX GCOLL_COMPRESSED_ALGO
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ef-table.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT INT TERM
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 
 mean_specs="none fp16 bf16 q8 qsgd:bits=8 qsgd:bits=4 qsgd:bits=2 sign sign:chunk=8
 sign:scale=l2 topk:density=0.01 topk:density=0.1 topk:density=0.01+q8

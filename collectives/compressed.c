@@ -113,6 +113,10 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     if (op == GCOLL_AVG)
         for (size_t i = 0; i < mine.len; i++)
             acc[i] /= (float)P;
+    /* the worker messages are done with: a call holds one phase's buffers at a time */
+    free(sstore);
+    free(rstore);
+    sstore = rstore = NULL;
     if (shard_only) {
         memcpy(out, acc, mine.len * sizeof(float));
         comm->counters.ns_compress += gcoll_time_ns() - t0;
@@ -129,7 +133,10 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                               &mlen), st, out);
     s->server->step++;
     comm->counters.ns_compress += gcoll_time_ns() - t0;
-    /* 5. everyone gathers every compressed chunk and decodes it in place */
+    /* 5. everyone gathers every compressed chunk and decodes it in place (the reduced
+     * chunk is done with: freed before the gather's buffers are taken) */
+    free(acc);
+    acc = NULL;
     for (int j = 0; j < P; j++) {
         sbuf[j] = smsg;
         len[j] = mlen;
