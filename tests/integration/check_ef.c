@@ -286,6 +286,41 @@ int run_clip(void)
         gcoll_state_destroy(st);
         gcoll_compressor_destroy(c);
     }
+    /* all-zero and huge-value gradients through every scheme: zeros come back exactly;
+     * one 1e30 (its float square overflows) goes through, finite, near its mean */
+    static const char *const edge[] = {"qsgd:bits=4", "qsgd:bits=2,ef=0", "sign", "q8", "fp16",
+                                       "topk:density=0.01+qsgd", "randomk:density=0.5"};
+    for (size_t j = 0; j < sizeof(edge) / sizeof(edge[0]); j++) {
+        gcoll_compressor_t *c = NULL;
+        gcoll_tensor_state_t *st = NULL;
+        checks++;
+        if (gcoll_compressor_create(edge[j], &c) != GCOLL_OK ||
+            gcoll_state_create(c, n, &st) != GCOLL_OK) {
+            FAIL("edge: bad spec '%s'", edge[j]);
+            gcoll_compressor_destroy(c);
+            continue;
+        }
+        memset(g, 0, n * sizeof(float));
+        gcoll_status_t rc = gcoll_compressed_allreduce(comm, st, g, out, n, GCOLL_AVG);
+        for (size_t i = 0; rc == GCOLL_OK && i < n; i++)
+            if (out[i] != 0.0f) {
+                FAIL("'%s': all-zero gradient gave %g at %zu", edge[j], out[i], i);
+                break;
+            }
+        g[5] = 1e30f; /* not where random-k's first step must look: any result is fine */
+        gcoll_status_t rc2 = gcoll_compressed_allreduce(comm, st, g, out, n, GCOLL_AVG);
+        if (rc != GCOLL_OK || rc2 != GCOLL_OK)
+            FAIL("'%s': all-zero or huge-value gradient failed: %s / %s (%s)", edge[j],
+                 gcoll_status_string(rc), gcoll_status_string(rc2), gcoll_comm_last_error(comm));
+        else
+            for (size_t i = 0; i < n; i++)
+                if (!isfinite(out[i]) || fabs(out[i]) > 2e30) {
+                    FAIL("'%s': huge-value gradient gave %g at %zu", edge[j], out[i], i);
+                    break;
+                }
+        gcoll_state_destroy(st);
+        gcoll_compressor_destroy(c);
+    }
     free(g);
     free(out);
     free(want);

@@ -3,7 +3,7 @@
 # allreduces of a fixed gradient per rank is within the bound each codec's contraction
 # factor delta gives (coll_check efmean), on 1-5 ranks by the default schemes and on 3 by
 # the ring that re-quantizes at every hop; clipping of the whole tensor inside the
-# collective (coll_check clip).
+# collective, and all-zero and huge-value gradients through every scheme (coll_check clip).
 . "$(dirname "$0")/lib.sh"
 
 tr=tcp # the codecs and schemes under test do not depend on the transport
