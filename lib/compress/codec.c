@@ -386,9 +386,8 @@ static void clamp_copy(float *dst, const float *x, size_t n, float v)
 }
 
 /* The state's buffer for the clamped input of clip_value, of the tensor's size. */
-static float *clamp_buf(gcoll_tensor_state_t *s, size_t n)
+static float *clamp_buf(gcoll_tensor_state_t *s)
 {
-    (void)n;
     if (!s->clamped)
         s->clamped = malloc((s->count ? s->count : 1) * sizeof(float));
     return s->clamped;
@@ -401,7 +400,7 @@ float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_
         return 1.0f;
     double ss = 0;
     if (clamp && c->clip_value > 0) {
-        const double v = c->clip_value;
+        const float v = (float)c->clip_value; /* as the encoder clamps */
         for (size_t i = 0; i < n; i++) {
             double x = g[i] > v ? v : (g[i] < -v ? -v : g[i]);
             ss += x * x;
@@ -476,7 +475,7 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     }
     if (clip && c->clip_value > 0) {
         /* value clipping: the encoders read the input more than once, so a clamped copy */
-        clamped = s ? clamp_buf(s, n) : malloc((n ? n : 1) * sizeof(float));
+        clamped = s ? clamp_buf(s) : malloc((n ? n : 1) * sizeof(float));
         if (!clamped) {
             st = GCOLL_ERR_NOMEM;
             goto out_free;
