@@ -298,8 +298,9 @@ static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
         }
         if (stochastic) {
             /* QSGD draws per-rank rounding noise the simulation cannot reproduce: check
-             * the result is a plausible estimate of the exact sum instead (without error
-             * feedback: QSGD is unbiased but not a contraction, so feedback can grow) */
+             * the result is a plausible estimate of the exact sum instead (ef=0: the
+             * unbiased form; with feedback QSGD sends its contractive form, scaled by
+             * 1/(1 + omega), which check_ef.c's efmean checks over many steps) */
             /* QSGD's variance (Alistarh et al. 2017, lemma 3.1): a value x_i of a bucket of b
              * values with norm ||x|| and s levels rounds to a neighbouring level ||x||/s
              * apart with probability p_i, adding variance (||x||/s)^2 p_i (1 - p_i) <=
