@@ -274,8 +274,10 @@ GCOLL_EXPORT gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p);
  * "none", "fp16", "bf16", "q8", "topk:density=0.001", "topk:k=100,select=sample",
  * "randomk:density=0.01,seed=7", "threshold:tau=0.01", "sign:scale=l2",
  * "qsgd:bits=4,bucket=512", "topk:density=0.01+q8", "dgc:density=0.001,momentum=0.9".
- * Any spec also takes clip=C (scale the gradient to l2 norm <= C before compressing)
- * and ef=0|1 (error feedback, default 1). Full syntax: docs/compressors.md.
+ * Any spec also takes clip=C (scale the whole gradient to l2 norm <= C before
+ * compressing, however a collective cuts it into chunks), clip_value=V (clamp each element
+ * to [-V, V] first) and ef=0|1 (error feedback, default 1: the codec's contractive form;
+ * ef=0: its unbiased form). Full syntax and each codec's forms: docs/compressors.md.
  * Compressors are immutable once created and may be shared by threads; a tensor state
  * is used by one thread at a time. None of these calls blocks or communicates. */
 typedef struct gcoll_compressor gcoll_compressor_t;
@@ -324,7 +326,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_encode(gcoll_compressor_t *c, gcoll_tensor_sta
 /* Streaming form: encodes in[0..count) as elements [offset, offset+count) of the state's
  * tensor (feedback uses that slice of the residual), one message per chunk, so chunks can
  * be sent as soon as they are ready. Does not advance the step: call gcoll_state_advance
- * once after the last chunk of a step. top-k (k=K) and density apply per chunk. The
+ * once after the last chunk of a step. top-k (k=K), density and clip=C (by the chunk's
+ * own norm) apply per chunk. The
  * worst-case size of a chunk message is gcoll_compressor_bound(c, count). */
 GCOLL_EXPORT gcoll_status_t gcoll_encode_chunk(gcoll_compressor_t *c, gcoll_tensor_state_t *s,
                                                size_t offset, const float *in, size_t count,

@@ -95,6 +95,11 @@ static const param_t params[] = {
      "goes (the residual untouched on a failure) instead of a separate scan first; 0 saves "
      "the memory",
      OFF(ef_spare), 0, NULL},
+    {"GCOLL_EF_SPARE_MAX", P_SIZE, "64mb",
+     "most bytes the second residual buffers of GCOLL_EF_SPARE may take in a process, all "
+     "tensors together: a tensor whose buffer does not fit in what is left keeps one "
+     "residual plus O(k) scratch and its gradient is scanned first",
+     OFF(ef_spare_max), 0, NULL},
     {"GCOLL_COMPRESSED_ALGO", P_ENUM, "auto",
      "compressed allreduce of quantizers: alltoall (1-bit Adam's scheme), ring (pipelined, "
      "re-quantizing the partial sum at every hop), or auto (cost model)",

@@ -32,7 +32,8 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c)
         f |= GCOLL_CODEC_QUANTIZED;
     if (c->vs.fmt == GCOLL_VF_QSGD)
         f |= GCOLL_CODEC_STOCHASTIC;
-    if (c->sparsify == GCOLL_SPARSIFY_NONE && c->vs.fmt == GCOLL_VF_F32 && c->clip == 0)
+    if (c->sparsify == GCOLL_SPARSIFY_NONE && c->vs.fmt == GCOLL_VF_F32 && c->clip == 0 &&
+        c->clip_value == 0)
         f |= GCOLL_CODEC_LOSSLESS;
     /* a sum of decoded messages is the decoding of nothing in particular, but adding
      * decodes is always meaningful: every codec here decodes to a linear image */
@@ -102,13 +103,18 @@ static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
     }
 }
 
+/* Whether a sparse message may fall back to a dense one: not for sign, which has no zero
+ * (the unsent elements would decode as +scale, and under error feedback their residuals
+ * would drift without bound). */
+static int dense_fallback_ok(const gcoll_vspec_t *vs) { return vs->fmt != GCOLL_VF_SIGN; }
+
 static size_t sparse_size(const gcoll_vspec_t *vs, size_t nnz, size_t n)
 {
     size_t dense = gcoll_vsec_size(vs, n), vals = gcoll_vsec_size(vs, nnz);
     if (dense == SIZE_MAX || vals == SIZE_MAX)
         return SIZE_MAX;
     size_t sp = 4 * nnz + vals;
-    return GCOLL_WIRE_HDR + (sp < dense ? sp : dense);
+    return GCOLL_WIRE_HDR + (sp < dense || !dense_fallback_ok(vs) ? sp : dense);
 }
 
 size_t gcoll_codec_bound(const gcoll_compressor_t *c, size_t n)
@@ -126,7 +132,7 @@ size_t gcoll_codec_bound(const gcoll_compressor_t *c, size_t n)
 
 size_t gcoll_codec_pairs_bound(const gcoll_compressor_t *c, size_t nnz, size_t count)
 {
-    gcoll_vspec_t f32 = {GCOLL_VF_F32, 0, 0, 0};
+    gcoll_vspec_t f32 = {.fmt = GCOLL_VF_F32};
     if (count > GCOLL_WIRE_MAX_COUNT || nnz > count)
         return 0;
     size_t sz = sparse_size(c ? &c->vs : &f32, nnz, count);
@@ -152,7 +158,7 @@ static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, const uint32_t *idx,
     int use_delta = delta < 4 * nnz;
     size_t isz = use_delta ? delta : 4 * nnz;
     gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, GCOLL_WIRE_F_SORTED, n, nnz, 0, *vs, 0};
-    if (isz + vsz > dense) {
+    if (isz + vsz > dense && dense_fallback_ok(vs)) {
         if (GCOLL_WIRE_HDR + dense > cap)
             return too_small(GCOLL_WIRE_HDR + dense, cap);
         GCOLL_CHECK(gcoll_scratch_tmp(sc, n));
@@ -318,7 +324,44 @@ int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_stat
     return c && s && s->c == c && s->e && s->mode == GCOLL_STATE_WORKER &&
            ((c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE) ||
             c->sparsify == GCOLL_SPARSIFY_RANDOMK) &&
-           !(c->clip > 0) && count == s->count;
+           !(c->clip > 0) && !(c->clip_value > 0) && count == s->count;
+}
+
+static size_t spare_bytes(const gcoll_tensor_state_t *s)
+{
+    return GCOLL_DIV_UP((s->count ? s->count : 1) * sizeof(float), 64) * 64;
+}
+
+/* Bytes of spare residuals reserved in this process: the budget bounds their sum, so a
+ * large model keeps one residual per tensor plus O(k) scratch (docs/compressors.md). */
+static size_t spare_used;
+
+int gcoll_codec_spare_reserve(gcoll_tensor_state_t *s, size_t budget)
+{
+    if (s->spare_reserved)
+        return 1;
+    size_t need = spare_bytes(s), cur = __atomic_load_n(&spare_used, __ATOMIC_RELAXED);
+    do {
+        if (need > budget || cur > budget - need) {
+            if (!s->spare_refused)
+                GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compress: a tensor of %zu floats keeps one "
+                           "residual: its spare (%zu bytes) exceeds what is left of "
+                           "GCOLL_EF_SPARE_MAX (%zu of %zu bytes in use); the gradient is "
+                           "scanned before the feedback pass", s->count, need, cur, budget);
+            s->spare_refused = 1;
+            return 0;
+        }
+    } while (!__atomic_compare_exchange_n(&spare_used, &cur, cur + need, 0, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    s->spare_reserved = need;
+    return 1;
+}
+
+void gcoll_codec_spare_release(gcoll_tensor_state_t *s)
+{
+    if (s->spare_reserved)
+        __atomic_fetch_sub(&spare_used, s->spare_reserved, __ATOMIC_RELAXED);
+    s->spare_reserved = 0;
 }
 
 /* The spare residual of a folded check: written whole by the feedback pass before it is
@@ -327,12 +370,46 @@ static float *spare_get(gcoll_tensor_state_t *s)
 {
     if (!s->spare) {
         void *p = NULL;
-        size_t bytes = GCOLL_DIV_UP((s->count ? s->count : 1) * sizeof(float), 64) * 64;
+        size_t bytes = spare_bytes(s);
         if (posix_memalign(&p, 64, bytes) != 0)
             return NULL;
         s->spare = p;
     }
     return s->spare;
+}
+
+/* Elementwise clamp to [-v, v] (NaN was refused before). */
+static void clamp_copy(float *dst, const float *x, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = x[i] > v ? v : (x[i] < -v ? -v : x[i]);
+}
+
+/* The state's buffer for the clamped input of clip_value, of the tensor's size. */
+static float *clamp_buf(gcoll_tensor_state_t *s)
+{
+    if (!s->clamped)
+        s->clamped = malloc((s->count ? s->count : 1) * sizeof(float));
+    return s->clamped;
+}
+
+float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n,
+                              int clamp)
+{
+    if (!(c->clip > 0))
+        return 1.0f;
+    double ss = 0;
+    if (clamp && c->clip_value > 0) {
+        const float v = (float)c->clip_value; /* as the encoder clamps */
+        for (size_t i = 0; i < n; i++) {
+            double x = g[i] > v ? v : (g[i] < -v ? -v : g[i]);
+            ss += x * x;
+        }
+    } else {
+        ss = gcoll_kernels()->sumsq_d(g, n);
+    }
+    double norm = sqrt(ss);
+    return norm > c->clip ? (float)(c->clip / norm) : 1.0f;
 }
 
 gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
@@ -361,8 +438,13 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     gcoll_scratch_t local = {0}, *sc = s ? &s->sc : &local;
     gcoll_status_t st = GCOLL_OK;
     int feedback = s && s->e;
-    int clip = c->clip > 0 && !(s && s->mode == GCOLL_STATE_SERVER);
+    /* the value form: contractive where the residual takes the error back, unbiased
+     * (as published) where nothing does (docs/compressors.md, "Error feedback") */
+    gcoll_vspec_t vs = c->vs;
+    vs.contract = feedback;
+    int clip = (c->clip > 0 || c->clip_value > 0) && !(s && s->mode == GCOLL_STATE_SERVER);
     float a = 1.0f;
+    float *clamped = NULL; /* clip_value: the clamped input (the state's buffer, or ours) */
     const float *work = in;
     /* dense codecs run the feedback update inside the value encoder, block by block */
     int fused_dense = feedback && !dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
@@ -391,11 +473,20 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
             goto out_free;
         }
     }
-    if (clip) {
-        /* gradient clipping by l2 norm, as DGC applies before accumulation */
-        double norm = sqrt(k->sumsq_d(in, n));
-        if (norm > c->clip)
-            a = (float)(c->clip / norm);
+    if (clip && c->clip_value > 0) {
+        /* value clipping: the encoders read the input more than once, so a clamped copy */
+        clamped = s ? clamp_buf(s) : malloc((n ? n : 1) * sizeof(float));
+        if (!clamped) {
+            st = GCOLL_ERR_NOMEM;
+            goto out_free;
+        }
+        clamp_copy(clamped, in, n, (float)c->clip_value);
+        in = work = clamped;
+    }
+    if (clip && c->clip > 0) {
+        /* gradient clipping by l2 norm, as DGC applies before accumulation: by the factor
+         * the collective computed over the whole tensor when it cuts it into chunks */
+        a = s && s->clip_preset ? s->clip_factor : gcoll_codec_clip_factor(c, in, n, 0);
     }
     if (dgc) {
         k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);
@@ -415,21 +506,21 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     uint64_t qkey = qsgd_key(s ? s->salt : 0, step, off, s == NULL);
     size_t len = 0;
     if (c->sparsify == GCOLL_SPARSIFY_NONE) {
-        size_t vsz = gcoll_vsec_size(&c->vs, n);
+        size_t vsz = gcoll_vsec_size(&vs, n);
         if (GCOLL_WIRE_HDR + vsz > cap) {
             st = too_small(GCOLL_WIRE_HDR + vsz, cap);
             goto out_free;
         }
-        gcoll_wire_hdr_t h = {GCOLL_WIRE_DENSE, 0, n, n, vsz, c->vs, 0};
+        gcoll_wire_hdr_t h = {GCOLL_WIRE_DENSE, 0, n, n, vsz, vs, 0};
         gcoll_wire_put_hdr(o, &h);
         if (fused_dense) {
             /* e += a*g, encode, e -= D(c): the same bytes and residual as the passes below */
-            GCOLL_CHECK_GOTO(gcoll_vsec_put_ef(&c->vs, s->e + off, in, a, n, qkey,
+            GCOLL_CHECK_GOTO(gcoll_vsec_put_ef(&vs, s->e + off, in, a, n, qkey,
                                                o + GCOLL_WIRE_HDR), st, out_free);
             *len_p = GCOLL_WIRE_HDR + vsz;
             goto out_free;
         }
-        GCOLL_CHECK_GOTO(gcoll_vsec_put(&c->vs, work, n, qkey, o + GCOLL_WIRE_HDR), st, out_free);
+        GCOLL_CHECK_GOTO(gcoll_vsec_put(&vs, work, n, qkey, o + GCOLL_WIRE_HDR), st, out_free);
         len = GCOLL_WIRE_HDR + vsz;
     } else {
         size_t nnz = 0;
@@ -444,19 +535,19 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
                 scale = (float)((double)n / (double)nnz);
             for (size_t j = 0; j < nnz; j++)
                 sc->val[j] = work[sc->idx[j]] * scale;
-            size_t vsz = gcoll_vsec_size(&c->vs, nnz);
+            size_t vsz = gcoll_vsec_size(&vs, nnz);
             if (GCOLL_WIRE_HDR + vsz > cap) {
                 st = too_small(GCOLL_WIRE_HDR + vsz, cap);
                 goto out_free;
             }
-            gcoll_wire_hdr_t h = {GCOLL_WIRE_RANDOMK, 0, n, nnz, vsz, c->vs,
+            gcoll_wire_hdr_t h = {GCOLL_WIRE_RANDOMK, 0, n, nnz, vsz, vs,
                                   gcoll_randomk_key(c, step, off)};
             gcoll_wire_put_hdr(o, &h);
-            GCOLL_CHECK_GOTO(gcoll_vsec_put(&c->vs, sc->val, nnz, qkey, o + GCOLL_WIRE_HDR), st,
+            GCOLL_CHECK_GOTO(gcoll_vsec_put(&vs, sc->val, nnz, qkey, o + GCOLL_WIRE_HDR), st,
                              out_free);
             len = GCOLL_WIRE_HDR + vsz;
         } else {
-            GCOLL_CHECK_GOTO(emit_sparse(&c->vs, sc->idx, sc->val, nnz, n, qkey, sc, o, cap,
+            GCOLL_CHECK_GOTO(emit_sparse(&vs, sc->idx, sc->val, nnz, n, qkey, sc, o, cap,
                                          &len), st, out_free);
         }
         if (dgc) /* momentum factor masking (Lin et al. 2018, sec. 3.2) */
@@ -485,8 +576,10 @@ out_free:
     if (st != GCOLL_OK && zeroed_n && !fold) /* nothing sent: e back to e_old + g (above) */
         for (size_t j = 0; j < zeroed_n; j++)
             ew[sc->idx[j]] = sc->val[j];
-    if (!s)
+    if (!s) {
         gcoll_scratch_free(&local);
+        free(clamped);
+    }
     return st;
 }
 
@@ -494,7 +587,7 @@ gcoll_status_t gcoll_codec_encode_pairs(const gcoll_compressor_t *c, const uint3
                                         const float *val, size_t nnz, size_t count, void *out,
                                         size_t cap, size_t *len_p)
 {
-    gcoll_vspec_t f32 = {GCOLL_VF_F32, 0, 0, 0};
+    gcoll_vspec_t f32 = {.fmt = GCOLL_VF_F32};
     if (!out || !len_p || (nnz && (!idx || !val)) || nnz > count ||
         count > GCOLL_WIRE_MAX_COUNT) {
         GCOLL_WARN("compress: encode_pairs: bad arguments (nnz %zu, count %zu)", nnz, count);

@@ -52,6 +52,11 @@ typedef struct {
     unsigned bits;   /* qsgd: 2..8 */
     uint32_t bucket; /* q8/qsgd values per scale; sign values per scale (0: whole message) */
     int sign_l2;     /* sign: scale is ||x||_2/sqrt(n) (1-bit Adam) instead of mean |x| */
+    /* the encode feeds its error back (a state's residual): send the contractive form,
+     * ||D(Q(x)) - x||^2 <= (1 - delta) ||x||^2 (QSGD's norm scaled by 1/(1 + omega), the
+     * l2 sign scale capped); 0: the unbiased / published form. Not on the wire: the
+     * scales carry it. See docs/compressors.md, "Error feedback". */
+    int contract;
 } gcoll_vspec_t;
 
 #define GCOLL_SPEC_MAX 256
@@ -64,12 +69,13 @@ struct gcoll_compressor {
     gcoll_select_t select;
     uint32_t reuse_steps;  /* select=reuse: recompute the threshold every N steps */
     uint64_t seed;         /* randomk */
-    int unbiased;          /* randomk: scale kept values by n/k */
+    int unbiased;          /* randomk: scale kept values by n/k (ef=0 only: not a contraction) */
     float tau;             /* threshold */
     float momentum;        /* dgc */
     uint64_t warmup_steps;
     gcoll_sched_t sched;
     double clip;           /* clip=C: scale the gradient to l2 norm <= C (0: off) */
+    double clip_value;     /* clip_value=V: clamp each element to [-V, V] first (0: off) */
     int ef;                /* error feedback in states created from this compressor */
     gcoll_vspec_t vs;
 };
@@ -108,12 +114,20 @@ struct gcoll_tensor_state {
     /* compressed allreduce: residual of the reduced chunk this rank re-compresses (the
      * "server" side of 1-bit Adam's scheme), created on first use, freed with the state */
     struct gcoll_tensor_state *server;
+    /* clip=C over the whole tensor: a collective that encodes it chunk by chunk sets the
+     * factor of the whole (gcoll_codec_clip_factor) for the call, else each encode
+     * scales its range by the range's own norm */
+    int clip_preset;
+    float clip_factor;
+    float *clamped; /* clip_value: the clamped input, the tensor's size, or NULL */
     /* the caller already verified the input is finite (skip the encoder's own scan) */
     int input_checked;
     /* the caller did not scan the input and lets top-k or random-k fold the check into
      * the feedback pass, at the price of a second residual buffer (set only where
      * gcoll_codec_folds_check holds: every failure then leaves the state as it was) */
     int fold_check;
+    size_t spare_reserved; /* bytes of the spare budget this state holds (0: none yet) */
+    int spare_refused;     /* the budget had no room for it (logged once) */
     /* collectives: keep top-k's selection pass off the wire (the streamed scheme); the
      * bucketer's bandwidth adaptation times the wire after the codec */
     int no_stream;
@@ -126,6 +140,17 @@ struct gcoll_tensor_state {
  * (gcoll_state_residual's pointer changes). */
 int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_state_t *s,
                             size_t count);
+
+/* The clip=C factor min(1, C / ||g||) of g[0..n) (with clamp set: of g clamped to
+ * [-clip_value, clip_value] first), 1 without clip=. g must be finite. */
+float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n,
+                              int clamp);
+
+/* Whether s may keep the spare residual of a folded check: it has one, or the process's
+ * spare buffers (all states together) stay within budget bytes with it, which it then
+ * reserves until gcoll_state_destroy (GCOLL_EF_SPARE_MAX). Thread safe. */
+int gcoll_codec_spare_reserve(gcoll_tensor_state_t *s, size_t budget);
+void gcoll_codec_spare_release(gcoll_tensor_state_t *s);
 
 /* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */
 unsigned gcoll_codec_flags(const gcoll_compressor_t *c);

@@ -12,7 +12,8 @@
  * spec    := segment [ '+' segment ]
  * segment := name [ ':' key=value { ',' key=value } ]
  * The first segment names the codec; the optional second one the value format the kept
- * values travel in (after a sparsifier only). clip= and ef= may appear in any segment.
+ * values travel in (after a sparsifier only). clip=, clip_value= and ef= may appear in any
+ * segment.
  */
 
 #define SEG_MAX 128
@@ -64,7 +65,7 @@ static int parse_u64(const char *s, uint64_t *v)
 typedef struct {
     int have_density, have_k, have_select, have_reuse, have_seed, have_unbiased, have_tau;
     int have_momentum, have_warmup, have_sched, have_scale, have_chunk, have_bits;
-    int have_bucket, have_clip, have_ef;
+    int have_bucket, have_clip, have_ef, have_clip_value;
 } seen_t;
 
 #define ONCE(flag, key)                                                                   \
@@ -82,6 +83,14 @@ static int parse_global(pctx_t *p, gcoll_compressor_t *c, seen_t *seen, const ch
         ONCE(have_clip, key);
         if (parse_double(val, &c->clip) || !(c->clip > 0))
             return perr(p, "clip=%s must be a positive number (gradient norm bound)", val);
+        return 1;
+    }
+    if (!strcmp(key, "clip_value")) {
+        ONCE(have_clip_value, key);
+        if (parse_double(val, &c->clip_value) || !(c->clip_value >= 1.1754944e-38) ||
+            c->clip_value > 3.0e38)
+            return perr(p, "clip_value=%s must be a positive number from 1.2e-38 to 3e38 "
+                           "(elements clamped to [-V, V])", val);
         return 1;
     }
     if (!strcmp(key, "ef")) {
@@ -411,6 +420,8 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
     APP("%sef=%d", strchr(last ? last : b, ':') ? "," : ":", c->ef);
     if (c->clip > 0)
         APP(",clip=%s", num(n1, sizeof(n1), c->clip, 0));
+    if (c->clip_value > 0)
+        APP(",clip_value=%s", num(n1, sizeof(n1), c->clip_value, 0));
 #undef APP
     snprintf(c->spec, sizeof(c->spec), "%s", b);
 }
@@ -454,6 +465,7 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
         memset(&s2, 0, sizeof(s2));
         s2.have_clip = seen.have_clip;
         s2.have_ef = seen.have_ef;
+        s2.have_clip_value = seen.have_clip_value;
         GCOLL_CHECK(parse_segment(&p, c, &s2, plus + 1, 1));
     }
 
@@ -473,6 +485,13 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
     case GCOLL_SPARSIFY_RANDOMK:
         if (!seen.have_density)
             return perr(&p, "randomk needs density=D");
+        /* scaled by n/k random-k is unbiased with omega = n/k - 1, not a contraction:
+         * with error feedback its residual grows without bound */
+        if (c->ef && c->unbiased)
+            return perr(&p, "randomk: unbiased=1 (values scaled by n/k) is not a contraction, "
+                            "error feedback would diverge: use it with ef=0");
+        if (!seen.have_unbiased)
+            c->unbiased = !c->ef;
         break;
     case GCOLL_SPARSIFY_THRESHOLD:
         if (!seen.have_tau)

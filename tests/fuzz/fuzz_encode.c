@@ -16,7 +16,7 @@ static const char *const specs[] = {
     "none", "fp16", "bf16", "q8:bucket=16", "sign:chunk=8", "sign:scale=l2",
     "qsgd:bits=3,bucket=8", "topk:density=0.1", "topk:k=3,select=sample",
     "topk:density=0.2,select=reuse,reuse_steps=2", "threshold:tau=0.5",
-    "randomk:density=0.3,seed=4", "randomk:density=0.3,seed=4,unbiased=1",
+    "randomk:density=0.3,seed=4", "randomk:density=0.3,seed=4,unbiased=1,ef=0",
     "topk:density=0.3+q8:bucket=4", "topk:density=0.3+qsgd:bits=2,bucket=4",
     "dgc:density=0.2,momentum=0.5,warmup_steps=2", "fp16:clip=1", "topk:density=0.5,clip=0.01",
 };

@@ -42,5 +42,8 @@ int run_bucketer(void);             /* check_bucketer.c */
 int run_adapt(void);                /* check_bucketer.c */
 int run_bucket_missing(int victim);
 int run_bucket_nan(int victim, int accumulate); /* check_bucketer.c */
+int run_efmean(int argc, char **argv); /* check_ef.c */
+int run_clip(void);                     /* check_ef.c */
+int run_rss(int argc, char **argv);     /* check_ef.c */
 
 #endif /* GCOLL_CHECK_H */

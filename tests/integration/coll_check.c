@@ -713,6 +713,12 @@ int main(int argc, char **argv)
         bad = run_bucket_nan(victim, 2);
     else if (strcmp(mode, "compressed") == 0)
         bad = run_compressed();
+    else if (strcmp(mode, "rss") == 0)
+        bad = run_rss(argc, argv);
+    else if (strcmp(mode, "clip") == 0)
+        bad = run_clip();
+    else if (strcmp(mode, "efmean") == 0)
+        bad = run_efmean(argc, argv);
     else if (strcmp(mode, "sparse") == 0)
         bad = run_sparse();
     else if (strcmp(mode, "allreduce") == 0)
