@@ -28,7 +28,7 @@ gcoll_status_t gcoll_auth_client(int fd, const gcoll_key_t *key, const void *pay
 typedef struct {
     int fd;
     int state;
-    uint64_t deadline_ms;
+    uint64_t start_ms, deadline_ms;
     uint8_t nonce[GCOLL_AUTH_NONCE];
     uint8_t buf[4 + GCOLL_AUTH_NONCE + 2 + GCOLL_AUTH_MAX_PAYLOAD + GCOLL_AUTH_MAC];
     size_t have;
