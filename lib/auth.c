@@ -100,6 +100,34 @@ gcoll_status_t gcoll_sock_write_all(int fd, const void *buf, size_t len, uint64_
     return GCOLL_OK;
 }
 
+gcoll_status_t gcoll_sock_connect(int fd, const struct sockaddr *sa, socklen_t len,
+                                  uint64_t deadline_ms)
+{
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    gcoll_status_t st = GCOLL_OK;
+    if (connect(fd, sa, len) != 0) {
+        int e = errno;
+        if (e == EINPROGRESS) {
+            socklen_t el = sizeof(e);
+            st = sock_wait(fd, POLLOUT, deadline_ms);
+            if (st == GCOLL_ERR_TIMEOUT)
+                e = ETIMEDOUT;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0)
+                e = errno;
+        }
+        if (e != 0) {
+            st = e == ETIMEDOUT ? GCOLL_ERR_TIMEOUT : GCOLL_ERR_TRANSPORT;
+            errno = e;
+        } else
+            st = GCOLL_OK;
+    }
+    int e = errno;
+    fcntl(fd, F_SETFL, fl);
+    errno = e;
+    return st;
+}
+
 gcoll_status_t gcoll_sock_read_all(int fd, void *buf, size_t len, uint64_t deadline_ms)
 {
     uint8_t *p = buf;

@@ -112,7 +112,7 @@ static gcoll_status_t open_client(gcoll_bootstrap_t *bs, const struct addrinfo *
             snprintf(err, errlen, "socket: %s", strerror(errno));
             return GCOLL_ERR_TRANSPORT;
         }
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        if (gcoll_sock_connect(fd, ai->ai_addr, ai->ai_addrlen, deadline_ms) == GCOLL_OK) {
             uint8_t id[8];
             gcoll_put_u32(id, (uint32_t)bs->rank);
             gcoll_put_u32(id + 4, (uint32_t)bs->size);

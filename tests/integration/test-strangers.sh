@@ -67,9 +67,9 @@ settle() {
 
 run_spray() {
     stranger spray "$root"
-    sleep 0.3 # the stranger is writing when the ranks come up
     start=$(date +%s)
     rank 0
+    sleep 0.5 # the stranger is in (and dropped, and back) when the others come up
     rank 1
     rank 2
     settle "refused connection from .*bad handshake magic"
