@@ -86,6 +86,7 @@ run_mixed() {
     sleep 0.2
     start=$(date +%s)
     rank 0
+    sleep 0.5 # rank 0 meets the first strangers before the other ranks connect
     stranger spray "$root"
     stranger stall "$root" 30 3
     rank 1
