@@ -378,6 +378,15 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
                                  float *out, size_t count, gcoll_op_t op, int shard_only,
                                  scheme_t sc, const char *why)
 {
+    /* a quantizer's bit-width warm-up: this step's messages and the server's are those of
+     * a copy at this step's width (every rank at the same step picks the same) */
+    const gcoll_compressor_t *orig = s->c;
+    gcoll_compressor_t at;
+    if (gcoll_codec_at_step(orig, s->step, &at)) {
+        s->c = &at;
+        if (s->server)
+            s->server->c = &at;
+    }
     const gcoll_compressor_t *c = s->c;
     /* the signature covers the spec, the count and the step: ranks whose states disagree
      * (another codec, or random-k indices from another step) fail with a mismatch */
@@ -415,6 +424,9 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme, step %llu",
                 shard_only ? "reduce-scatter" : "allreduce", count, c->spec, scheme,
                 (unsigned long long)s->step);
+    s->c = orig;
+    if (s->server)
+        s->server->c = orig;
     if (st == GCOLL_OK) {
         gcoll_state_advance(s);
         comm->counters.bytes_raw += count * sizeof(float);
