@@ -463,9 +463,12 @@ gcoll_status_t gcoll_select_layers(const gcoll_compressor_t *c, const float *x, 
             continue;
         size_t len = b - a, k = gcoll_codec_k(c, len, step), got = 0;
         const float *xl = x + (a - off);
+        /* the sample keyed as a tensor of its own would key it (offset in the layer), so a
+         * fused bucket selects what one bucket per tensor selects */
+        size_t lo = j ? c->layer_end[j - 1] : 0;
         if (c->select == GCOLL_SELECT_SAMPLE)
-            GCOLL_CHECK(gcoll_select_topk_sample(xl, len, k, gcoll_mix64(step + a * 31 + 7), sub,
-                                                 &got));
+            GCOLL_CHECK(gcoll_select_topk_sample(xl, len, k, gcoll_mix64(step + (a - lo) * 31 + 7),
+                                                 sub, &got));
         else
             GCOLL_CHECK(gcoll_select_topk_exact(xl, len, k, sub, &got));
         if (got > k || nnz + got > sc->cap_pairs)

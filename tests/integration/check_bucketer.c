@@ -176,11 +176,182 @@ static void check_bucketer_errors(void)
     gcoll_bucketer_destroy(b);
 }
 
+/* ---- selection per tensor inside a fused bucket (GCOLL_LAYER_SELECT) ---- */
+
+/* Whether this run selects per tensor (GCOLL_LAYER_SELECT unset or true). */
+static int layer_select(void)
+{
+    const char *e = getenv("GCOLL_LAYER_SELECT");
+    return !e || !(strcmp(e, "0") == 0 || strcmp(e, "no") == 0 || strcmp(e, "false") == 0 ||
+                   strcmp(e, "off") == 0);
+}
+
+/* Distinct magnitudes within a rank: (i * 7919 + 97 r) mod 100003 is a permutation of
+ * i < 100003; signs alternate. */
+static float two_val(int r, size_t i, double scale)
+{
+    double m = (double)((i * 7919 + (size_t)r * 97) % 100003 + 1) / 100003.0;
+    return (float)((i & 1 ? -m : m) * scale);
+}
+
+static int by_abs_desc(const void *a, const void *b)
+{
+    const float *x = *(const float *const *)a, *y = *(const float *const *)b;
+    float ax = fabsf(*x), ay = fabsf(*y);
+    if (ax != ay)
+        return ax < ay ? 1 : -1;
+    return x < y ? -1 : x > y; /* ties to the lower index */
+}
+
+/* ref[i] += the top k of x[0..n) by |x| (by sorting: independent of select.c) */
+static void add_topk(const float *x, size_t n, size_t k, double *ref)
+{
+    const float **p = malloc(n * sizeof(*p));
+    for (size_t i = 0; i < n; i++)
+        p[i] = x + i;
+    qsort(p, n, sizeof(*p), by_abs_desc);
+    for (size_t j = 0; j < k && j < n; j++)
+        ref[p[j] - x] += *p[j];
+    free(p);
+}
+
+/* Two weight tensors (one of large values, one of values 1000 times smaller) and a small
+ * bias in one bucket of top-k 1%, one step: per-tensor selection sends k = ceil(0.01 n) of
+ * each from every rank (the bias: 1), per-bucket selection the bucket's k from the large
+ * one only. Checked against top-k computed here by sorting, every rank's inputs. */
+static void check_bucket_two_tensors(void)
+{
+    enum { NB = 3 };
+    static const char *name[NB] = {"big.weight", "small.weight", "small.bias"};
+    static const size_t n[NB] = {6000, 5000, 10};
+    static const double scale[NB] = {1.0, 1e-3, 1e-6};
+    gcoll_bucketer_config_t cfg = {.bucket_bytes = 1 << 20, .op = GCOLL_AVG,
+                                   .default_spec = "topk:density=0.01"};
+    gcoll_bucketer_t *b;
+    if (gcoll_bucketer_create(comm, &cfg, &b) != GCOLL_OK) {
+        FAIL("bucketer_create: %s", gcoll_comm_last_error(comm));
+        return;
+    }
+    float *g[NB], *x[NB];
+    int id[NB];
+    for (int t = 0; t < NB; t++) {
+        g[t] = malloc(n[t] * sizeof(float));
+        x[t] = malloc(n[t] * sizeof(float));
+        gcoll_bucketer_add_tensor(b, name[t], g[t], n[t], GCOLL_FLOAT32, NULL, &id[t]);
+        for (size_t i = 0; i < n[t]; i++)
+            g[t][i] = two_val(rank, i, scale[t]);
+    }
+    for (int t = 0; t < NB; t++)
+        gcoll_bucketer_ready(b, id[t]);
+    checks++;
+    if (gcoll_bucketer_wait(b) != GCOLL_OK)
+        FAIL("bucketer_wait: %s", gcoll_comm_last_error(comm));
+    if (gcoll_bucketer_num_buckets(b) != 1)
+        FAIL("two tensors: %d buckets, expected 1", gcoll_bucketer_num_buckets(b));
+    int per = layer_select();
+    size_t total = n[0] + n[1] + n[2];
+    double *ref = calloc(total, sizeof(double));
+    float *all = malloc(total * sizeof(float));
+    for (int r = 0; r < size; r++) {
+        size_t off = 0;
+        for (int t = 0; t < NB; t++) {
+            for (size_t i = 0; i < n[t]; i++)
+                x[t][i] = all[off + i] = two_val(r, i, scale[t]);
+            if (per)
+                add_topk(x[t], n[t], (size_t)ceil(0.01 * (double)n[t]), ref + off);
+            off += n[t];
+        }
+        if (!per)
+            add_topk(all, total, (size_t)ceil(0.01 * (double)total), ref);
+    }
+    size_t off = 0, nz[NB] = {0, 0, 0};
+    for (int t = 0; t < NB; t++) {
+        for (size_t i = 0; i < n[t]; i++) {
+            double want = ref[off + i] / size;
+            nz[t] += g[t][i] != 0;
+            if (fabs(g[t][i] - want) > 1e-6 * fabs(want)) {
+                FAIL("two tensors (per %s): %s[%zu] = %g, want %g", per ? "tensor" : "bucket",
+                     name[t], i, g[t][i], want);
+                break;
+            }
+        }
+        off += n[t];
+    }
+    checks++;
+    if (per ? (nz[1] < 50 || nz[2] < 1) : (nz[1] != 0 || nz[2] != 0))
+        FAIL("per-%s selection: %zu, %zu and %zu non-zeros", per ? "tensor" : "bucket", nz[0],
+             nz[1], nz[2]);
+    else
+        printf("rank %d: per-%s selection in one bucket: %zu, %zu and %zu non-zeros in %s, %s "
+               "and %s\n", rank, per ? "tensor" : "bucket", nz[0], nz[1], nz[2], name[0],
+               name[1], name[2]);
+    gcoll_bucketer_destroy(b);
+    for (int t = 0; t < NB; t++) {
+        free(g[t]);
+        free(x[t]);
+    }
+    free(ref);
+    free(all);
+}
+
+/* Per-tensor selection in one fused bucket gives what one bucket per tensor gives, bit for
+ * bit, step after step (residuals, DGC's momentum and its sampled threshold included). */
+static void check_bucket_fused_equals_split(const char *spec)
+{
+    gcoll_bucketer_config_t fc = {.bucket_bytes = 64 << 20, .op = GCOLL_AVG,
+                                  .default_spec = spec};
+    gcoll_bucketer_config_t sc = fc;
+    sc.bucket_bytes = 1;
+    float *gf[NLAYERS], *gs[NLAYERS];
+    int idf[NLAYERS], ids[NLAYERS];
+    gcoll_bucketer_t *bf = make_bucketer(&fc, gf, idf), *bs = make_bucketer(&sc, gs, ids);
+    if (!bf || !bs)
+        return;
+    for (int step = 0; step < 3; step++) {
+        for (int l = 0; l < NLAYERS; l++)
+            for (size_t i = 0; i < layers[l].count; i++)
+                gf[l][i] = gs[l][i] = layer_val(rank, step, l, i) * (l == 4 ? 1e-3f : 0.37f) +
+                                      1e-4f * (float)(i % 7);
+        ready_all(bf, idf, -1);
+        ready_all(bs, ids, -1);
+        checks++;
+        if (gcoll_bucketer_wait(bf) != GCOLL_OK || gcoll_bucketer_wait(bs) != GCOLL_OK) {
+            FAIL("fused/split %s: %s", spec, gcoll_comm_last_error(comm));
+            break;
+        }
+        for (int l = 0; l < NLAYERS; l++)
+            if (memcmp(gf[l], gs[l], layers[l].count * sizeof(float)) != 0) {
+                FAIL("%s step %d: %s in one fused bucket differs from its own bucket", spec,
+                     step, layers[l].name);
+                break;
+            }
+    }
+    if (gcoll_bucketer_num_buckets(bf) != 1 || gcoll_bucketer_num_buckets(bs) != NLAYERS)
+        FAIL("fused/split %s: %d and %d buckets", spec, gcoll_bucketer_num_buckets(bf),
+             gcoll_bucketer_num_buckets(bs));
+    free_bucketer(bf, gf);
+    free_bucketer(bs, gs);
+}
+
+int run_bucket_layers(void)
+{
+    check_bucket_two_tensors();
+    if (layer_select()) {
+        check_bucket_fused_equals_split("topk:density=0.01");
+        check_bucket_fused_equals_split("dgc:density=0.01,momentum=0.9");
+    } else {
+        /* one selection across the bucket: the compressed allreduce of the fused tensor */
+        check_bucketer_compressed("topk:density=0.01+q8");
+    }
+    return failures;
+}
+
 int run_bucketer(void)
 {
     check_bucketer_dense(1);
     check_bucketer_dense(2);
-    check_bucketer_compressed("topk:density=0.01+q8");
+    if (!layer_select()) /* per tensor: run_bucket_layers compares with split buckets */
+        check_bucketer_compressed("topk:density=0.01+q8");
     check_bucketer_compressed("sign");
     check_bucketer_errors();
     return failures;
