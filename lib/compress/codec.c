@@ -42,7 +42,7 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c)
 /* Warm-up (Lin et al. 2018, sec. 3.4: DGC's sparsity 75%, 93.75%, 98.4375%, 99.6%, 99.9%
  * over the first epochs, each stage a quarter of the density before): from warmup_start
  * (1 = dense) to the target over warmup_steps. exp: four equal stages, geometric between
- * the two (0.25 to 0.001 gives the paper's stages within 1%); linear; step: warmup_start
+ * the two (0.25 to 0.001 gives the paper's stages within 1.3%); linear; step: warmup_start
  * until warmup_steps. Never sparser than the target. */
 static double warm(gcoll_sched_t sched, double from, double to, uint64_t step, uint64_t steps)
 {
