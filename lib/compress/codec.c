@@ -508,7 +508,10 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
             GCOLL_CHECK_GOTO(emit_sparse(&c->vs, sc->idx, sc->val, nnz, n, qkey, sc, o, cap,
                                          &len), st, out_free);
         }
-        if (dgc) /* momentum factor masking (Lin et al. 2018, sec. 3.2) */
+        /* momentum factor masking (Lin et al. 2018, sec. 3.2): the sent elements' momentum
+         * is stale once applied. A message of every element (a dense warm-up stage) is
+         * momentum SGD itself, with nothing delayed to mask. */
+        if (dgc && nnz < n)
             for (size_t j = 0; j < nnz; j++)
                 s->u[off + sc->idx[j]] = 0.0f;
     }
