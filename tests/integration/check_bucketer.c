@@ -485,3 +485,82 @@ int run_bucket_nan(int victim, int accumulate)
     free_bucketer(b, g);
     return failures;
 }
+
+/* ---- warm-up on the wire ---- */
+
+/* The bytes a compressed allreduce puts on the wire follow the warm-up schedule step by
+ * step: with GCOLL_SPARSE_ALGO=allgather (set by the caller) and the same gradient on
+ * every rank, each rank sends its message (P - 1) times plus a census of fixed size. The
+ * message is the one a shadow state encodes from the same gradient; its pair count is
+ * ceil(density x n) of the density computed here from the schedule's definition. */
+int run_warmup(void)
+{
+    static const struct {
+        const char *spec;
+        double d[12]; /* density at steps 0..11, by hand from the schedule */
+    } cases[] = {
+        /* exp, four stages of 2 steps, geometric from 1 to 0.0001: ratio 0.1 */
+        {"topk:density=0.0001,warmup_steps=8",
+         {1, 1, 0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 0.0001, 0.0001, 0.0001, 0.0001}},
+        /* linear from 0.5 to 0.1 over 4 steps */
+        {"dgc:density=0.1,warmup_steps=4,warmup_start=0.5,schedule=linear,select=exact",
+         {0.5, 0.4, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}},
+        /* step: 0.05 for 3 steps */
+        {"topk:density=0.001,warmup_steps=3,warmup_start=0.05,schedule=step",
+         {0.05, 0.05, 0.05, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001}},
+    };
+    const size_t n = 20000;
+    float *g = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+    for (size_t cs = 0; cs < sizeof(cases) / sizeof(*cases); cs++) {
+        gcoll_compressor_t *c;
+        gcoll_tensor_state_t *s, *sh;
+        if (gcoll_compressor_create(cases[cs].spec, &c) != GCOLL_OK ||
+            gcoll_state_create(c, n, &s) != GCOLL_OK || gcoll_state_create(c, n, &sh) != GCOLL_OK) {
+            FAIL("warmup: cannot create %s", cases[cs].spec);
+            break;
+        }
+        size_t cap = gcoll_compressor_bound(c, n);
+        uint8_t *msg = malloc(cap);
+        long long over0 = -1;
+        for (int t = 0; t < 12; t++) {
+            for (size_t i = 0; i < n; i++) /* the same on every rank, no zeros */
+                g[i] = (float)((i * 7919 + (size_t)t * 31) % 10007 + 1) * (i & 1 ? -1e-3f : 1e-3f);
+            gcoll_counters_t c0, c1;
+            gcoll_comm_counters(comm, &c0);
+            checks++;
+            if (gcoll_compressed_allreduce(comm, s, g, out, n, GCOLL_AVG) != GCOLL_OK) {
+                FAIL("warmup %s step %d: %s", cases[cs].spec, t, gcoll_comm_last_error(comm));
+                break;
+            }
+            gcoll_comm_counters(comm, &c1);
+            size_t len = 0, nnz = 0;
+            if (gcoll_encode(c, sh, g, n, msg, cap, &len) != GCOLL_OK ||
+                gcoll_decode_info(msg, len, NULL, &nnz) != GCOLL_OK) {
+                FAIL("warmup %s step %d: shadow encode", cases[cs].spec, t);
+                break;
+            }
+            size_t k = (size_t)ceil(cases[cs].d[t] * (double)n - 1e-9);
+            int dense = 8 * k > 4 * n; /* then the message is dense: n values */
+            long long sent = (long long)(c1.bytes_sent - c0.bytes_sent);
+            long long over = sent - (long long)(size - 1) * (long long)len;
+            if (nnz != (dense ? n : k))
+                FAIL("warmup %s step %d: %zu values sent, want %zu", cases[cs].spec, t, nnz,
+                     dense ? n : k);
+            if (over0 < 0)
+                over0 = over;
+            if (over != over0 || over < 0 || over > 1024)
+                FAIL("warmup %s step %d: %lld bytes sent for a message of %zu (%lld beyond it, "
+                     "%lld at step 0)", cases[cs].spec, t, sent, len, over, over0);
+            if (rank == 0 && cs == 0)
+                printf("warmup %s step %d: density %g, %zu values, message %zu bytes, %lld sent\n",
+                       cases[cs].spec, t, cases[cs].d[t], nnz, len, sent);
+        }
+        free(msg);
+        gcoll_state_destroy(s);
+        gcoll_state_destroy(sh);
+        gcoll_compressor_destroy(c);
+    }
+    free(g);
+    free(out);
+    return failures;
+}
