@@ -396,6 +396,38 @@ static gcoll_status_t midstep_check(gcoll_comm_t *comm, bucket_t *k)
     return GCOLL_OK;
 }
 
+static double norm2(const float *x, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
+/* Debug trace of what compression does to each tensor of a bucket this step (before the
+ * reduced gradient is scattered back, so t->grad still holds this rank's input): the
+ * density in force, the elements the reduced gradient updates, and the norms of the input,
+ * of what stays behind (the residual; DGC's accumulation) and of DGC's velocity.
+ * bench/dgc-trace.sh plots it. */
+static void trace_tensors(const bucket_t *k, uint64_t step)
+{
+    const gcoll_bucketer_t *b = k->b;
+    const float *e = gcoll_state_residual(k->state), *u = k->state->u;
+    for (int i = k->first; i < k->first + k->n; i++) {
+        const tensor_t *t = &b->t[i];
+        const float *out = k->fused + t->off;
+        size_t nz = 0;
+        for (size_t j = 0; j < t->count; j++)
+            nz += out[j] != 0;
+        GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "trace step %llu tensor '%s' n %zu density %.6g "
+                    "updated %zu grad %.6g residual %.6g velocity %.6g",
+                    (unsigned long long)step, t->name, t->count,
+                    gcoll_codec_density(k->comp, step), nz, norm2(t->grad, t->count),
+                    e ? norm2(e + t->off, t->count) : 0.0,
+                    u ? norm2(u + t->off, t->count) : 0.0);
+    }
+}
+
 /* On the progress thread: gather, reduce (compressed for float32), scatter back. */
 static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
 {
@@ -445,6 +477,7 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
         if (d != k->comp->density && (st = set_density(k, d)) != GCOLL_OK)
             return st;
     }
+    uint64_t cstep = k->state ? k->state->step : 0; /* the codec's step of this run */
     if (k->dtype == GCOLL_FLOAT32) {
         k->state->input_checked = scan;
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
@@ -462,6 +495,8 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
         st = midstep_check(comm, k);
     if (st != GCOLL_OK)
         return st;
+    if (k->dtype == GCOLL_FLOAT32 && GCOLL_LOG_ON(GCOLL_LOG_DEBUG, GCOLL_SUBSYS_COMPRESS))
+        trace_tensors(k, cstep);
     double t1 = (double)gcoll_time_ns() * 1e-9;
     for (int i = k->first; i < k->first + k->n; i++) {
         tensor_t *t = &b->t[i];

@@ -509,9 +509,9 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
                                          &len), st, out_free);
         }
         /* momentum factor masking (Lin et al. 2018, sec. 3.2): the sent elements' momentum
-         * is stale once applied. A message of every element (a dense warm-up stage) is
+         * is stale once applied. A selection of every element (a dense warm-up stage) is
          * momentum SGD itself, with nothing delayed to mask. */
-        if (dgc && nnz < n)
+        if (dgc && gcoll_codec_k_range(c, off, n, step) < n)
             for (size_t j = 0; j < nnz; j++)
                 s->u[off + sc->idx[j]] = 0.0f;
     }
