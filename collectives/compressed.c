@@ -388,6 +388,7 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
             s->server->c = &at;
     }
     const gcoll_compressor_t *c = s->c;
+    s->nranks = comm->size; /* DGC's local clipping threshold scales with it */
     /* the signature covers the spec, the count and the step: ranks whose states disagree
      * (another codec, or random-k indices from another step) fail with a mismatch */
     uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);

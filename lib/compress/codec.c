@@ -442,9 +442,13 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     }
     if (clip) {
         /* gradient clipping by l2 norm, as DGC applies before accumulation */
-        double norm = sqrt(k->sumsq_d(in, n));
-        if (norm > c->clip)
-            a = (float)(c->clip / norm);
+        double norm = sqrt(k->sumsq_d(in, n)), lim = c->clip;
+        /* DGC clips each rank's gradient to the threshold scaled by N^-1/2 (Lin et al.
+         * 2018, sec. 3.3): N such gradients sum to about sqrt(N) times one's norm */
+        if (dgc && s->nranks > 1)
+            lim /= sqrt((double)s->nranks);
+        if (norm > lim)
+            a = (float)(lim / norm);
     }
     if (dgc) {
         k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);

@@ -118,6 +118,7 @@ struct gcoll_tensor_state {
     uint64_t reuse_at;    /* step the threshold was computed at */
     int reuse_valid;
     uint64_t salt;        /* mixed into QSGD's rounding stream; collectives set the rank */
+    int nranks;           /* ranks of the collective encoding it (DGC's clip scale), 0 unset */
     gcoll_scratch_t sc;
     /* compressed allreduce: residual of the reduced chunk this rank re-compresses (the
      * "server" side of 1-bit Adam's scheme), created on first use, freed with the state */

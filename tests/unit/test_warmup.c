@@ -243,6 +243,35 @@ static void test_select_per_layer(void **unused)
     free(d);
 }
 
+/* DGC's local clipping: each rank's gradient to clip/sqrt(N) before accumulation, N the
+ * ranks of the collective (Lin et al. 2018); density 1 sends the whole accumulation. */
+static void test_dgc_local_clip(void **unused)
+{
+    (void)unused;
+    const size_t n = 1000;
+    float *g = malloc(n * sizeof(float)), *d = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) /* norm about 155, far above the bound */
+        g[i] = (float)((int)(i % 17) - 8);
+    for (int N = 1; N <= 4; N *= 4) {
+        gcoll_compressor_t *c = mk("dgc:density=1,momentum=0.9,clip=2");
+        gcoll_tensor_state_t *s;
+        assert_int_equal(gcoll_state_create(c, n, &s), GCOLL_OK);
+        s->nranks = N;
+        size_t len;
+        uint8_t *b = encode_alloc(c, s, g, n, &len);
+        assert_int_equal(gcoll_decode(c, b, len, d, n, 0), GCOLL_OK);
+        double dn = 0;
+        for (size_t i = 0; i < n; i++)
+            dn += (double)d[i] * d[i];
+        assert_true(fabs(sqrt(dn) - 2.0 / sqrt((double)N)) < 1e-5);
+        free(b);
+        gcoll_state_destroy(s);
+        gcoll_compressor_destroy(c);
+    }
+    free(g);
+    free(d);
+}
+
 /* Layer policy: the MLP of gcoll-train (registered in backward order, biases first) and
  * ResNet-50 names; first and last are layers; a size rule does not shadow them. */
 static const char *pick(const gcoll_policy_t *p, const char *const *names, int nt, int i)
@@ -293,7 +322,7 @@ int main(void)
         cmocka_unit_test(test_density_exp),       cmocka_unit_test(test_density_linear_step),
         cmocka_unit_test(test_bits_schedule),     cmocka_unit_test(test_spec_keys),
         cmocka_unit_test(test_messages_per_step), cmocka_unit_test(test_select_per_layer),
-        cmocka_unit_test(test_policy_layers),
+        cmocka_unit_test(test_dgc_local_clip),    cmocka_unit_test(test_policy_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
