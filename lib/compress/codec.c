@@ -326,7 +326,8 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
     default:
         break;
     }
-    if (gcoll_codec_layered(c, off, n)) {
+    /* a server state's tensor is one chunk: the layers' offsets are not its own */
+    if (!(s && s->mode == GCOLL_STATE_SERVER) && gcoll_codec_layered(c, off, n)) {
         pending_flush(p, n); /* x is the residual now; the layers' selectors only read it */
         return gcoll_select_layers(c, x, off, n, step, sc, nnz_p);
     }
