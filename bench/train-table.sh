@@ -67,14 +67,15 @@ for P in $ranks_list; do
     done
 done
 
-# stats P NAME: "seeds ok n mean spread wire" over the seeds' runs (wire: total bytes)
+# stats P NAME: "seeds ok mean spread wire" over the seeds' runs (wire: total bytes); a
+# run that failed, or ended at chance accuracy (10 classes: below 0.2), has diverged
 stats() {
     for s in $seeds; do
         f="$work/$1-$(slug "$2")-s$s.csv"
         acc=$(sed -n 's/^final test accuracy: //p' "$f" 2>/dev/null)
         wire=$(grep -E '^[0-9]' "$f" 2>/dev/null | awk -F, '{w += $5} END {print w + 0}')
         [ -e "$f" ] && echo "${acc:-x} $wire"
-    done | awk '{ n++; if ($1 == "x") next; ok++; a[ok] = $1; s += $1; w += $2
+    done | awk '{ n++; if ($1 == "x" || $1 < 0.2) next; ok++; a[ok] = $1; s += $1; w += $2
                   if (ok == 1 || $1 < lo) lo = $1; if (ok == 1 || $1 > hi) hi = $1 }
                 END { if (ok) printf "%d %d %.6f %.6f %.0f\n", n, ok, s / ok, (hi - lo) / 2, w / ok
                       else printf "%d 0 0 0 0\n", n }'
@@ -87,6 +88,8 @@ why() {
     e=$((${e:-0} + 1))
     if grep -q 'the loss diverged' "$f.err"; then
         sed -n 's/^gcoll-train: rank [0-9]*: the loss diverged (\([^)]*\)) at \(epoch [0-9]* step [0-9]*\).*/loss \1 at \2/p' "$f.err" | head -n 1
+    elif acc=$(sed -n 's/^final test accuracy: //p' "$f.csv") && [ -n "$acc" ]; then
+        echo "accuracy at chance ($acc) after the last epoch"
     elif grep -q 'non-finite value' "$f.err"; then
         echo "the residual overflowed (a non-finite value in the codec) in epoch $e"
     else
