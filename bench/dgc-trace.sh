@@ -42,7 +42,7 @@ for t in $tensors; do
         END { for (e = 1; e in c; e++) printf "%-10s epoch %d: density %.4f updated %.4f residual/grad %.2f\n",
               t, e, d[e] / c[e], u[e] / c[e], r[e] / c[e] }' "$work/trace.txt"
 done
-sed -n 's/^final test accuracy: /final test accuracy: /p' "$work/run.out"
+sed -n "s/^\(\[0\] \)\{0,1\}final test accuracy: /final test accuracy: /p" "$work/run.out"
 if command -v gnuplot >/dev/null 2>&1; then
     mkdir -p "$(dirname "$png")"
     gnuplot -e "dir='$work'; outfile='$png'; spe=$steps_per_epoch; subtitle='$spec, ${RANKS:-2} ranks, seed ${SEED:-1}, rank 0, means over 20 steps'" \
