@@ -17,7 +17,10 @@
 
 #include "compress_test_util.h"
 
-static int close_to(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(b); }
+static int close_to(double a, double b)
+{
+    return fabs(a - b) <= 1e-12 * fabs(b);
+}
 
 /* exp: four equal stages, geometric from warmup_start to the target. 1 to 1/16 has ratio
  * 1/2 per stage: 1, 0.5, 0.25, 0.125, then 0.0625. */
@@ -98,9 +101,12 @@ static void test_spec_keys(void **unused)
     (void)unused;
     static const char *good[] = {
         "topk:density=0.01,warmup_steps=100,warmup_start=0.25,schedule=linear",
-        "randomk:density=0.01,warmup_steps=10", "dgc:density=0.001,warmup_start=0.25",
-        "qsgd:bits=2,warmup_steps=50,warmup_bits=6", "topk:density=0.01,warmup_steps=0",
-        "topk:density=0.01+q8", "dgc:density=0.001"};
+        "randomk:density=0.01,warmup_steps=10",
+        "dgc:density=0.001,warmup_start=0.25",
+        "qsgd:bits=2,warmup_steps=50,warmup_bits=6",
+        "topk:density=0.01,warmup_steps=0",
+        "topk:density=0.01+q8",
+        "dgc:density=0.001"};
     for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
         gcoll_compressor_t *c = mk(good[i]), *d = mk(c->spec);
         assert_string_equal(c->spec, d->spec); /* canonical parses back to itself */
@@ -133,8 +139,7 @@ static void test_spec_keys(void **unused)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
         char err[256];
-        assert_int_equal(gcoll_compressor_check(bad[i].spec, err, sizeof(err)),
-                         GCOLL_ERR_INVALID);
+        assert_int_equal(gcoll_compressor_check(bad[i].spec, err, sizeof(err)), GCOLL_ERR_INVALID);
         if (!strstr(err, bad[i].needle))
             fail_msg("error for '%s' does not name '%s': %s", bad[i].spec, bad[i].needle, err);
     }
@@ -172,8 +177,8 @@ static void test_messages_per_step(void **unused)
                 assert_int_equal(len, GCOLL_WIRE_HDR + 4 * n);
             } else {
                 if (nnz != k)
-                    fail_msg("%s step %llu: %zu pairs, want %zu", specs[sp],
-                             (unsigned long long)t, nnz, k);
+                    fail_msg("%s step %llu: %zu pairs, want %zu", specs[sp], (unsigned long long)t,
+                             nnz, k);
                 if (c->sparsify == GCOLL_SPARSIFY_RANDOMK) /* values only */
                     assert_int_equal(len, GCOLL_WIRE_HDR + 4 * k);
                 else /* indices (raw or delta-packed, whichever is smaller) and values */
@@ -289,8 +294,8 @@ static void test_policy_layers(void **unused)
     assert_true(gcoll_policy_same_layer("fc2.weight", "fc2.bias"));
     assert_false(gcoll_policy_same_layer("fc2.weight", "fc1.weight"));
     assert_false(gcoll_policy_same_layer("bn1.weight", "conv1.weight"));
-    static const char *mlp[] = {"fc3.bias", "fc3.weight", "fc2.bias",
-                                "fc2.weight", "fc1.bias", "fc1.weight"};
+    static const char *mlp[] = {"fc3.bias",   "fc3.weight", "fc2.bias",
+                                "fc2.weight", "fc1.bias",   "fc1.weight"};
     gcoll_policy_t p;
     char err[256];
     assert_int_equal(gcoll_policy_parse("first=fp16;last=bf16", &p, err, sizeof(err)), GCOLL_OK);
@@ -299,8 +304,7 @@ static void test_policy_layers(void **unused)
         assert_string_equal(pick(&p, mlp, 6, i), want[i]);
     gcoll_policy_free(&p);
     /* a name rule before first still wins: biases dense, fc1's weight by first */
-    assert_int_equal(gcoll_policy_parse("*bias*=none;first=fp16", &p, err, sizeof(err)),
-                     GCOLL_OK);
+    assert_int_equal(gcoll_policy_parse("*bias*=none;first=fp16", &p, err, sizeof(err)), GCOLL_OK);
     assert_string_equal(pick(&p, mlp, 6, 4), "none");
     assert_string_equal(pick(&p, mlp, 6, 5), "fp16");
     gcoll_policy_free(&p);
