@@ -69,7 +69,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
      * by the norm of the whole gradient (not each chunk's own) */
     uint64_t t0 = gcoll_time_ns();
     gcoll_state_set_salt(s, (uint64_t)r);
-    s->clip_factor = gcoll_codec_clip_factor(c, grad, count, 1);
+    s->clip_factor = gcoll_codec_clip_factor(c, grad, count, 1, s->nranks);
     s->clip_preset = 1;
     stot = rtot = 0;
     for (int j = 0; j < P; j++) {
@@ -394,7 +394,17 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
                                  float *out, size_t count, gcoll_op_t op, int shard_only,
                                  scheme_t sc, const char *why)
 {
+    /* a quantizer's bit-width warm-up: this step's messages and the server's are those of
+     * a copy at this step's width (every rank at the same step picks the same) */
+    const gcoll_compressor_t *orig = s->c;
+    gcoll_compressor_t at;
+    if (gcoll_codec_at_step(orig, s->step, &at)) {
+        s->c = &at;
+        if (s->server)
+            s->server->c = &at;
+    }
     const gcoll_compressor_t *c = s->c;
+    s->nranks = comm->size; /* DGC's local clipping threshold scales with it */
     /* the signature covers the spec, the count and the step: ranks whose states disagree
      * (another codec, or random-k indices from another step) fail with a mismatch */
     uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
@@ -431,6 +441,9 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme, step %llu",
                 shard_only ? "reduce-scatter" : "allreduce", count, c->spec, scheme,
                 (unsigned long long)s->step);
+    s->c = orig;
+    if (s->server)
+        s->server->c = orig;
     if (st == GCOLL_OK) {
         gcoll_state_advance(s);
         comm->counters.bytes_raw += count * sizeof(float);

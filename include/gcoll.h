@@ -431,6 +431,8 @@ typedef struct {
     const char *policy;       /* layer policy, GCOLL_LAYER_POLICY syntax (NULL: none) */
     const char *default_spec; /* compressor when no rule matches (NULL: "none") */
     int accumulate_steps;     /* communicate every N steps, summing locally (0, 1: every step) */
+    uint64_t warmup_steps;    /* warm-up of sparsifiers (topk, randomk, dgc) whose spec sets no
+                               * warmup_steps (0: none) */
 } gcoll_bucketer_config_t;
 
 /* Creates a bucketer on comm; cfg NULL reads GCOLL_BUCKET_BYTES, GCOLL_BUCKET_OP,
@@ -459,6 +461,14 @@ GCOLL_EXPORT int gcoll_bucketer_num_buckets(const gcoll_bucketer_t *b);
 /* The density bucket i compresses to now (1 for codecs without one). With GCOLL_ADAPT it
  * changes between steps, identically on every rank. */
 GCOLL_EXPORT double gcoll_bucketer_density(const gcoll_bucketer_t *b, int bucket);
+/* The compressor spec tensor id gets: its explicit spec, else the first matching rule of
+ * the layer policy (first / last: the model's first / last layer in forward order, the
+ * tensors sharing a name up to the last '.' with the last / first tensor registered), else
+ * the default; "none" for a tensor that is not float32. Before the first ready() it
+ * answers for the tensors registered so far; from then on it is final (finalizing logs
+ * each tensor's spec and rule at info level, subsystem COLL). The string lives as long as
+ * b. NULL for a bad id. Thread safe; does not block. */
+GCOLL_EXPORT const char *gcoll_bucketer_tensor_spec(gcoll_bucketer_t *b, int id);
 /* Waits for launched buckets, then frees. */
 GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b);
 

@@ -39,6 +39,7 @@ typedef struct gcoll_config {
     size_t bucket_bytes;
     int bucket_op;         /* 0 avg, 1 sum */
     char *layer_policy;
+    int layer_select;      /* bucketer: top-k/DGC select per tensor in a fused bucket */
     long accumulate_steps;
     char *progress_cpu;    /* "auto", "none" or a CPU number */
     int adapt;             /* 0 off, 1 bandwidth, 2 phase, 3 both */

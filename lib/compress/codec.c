@@ -40,9 +40,26 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c)
     return f;
 }
 
-/* DGC's warm-up (Lin et al. 2018, sec. 3.4): sparsity 75%, 93.75%, 98.4375%, 99.6% over
- * the first epochs, then the target. warmup_steps is split into four equal stages. */
-static const double exp_stages[4] = {0.25, 0.0625, 0.015625, 0.004};
+/* Warm-up (Lin et al. 2018, sec. 3.4: DGC's sparsity 75%, 93.75%, 98.4375%, 99.6%, 99.9%
+ * over the first epochs, each stage a quarter of the density before): from warmup_start
+ * (1 = dense) to the target over warmup_steps. exp: four equal stages, geometric between
+ * the two (0.25 to 0.001 gives the paper's stages within 1.3%); linear; step: warmup_start
+ * until warmup_steps. Never sparser than the target. */
+static double warm(gcoll_sched_t sched, double from, double to, uint64_t step, uint64_t steps)
+{
+    switch (sched) {
+    case GCOLL_SCHED_EXP: {
+        unsigned stage = (unsigned)((__uint128_t)step * 4 / steps);
+        return from * pow(to / from, stage / 4.0);
+    }
+    case GCOLL_SCHED_LINEAR:
+        return from + (to - from) * ((double)step / (double)steps);
+    case GCOLL_SCHED_STEP:
+        return from;
+    default:
+        return to;
+    }
+}
 
 double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step)
 {
@@ -51,21 +68,30 @@ double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step)
     double d = c->density;
     if (c->k_fixed || c->warmup_steps == 0 || step >= c->warmup_steps)
         return d;
-    double w;
-    switch (c->sched) {
-    case GCOLL_SCHED_EXP:
-        w = exp_stages[(size_t)((__uint128_t)step * 4 / c->warmup_steps)];
-        break;
-    case GCOLL_SCHED_LINEAR:
-        w = 0.25 + (d - 0.25) * ((double)step / (double)c->warmup_steps);
-        break;
-    case GCOLL_SCHED_STEP:
-        w = 0.25;
-        break;
-    default:
-        return d;
-    }
-    return w > d ? w : d;
+    double w = warm(c->sched, c->warmup_start, d, step, c->warmup_steps);
+    return w > d ? (w < 1.0 ? w : 1.0) : d;
+}
+
+unsigned gcoll_codec_bits(const gcoll_compressor_t *c, uint64_t step)
+{
+    unsigned b = c->vs.bits;
+    if (c->vs.fmt != GCOLL_VF_QSGD || c->sparsify != GCOLL_SPARSIFY_NONE ||
+        c->warmup_steps == 0 || step >= c->warmup_steps || c->warmup_bits <= b)
+        return b;
+    double w = warm(c->sched, c->warmup_bits, b, step, c->warmup_steps);
+    unsigned r = (unsigned)(w + 0.5);
+    return r < b ? b : r > c->warmup_bits ? c->warmup_bits : r;
+}
+
+int gcoll_codec_at_step(const gcoll_compressor_t *c, uint64_t step, gcoll_compressor_t *out)
+{
+    unsigned b = gcoll_codec_bits(c, step);
+    if (b == c->vs.bits)
+        return 0;
+    *out = *c;
+    out->vs.bits = b;
+    gcoll_spec_canon(out);
+    return 1;
 }
 
 static size_t k_for(const gcoll_compressor_t *c, size_t n, double d)
@@ -84,6 +110,24 @@ size_t gcoll_codec_k(const gcoll_compressor_t *c, size_t n, uint64_t step)
     return k_for(c, n, gcoll_codec_density(c, step));
 }
 
+int gcoll_codec_layered(const gcoll_compressor_t *c, size_t off, size_t n)
+{
+    return c->nlayers > 1 && c->layer_end &&
+           (c->sparsify == GCOLL_SPARSIFY_TOPK || c->sparsify == GCOLL_SPARSIFY_DGC) &&
+           off + n <= c->layer_end[c->nlayers - 1];
+}
+
+size_t gcoll_codec_k_range(const gcoll_compressor_t *c, size_t off, size_t n, uint64_t step)
+{
+    if (!gcoll_codec_layered(c, off, n))
+        return gcoll_codec_k(c, n, step);
+    size_t k = 0, a, b;
+    for (size_t j = 0; j < c->nlayers; j++)
+        if (gcoll_codec_layer_part(c, j, off, n, &a, &b))
+            k += gcoll_codec_k(c, b - a, step);
+    return k;
+}
+
 /* Most values a message of n elements may carry. */
 static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
 {
@@ -94,8 +138,9 @@ static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
     default: {
         double d = c->density;
         if (c->warmup_steps && c->sched != GCOLL_SCHED_NONE)
-            d = d > 0.25 ? d : 0.25;
-        size_t k = k_for(c, n, d);
+            d = d > c->warmup_start ? d : c->warmup_start;
+        /* per-layer selection rounds each layer's k up and takes at least one */
+        size_t k = GCOLL_MIN(n, k_for(c, n, d) + (c->nlayers > 1 ? c->nlayers : 0));
         if (c->select == GCOLL_SELECT_REUSE && c->sparsify != GCOLL_SPARSIFY_RANDOMK)
             k = GCOLL_MIN(n, 2 * k);
         return k;
@@ -287,6 +332,11 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
     default:
         break;
     }
+    /* a server state's tensor is one chunk: the layers' offsets are not its own */
+    if (!(s && s->mode == GCOLL_STATE_SERVER) && gcoll_codec_layered(c, off, n)) {
+        pending_flush(p, n); /* x is the residual now; the layers' selectors only read it */
+        return gcoll_select_layers(c, x, off, n, step, sc, nnz_p);
+    }
     if (c->select == GCOLL_SELECT_SAMPLE) {
         uint64_t key = gcoll_mix64(step + off * 31 + 7);
         if (p->g) { /* sample e + a*g on the fly, then one fused update-and-collect pass */
@@ -324,7 +374,8 @@ int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_stat
     return c && s && s->c == c && s->e && s->mode == GCOLL_STATE_WORKER &&
            ((c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE) ||
             c->sparsify == GCOLL_SPARSIFY_RANDOMK) &&
-           !(c->clip > 0) && !(c->clip_value > 0) && count == s->count;
+           !(c->clip > 0) && !(c->clip_value > 0) && count == s->count &&
+           !gcoll_codec_layered(c, 0, count);
 }
 
 static size_t spare_bytes(const gcoll_tensor_state_t *s)
@@ -394,7 +445,7 @@ static float *clamp_buf(gcoll_tensor_state_t *s)
 }
 
 float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n,
-                              int clamp)
+                              int clamp, int nranks)
 {
     if (!(c->clip > 0))
         return 1.0f;
@@ -408,8 +459,12 @@ float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_
     } else {
         ss = gcoll_kernels()->sumsq_d(g, n);
     }
-    double norm = sqrt(ss);
-    return norm > c->clip ? (float)(c->clip / norm) : 1.0f;
+    double norm = sqrt(ss), lim = c->clip;
+    /* DGC clips each rank's gradient to the threshold scaled by N^-1/2 (Lin et al. 2018,
+     * sec. 3.3): N such gradients sum to about sqrt(N) times one's norm */
+    if (c->sparsify == GCOLL_SPARSIFY_DGC && nranks > 1)
+        lim /= sqrt((double)nranks);
+    return norm > lim ? (float)(lim / norm) : 1.0f;
 }
 
 gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
@@ -486,7 +541,8 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     if (clip && c->clip > 0) {
         /* gradient clipping by l2 norm, as DGC applies before accumulation: by the factor
          * the collective computed over the whole tensor when it cuts it into chunks */
-        a = s && s->clip_preset ? s->clip_factor : gcoll_codec_clip_factor(c, in, n, 0);
+        a = s && s->clip_preset ? s->clip_factor
+                                 : gcoll_codec_clip_factor(c, in, n, 0, s ? s->nranks : 0);
     }
     if (dgc) {
         k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);
@@ -550,7 +606,10 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
             GCOLL_CHECK_GOTO(emit_sparse(&vs, sc->idx, sc->val, nnz, n, qkey, sc, o, cap,
                                          &len), st, out_free);
         }
-        if (dgc) /* momentum factor masking (Lin et al. 2018, sec. 3.2) */
+        /* momentum factor masking (Lin et al. 2018, sec. 3.2): the sent elements' momentum
+         * is stale once applied. A selection of every element (a dense warm-up stage) is
+         * momentum SGD itself, with nothing delayed to mask. */
+        if (dgc && gcoll_codec_k_range(c, off, n, step) < n)
             for (size_t j = 0; j < nnz; j++)
                 s->u[off + sc->idx[j]] = 0.0f;
     }

@@ -705,6 +705,10 @@ int main(int argc, char **argv)
         bad = run_adapt();
     else if (strcmp(mode, "bucketer") == 0)
         bad = run_bucketer();
+    else if (strcmp(mode, "warmup") == 0)
+        bad = run_warmup();
+    else if (strcmp(mode, "bucket_layers") == 0)
+        bad = run_bucket_layers();
     else if (strcmp(mode, "bucket_missing") == 0)
         bad = run_bucket_missing(victim);
     else if (strcmp(mode, "bucket_nan") == 0)
