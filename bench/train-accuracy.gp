@@ -16,7 +16,8 @@ colors = "#000000 #e41a1c #ff7f00 #377eb8 #4daf4a #984ea3 #a65628 #f781bf #99999
 do for [t=1:12] { set linetype t lc rgb word(colors, t) lw 2 pt (t % 13 + 1) }
 do for [p=1:np] {
     set title word(ranks, p)." ranks"
-    if (p == np) { set key outside right center } else { unset key }
+    # the first panel has every method: its key names the colours of both
+    if (p == 1) { set key inside bottom right font ",9" } else { unset key }
     plot for [i=2:ncols] word(files, p) using 1:i with linespoints lt (i - 1) title columnhead(i)
 }
 unset multiplot

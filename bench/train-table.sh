@@ -73,7 +73,7 @@ stats() {
     for s in $seeds; do
         f="$work/$1-$(slug "$2")-s$s.csv"
         acc=$(sed -n 's/^final test accuracy: //p' "$f" 2>/dev/null)
-        wire=$(grep -E '^[0-9]' "$f" 2>/dev/null | awk -F, '{w += $5} END {print w + 0}')
+        wire=$(grep -E '^[0-9]+,' "$f" 2>/dev/null | awk -F, '{w += $5} END {print w + 0}')
         [ -e "$f" ] && echo "${acc:-x} $wire"
     done | awk '{ n++; if ($1 == "x" || $1 < 0.2) next; ok++; a[ok] = $1; s += $1; w += $2
                   if (ok == 1 || $1 < lo) lo = $1; if (ok == 1 || $1 > hi) hi = $1 }
@@ -115,7 +115,7 @@ for P in $ranks_list; do
             set -- $(stats "$P" "$name")
             [ "$1" -gt 0 ] || continue
             if [ "$2" = 0 ]; then
-                echo "| $name | \`$spec\` | diverged on all $1 seeds: $(why "$P" "$name") | | |"
+                echo "| $name | \`$spec\` | diverged on all $1 seeds (seed $(echo $seeds | cut -d' ' -f1): $(why "$P" "$name")) | | |"
                 continue
             fi
             note=""
@@ -135,8 +135,11 @@ for P in $ranks_list; do
         while [ "$e" -le "$epochs" ]; do
             printf '%d' "$e"
             echo "$methods" | while IFS='|' read -r name spec; do
-                for s in $seeds; do
-                    awk -F, -v e="$e" '$1 == e {print $4}' "$work/$P-$(slug "$name")-s$s.csv" 2>/dev/null || true
+                for s in $seeds; do # the seeds that did not diverge
+                    f="$work/$P-$(slug "$name")-s$s.csv"
+                    fin=$(sed -n 's/^final test accuracy: //p' "$f" 2>/dev/null)
+                    awk -v a="${fin:-0}" 'BEGIN {exit !(a >= 0.2)}' || continue
+                    awk -F, -v e="$e" '$1 == e && NF >= 8 {print $4}' "$f"
                 done | awk '{s += $1; n++} END {if (n) printf "\t%.4f", s / n; else printf "\tNaN"}'
             done
             printf '\n'
