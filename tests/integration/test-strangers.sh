@@ -24,10 +24,11 @@ max_secs=${STRANGER_MAX_SECS:-8}
 export GCOLL_SIZE=3 GCOLL_JOB_KEY=0123456789abcdef0123456789abcdef GCOLL_TIMEOUT_MS=30s
 export GCOLL_TRANSPORT=tcp
 
-# stranger MODE ADDR [seconds] [count]: one intruder in the background, killed at the end.
+# stranger MODE ADDR [seconds] [count]: one intruder in the background. It ends by itself,
+# or when settle creates the stop file: never by a signal, since a process id this shell
+# no longer waits for may belong to anyone by then.
 stranger() {
-    timeout 40 "$INTRUDER" "$@" >>"$TMP/strangers.log" 2>&1 &
-    BG_PIDS="$BG_PIDS $!"
+    INTRUDER_STOP="$TMP/stop" timeout 40 "$INTRUDER" "$@" >>"$TMP/strangers.log" 2>&1 &
     run_pids="$run_pids $!"
 }
 
@@ -37,17 +38,17 @@ rank() {
     shift
     env GCOLL_RANK="$r" GCOLL_ROOT="$root" "$@" timeout 60 "$DEMO" 20000 >"$TMP/r$r.log" 2>&1 &
     eval "p$r=\$!"
-    BG_PIDS="$BG_PIDS $!"
 }
 
-# Waits for the ranks, kills this run's strangers, checks statuses, time and logs.
+# Waits for the ranks, stops this run's strangers, checks statuses, time and logs.
 settle() {
     wait "$p0"; s0=$?
     wait "$p1"; s1=$?
     wait "$p2"; s2=$?
     took=$(( $(date +%s) - start ))
-    for p in $run_pids; do kill "$p" 2>/dev/null; done
+    touch "$TMP/stop"
     for p in $run_pids; do wait "$p" 2>/dev/null; done
+    rm -f "$TMP/stop"
     run_pids=""
     [ -n "${STRANGER_VERBOSE:-}" ] && cat "$TMP/r0.log" "$TMP/strangers.log"
     if [ "$s0$s1$s2" != "000" ] || [ "$took" -gt "$max_secs" ]; then
