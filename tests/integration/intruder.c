@@ -187,6 +187,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* the tests wait for this line to know the strangers are in */
+    printf("intruder: %s: %d connection(s) open\n", mode, n);
+    fflush(stdout);
     nap(hold * 1000);
     for (int k = 0; k < n; k++)
         close(fds[k]);

@@ -32,6 +32,15 @@ stranger() {
     run_pids="$run_pids $!"
 }
 
+# until_open N: waits (up to 10 s) until N strangers have said their connections are open.
+until_open() {
+    for _ in $(seq 200); do
+        [ "$(grep -c 'connection(s) open' "$TMP/strangers.log")" -ge "$1" ] && return 0
+        sleep 0.05
+    done
+    note "$case run $i: only $(grep -c 'connection(s) open' "$TMP/strangers.log") of $1 strangers got in"
+}
+
 # rank R [extra env]: starts rank R of the job at $root in the background.
 rank() {
     r=$1
@@ -87,7 +96,7 @@ run_mixed() {
     sleep 0.2
     start=$(date +%s)
     rank 0
-    sleep 0.5 # rank 0 meets the first strangers before the other ranks connect
+    until_open 3 # rank 0 meets the first strangers before the other ranks connect
     stranger spray "$root"
     stranger stall "$root" 30 3
     rank 1
@@ -124,7 +133,7 @@ run_data() {
     stranger garbage "$dport" 30 5
     stranger wrongkey "$dport"
     stranger spray "$dport"
-    sleep 0.5
+    until_open 3 # queued at rank 0's data port before rank 2 lets the ranks connect
     rank 2
     stranger early "$dport" 0 10
     settle "refused connection from\\|dropped connection from"
