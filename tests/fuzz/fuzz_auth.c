@@ -1,4 +1,5 @@
-/* fuzz_auth.c: libFuzzer target for the job-key handshake (lib/auth.c), both sides, over a socketpair. */
+/* fuzz_auth.c: libFuzzer target for the job-key handshake (lib/auth.c), both sides, over a
+ * socketpair. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

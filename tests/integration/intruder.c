@@ -116,8 +116,8 @@ static int wrongkey(const char *addr)
     uint8_t id[8] = {1, 0, 0, 0, 2, 0, 0, 0};
     char err[256];
     /* a listener no longer read (its ranks are in) never answers: 3 s is plenty */
-    gcoll_status_t st = gcoll_auth_client(fd, &key, id, sizeof(id), gcoll_time_ms() + 3000, err,
-                                          sizeof(err));
+    gcoll_status_t st =
+        gcoll_auth_client(fd, &key, id, sizeof(id), gcoll_time_ms() + 3000, err, sizeof(err));
     close(fd);
     if (st == GCOLL_OK) {
         fprintf(stderr, "intruder: a wrong job key was ACCEPTED\n");

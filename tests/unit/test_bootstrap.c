@@ -24,9 +24,13 @@
 
 static size_t make_hello(uint8_t *buf, const char *match, const char *blob)
 {
-    gcoll_bs_hello_t h = {.rank = 2, .size = 3, .hash = 0x0123456789abcdefull,
-                          .match = match, .mlen = strlen(match),
-                          .blob = (const uint8_t *)blob, .blen = strlen(blob) + 1};
+    gcoll_bs_hello_t h = {.rank = 2,
+                          .size = 3,
+                          .hash = 0x0123456789abcdefull,
+                          .match = match,
+                          .mlen = strlen(match),
+                          .blob = (const uint8_t *)blob,
+                          .blen = strlen(blob) + 1};
     snprintf(h.version, sizeof(h.version), "9.8.7");
     return gcoll_bs_hello_encode(&h, buf);
 }
@@ -176,8 +180,8 @@ static void test_accept_strangers(void **state)
 {
     (void)state;
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    listen_addr = (struct sockaddr_in){.sin_family = AF_INET,
-                                       .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    listen_addr =
+        (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t sl = sizeof(listen_addr);
     assert_int_equal(bind(lfd, (struct sockaddr *)&listen_addr, sl), 0);
     assert_int_equal(getsockname(lfd, (struct sockaddr *)&listen_addr, &sl), 0);
@@ -205,8 +209,8 @@ static void test_accept_strangers(void **state)
     uint64_t t0 = gcoll_time_ms();
     char err[256] = "";
     memset(accepted, 0, sizeof(accepted));
-    gcoll_status_t st = gcoll_auth_accept(lfd, &job_key, 2, on_peer, NULL, t0 + 20000, err,
-                                          sizeof(err));
+    gcoll_status_t st =
+        gcoll_auth_accept(lfd, &job_key, 2, on_peer, NULL, t0 + 20000, err, sizeof(err));
     uint64_t took = gcoll_time_ms() - t0;
     for (int i = 0; i < 3; i++)
         pthread_join(th[i], NULL);
@@ -238,8 +242,7 @@ static void test_accept_deadline(void **state)
     assert_int_equal(listen(lfd, 16), 0);
     char err[256] = "";
     uint64_t t0 = gcoll_time_ms();
-    assert_int_equal(gcoll_auth_accept(lfd, &job_key, 1, on_peer, NULL, t0 + 300, err,
-                                       sizeof(err)),
+    assert_int_equal(gcoll_auth_accept(lfd, &job_key, 1, on_peer, NULL, t0 + 300, err, sizeof(err)),
                      GCOLL_ERR_TIMEOUT);
     assert_true(gcoll_time_ms() - t0 < 2000);
     assert_non_null(strstr(err, "timed out"));
