@@ -16,6 +16,16 @@
 
 #include <cmocka.h>
 
+/* Valgrind runs the acceptor and its clients too slowly for the timing bar. */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
 #include "auth.h"
 #include "bootstrap.h"
 #include "util.h"
@@ -158,7 +168,7 @@ static void *client_main(void *arg)
     char err[256];
     c->fd = dial();
     c->st = c->fd < 0 ? GCOLL_ERR_TRANSPORT
-                      : gcoll_auth_client(c->fd, c->key, id, sizeof(id), gcoll_time_ms() + 10000,
+                      : gcoll_auth_client(c->fd, c->key, id, sizeof(id), gcoll_time_ms() + 30000,
                                           err, sizeof(err));
     return NULL;
 }
@@ -214,6 +224,10 @@ static void test_accept_strangers(void **state)
     uint64_t took = gcoll_time_ms() - t0;
     for (int i = 0; i < 3; i++)
         pthread_join(th[i], NULL);
+    if (st != GCOLL_OK || c[1].st != GCOLL_OK || c[2].st != GCOLL_OK)
+        print_message("acceptor: %s (%s) after %llu ms; clients %d %d %d\n",
+                      gcoll_status_string(st), err, (unsigned long long)took, c[0].st, c[1].st,
+                      c[2].st);
     assert_int_equal(st, GCOLL_OK);
     assert_int_not_equal(c[0].st, GCOLL_OK);
     assert_int_equal(c[1].st, GCOLL_OK);
@@ -221,7 +235,8 @@ static void test_accept_strangers(void **state)
     assert_true(accepted[1] > 0 && accepted[2] > 0);
     /* the flood costs the ranks at most the acceptor's grace period (0.5 s) per slot
      * round, never a stranger's whole handshake deadline (5 s) */
-    assert_true(took < 3000);
+    if (!RUNNING_ON_VALGRIND)
+        assert_true(took < 3000);
     for (int i = 0; i < 3; i++)
         if (c[i].fd >= 0)
             close(c[i].fd);
