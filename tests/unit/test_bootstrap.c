@@ -220,7 +220,7 @@ static void test_accept_strangers(void **state)
     char err[256] = "";
     memset(accepted, 0, sizeof(accepted));
     gcoll_status_t st =
-        gcoll_auth_accept(lfd, &job_key, 2, on_peer, NULL, t0 + 20000, err, sizeof(err));
+        gcoll_auth_accept(lfd, &job_key, 2, on_peer, NULL, t0 + 30000, err, sizeof(err));
     uint64_t took = gcoll_time_ms() - t0;
     for (int i = 0; i < 3; i++)
         pthread_join(th[i], NULL);
