@@ -40,6 +40,7 @@ until_open() {
         sleep 0.05
     done
     note "$case run $i: only $(grep -c 'connection(s) open' "$TMP/strangers.log") of $1 strangers got in"
+    tail -n 5 "$TMP/strangers.log"
 }
 
 # rank R [extra env]: starts rank R of the job at $root in the background.
