@@ -310,7 +310,8 @@ static void log_refusal(refusals_t *rf, const char *why)
     rf->refused++;
     if (rf->logged < MAX_LOGGED) {
         rf->logged++;
-        GCOLL_WARN("%s%s", why, rf->logged == MAX_LOGGED ? " (further refusals are only counted)" : "");
+        GCOLL_WARN("%s%s", why,
+                   rf->logged == MAX_LOGGED ? " (further refusals are only counted)" : "");
     }
 }
 

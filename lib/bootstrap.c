@@ -284,8 +284,8 @@ more:
     return 0;
 }
 
-/* Reads one message whose parser says how much it needs; at most cap bytes. The buffer is
- * the caller's to free (also on error). */
+/* Reads one message, as many bytes at a time as its parser asks for (the parsers bound
+ * every length first). The buffer is the caller's to free, also on error. */
 typedef int (*parse_fn)(const uint8_t *buf, size_t len, void *msg, size_t *need,
                         const char **why, uint32_t max_n);
 

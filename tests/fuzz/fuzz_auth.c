@@ -1,4 +1,5 @@
-/* fuzz_auth.c: libFuzzer target for the job-key handshake (lib/auth.c), both sides, over a socketpair. */
+/* fuzz_auth.c: libFuzzer target for the job-key handshake (lib/auth.c), both sides, over a
+ * socketpair. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,8 @@
 
 /*
  * Input: a mode byte (bit 0: play the client against gcoll's server, or the server
- * against gcoll's client; bits 1-7: the size of the pieces the bytes arrive in), then
- * the bytes. Neither side may ever accept (the peer's nonce is random, so no input can
+ * against gcoll's client; bits 1-7: the size of the pieces the bytes reach the server
+ * in), then the bytes. Neither side may ever accept (the peer's nonce is random, so no input can
  * carry a valid MAC), and each must give up as soon as the bytes end, never at a
  * deadline.
  */
@@ -45,11 +46,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (r != -1 || s.fd != -1)
             abort(); /* accepted a forged response, or kept a refused socket */
     } else {
-        for (size_t off = 0; off < len; off += piece) {
-            size_t n = len - off < piece ? len - off : piece;
-            if (send(sv[1], in + off, n, MSG_NOSIGNAL) != (ssize_t)n)
-                break;
-        }
+        /* at once: nobody reads yet, and a socketpair holds few small pieces (each costs a
+         * buffer's overhead), so piecewise sends would block; the client reads it all */
+        if (len && send(sv[1], in, len, MSG_NOSIGNAL) != (ssize_t)len)
+            abort();
         shutdown(sv[1], SHUT_WR);
         uint8_t id[8] = {1, 0, 0, 0, 2, 0, 0, 0};
         if (gcoll_auth_client(sv[0], &key, id, sizeof(id), t0 + 60000, err, sizeof(err)) ==

@@ -1,4 +1,5 @@
-/* fuzz_bootstrap.c: libFuzzer target for the rendezvous messages (lib/bootstrap.c's hello and reply parsers). */
+/* fuzz_bootstrap.c: libFuzzer target for the rendezvous messages (lib/bootstrap.c's hello and reply
+ * parsers). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -25,8 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (f.type == GCOLL_FRAME_ABORT && f.msg_len > GCOLL_FRAME_MAX_CTL)
         abort();
     gcoll_frame_encode(&f, again);
-    static const uint8_t reserved[GCOLL_FRAME_HDR_LEN] = {[6] = 1, [7] = 1, [12] = 1, [13] = 1,
-                                                          [14] = 1, [15] = 1};
+    static const uint8_t reserved[GCOLL_FRAME_HDR_LEN] = {
+        [6] = 1, [7] = 1, [12] = 1, [13] = 1, [14] = 1, [15] = 1};
     for (size_t i = 0; i < sizeof(hdr); i++)
         if (!reserved[i] && hdr[i] != again[i])
             abort();

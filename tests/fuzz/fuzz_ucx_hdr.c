@@ -1,4 +1,5 @@
-/* fuzz_ucx_hdr.c: libFuzzer target for the UCX transport's active-message header (gcoll_ucx_hdr_decode). */
+/* fuzz_ucx_hdr.c: libFuzzer target for the UCX transport's active-message header
+ * (gcoll_ucx_hdr_decode). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
-/* fuzz_wire.c: libFuzzer target for the codec wire format's header and index sections (lib/compress/wire.c). */
+/* fuzz_wire.c: libFuzzer target for the codec wire format's header and index sections
+ * (lib/compress/wire.c). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(m, data + 7, len);
 
     gcoll_wire_hdr_t h;
-    if (gcoll_wire_parse_hdr(m, len, (data[0] & 0x80) ? SIZE_MAX : (size_t)count, &h) ==
-        GCOLL_OK) {
+    if (gcoll_wire_parse_hdr(m, len, (data[0] & 0x80) ? SIZE_MAX : (size_t)count, &h) == GCOLL_OK) {
         if (h.payload_len != len - GCOLL_WIRE_HDR || h.count > GCOLL_WIRE_MAX_COUNT ||
             (h.flags & ~GCOLL_WIRE_F_ALL) != 0)
             abort();

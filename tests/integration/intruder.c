@@ -22,7 +22,27 @@ static const char usage[] =
     "  spray     ten 4 KiB writes of random bytes 0.2 s apart, reconnecting when dropped\n"
     "  stall     send the first bytes of a well-formed handshake response, then nothing\n"
     "  early     read the challenge (or not) and close at once, count times over\n"
-    "  wrongkey  a full handshake with a wrong job key (exit 1 if it is accepted)\n";
+    "  wrongkey  a full handshake with a wrong job key (exit 1 if it is accepted)\n"
+    "With INTRUDER_STOP set to a path, every mode ends early once that file exists (the\n"
+    "tests end their strangers this way rather than by a signal to a stale process id).\n";
+
+/* 1 once the test asked the strangers to end. */
+static int stopped(void)
+{
+    const char *f = getenv("INTRUDER_STOP");
+    return f && *f && access(f, F_OK) == 0;
+}
+
+/* Sleeps ms milliseconds, or less if asked to stop; 1 if asked. */
+static int nap(int ms)
+{
+    for (; ms > 0; ms -= 50) {
+        if (stopped())
+            return 1;
+        usleep((useconds_t)(ms < 50 ? ms : 50) * 1000);
+    }
+    return stopped();
+}
 
 /* Connects, retrying for up to 10 s while nothing listens (the rank may not be up yet). */
 static int dial(const char *addr)
@@ -35,7 +55,7 @@ static int dial(const char *addr)
         return -1;
     uint64_t deadline = gcoll_time_ms() + 10000;
     int fd = -1;
-    while (gcoll_time_ms() < deadline) {
+    while (gcoll_time_ms() < deadline && !stopped()) {
         fd = socket(res->ai_family, SOCK_STREAM, 0);
         if (connect(fd, res->ai_addr, res->ai_addrlen) == 0)
             break;
@@ -78,7 +98,8 @@ static int spray(const char *addr)
             drops++;
             fd = dial(addr);
         }
-        usleep(200000);
+        if (nap(200))
+            break;
     }
     if (fd >= 0)
         close(fd);
@@ -90,12 +111,13 @@ static int wrongkey(const char *addr)
 {
     int fd = dial(addr);
     if (fd < 0)
-        return 1;
+        return stopped() ? 0 : 1;
     gcoll_key_t key = {(const uint8_t *)"not-the-job-key", 15};
     uint8_t id[8] = {1, 0, 0, 0, 2, 0, 0, 0};
     char err[256];
-    gcoll_status_t st = gcoll_auth_client(fd, &key, id, sizeof(id), gcoll_time_ms() + 10000, err,
-                                          sizeof(err));
+    /* a listener no longer read (its ranks are in) never answers: 3 s is plenty */
+    gcoll_status_t st =
+        gcoll_auth_client(fd, &key, id, sizeof(id), gcoll_time_ms() + 3000, err, sizeof(err));
     close(fd);
     if (st == GCOLL_OK) {
         fprintf(stderr, "intruder: a wrong job key was ACCEPTED\n");
@@ -125,10 +147,10 @@ int main(int argc, char **argv)
     if (strcmp(mode, "spray") == 0)
         return spray(addr);
     if (strcmp(mode, "early") == 0) {
-        for (int k = 0; k < count; k++) {
+        for (int k = 0; k < count && !stopped(); k++) {
             int fd = dial(addr);
             if (fd < 0)
-                return 1;
+                return stopped() ? 0 : 1;
             if (k % 2) { /* every other one waits for the challenge first */
                 char chal[20];
                 if (recv(fd, chal, sizeof(chal), MSG_WAITALL) < 0)
@@ -141,8 +163,11 @@ int main(int argc, char **argv)
     int *fds = calloc((size_t)count, sizeof(int));
     if (!fds)
         return 1;
-    for (int k = 0; k < count; k++) {
+    int n = 0;
+    for (int k = 0; k < count; k++, n++) {
         if ((fds[k] = dial(addr)) < 0) {
+            if (stopped())
+                break;
             fprintf(stderr, "intruder: cannot connect to %s\n", addr);
             return 1;
         }
@@ -162,8 +187,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    sleep((unsigned)hold);
-    for (int k = 0; k < count; k++)
+    /* the tests wait for this line to know the strangers are in */
+    printf("intruder: %s: %d connection(s) open\n", mode, n);
+    fflush(stdout);
+    nap(hold * 1000);
+    for (int k = 0; k < n; k++)
         close(fds[k]);
     free(fds);
     return 0;

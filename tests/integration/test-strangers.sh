@@ -17,18 +17,30 @@
 
 runs=${1:-${STRANGER_RUNS:-5}}
 cases=${2:-spray mixed data}
-# A run takes about a second without strangers; a stranger may cost the job nothing but
-# its own handshake deadline (5 s), and even that only when it fills the acceptor.
+# From the last rank's start, a run takes about a second without strangers; strangers may
+# cost it half a second per 128 of them queued ahead of a rank, never their 5 s handshake
+# deadline.
 max_secs=${STRANGER_MAX_SECS:-8}
 
 export GCOLL_SIZE=3 GCOLL_JOB_KEY=0123456789abcdef0123456789abcdef GCOLL_TIMEOUT_MS=30s
 export GCOLL_TRANSPORT=tcp
 
-# stranger MODE ADDR [seconds] [count]: one intruder in the background, killed at the end.
+# stranger MODE ADDR [seconds] [count]: one intruder in the background. It ends by itself,
+# or when settle creates the stop file: never by a signal, since a process id this shell
+# no longer waits for may belong to anyone by then.
 stranger() {
-    timeout 40 "$INTRUDER" "$@" >>"$TMP/strangers.log" 2>&1 &
-    BG_PIDS="$BG_PIDS $!"
+    INTRUDER_STOP="$TMP/stop" timeout 40 "$INTRUDER" "$@" >>"$TMP/strangers.log" 2>&1 &
     run_pids="$run_pids $!"
+}
+
+# until_open N: waits (up to 10 s) until N strangers have said their connections are open.
+until_open() {
+    for _ in $(seq 200); do
+        [ "$(grep -c 'connection(s) open' "$TMP/strangers.log")" -ge "$1" ] && return 0
+        sleep 0.05
+    done
+    note "$case run $i: only $(grep -c 'connection(s) open' "$TMP/strangers.log") of $1 strangers got in"
+    tail -n 5 "$TMP/strangers.log"
 }
 
 # rank R [extra env]: starts rank R of the job at $root in the background.
@@ -37,17 +49,17 @@ rank() {
     shift
     env GCOLL_RANK="$r" GCOLL_ROOT="$root" "$@" timeout 60 "$DEMO" 20000 >"$TMP/r$r.log" 2>&1 &
     eval "p$r=\$!"
-    BG_PIDS="$BG_PIDS $!"
 }
 
-# Waits for the ranks, kills this run's strangers, checks statuses, time and logs.
+# Waits for the ranks, stops this run's strangers, checks statuses, time and logs.
 settle() {
     wait "$p0"; s0=$?
     wait "$p1"; s1=$?
     wait "$p2"; s2=$?
     took=$(( $(date +%s) - start ))
-    for p in $run_pids; do kill "$p" 2>/dev/null; done
+    touch "$TMP/stop"
     for p in $run_pids; do wait "$p" 2>/dev/null; done
+    rm -f "$TMP/stop"
     run_pids=""
     [ -n "${STRANGER_VERBOSE:-}" ] && cat "$TMP/r0.log" "$TMP/strangers.log"
     if [ "$s0$s1$s2" != "000" ] || [ "$took" -gt "$max_secs" ]; then
@@ -67,11 +79,11 @@ settle() {
 
 run_spray() {
     stranger spray "$root"
-    start=$(date +%s)
     rank 0
     sleep 0.5 # the stranger is in (and dropped, and back) when the others come up
     rank 1
     rank 2
+    start=$(date +%s)
     settle "refused connection from .*bad handshake magic"
 }
 
@@ -84,15 +96,15 @@ run_mixed() {
     stranger wrongkey "$root"
     stranger spray "$root"
     sleep 0.2
-    start=$(date +%s)
     rank 0
-    sleep 0.5 # rank 0 meets the first strangers before the other ranks connect
+    until_open 3 # rank 0 meets the first strangers before the other ranks connect
     stranger spray "$root"
     stranger stall "$root" 30 3
     rank 1
     stranger early "$root" 0 10
     stranger garbage "$root" 30 3
     rank 2
+    start=$(date +%s)
     # after: the rendezvous may be over already; they must change nothing either way
     sleep 0.3
     stranger silent "$root" 30 20
@@ -123,8 +135,9 @@ run_data() {
     stranger garbage "$dport" 30 5
     stranger wrongkey "$dport"
     stranger spray "$dport"
-    sleep 0.5
+    until_open 3 # queued at rank 0's data port before rank 2 lets the ranks connect
     rank 2
+    start=$(date +%s)
     stranger early "$dport" 0 10
     settle "refused connection from\\|dropped connection from"
 }

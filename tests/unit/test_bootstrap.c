@@ -16,6 +16,16 @@
 
 #include <cmocka.h>
 
+/* Valgrind runs the acceptor and its clients too slowly for the timing bar. */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
 #include "auth.h"
 #include "bootstrap.h"
 #include "util.h"
@@ -24,9 +34,13 @@
 
 static size_t make_hello(uint8_t *buf, const char *match, const char *blob)
 {
-    gcoll_bs_hello_t h = {.rank = 2, .size = 3, .hash = 0x0123456789abcdefull,
-                          .match = match, .mlen = strlen(match),
-                          .blob = (const uint8_t *)blob, .blen = strlen(blob) + 1};
+    gcoll_bs_hello_t h = {.rank = 2,
+                          .size = 3,
+                          .hash = 0x0123456789abcdefull,
+                          .match = match,
+                          .mlen = strlen(match),
+                          .blob = (const uint8_t *)blob,
+                          .blen = strlen(blob) + 1};
     snprintf(h.version, sizeof(h.version), "9.8.7");
     return gcoll_bs_hello_encode(&h, buf);
 }
@@ -154,7 +168,7 @@ static void *client_main(void *arg)
     char err[256];
     c->fd = dial();
     c->st = c->fd < 0 ? GCOLL_ERR_TRANSPORT
-                      : gcoll_auth_client(c->fd, c->key, id, sizeof(id), gcoll_time_ms() + 10000,
+                      : gcoll_auth_client(c->fd, c->key, id, sizeof(id), gcoll_time_ms() + 30000,
                                           err, sizeof(err));
     return NULL;
 }
@@ -176,8 +190,8 @@ static void test_accept_strangers(void **state)
 {
     (void)state;
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    listen_addr = (struct sockaddr_in){.sin_family = AF_INET,
-                                       .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    listen_addr =
+        (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t sl = sizeof(listen_addr);
     assert_int_equal(bind(lfd, (struct sockaddr *)&listen_addr, sl), 0);
     assert_int_equal(getsockname(lfd, (struct sockaddr *)&listen_addr, &sl), 0);
@@ -205,11 +219,15 @@ static void test_accept_strangers(void **state)
     uint64_t t0 = gcoll_time_ms();
     char err[256] = "";
     memset(accepted, 0, sizeof(accepted));
-    gcoll_status_t st = gcoll_auth_accept(lfd, &job_key, 2, on_peer, NULL, t0 + 20000, err,
-                                          sizeof(err));
+    gcoll_status_t st =
+        gcoll_auth_accept(lfd, &job_key, 2, on_peer, NULL, t0 + 30000, err, sizeof(err));
     uint64_t took = gcoll_time_ms() - t0;
     for (int i = 0; i < 3; i++)
         pthread_join(th[i], NULL);
+    if (st != GCOLL_OK || c[1].st != GCOLL_OK || c[2].st != GCOLL_OK)
+        print_message("acceptor: %s (%s) after %llu ms; clients %d %d %d\n",
+                      gcoll_status_string(st), err, (unsigned long long)took, c[0].st, c[1].st,
+                      c[2].st);
     assert_int_equal(st, GCOLL_OK);
     assert_int_not_equal(c[0].st, GCOLL_OK);
     assert_int_equal(c[1].st, GCOLL_OK);
@@ -217,7 +235,8 @@ static void test_accept_strangers(void **state)
     assert_true(accepted[1] > 0 && accepted[2] > 0);
     /* the flood costs the ranks at most the acceptor's grace period (0.5 s) per slot
      * round, never a stranger's whole handshake deadline (5 s) */
-    assert_true(took < 3000);
+    if (!RUNNING_ON_VALGRIND)
+        assert_true(took < 3000);
     for (int i = 0; i < 3; i++)
         if (c[i].fd >= 0)
             close(c[i].fd);
@@ -238,8 +257,7 @@ static void test_accept_deadline(void **state)
     assert_int_equal(listen(lfd, 16), 0);
     char err[256] = "";
     uint64_t t0 = gcoll_time_ms();
-    assert_int_equal(gcoll_auth_accept(lfd, &job_key, 1, on_peer, NULL, t0 + 300, err,
-                                       sizeof(err)),
+    assert_int_equal(gcoll_auth_accept(lfd, &job_key, 1, on_peer, NULL, t0 + 300, err, sizeof(err)),
                      GCOLL_ERR_TIMEOUT);
     assert_true(gcoll_time_ms() - t0 < 2000);
     assert_non_null(strstr(err, "timed out"));
