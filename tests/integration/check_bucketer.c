@@ -560,6 +560,62 @@ int run_warmup(void)
         gcoll_state_destroy(sh);
         gcoll_compressor_destroy(c);
     }
+    /* qsgd's bit width 8, 6, 4, 3 then 2 (exp over 8 steps; no feedback, so that each step
+     * stands alone): whatever scheme carries it,
+     * each step's bytes follow the width, every rank decodes the same result, and the
+     * result is the (common) gradient within the width's quantization error */
+    gcoll_compressor_t *q;
+    gcoll_tensor_state_t *qs;
+    if (gcoll_compressor_create("qsgd:bits=2,warmup_steps=8,ef=0", &q) != GCOLL_OK ||
+        gcoll_state_create(q, n, &qs) != GCOLL_OK) {
+        FAIL("warmup: cannot create the qsgd state");
+    } else {
+        static const unsigned bits[10] = {8, 8, 6, 6, 4, 4, 3, 3, 2, 2};
+        long long sent[10];
+        for (int t = 0; t < 10; t++) {
+            for (size_t i = 0; i < n; i++)
+                g[i] = (float)((i * 7919 + (size_t)t * 31) % 10007 + 1) * (i & 1 ? -1e-3f : 1e-3f);
+            gcoll_counters_t c0, c1;
+            gcoll_comm_counters(comm, &c0);
+            checks++;
+            if (gcoll_compressed_allreduce(comm, qs, g, out, n, GCOLL_AVG) != GCOLL_OK) {
+                FAIL("warmup qsgd step %d: %s", t, gcoll_comm_last_error(comm));
+                break;
+            }
+            gcoll_comm_counters(comm, &c1);
+            sent[t] = (long long)(c1.bytes_sent - c0.bytes_sent);
+            double e2 = 0, g2 = 0;
+            for (size_t i = 0; i < n; i++) {
+                e2 += ((double)out[i] - g[i]) * ((double)out[i] - g[i]);
+                g2 += (double)g[i] * g[i];
+            }
+            /* QSGD's relative variance per bucket of 512 with s = 2^(b-1) - 1 levels is at
+             * most min(512/s^2, sqrt(512)/s): a loose bound on one step's error */
+            double sl = (double)((1u << (bits[t] - 1)) - 1);
+            double bound = fmin(512.0 / (sl * sl), sqrt(512.0) / sl);
+            if (!(e2 <= 4.0 * bound * g2))
+                FAIL("warmup qsgd step %d (%u bits): relative error %g, bound %g", t, bits[t],
+                     sqrt(e2 / g2), 2.0 * sqrt(bound));
+            if (t > 0 && bits[t] == bits[t - 1] && sent[t] != sent[t - 1])
+                FAIL("warmup qsgd step %d: %lld bytes at %u bits, %lld the step before", t,
+                     sent[t], bits[t], sent[t - 1]);
+            if (t > 0 && bits[t] < bits[t - 1] && !(sent[t] < sent[t - 1]))
+                FAIL("warmup qsgd step %d: %lld bytes at %u bits, not fewer than %lld at %u",
+                     t, sent[t], bits[t], sent[t - 1], bits[t - 1]);
+            /* 2 ranks, the all-to-all scheme: a chunk of n/2 out, the re-compressed chunk
+             * back: a 48-byte header, a float scale per 512 values, the packed codes */
+            long long m = (long long)n / 2, msg = 48 + 4 * ((m + 511) / 512) + (m * bits[t] + 7) / 8;
+            if (size == 2 && sent[t] != 2 * msg)
+                FAIL("warmup qsgd step %d: %lld bytes sent, want 2 x %lld", t, sent[t], msg);
+            if (rank == 0)
+                printf("warmup qsgd step %d: %u bits, %lld bytes sent\n", t, bits[t], sent[t]);
+        }
+        /* the payload scales with the width: 8 bits against 2, scales aside */
+        if (!(sent[0] > 3 * sent[9]))
+            FAIL("warmup qsgd: %lld bytes at 8 bits, %lld at 2", sent[0], sent[9]);
+    }
+    gcoll_state_destroy(qs);
+    gcoll_compressor_destroy(q);
     free(g);
     free(out);
     return failures;

@@ -1,6 +1,6 @@
 #!/bin/sh
 # test-warmup.sh: the warm-up schedules on the wire (the bytes each step sends follow the
-# density, 2 and 3 ranks), and the layer policy by layer: each tensor's spec through
+# density, or qsgd's bit width, 2 and 3 ranks), and the layer policy by layer: each tensor's spec through
 # gcoll_bucketer_tensor_spec on gcoll-overlap-bench's ResNet-50 list and on gcoll-train's
 # MLP, and the info-level line naming the rule that chose it.
 . "$(dirname "$0")/lib.sh"
@@ -10,7 +10,7 @@ for n in 2 3; do
     out="$TMP/warmup-$n.log"
     if timeout 120 "$gcoll_run" -n "$n" --timeout 100 -x GCOLL_SPARSE_ALGO=allgather \
         -- "$CHECK" warmup >"$out" 2>&1; then
-        pass "warm-up on the wire, $n ranks: $(grep -c 'step [0-9]*: density' "$out") steps of exp, linear and step schedules"
+        pass "warm-up on the wire, $n ranks: $(grep -c 'step [0-9]*: density' "$out") steps of exp, linear and step density schedules, $(grep -c 'warmup qsgd step' "$out") of qsgd bit widths"
     else
         fail "warm-up on the wire, $n ranks"
         tail -n 20 "$out"
