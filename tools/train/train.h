@@ -42,6 +42,9 @@ typedef struct {
 
 /* Whether spec or policy puts any tensor on a DGC codec. */
 int train_uses_dgc(const char *compressor, const char *policy);
+/* Whether momentum goes before compression: a single codec with error feedback (not none,
+ * not DGC, not ef=0) and no layer policy. */
+int train_momentum_first(const char *compressor, const char *policy);
 
 /* Trains on d (every rank passes the same data) and writes per-epoch lines to out on rank 0
  * (out may be NULL). Returns 0, or -1 after printing the error to stderr. Collective. */
