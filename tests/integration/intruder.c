@@ -1,6 +1,7 @@
 /* intruder: strangers at a rendezvous or data port, for the failure tests: they stay
  * silent, send garbage, stall mid-handshake, close early or try a wrong job key. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -54,16 +55,19 @@ static int dial(const char *addr)
     if (getaddrinfo(host, port, &hints, &res) != 0)
         return -1;
     uint64_t deadline = gcoll_time_ms() + 10000;
-    int fd = -1;
+    int fd = -1, e = 0;
     while (gcoll_time_ms() < deadline && !stopped()) {
         fd = socket(res->ai_family, SOCK_STREAM, 0);
         if (connect(fd, res->ai_addr, res->ai_addrlen) == 0)
             break;
+        e = errno;
         close(fd);
         fd = -1;
         usleep(20000);
     }
     freeaddrinfo(res);
+    if (fd < 0 && e)
+        fprintf(stderr, "intruder: connect to %s: %s\n", addr, strerror(e));
     return fd;
 }
 

@@ -47,7 +47,9 @@ until_open() {
 rank() {
     r=$1
     shift
-    env GCOLL_RANK="$r" GCOLL_ROOT="$root" "$@" timeout 60 "$DEMO" 20000 >"$TMP/r$r.log" 2>&1 &
+    # emptied here, not by the child's redirection, which may come after the log is read
+    : >"$TMP/r$r.log"
+    env GCOLL_RANK="$r" GCOLL_ROOT="$root" "$@" timeout 60 "$DEMO" 20000 >>"$TMP/r$r.log" 2>&1 &
     eval "p$r=\$!"
 }
 
