@@ -8,9 +8,18 @@ INTRUDER="$top_builddir/tests/integration/intruder"
 export UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
 unset GCOLL_RANK GCOLL_SIZE GCOLL_ROOT GCOLL_JOB_KEY
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gcoll-chaos.XXXXXX")
-PIDS=""
+RANK_PIDS=""
+# Kills those of the given pids that are still this script's children (with their own
+# children): a pid that exited long ago may be another process's by now.
+kill_ours() {
+    for p in "$@"; do
+        [ "$(ps -o ppid= -p "$p" 2>/dev/null | tr -d ' ')" = "$$" ] || continue
+        pkill -9 -P "$p" 2>/dev/null
+        kill -9 "$p" 2>/dev/null
+    done
+}
 cleanup() {
-    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+    kill_ours $RANK_PIDS
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -51,7 +60,6 @@ start_ranks() {
         RANK_PIDS="$RANK_PIDS $!"
         r=$((r + 1))
     done
-    PIDS="$PIDS $RANK_PIDS"
 }
 
 # wait_ranks: waits for the ranks started last.

@@ -14,11 +14,22 @@ BG_PIDS=""
 fails=0
 failed=""
 
+# Kills those of the given pids that are still this script's children (with their own
+# children): a pid that exited long ago may be another process's by now.
+kill_ours() {
+    for p in "$@"; do
+        [ "$(ps -o ppid= -p "$p" 2>/dev/null | tr -d ' ')" = "$$" ] || continue
+        pkill -9 -P "$p" 2>/dev/null
+        kill -9 "$p" 2>/dev/null
+    done
+}
+
 cleanup() {
-    for p in $BG_PIDS; do kill -9 "$p" 2>/dev/null; done
+    kill_ours $BG_PIDS
     rm -rf "$TMP"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 note() { printf '%s\n' "$*"; }
 fail() {
