@@ -226,7 +226,8 @@ static gcoll_status_t dial(gcoll_transport_t *t, int peer, int idx, const char *
         int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
             return GCOLL_ERR_TRANSPORT;
-        if (connect(fd, (struct sockaddr *)&ss, sl) == 0) {
+        /* bounded by the deadline: not the kernel's two minutes of SYN retries */
+        if (gcoll_sock_connect(fd, (struct sockaddr *)&ss, sl, deadline_ms) == GCOLL_OK) {
             uint8_t id[12];
             gcoll_put_u32(id, (uint32_t)t->rank);
             gcoll_put_u32(id + 4, (uint32_t)idx);
