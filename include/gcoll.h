@@ -444,6 +444,88 @@ GCOLL_EXPORT double gcoll_bucketer_density(const gcoll_bucketer_t *b, int bucket
 /* Waits for launched buckets, then frees. */
 GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b);
 
+/* ------------------------------------------------------------------------ */
+/* Local SGD with compressed deltas (Qsparse-local-SGD, Basu et al. 2019)   */
+
+/* Every rank takes local optimizer steps on its own data; every H-th step the model delta
+ * since the last synchronisation, d = w_local - w_synced, goes through a compressed
+ * allreduce with a per-tensor error-feedback residual e kept on this rank, and every rank
+ * applies the same average: w_synced += avg(C(d + e)), w_local = w_synced. With H = 1 and
+ * "none" it is synchronous data-parallel SGD. Full description: docs/local-sgd.md. */
+typedef struct gcoll_localsgd gcoll_localsgd_t;
+
+/* What happens to the optimizer's momentum buffers (registered with add_tensor) at a
+ * synchronisation. With H = 1 all three equal synchronous SGD with momentum. */
+typedef enum {
+    GCOLL_LSGD_MOMENTUM_LOCAL = 0, /* each rank keeps its own buffer (default; no traffic) */
+    GCOLL_LSGD_MOMENTUM_RESET = 1, /* buffers zeroed (restart from the averaged model) */
+    GCOLL_LSGD_MOMENTUM_AVERAGE = 2 /* buffers averaged with a dense allreduce (fp32 bytes) */
+} gcoll_lsgd_momentum_t;
+
+typedef struct {
+    int local_steps;        /* H: synchronise every H-th step (>= 1) */
+    int warmup_steps;       /* the first warmup_steps steps synchronise every step, as
+                             * PyTorch's PostLocalSGD; 0: H from the start */
+    const char *compressor; /* codec spec of the delta (NULL: "none"); ef=0 turns the
+                             * residual off */
+    gcoll_lsgd_momentum_t momentum;
+} gcoll_localsgd_config_t;
+
+/* Creates the object on comm (which it uses for its syncs; the comm must outlive it).
+ * GCOLL_ERR_INVALID for local_steps < 1, warmup_steps < 0, a bad momentum or codec spec
+ * (the message is in gcoll_comm_last_error). Not collective; does not block. */
+GCOLL_EXPORT gcoll_status_t gcoll_localsgd_create(gcoll_comm_t *comm,
+                                                  const gcoll_localsgd_config_t *cfg,
+                                                  gcoll_localsgd_t **ls_p);
+/* Registers a parameter tensor of count floats (and its momentum buffer, or NULL), in
+ * the same order on every rank, before the first step. Its current value becomes the
+ * synced model: it must be the same on every rank (broadcast it first). id_p (may be
+ * NULL) receives its index. GCOLL_ERR_INVALID after the first step or for NULL param. */
+GCOLL_EXPORT gcoll_status_t gcoll_localsgd_add_tensor(gcoll_localsgd_t *ls, float *param,
+                                                      float *momentum, size_t count,
+                                                      int *id_p);
+/* Call after each local optimizer step. Every H-th call (every call during warm-up)
+ * synchronises as above and blocks until the params hold the new synced model; *synced_p
+ * (may be NULL) receives 1 then, else 0. Collective at those calls: every rank must call
+ * step the same number of times. Finishes a pending istep synchronisation first. Returns
+ * the collective's error (the communicator is then broken). */
+GCOLL_EXPORT gcoll_status_t gcoll_localsgd_step(gcoll_localsgd_t *ls, int *synced_p);
+/* Nonblocking form: at a synchronising call it snapshots the deltas, queues the compressed
+ * allreduces on the progress thread and returns (*started_p = 1). The caller may keep
+ * stepping the params meanwhile; gcoll_localsgd_wait (or the next step/istep/sync) applies
+ * the result, keeping the local progress made since the snapshot on top of the new synced
+ * model: w_local += avg - d. Does not block. */
+GCOLL_EXPORT gcoll_status_t gcoll_localsgd_istep(gcoll_localsgd_t *ls, int *started_p);
+/* Completes a pending istep synchronisation (GCOLL_OK at once when none). Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_localsgd_wait(gcoll_localsgd_t *ls);
+/* Synchronises now, off the schedule (before an evaluation or a checkpoint), when any
+ * step was taken since the last sync; the schedule restarts from here. Collective. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_localsgd_sync(gcoll_localsgd_t *ls);
+
+typedef struct {
+    uint64_t steps;  /* step/istep calls so far */
+    uint64_t syncs;  /* synchronisations (scheduled and forced) */
+    int period;      /* H in force for the next step (1 during warm-up) */
+    int since_sync;  /* steps since the last synchronisation */
+    int ntensors;
+} gcoll_localsgd_info_t;
+GCOLL_EXPORT gcoll_status_t gcoll_localsgd_info(const gcoll_localsgd_t *ls,
+                                                gcoll_localsgd_info_t *info_p);
+/* Checkpointing (state_dict): copies tensor id's synced model and residual (zeros when the
+ * codec keeps none) into synced and residual (count floats each; either may be NULL). */
+GCOLL_EXPORT gcoll_status_t gcoll_localsgd_get_tensor(const gcoll_localsgd_t *ls, int id,
+                                                      float *synced, float *residual);
+/* Restores what get_tensor returned (NULL leaves that part as it is), and with
+ * gcoll_localsgd_set_counters the step and sync counts; no sync may be pending.
+ * GCOLL_ERR_INVALID for a bad id, NaN/Inf, or a codec without residual given one. */
+GCOLL_EXPORT gcoll_status_t gcoll_localsgd_set_tensor(gcoll_localsgd_t *ls, int id,
+                                                      const float *synced,
+                                                      const float *residual);
+GCOLL_EXPORT gcoll_status_t gcoll_localsgd_set_counters(gcoll_localsgd_t *ls, uint64_t steps,
+                                                        uint64_t syncs, int since_sync);
+/* Waits for a pending sync (its error is lost), then frees. NULL is a no-op. */
+GCOLL_EXPORT void gcoll_localsgd_destroy(gcoll_localsgd_t *ls);
+
 #ifdef __cplusplus
 }
 #endif
