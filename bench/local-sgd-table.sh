@@ -34,9 +34,9 @@ echo "$P ranks, $E epochs, batch 64 per rank, lr 0.05, momentum 0.9 (local unles
 echo
 echo "| run | test accuracy | rank 0 wire MB | bytes vs sync | steps/s | wall s |"
 echo "| --- | --- | --- | --- | --- | --- |"
-row "synchronous SGD (bucketer, none)" | tee "$TMP/base"
+row "synchronous SGD (bucketer, none)" >"$TMP/base"
+cat "$TMP/base"
 BASE_MB=$(awk -F'|' '{gsub(/ /, "", $4); print $4}' "$TMP/base")
-export BASE_MB
 for c in none topk:density=0.01; do
     for H in 1 2 4 8; do
         row "local SGD H=$H, $c" --local-steps "$H" --compressor "$c"

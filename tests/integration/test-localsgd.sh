@@ -139,4 +139,22 @@ else
         "/ $(tail -n 1 "$TMP/k1.log")"
 fi
 unset GCOLL_ROOT GCOLL_SIZE GCOLL_JOB_KEY GCOLL_TIMEOUT_MS
+
+# The Python wrapper (gcoll.localsgd.LocalSGD) on 2 ranks, when Debian's python3 has torch
+PY=${GCOLL_TEST_PYTHON:-/usr/bin/python3}
+SRC=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
+if [ -x "$PY" ] && timeout 60 "$PY" -c 'import numpy, torch' >/dev/null 2>&1 &&
+    [ -e "$top_builddir/.libs/libgcoll.so" ] &&
+    ! ldd "$top_builddir/.libs/libgcoll.so" 2>/dev/null | grep -q 'libasan\|libubsan'; then
+    if (export top_builddir PYTHONPATH="$SRC/bindings/python" GCOLL_DEBUG=none
+        unset GCOLL_LIBRARY
+        cd "$TMP" && timeout -k 5 60 "$gcoll_run" -n 2 --timeout 60 -x GCOLL_TIMEOUT_MS=20s -- \
+            "$PY" "$SRC/bindings/python/tests/test_localsgd.py") >"$TMP/py.out" 2>&1; then
+        pass "python LocalSGD: $(grep -c '\.\.\. ok' "$TMP/py.out") test runs ok"
+    else
+        fail "python LocalSGD: $(tail -n 20 "$TMP/py.out")"
+    fi
+else
+    note "python LocalSGD: skipped ($PY without numpy and torch, or no shared library)"
+fi
 finish
