@@ -9,7 +9,8 @@ E=${1:-5}
 P=${2:-4}
 B=${top_builddir:-.}
 RUN="timeout 1800 $B/tools/gcoll-run -q -n $P $B/tools/gcoll-train --epochs $E"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/lsgd-table.XXXXXX")
+# (scratch in the current directory: a shared /tmp may be swept while the table runs)
+TMP=$(mktemp -d "$PWD/.lsgd-table.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT INT TERM
 
 row() { # row LABEL ARGS...

@@ -526,6 +526,72 @@ GCOLL_EXPORT gcoll_status_t gcoll_localsgd_set_counters(gcoll_localsgd_t *ls, ui
 /* Waits for a pending sync (its error is lost), then frees. NULL is a no-op. */
 GCOLL_EXPORT void gcoll_localsgd_destroy(gcoll_localsgd_t *ls);
 
+/* ------------------------------------------------------------------------ */
+/* Bounded-staleness asynchronous training: an in-job sharded parameter server */
+
+/* Every rank is a worker and owns a shard of every registered tensor (the balanced split
+ * gcoll_shard_range gives). Its server part runs as one long operation on the
+ * communicator's progress thread, from gcoll_ps_start to gcoll_ps_finish. A worker pulls
+ * the model, computes, and pushes its update compressed (residual per shard kept on the
+ * worker) to each shard's owner. SSP's clock bound (Ho et al. 2013): a worker at clock c
+ * (c updates pushed) reads only once every shard has all updates of clocks < c - S, so it
+ * computes at most S clocks ahead of the slowest worker; S = 0 is synchronous SGD. Each
+ * clock's updates are applied when all have arrived, each weighted lr f(tau) / P with
+ * tau = c - (the shard's clock when the worker read it), f(tau) = 1/(1+tau) by default
+ * (Zhang et al. 2016). Full description: docs/local-sgd.md. */
+typedef struct gcoll_ps gcoll_ps_t;
+
+typedef enum {
+    GCOLL_PS_WEIGHT_INVERSE = 0, /* f(tau) = 1/(1+tau) */
+    GCOLL_PS_WEIGHT_NONE = 1     /* f(tau) = 1 */
+} gcoll_ps_weight_t;
+
+typedef struct {
+    int staleness;          /* S >= 0 (at most 1000) */
+    float lr;               /* the server's step size */
+    const char *compressor; /* codec of the pushes (NULL: "none"); pulls are dense fp32 */
+    gcoll_ps_weight_t weighting;
+} gcoll_ps_config_t;
+
+/* Creates the server over comm. GCOLL_ERR_INVALID for a bad config (message in
+ * gcoll_comm_last_error). Not collective. */
+GCOLL_EXPORT gcoll_status_t gcoll_ps_create(gcoll_comm_t *comm, const gcoll_ps_config_t *cfg,
+                                            gcoll_ps_t **ps_p);
+/* Registers a tensor (same order and counts on every rank) before start; its current
+ * value, which must be the same on every rank, initializes the shards. pull writes the
+ * model into param; finish leaves the final model there on every rank. */
+GCOLL_EXPORT gcoll_status_t gcoll_ps_add_tensor(gcoll_ps_t *ps, float *param, size_t count,
+                                                int *id_p);
+/* Queues the server operation. Collective (ordered as the collectives are); after it, no
+ * other call may be issued on comm until gcoll_ps_finish returns. Does not block. */
+GCOLL_EXPORT gcoll_status_t gcoll_ps_start(gcoll_ps_t *ps);
+/* Reads the model into the params for this worker's next clock: blocks until every
+ * shard's owner answers, which SSP's bound may delay. Errors: the server operation's
+ * (GCOLL_ERR_PEER, GCOLL_ERR_TIMEOUT, ...), also raised on every other rank. */
+GCOLL_EXPORT gcoll_status_t gcoll_ps_pull(gcoll_ps_t *ps);
+/* Pushes this worker's update for its clock (grads[i]: count floats of tensor i, e.g. the
+ * gradient or the momentum buffer) and advances the clock. Encodes on the caller's thread
+ * and returns; the sends run on the progress thread. GCOLL_ERR_INVALID for NaN/Inf or a
+ * push without a pull before it. */
+GCOLL_EXPORT gcoll_status_t gcoll_ps_push(gcoll_ps_t *ps, const float *const *grads);
+/* Ends this worker's part and waits until every worker has finished and every update is
+ * applied (all workers must push the same number of clocks), then gathers the final
+ * model into the params. Collective. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_ps_finish(gcoll_ps_t *ps);
+
+typedef struct {
+    uint64_t clock;        /* this worker's pushes */
+    uint64_t max_gap;      /* after finish: the most clocks any worker was ahead of the
+                            * slowest shard it read (<= S); before: this worker's */
+    uint64_t applied;      /* updates applied (after finish: over all shards and ranks) */
+    double mean_staleness; /* mean tau of the applied updates */
+    uint64_t hist[9];      /* updates applied with tau = 0..7, and >= 8 */
+    double wait_s;         /* time this worker waited in pull */
+} gcoll_ps_stats_t;
+GCOLL_EXPORT gcoll_status_t gcoll_ps_stats(const gcoll_ps_t *ps, gcoll_ps_stats_t *stats_p);
+/* Frees. A server still running is aborted (the communicator is then broken). */
+GCOLL_EXPORT void gcoll_ps_destroy(gcoll_ps_t *ps);
+
 #ifdef __cplusplus
 }
 #endif
