@@ -18,7 +18,15 @@ const char train_mode_usage[] =
     "      --local-warmup N    the first N steps synchronise every step (PostLocalSGD; 0)\n"
     "      --local-momentum M  momentum buffers at a sync: local (kept, the default), reset\n"
     "                          (zeroed) or average (dense allreduce)\n"
-    "Stragglers (real extra forward/backward passes, not sleep; need --local-steps):\n"
+    "Bounded-staleness asynchronous SGD (SSP parameter server inside the job):\n"
+    "      --async             every rank owns a shard of each tensor; workers pull the\n"
+    "                          model, push momentum-SGD updates compressed with\n"
+    "                          --compressor, the owners apply them weighted 1/(1+tau)\n"
+    "      --staleness S       SSP bound: no worker computes more than S clocks ahead of\n"
+    "                          the slowest (0, synchronous); also prints 'max clock gap: N'\n"
+    "                          and 'mean staleness: X'\n"
+    "Stragglers (real extra forward/backward passes, not sleep; need --local-steps or\n"
+    "--async):\n"
     "      --straggle F        at each step one rank, from a seeded schedule all ranks know,\n"
     "                          works F times as long (F rounded to whole passes)\n"
     "      --slow-rank R       rank R works --slow-factor F times as long at every step\n"
@@ -85,6 +93,14 @@ int train_mode_option(train_mode_opts_t *mo, int c, const char *arg)
             return -1;
         mo->slow_rank = (int)v;
         return 0;
+    case TRAIN_OPT_ASYNC:
+        mo->async = 1;
+        return 0;
+    case TRAIN_OPT_STALENESS:
+        if (num("--staleness", arg, 0, 1000, &v))
+            return -1;
+        mo->staleness = (int)v;
+        return 0;
     case TRAIN_OPT_SLOW_FACTOR:
         if (num("--slow-factor", arg, 1, 1000, &v))
             return -1;
@@ -97,14 +113,27 @@ int train_mode_option(train_mode_opts_t *mo, int c, const char *arg)
 
 int train_mode_active(const train_mode_opts_t *mo)
 {
-    return mo->local_steps > 0 || mo->straggle > 0 || mo->slow_rank >= 0;
+    return mo->local_steps > 0 || mo->async || mo->straggle > 0 || mo->slow_rank >= 0;
 }
 
 int train_mode_check(const train_mode_opts_t *mo, const train_opts_t *o)
 {
-    if ((mo->straggle > 0 || mo->slow_rank >= 0) && mo->local_steps == 0) {
+    if ((mo->straggle > 0 || mo->slow_rank >= 0) && mo->local_steps == 0 && !mo->async) {
         fprintf(stderr, "gcoll-train: --straggle and --slow-rank need --local-steps H (H=1 "
-                        "with 'none' is synchronous SGD)\n");
+                        "with 'none' is synchronous SGD) or --async\n");
+        return -1;
+    }
+    if (mo->async && mo->local_steps > 0) {
+        fprintf(stderr, "gcoll-train: --async and --local-steps are different modes\n");
+        return -1;
+    }
+    if (mo->staleness > 0 && !mo->async) {
+        fprintf(stderr, "gcoll-train: --staleness applies to --async\n");
+        return -1;
+    }
+    if (mo->async && o->policy && *o->policy) {
+        fprintf(stderr, "gcoll-train: --policy applies to the bucketer's gradients; with "
+                        "--async the one --compressor codes every push\n");
         return -1;
     }
     if (mo->local_steps > 0 && o->policy && *o->policy) {
@@ -156,7 +185,7 @@ int train_straggle_passes(const train_mode_opts_t *mo, uint64_t seed, uint64_t s
     return (int)lround(f - 1.0);
 }
 
-static int fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
+int train_mode_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
 {
     const char *detail = gcoll_comm_last_error(comm);
     fprintf(stderr, "gcoll-train: rank %d: %s: %s%s%s\n", gcoll_comm_rank(comm), what,
@@ -165,7 +194,7 @@ static int fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
 }
 
 /* This rank's share of the test set, summed (as train.c's). */
-static void evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int rank, int size, float *x,
+void train_mode_evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int rank, int size, float *x,
                      uint8_t *y, uint32_t *idx, double *loss_sum, long *correct)
 {
     size_t lo = n * (size_t)rank / (size_t)size, hi = n * (size_t)(rank + 1) / (size_t)size;
@@ -205,6 +234,8 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
         fprintf(stderr, "gcoll-train: --slow-rank %d: the job has %d ranks\n", mo->slow_rank, size);
         return -1;
     }
+    if (mo->async)
+        return train_run_async(o, mo, d, comm, out, keep_params, res);
     int sizes[TRAIN_MAX_LAYERS + 1];
     memcpy(sizes, o->sizes, sizeof(sizes));
     sizes[0] = (int)d->train.dim;
@@ -237,7 +268,7 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
     };
     gcoll_status_t st = gcoll_localsgd_create(comm, &lc, &ls);
     if (st != GCOLL_OK) {
-        fail(comm, "gcoll_localsgd_create", st);
+        train_mode_fail(comm, "gcoll_localsgd_create", st);
         goto out;
     }
     /* every rank initialized the model from the same seed: the synced copies agree */
@@ -249,7 +280,7 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
                                            (size_t)m.l[l].out, NULL);
     }
     if (st != GCOLL_OK) {
-        fail(comm, "gcoll_localsgd_add_tensor", st);
+        train_mode_fail(comm, "gcoll_localsgd_add_tensor", st);
         goto out;
     }
     if (out) {
@@ -303,7 +334,7 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
             st = gcoll_localsgd_step(ls, NULL);
             wait_s += train_now_s() - tw;
             if (st != GCOLL_OK) {
-                fail(comm, "gcoll_localsgd_step", st);
+                train_mode_fail(comm, "gcoll_localsgd_step", st);
                 goto out;
             }
         }
@@ -312,19 +343,19 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
         st = gcoll_localsgd_sync(ls);
         wait_s += train_now_s() - tw;
         if (st != GCOLL_OK) {
-            fail(comm, "gcoll_localsgd_sync", st);
+            train_mode_fail(comm, "gcoll_localsgd_sync", st);
             goto out;
         }
         gcoll_comm_counters(comm, &c1);
         double test_loss = 0.0;
         long correct = 0;
-        evaluate(&m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
+        train_mode_evaluate(&m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
         double v[5] = {loss_sum, (double)correct, test_loss,
                        (double)(c1.bytes_sent - c0.bytes_sent),
                        (double)(c1.bytes_raw - c0.bytes_raw)};
         st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
         if (st != GCOLL_OK) {
-            fail(comm, "epoch statistics", st);
+            train_mode_fail(comm, "epoch statistics", st);
             goto out;
         }
         double train_loss = v[0] / ((double)steps * size), acc = v[1] / (double)ntest;

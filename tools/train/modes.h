@@ -17,6 +17,8 @@ typedef struct {
     double straggle;     /* rotating straggler: one rank per step works F times (0: none) */
     int slow_rank;       /* persistent straggler (-1: none) */
     double slow_factor;  /* its factor */
+    int async;           /* the bounded-staleness parameter server */
+    int staleness;       /* its S */
 } train_mode_opts_t;
 
 void train_mode_opts_default(train_mode_opts_t *mo);
@@ -31,6 +33,8 @@ enum {
     TRAIN_OPT_STRAGGLE,
     TRAIN_OPT_SLOW_RANK,
     TRAIN_OPT_SLOW_FACTOR,
+    TRAIN_OPT_ASYNC,
+    TRAIN_OPT_STALENESS,
     TRAIN_MODE_OPT_END
 };
 #define TRAIN_MODE_LONGOPTS                                                               \
@@ -39,7 +43,9 @@ enum {
         {"local-momentum", required_argument, NULL, TRAIN_OPT_LOCAL_MOMENTUM},            \
         {"straggle", required_argument, NULL, TRAIN_OPT_STRAGGLE},                        \
         {"slow-rank", required_argument, NULL, TRAIN_OPT_SLOW_RANK},                      \
-        {"slow-factor", required_argument, NULL, TRAIN_OPT_SLOW_FACTOR}
+        {"slow-factor", required_argument, NULL, TRAIN_OPT_SLOW_FACTOR},                  \
+        {"async", no_argument, NULL, TRAIN_OPT_ASYNC},                                    \
+        {"staleness", required_argument, NULL, TRAIN_OPT_STALENESS}
 extern const char train_mode_usage[];
 
 /* Handles option id c (one of train_mode_longopts) with its argument. Returns 0, or -1
@@ -47,6 +53,10 @@ extern const char train_mode_usage[];
 int train_mode_option(train_mode_opts_t *mo, int c, const char *arg);
 /* Checks the combination with o (prints the error); 0 when usable. */
 int train_mode_check(const train_mode_opts_t *mo, const train_opts_t *o);
+
+/* The async mode (tools/train/async.c), called by train_run_mode. */
+int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const train_data_t *d,
+                    gcoll_comm_t *comm, FILE *out, int keep_params, train_result_t *res);
 
 /* Whether a mode other than the bucketer's synchronous one is selected (or a straggler,
  * which only the modes' loop simulates). */
@@ -69,5 +79,11 @@ int train_straggle_passes(const train_mode_opts_t *mo, uint64_t seed, uint64_t s
                           int size);
 
 double train_now_s(void);
+
+/* Shared by the modes' loops: prints a failed call with the communicator's detail (returns
+ * -1); this rank's share of the test set's loss and correct predictions, summed. */
+int train_mode_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st);
+void train_mode_evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int rank, int size,
+                         float *x, uint8_t *y, uint32_t *idx, double *loss_sum, long *correct);
 
 #endif
