@@ -198,7 +198,9 @@ static gcoll_status_t sync_finish(gcoll_localsgd_t *ls)
         if (t->mom) {
             if (ls->cfg.momentum == GCOLL_LSGD_MOMENTUM_RESET)
                 memset(t->mom, 0, t->count * sizeof(float));
-            else if (t->msnap)
+            else if (t->msnap && !ls->moving)
+                memcpy(t->mom, t->mavg, t->count * sizeof(float));
+            else if (t->msnap) /* keep what the steps since the snapshot added */
                 for (size_t j = 0; j < t->count; j++)
                     t->mom[j] += t->mavg[j] - t->msnap[j];
         }
