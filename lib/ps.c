@@ -665,6 +665,12 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_pull(gcoll_ps_t *ps)
         gcoll_comm_set_error(ps->comm, "gcoll_ps_pull: no answer in GCOLL_TIMEOUT_MS + 2 s");
         gcoll_comm_abort(ps->comm);
     }
+    if (st != GCOLL_OK && ps->req) {
+        /* the server failed: let its operation end, so the communicator's error (which
+         * names the cause) is set when the caller reads it */
+        (void)gcoll_wait(ps->req);
+        ps->req = NULL;
+    }
     if (st != GCOLL_OK)
         return st;
     if (ps->clock - lo > ps->max_gap)
@@ -733,7 +739,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_finish(gcoll_ps_t *ps)
         st = queue_all(ps, msgs, 0);
     if (st != GCOLL_OK)
         gcoll_comm_abort(ps->comm); /* the server must not wait for this worker */
-    gcoll_status_t rst = gcoll_wait(ps->req);
+    gcoll_status_t rst = ps->req ? gcoll_wait(ps->req) : ps->err;
     ps->req = NULL;
     ps->finished = 1;
     if (st == GCOLL_OK)

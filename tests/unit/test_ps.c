@@ -1,7 +1,8 @@
 /* test_ps.c: the bounded-staleness parameter server. The shard logic (lib/ssp.c) under a
  * scripted interleaving: the clock window, f(tau) = 1/(1+tau) and the histogram; then the
  * server with communicators in threads: S = 0 is synchronous SGD step for step (within
- * rounding), with S = 2 and a straggler no worker reads more than S clocks ahead, and
+ * rounding), with S = 2 and a straggler no worker reads more than S clocks ahead, crafted
+ * malformed pushes from a rogue rank fail the server with a message naming the fault, and
  * malformed use is refused. */
 #include <arpa/inet.h>
 #include <float.h>
@@ -20,8 +21,10 @@
 
 #include <cmocka.h>
 
+#include "coll.h"
 #include "gcoll.h"
 #include "ssp.h"
+#include "util.h"
 
 /* ---- the shard under a scripted interleaving ------------------------------------- */
 
@@ -279,6 +282,116 @@ static void test_bound_with_straggler(void **state)
     }
 }
 
+/* ---- malformed pushes: a rogue rank 1 sends crafted bytes to rank 0's server --------- */
+
+typedef struct {
+    int rank;
+    const uint8_t *msg;
+    size_t len;
+    gcoll_status_t st;
+    char err[1024];
+} rogue_arg_t;
+
+/* Rank 1's own operation: the bytes on the server's request channel, with its tag (the
+ * first operation's sequence, message 0: ps.c's PS_SUB(1, 0)) and signature. */
+static gcoll_status_t rogue_run(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    rogue_arg_t *a = req->a.ext;
+    gcoll_treq_t r;
+    memset(&r, 0, sizeof(r));
+    uint32_t sig = gcoll_call_sig(64, 1, 0, 0, 1);
+    GCOLL_CHECK(gcoll_net_isend(comm, &r, 0, 1u << 28, sig, a->msg, a->len));
+    return gcoll_net_waitall(comm, &r, 1);
+}
+
+static void *rogue_main(void *p)
+{
+    rogue_arg_t *a = p;
+    gcoll_comm_t *comm = NULL;
+    if ((a->st = gcoll_comm_init_rank(2, a->rank, root_addr, &comm)) != GCOLL_OK)
+        return NULL;
+    if (a->rank == 0) {
+        float w[8] = {0};
+        gcoll_ps_config_t cfg = {.staleness = 1, .lr = 0.1f};
+        gcoll_ps_t *ps = NULL;
+        gcoll_ps_create(comm, &cfg, &ps);
+        gcoll_ps_add_tensor(ps, w, 8, NULL);
+        gcoll_ps_start(ps);
+        a->st = gcoll_ps_pull(ps); /* rank 1's shard never answers: the server must fail */
+        snprintf(a->err, sizeof(a->err), "%s", gcoll_comm_last_error(comm));
+        gcoll_ps_destroy(ps);
+    } else {
+        gcoll_args_t args = {.ext = a};
+        gcoll_request_t *req = gcoll_request_new(comm, "rogue", rogue_run, &args);
+        a->st = gcoll_comm_submit(comm, req, NULL);
+    }
+    gcoll_comm_destroy(comm);
+    return NULL;
+}
+
+static void test_malformed_push(void **state)
+{
+    (void)state;
+    /* a well-formed push to owner 0 of 4 floats ("none": the codec's own header + data) */
+    gcoll_compressor_t *c;
+    assert_int_equal(gcoll_compressor_create("none", &c), GCOLL_OK);
+    float g[4] = {1, 2, 3, 4};
+    uint8_t good[256];
+    size_t l;
+    assert_int_equal(gcoll_encode(c, NULL, g, 4, good + 36, sizeof(good) - 36, &l), GCOLL_OK);
+    gcoll_put_u32(good, 0x31535047u);
+    gcoll_put_u32(good + 4, 1);
+    gcoll_put_u64(good + 8, 0);
+    gcoll_put_u64(good + 16, 0);
+    gcoll_put_u64(good + 24, 1);
+    gcoll_put_u32(good + 32, (uint32_t)l);
+    size_t glen = 36 + l;
+    struct {
+        const char *name, *want;
+        size_t at;
+        uint64_t val;
+        int width;
+        size_t len;
+    } cases[] = {
+        {"bad magic", "malformed message from rank 1", 0, 7, 4, 0},
+        {"length past the end", "length 1000 past the message", 32, 1000, 4, 0},
+        {"clock out of order", "update out of order", 8, 5, 8, 0},
+        {"read clock ahead of the shard", "read clock outside", 16, 3, 8, 0},
+        {"tensor count", "pushed 2 tensors, 1 registered", 24, 2, 8, 0},
+        {"truncated codec message", "does not decode", 32, 0, 0, 36 + 4},
+        /* longer than any push can be: the receive's size cap refuses it */
+        {"trailing bytes", "at most", 0, 0, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint8_t msg[300];
+        memcpy(msg, good, glen);
+        size_t len = glen;
+        if (cases[i].width == 4)
+            gcoll_put_u32(msg + cases[i].at, (uint32_t)cases[i].val);
+        else if (cases[i].width == 8)
+            gcoll_put_u64(msg + cases[i].at, cases[i].val);
+        else if (cases[i].len == 1)
+            len = glen + 3;
+        else {
+            len = cases[i].len;
+            gcoll_put_u32(msg + 32, 4);
+        }
+        pick_root();
+        rogue_arg_t a[2] = {{.rank = 0}, {.rank = 1, .msg = msg, .len = len}};
+        pthread_t th[2];
+        for (int r = 0; r < 2; r++)
+            assert_int_equal(pthread_create(&th[r], NULL, rogue_main, &a[r]), 0);
+        for (int r = 0; r < 2; r++)
+            pthread_join(th[r], NULL);
+        print_message("%s: rank 0 fails with %s: %s\n", cases[i].name,
+                      gcoll_status_string(a[0].st), a[0].err);
+        assert_true(a[0].st < 0);
+        if (!strstr(a[0].err, cases[i].want))
+            fail_msg("%s: expected '%s' in '%s'", cases[i].name, cases[i].want, a[0].err);
+    }
+    gcoll_compressor_destroy(c);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -330,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_ssp_script),
         cmocka_unit_test(test_s0_is_sync),
         cmocka_unit_test(test_bound_with_straggler),
+        cmocka_unit_test(test_malformed_push),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
