@@ -1,4 +1,5 @@
-# test_localsgd.py: gcoll.localsgd.LocalSGD on 2 ranks with torch (run by test-localsgd.sh).
+# test_localsgd.py: gcoll.localsgd.LocalSGD and gcoll.ps.ParameterServer on 2 ranks with torch
+# (run by test-localsgd.sh).
 """Run: gcoll-run -n 2 python3 test_localsgd.py (PYTHONPATH at bindings/python). Every rank
 runs the same tests in the same order."""
 
@@ -9,6 +10,7 @@ import torch
 
 import gcoll
 from gcoll.localsgd import LocalSGD
+from gcoll.ps import ParameterServer
 
 comm = None
 
@@ -97,6 +99,28 @@ class TestLocalSGD(unittest.TestCase):
             LocalSGD(m.parameters(), comm, momentum="average")  # no optimizer
         with self.assertRaises(gcoll.GcollError):
             LocalSGD(m.parameters(), comm, local_steps=0)
+
+    def test_03_parameter_server(self):
+        m = model()
+        ps = ParameterServer(m.parameters(), comm, staleness=1, lr=0.1,
+                             compressor="topk:density=0.5")
+        ps.start()
+        for s in range(20):
+            ps.pull()
+            g = torch.Generator().manual_seed(100 * comm.rank + s)
+            x = torch.randn(4, 8, generator=g)
+            y = torch.randint(0, 3, (4,), generator=g)
+            m.zero_grad()
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+            ps.push([p.grad for p in m.parameters()])
+        ps.finish()
+        st = ps.stats()
+        self.assertEqual(st["clock"], 20)
+        self.assertLessEqual(st["max_gap"], 1)
+        self.assertEqual(st["applied"], 20 * comm.size * comm.size)
+        g = gathered(m)
+        self.assertTrue(np.array_equal(g[0], g[1]))  # the final model on every rank
+        ps.close()
 
 
 if __name__ == "__main__":
