@@ -23,6 +23,9 @@ enum { PS_HDR = 32 };
 enum { PS_SIG_KIND = 64 };
 #define PS_SUB(ch, seq) (((uint32_t)(ch) << 28) | ((uint32_t)(seq)&0x0fffffffu))
 #define NONE_CLOCK UINT64_MAX
+/* after its last event the server looks at the mailbox every 50 us for this long, then
+ * waits on the transport 1 ms at a time */
+#define PS_FAST_NS 20000000ull
 
 typedef struct {
     float *param;
@@ -443,7 +446,7 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
         for (int ch = CH_REQ; ch <= CH_REP && p != me; ch++)
             GCOLL_CHECK_GOTO(post_recv(&r, p, ch), st, out);
     posted = 1;
-    uint64_t quiet_since = gcoll_time_ms();
+    uint64_t quiet_since = gcoll_time_ms(), quiet_ns = gcoll_time_ns();
     for (;;) {
         int events = 0;
         /* the worker's messages */
@@ -520,14 +523,18 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
         uint64_t now = gcoll_time_ms();
         if (events) {
             quiet_since = now;
+            quiet_ns = gcoll_time_ns();
         } else if (now - quiet_since > (uint64_t)comm->cfg.timeout_ms) {
             gcoll_comm_set_error(comm, "parameter server: no message for %lld ms "
                                        "(GCOLL_TIMEOUT_MS)", (long long)comm->cfg.timeout_ms);
             st = GCOLL_ERR_TIMEOUT;
             goto out;
+        } else if (gcoll_time_ns() - quiet_ns < PS_FAST_NS) {
+            /* the worker's mailbox is not one of the transport's descriptors: shortly
+             * after an event, when the next push or pull is due, look at it every 50 us */
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
         } else {
-            /* nothing to do: wait for the network a little (the worker's mailbox is not
-             * one of the transport's descriptors, so the wait stays short) */
             GCOLL_CHECK_GOTO(comm->tops->progress(comm->tp, 1), st, out);
         }
     }
