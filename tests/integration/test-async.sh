@@ -27,12 +27,15 @@ train() {
 }
 field() { sed -n "s/^$1: //p" "$2"; }
 
-# check NAME OUT RC MAXGAP: exit status, the five summary lines, gap <= MAXGAP, accuracy
+# check NAME OUT RC MAXGAP MINACC: exit status, the five summary lines, gap <= MAXGAP,
+# accuracy > MINACC (with S > 0 the interleaving, so the accuracy after 66 steps, varies
+# from run to run: 0.60-0.69 measured; chance is 0.1)
 check() {
     name=$1
     out=$2
     rc=$3
     maxgap=$4
+    minacc=$5
     if [ "$rc" -ne 0 ]; then
         fail "$name: exit status $rc: $(tail -n 3 "$out.err")"
         return 1
@@ -45,23 +48,24 @@ check() {
     gap=$(field 'max clock gap' "$out")
     acc=$(field 'final test accuracy' "$out")
     [ "${gap:-99}" -le "$maxgap" ] || fail "$name: max clock gap $gap > S = $maxgap"
-    awk -v a="${acc:-0}" 'BEGIN {exit !(a > 0.65)}' || fail "$name: test accuracy $acc"
+    awk -v a="${acc:-0}" -v m="$minacc" 'BEGIN {exit !(a > m)}' ||
+        fail "$name: test accuracy $acc, expected more than $minacc"
     pass "$name: accuracy $acc, gap $gap, staleness $(field 'mean staleness' "$out"), $(grep '^steps per second' "$out")"
 }
 
 train "$TMP/s0.txt" 2 --staleness 0
-check "S=0" "$TMP/s0.txt" $? 0
+check "S=0" "$TMP/s0.txt" $? 0 0.7
 [ "$(field 'mean staleness' "$TMP/s0.txt")" = "0.0000" ] ||
     fail "S=0: mean staleness $(field 'mean staleness' "$TMP/s0.txt"), expected 0"
 train "$TMP/slow.txt" 3 --staleness 2 --slow-rank 2 --slow-factor 3
-check "S=2, rank 2 slow x3" "$TMP/slow.txt" $? 2
+check "S=2, rank 2 slow x3" "$TMP/slow.txt" $? 2 0.5
 # a persistent straggler keeps the others S clocks ahead: the bound is reached, not passed
 [ "$(field 'max clock gap' "$TMP/slow.txt")" = 2 ] ||
     fail "S=2 with a slow rank: the gap never reached 2 ($(field 'max clock gap' "$TMP/slow.txt"))"
 awk -v s="$(field 'mean staleness' "$TMP/slow.txt")" 'BEGIN {exit !(s > 0)}' ||
     fail "S=2 with a slow rank: no staleness measured"
 train "$TMP/rot.txt" 3 --staleness 2 --straggle 2 --compressor topk:density=0.1
-check "S=2, rotating straggler x2, top-k 10% pushes" "$TMP/rot.txt" $? 2
+check "S=2, rotating straggler x2, top-k 10% pushes" "$TMP/rot.txt" $? 2 0.5
 mbd=$(field 'total wire MB' "$TMP/slow.txt")
 mbc=$(field 'total wire MB' "$TMP/rot.txt")
 awk -v a="${mbd:-0}" -v b="${mbc:-1e9}" 'BEGIN {exit !(b < a * 0.7)}' ||
