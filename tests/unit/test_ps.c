@@ -1,4 +1,4 @@
-/* test_ps.c: the bounded-staleness parameter server. The shard logic (lib/ssp.c) under a
+/* test_ps.c: the bounded-staleness parameter server. The shard logic (lib/training/ssp.c) under a
  * scripted interleaving: the clock window, f(tau) = 1/(1+tau) and the histogram; then the
  * server with communicators in threads: S = 0 is synchronous SGD step for step (within
  * rounding), with S = 2 and a straggler no worker reads more than S clocks ahead, crafted
@@ -23,7 +23,7 @@
 
 #include "coll.h"
 #include "gcoll.h"
-#include "ssp.h"
+#include "training/ssp.h"
 #include "util.h"
 
 /* ---- the shard under a scripted interleaving ------------------------------------- */

@@ -1,7 +1,7 @@
 /* ps.c: the in-job sharded parameter server with SSP's staleness bound (Ho et al. 2013),
  * as BytePS's summation service runs beside the workers. Every rank owns a shard of every
  * tensor; its server part is one long operation on the communicator's progress thread that
- * answers pulls once the clock bound allows and applies pushes (lib/ssp.c), while the
+ * answers pulls once the clock bound allows and applies pushes (lib/training/ssp.c), while the
  * worker, on the caller's thread, talks to it through a mailbox. Messages between ranks are
  * point-to-point on the running operation's tags: a request channel (worker to owner: push,
  * pull, done) and a reply channel (owner to worker), each numbered in order per peer. */
