@@ -9,6 +9,7 @@
 #include "gcoll.h"
 #include "train/gemm.h"
 #include "train/idx.h"
+#include "train/modes.h"
 #include "train/train.h"
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
@@ -17,8 +18,8 @@ static const char usage_text[] =
     "usage: gcoll-run -n P gcoll-train [options]\n"
     "Trains a 784-512-256-10 ReLU MLP on Fashion-MNIST with minibatch SGD, data-parallel over\n"
     "the job's ranks; gradients are compressed and averaged by gcoll's bucketer layer by\n"
-    "layer during the backward pass. Rank 0 prints one line per epoch; the last line is\n"
-    "'final test accuracy: 0.NNNN'.\n"
+    "layer during the backward pass. Rank 0 prints one line per epoch and ends with the\n"
+    "summary lines below.\n"
     "  -e, --epochs N          epochs (5)\n"
     "  -c, --compressor SPEC   codec of every gradient (GCOLL_COMPRESSOR, else none);\n"
     "                          e.g. topk:density=0.001, topk:density=0.001,ef=0, sign,\n"
@@ -92,10 +93,13 @@ int main(int argc, char **argv)
         {"warmup-frac", required_argument, NULL, OPT_WARMUP},
         {"save", required_argument, NULL, OPT_SAVE},
         {"help", no_argument, NULL, 'h'},
+        TRAIN_MODE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     train_opts_t o;
     train_opts_default(&o);
+    train_mode_opts_t mo;
+    train_mode_opts_default(&mo);
     const char *env = getenv("GCOLL_COMPRESSOR");
     if (env && *env)
         o.compressor = env;
@@ -167,6 +171,7 @@ int main(int argc, char **argv)
             break;
         case 'h':
             fputs(usage_text, stdout);
+            fputs(train_mode_usage, stdout);
             printf("built with: gzip %s, sgemm %s\n", train_idx_have_gzip() ? "yes" : "no",
                    train_sgemm_name());
             return 0;
@@ -174,6 +179,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "gcoll-train: option '%s' needs an argument\n", argv[optind - 1]);
             return 2;
         default:
+            if (c >= TRAIN_MODE_OPT_BASE && c < TRAIN_MODE_OPT_END) {
+                if (train_mode_option(&mo, c, optarg))
+                    return 2;
+                break;
+            }
             fprintf(stderr, "gcoll-train: unknown option '%s' (see --help)\n", argv[optind - 1]);
             return 2;
         }
@@ -187,6 +197,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "gcoll-train: --compressor: %s\n", err);
         return 2;
     }
+    if (train_mode_check(&mo, &o))
+        return 2;
 
     /* Data first: a missing or corrupt file fails every rank at once, before any rank
      * waits for the others to join. */
@@ -209,7 +221,14 @@ int main(int argc, char **argv)
         return 1;
     }
     train_result_t res;
-    int rc = train_run(&o, &d, comm, stdout, save != NULL, &res);
+    gcoll_counters_t c0;
+    gcoll_comm_counters(comm, &c0);
+    double t0 = train_now_s();
+    int rc = train_mode_active(&mo) ? train_run_mode(&o, &mo, &d, comm, stdout, save != NULL, &res)
+                                    : train_run(&o, &d, comm, stdout, save != NULL, &res);
+    if (rc == 0)
+        train_print_summary(stdout, comm, &c0, train_now_s() - t0,
+                            train_total_steps(&o, &d, gcoll_comm_size(comm)));
     if (rc == 0 && save && gcoll_comm_rank(comm) == 0)
         rc = save_params(save, res.params, res.nparams);
     free(res.params);

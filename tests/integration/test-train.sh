@@ -26,7 +26,7 @@ train() {
         --batch 32 --seed 3 "$@" >"$out" 2>"$out.err"
 }
 
-# check_run NAME OUT: exit status, the epoch table, a falling loss, the last line
+# check_run NAME OUT: exit status, the epoch table, a falling loss, the summary lines
 check_run() {
     name=$1
     out=$2
@@ -44,8 +44,10 @@ check_run() {
     else
         fail "$name: train loss did not go down ($first -> $last)"
     fi
-    tail -n 1 "$out" | grep -Eq '^final test accuracy: 0\.[0-9]{4}$' ||
-        fail "$name: last line is '$(tail -n 1 "$out")'"
+    # the summary lines end every run (docs/local-sgd.md)
+    tail -n 3 "$out" | tr '\n' ';' |
+        grep -Eq '^final test accuracy: 0\.[0-9]{4};total wire MB: [0-9.]+;steps per second: [0-9.]+;$' ||
+        fail "$name: last lines are '$(tail -n 3 "$out" | tr '\n' ';')'"
 }
 
 # (sign runs without momentum, as EF-SignSGD is analysed: with 0.9 it diverges here)
@@ -73,7 +75,7 @@ else
     [ "$(grep -Ec '^[0-9]+(,[0-9.]+){7}$' "$TMP/a.csv")" -eq 2 ] || fail "csv: expected 2 rows"
     ratio=$(awk -F, '$1 == 2 {print $5 / $6}' "$TMP/a.csv")
     awk -v r="${ratio:-1}" 'BEGIN {exit !(r < 0.2)}' || fail "csv: wire/raw $ratio for top-k 1%"
-    tail -n 1 "$TMP/a.csv" | grep -Eq '^final test accuracy: 0\.[0-9]{4}$' || fail "csv: last line"
+    tail -n 3 "$TMP/a.csv" | grep -Eq '^final test accuracy: 0\.[0-9]{4}$' || fail "csv: summary lines"
     if [ "$(grep -E '^[0-9]' "$TMP/a.csv" | cut -d, -f1-6)" = \
         "$(grep -E '^[0-9]' "$TMP/b.csv" | cut -d, -f1-6)" ]; then
         pass "csv format; two runs with the same seed agree"

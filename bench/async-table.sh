@@ -1,0 +1,41 @@
+#!/bin/sh
+# async-table.sh: the async table of docs/local-sgd.md. Synchronous SGD (local SGD with
+# H=1 and 'none', which the tests show equal to it) beside the SSP parameter server with
+# S = 0, 1, 4, under a rotating straggler (--straggle 2) and a persistent one (--slow-rank
+# P-1 --slow-factor 2), on P ranks of Fashion-MNIST. Prints a Markdown table.
+#   usage: bench/async-table.sh [EPOCHS [RANKS]]   (run from the build directory)
+set -u
+E=${1:-2}
+P=${2:-4}
+B=${top_builddir:-.}
+RUN="timeout 3600 $B/tools/gcoll-run -q -n $P $B/tools/gcoll-train --epochs $E"
+# (scratch in the current directory: a shared /tmp may be swept while the table runs)
+TMP=$(mktemp -d "$PWD/.async-table.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT INT TERM
+
+row() { # row LABEL ARGS...
+    label=$1
+    shift
+    if ! $RUN "$@" >"$TMP/out" 2>"$TMP/err"; then
+        echo "| $label | failed: $(tail -n 1 "$TMP/err") | | | | | |"
+        return
+    fi
+    acc=$(sed -n 's/^final test accuracy: //p' "$TMP/out")
+    mb=$(sed -n 's/^total wire MB: //p' "$TMP/out")
+    sps=$(sed -n 's/^steps per second: //p' "$TMP/out")
+    gap=$(sed -n 's/^max clock gap: //p' "$TMP/out")
+    st=$(sed -n 's/^mean staleness: //p' "$TMP/out")
+    hist=$(sed -n 's/.*staleness histogram (tau: updates): //p' "$TMP/out")
+    echo "| $label | $acc | $sps | ${gap:--} | ${st:--} | ${hist:--} | $mb |"
+}
+
+echo "$P ranks, $E epochs, batch 64 per rank, lr 0.05, momentum 0.9, dense ('none') pushes"
+echo
+echo "| run | test accuracy | steps/s (rank 0) | max clock gap | mean staleness | tau histogram | rank 0 wire MB |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+for strag in "--straggle 2" "--slow-rank $((P - 1)) --slow-factor 2"; do
+    row "synchronous, $strag" --local-steps 1 $strag
+    for S in 0 1 4; do
+        row "async S=$S, $strag" --async --staleness $S $strag
+    done
+done

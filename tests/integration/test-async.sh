@@ -1,0 +1,124 @@
+#!/bin/sh
+# test-async.sh: gcoll-train --async (the SSP parameter server) on 2-3 ranks and a slice of
+# Fashion-MNIST: the summary lines, S=0 never runs ahead and sees no staleness, S=2 with a
+# persistent or rotating straggler stays within 2 clocks (from the counters rank 0 prints)
+# and trains, compressed pushes, bad flags, and a killed rank fails the others in bounded
+# time. Skipped (77) without dataset-fashion-mnist. About 20 s on 2 cores.
+. "$(dirname "$0")/lib.sh"
+TRAIN="$top_builddir/tools/gcoll-train"
+data="${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"
+unset GCOLL_COMPRESSOR GCOLL_LAYER_POLICY GCOLL_BUCKET_BYTES
+
+if [ ! -e "$data/train-images-idx3-ubyte.gz" ] && [ ! -e "$data/train-images-idx3-ubyte" ]; then
+    echo "SKIP: Fashion-MNIST not found in $data (Debian: apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+if [ ! -e "$data/train-images-idx3-ubyte" ] && "$TRAIN" --help | grep -q 'gzip no'; then
+    echo "SKIP: gcoll-train was built without zlib and $data holds only gzipped files"
+    exit 77
+fi
+
+train() {
+    out=$1
+    n=$2
+    shift 2
+    timeout 90 "$gcoll_run" -q -n "$n" "$TRAIN" --data "$data" --limit 3200 --test-limit 1000 \
+        --batch 32 --seed 3 --epochs 2 --async "$@" >"$out" 2>"$out.err"
+}
+field() { sed -n "s/^$1: //p" "$2"; }
+
+# check NAME OUT RC MAXGAP MINACC: exit status, the five summary lines, gap <= MAXGAP,
+# accuracy > MINACC (with S > 0 the interleaving, so the accuracy after 66 steps, varies
+# from run to run: 0.60-0.69 measured; chance is 0.1)
+check() {
+    name=$1
+    out=$2
+    rc=$3
+    maxgap=$4
+    minacc=$5
+    if [ "$rc" -ne 0 ]; then
+        fail "$name: exit status $rc: $(tail -n 3 "$out.err")"
+        return 1
+    fi
+    grep -Eq '^final test accuracy: 0\.[0-9]{4}$' "$out" || fail "$name: no accuracy line"
+    grep -Eq '^total wire MB: [0-9]+(\.[0-9]+)?$' "$out" || fail "$name: no wire MB line"
+    grep -Eq '^steps per second: [0-9]+(\.[0-9]+)?$' "$out" || fail "$name: no steps/s line"
+    grep -Eq '^max clock gap: [0-9]+$' "$out" || fail "$name: no 'max clock gap: N' line"
+    grep -Eq '^mean staleness: [0-9]+(\.[0-9]+)?$' "$out" || fail "$name: no 'mean staleness' line"
+    gap=$(field 'max clock gap' "$out")
+    acc=$(field 'final test accuracy' "$out")
+    [ "${gap:-99}" -le "$maxgap" ] || fail "$name: max clock gap $gap > S = $maxgap"
+    awk -v a="${acc:-0}" -v m="$minacc" 'BEGIN {exit !(a > m)}' ||
+        fail "$name: test accuracy $acc, expected more than $minacc"
+    pass "$name: accuracy $acc, gap $gap, staleness $(field 'mean staleness' "$out"), $(grep '^steps per second' "$out")"
+}
+
+train "$TMP/s0.txt" 2 --staleness 0
+check "S=0" "$TMP/s0.txt" $? 0 0.7
+[ "$(field 'mean staleness' "$TMP/s0.txt")" = "0.0000" ] ||
+    fail "S=0: mean staleness $(field 'mean staleness' "$TMP/s0.txt"), expected 0"
+train "$TMP/slow.txt" 3 --staleness 2 --slow-rank 2 --slow-factor 3
+check "S=2, rank 2 slow x3" "$TMP/slow.txt" $? 2 0.5
+# a persistent straggler keeps the others S clocks ahead: the bound is reached, not passed
+[ "$(field 'max clock gap' "$TMP/slow.txt")" = 2 ] ||
+    fail "S=2 with a slow rank: the gap never reached 2 ($(field 'max clock gap' "$TMP/slow.txt"))"
+awk -v s="$(field 'mean staleness' "$TMP/slow.txt")" 'BEGIN {exit !(s > 0)}' ||
+    fail "S=2 with a slow rank: no staleness measured"
+train "$TMP/rot.txt" 3 --staleness 2 --straggle 2 --compressor topk:density=0.1
+check "S=2, rotating straggler x2, top-k 10% pushes" "$TMP/rot.txt" $? 2 0.5
+mbd=$(field 'total wire MB' "$TMP/slow.txt")
+mbc=$(field 'total wire MB' "$TMP/rot.txt")
+awk -v a="${mbd:-0}" -v b="${mbc:-1e9}" 'BEGIN {exit !(b < a * 0.7)}' ||
+    fail "top-k 10% pushes sent $mbc MB, dense $mbd MB (pulls stay dense: expect ~0.6)"
+
+expect_error() {
+    name=$1
+    want=$2
+    code=$3
+    shift 3
+    timeout 30 "$gcoll_run" -q -n 2 "$TRAIN" --data "$data" --limit 640 --epochs 1 "$@" \
+        >"$TMP/err.out" 2>&1
+    rc=$?
+    if [ "$rc" -eq "$code" ] && grep -q -- "$want" "$TMP/err.out"; then
+        pass "$name: $(grep -m1 -- "$want" "$TMP/err.out")"
+    else
+        fail "$name: exit status $rc (expected $code), output: $(head -c 400 "$TMP/err.out")"
+    fi
+}
+expect_error "bad S" "--staleness expects" 2 --async --staleness -1
+expect_error "S without --async" "--staleness applies to --async" 2 --staleness 2
+expect_error "two modes" "different modes" 2 --async --local-steps 2
+
+# A killed rank: the survivors' servers see the closed connection and fail, the workers
+# waiting in a pull with them, well within GCOLL_TIMEOUT_MS.
+port=$(free_port)
+export GCOLL_ROOT="127.0.0.1:$port" GCOLL_SIZE=3 GCOLL_JOB_KEY=ps-kill-key GCOLL_TIMEOUT_MS=10s
+pids=""
+for r in 0 1 2; do
+    GCOLL_RANK=$r timeout 60 "$TRAIN" --data "$data" --limit 19200 --test-limit 500 --batch 32 \
+        --epochs 50 --async --staleness 2 >"$TMP/k$r.log" 2>&1 &
+    pids="$pids $!"
+    BG_PIDS="$BG_PIDS $!"
+done
+i=0
+while [ $i -lt 300 ] && ! grep -q '^epoch 1:' "$TMP/k0.log" && ! grep -q 'ERR' "$TMP/k0.log"; do
+    sleep 0.1
+    i=$((i + 1))
+done
+set -- $pids
+pkill -9 -P "$3" # timeout(1)'s child: the rank itself
+start=$(date +%s)
+wait "$1"; s0=$?
+wait "$2"; s1=$?
+took=$(( $(date +%s) - start ))
+if [ $i -ge 300 ]; then
+    fail "killed rank: the job never finished an epoch: $(tail -n 2 "$TMP/k0.log")"
+elif [ "$s0" -ne 0 ] && [ "$s0" -ne 124 ] && [ "$s1" -ne 0 ] && [ "$s1" -ne 124 ] &&
+    [ "$took" -le 10 ] && grep -q 'GCOLL_ERR' "$TMP/k0.log" && grep -q 'GCOLL_ERR' "$TMP/k1.log"; then
+    pass "rank 2 killed: ranks 0 and 1 failed after ${took} s: $(grep -m1 GCOLL_ERR "$TMP/k0.log")"
+else
+    fail "rank 2 killed: exit statuses $s0 $s1 after ${took} s: $(tail -n 1 "$TMP/k0.log")" \
+        "/ $(tail -n 1 "$TMP/k1.log")"
+fi
+unset GCOLL_ROOT GCOLL_SIZE GCOLL_JOB_KEY GCOLL_TIMEOUT_MS
+finish

@@ -1,0 +1,160 @@
+#!/bin/sh
+# test-localsgd.sh: gcoll-train --local-steps on 2-3 ranks and a slice of Fashion-MNIST:
+# the summary lines in every mode, H=1 'none' trains as the synchronous mode does, top-k
+# deltas at H=4 send a small fraction of the bytes, the momentum choices and stragglers
+# run, bad flags fail cleanly, and a killed rank fails the others within the timeout.
+# Skipped (77) without dataset-fashion-mnist. About 15 s on 2 cores.
+. "$(dirname "$0")/lib.sh"
+TRAIN="$top_builddir/tools/gcoll-train"
+data="${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"
+unset GCOLL_COMPRESSOR GCOLL_LAYER_POLICY GCOLL_BUCKET_BYTES
+
+if [ ! -e "$data/train-images-idx3-ubyte.gz" ] && [ ! -e "$data/train-images-idx3-ubyte" ]; then
+    echo "SKIP: Fashion-MNIST not found in $data (Debian: apt-get install dataset-fashion-mnist)"
+    exit 77
+fi
+if [ ! -e "$data/train-images-idx3-ubyte" ] && "$TRAIN" --help | grep -q 'gzip no'; then
+    echo "SKIP: gcoll-train was built without zlib and $data holds only gzipped files"
+    exit 77
+fi
+
+# train OUT NRANKS ARGS...: 2 epochs of 50 steps on 2 ranks
+train() {
+    out=$1
+    n=$2
+    shift 2
+    timeout 60 "$gcoll_run" -q -n "$n" "$TRAIN" --data "$data" --limit 3200 --test-limit 1000 \
+        --batch 32 --seed 3 --epochs 2 "$@" >"$out" 2>"$out.err"
+}
+
+# check NAME OUT RC: exit status, falling loss, the three summary lines exactly
+check() {
+    name=$1
+    out=$2
+    rc=$3
+    if [ "$rc" -ne 0 ]; then
+        fail "$name: exit status $rc: $(tail -n 3 "$out.err")"
+        return 1
+    fi
+    first=$(awk '$1 == 1 && NF == 9 {print $2}' "$out")
+    last=$(awk '$1 == 2 && NF == 9 {print $2}' "$out")
+    awk -v a="${first:-0}" -v b="${last:-0}" 'BEGIN {exit !(b < a && b > 0)}' ||
+        fail "$name: train loss did not go down ($first -> $last)"
+    tail -n 3 "$out" | sed -n 1p | grep -Eq '^final test accuracy: 0\.[0-9]{4}$' ||
+        fail "$name: no 'final test accuracy: 0.NNNN' line"
+    tail -n 2 "$out" | sed -n 1p | grep -Eq '^total wire MB: [0-9]+(\.[0-9]+)?$' ||
+        fail "$name: no 'total wire MB: X' line"
+    tail -n 1 "$out" | grep -Eq '^steps per second: [0-9]+(\.[0-9]+)?$' ||
+        fail "$name: no 'steps per second: X' line"
+    pass "$name: train loss $first -> $last, $(tail -n 3 "$out" | tr '\n' ';')"
+}
+field() { sed -n "s/^$1: //p" "$2"; }
+
+train "$TMP/sync.txt" 2
+check "synchronous (bucketer)" "$TMP/sync.txt" $?
+train "$TMP/h1.txt" 2 --local-steps 1
+check "local SGD H=1 none" "$TMP/h1.txt" $?
+train "$TMP/h4.txt" 2 --local-steps 4 --compressor topk:density=0.01
+check "local SGD H=4 top-k 1%" "$TMP/h4.txt" $?
+# H=1 'none' moves the bytes of the synchronous mode, and is the same SGD: the first epoch
+# (50 steps) agrees to the printed digits
+[ "$(field 'total wire MB' "$TMP/sync.txt")" = "$(field 'total wire MB' "$TMP/h1.txt")" ] ||
+    fail "H=1 none sent $(field 'total wire MB' "$TMP/h1.txt") MB, synchronous" \
+        "$(field 'total wire MB' "$TMP/sync.txt") MB"
+e1s=$(awk '$1 == 1 && NF == 9 {print $2, $3}' "$TMP/sync.txt")
+e1l=$(awk '$1 == 1 && NF == 9 {print $2, $3}' "$TMP/h1.txt")
+[ -n "$e1s" ] && [ "$e1s" = "$e1l" ] || fail "epoch 1 loss: synchronous '$e1s', H=1 '$e1l'"
+mb1=$(field 'total wire MB' "$TMP/h1.txt")
+mb4=$(field 'total wire MB' "$TMP/h4.txt")
+if awk -v a="${mb1:-0}" -v b="${mb4:-1e9}" 'BEGIN {exit !(a > 0 && b < a / 100)}'; then
+    pass "H=4 top-k 1% sends $mb4 MB, H=1 none $mb1 MB"
+else
+    fail "H=4 top-k 1% sends $mb4 MB, not under 1/100 of H=1's $mb1 MB"
+fi
+
+for m in reset average; do
+    train "$TMP/m-$m.txt" 2 --local-steps 2 --compressor topk:density=0.05 --local-momentum "$m"
+    check "momentum $m" "$TMP/m-$m.txt" $?
+done
+train "$TMP/warm.txt" 2 --local-steps 8 --local-warmup 30 --compressor "topk:density=0.01+q8"
+check "warm-up 30 steps then H=8, top-k + q8" "$TMP/warm.txt" $?
+train "$TMP/strag.txt" 3 --local-steps 1 --straggle 2
+check "rotating straggler x2 on 3 ranks" "$TMP/strag.txt" $?
+train "$TMP/slow.txt" 2 --local-steps 2 --slow-rank 1 --slow-factor 3
+check "rank 1 slow x3" "$TMP/slow.txt" $?
+
+# Bad inputs: a clear message and exit status 1 or 2
+expect_error() {
+    name=$1
+    want=$2
+    code=$3
+    shift 3
+    timeout 30 "$gcoll_run" -q -n 2 "$TRAIN" --data "$data" --limit 640 --epochs 1 "$@" \
+        >"$TMP/err.out" 2>&1
+    rc=$?
+    if [ "$rc" -eq "$code" ] && grep -q -- "$want" "$TMP/err.out"; then
+        pass "$name: $(grep -m1 -- "$want" "$TMP/err.out")"
+    else
+        fail "$name: exit status $rc (expected $code), output: $(head -c 400 "$TMP/err.out")"
+    fi
+}
+expect_error "H=0" "--local-steps expects" 2 --local-steps 0
+expect_error "bad momentum" "--local-momentum expects" 2 --local-steps 2 --local-momentum heavy
+expect_error "straggler without local SGD" "need --local-steps" 2 --straggle 2
+expect_error "slow rank out of range" "--slow-rank 5: the job has 2 ranks" 1 --local-steps 2 \
+    --slow-rank 5
+expect_error "bad delta codec" "compressor" 2 --local-steps 2 --compressor topk:density=2
+
+# A rank killed in the middle of training: the survivors fail with an error well within
+# the timeout (the transport sees the closed connection), not a hang.
+port=$(free_port)
+export GCOLL_ROOT="127.0.0.1:$port" GCOLL_SIZE=3 GCOLL_JOB_KEY=lsgd-kill-key GCOLL_TIMEOUT_MS=10s
+pids=""
+for r in 0 1 2; do
+    GCOLL_RANK=$r timeout 60 "$TRAIN" --data "$data" --limit 19200 --test-limit 500 --batch 32 \
+        --epochs 50 --local-steps 2 --compressor topk:density=0.01 >"$TMP/k$r.log" 2>&1 &
+    pids="$pids $!"
+    BG_PIDS="$BG_PIDS $!"
+done
+# wait for rank 0's first epoch line, then kill rank 2
+i=0
+while [ $i -lt 300 ] && ! grep -q '^    1 ' "$TMP/k0.log" && ! grep -q 'ERR' "$TMP/k0.log"; do
+    sleep 0.1
+    i=$((i + 1))
+done
+set -- $pids
+# the pids are timeout(1)'s: kill its child, the rank itself
+pkill -9 -P "$3"
+start=$(date +%s)
+wait "$1"; s0=$?
+wait "$2"; s1=$?
+took=$(( $(date +%s) - start ))
+if [ $i -ge 300 ]; then
+    fail "killed rank: the job never printed an epoch line: $(tail -n 2 "$TMP/k0.log")"
+elif [ "$s0" -ne 0 ] && [ "$s0" -ne 124 ] && [ "$s1" -ne 0 ] && [ "$s1" -ne 124 ] &&
+    [ "$took" -le 10 ] && grep -q 'GCOLL_ERR' "$TMP/k0.log" && grep -q 'GCOLL_ERR' "$TMP/k1.log"; then
+    pass "rank 2 killed: ranks 0 and 1 failed after ${took} s: $(grep -m1 GCOLL_ERR "$TMP/k0.log")"
+else
+    fail "rank 2 killed: exit statuses $s0 $s1 after ${took} s: $(tail -n 1 "$TMP/k0.log")" \
+        "/ $(tail -n 1 "$TMP/k1.log")"
+fi
+unset GCOLL_ROOT GCOLL_SIZE GCOLL_JOB_KEY GCOLL_TIMEOUT_MS
+
+# The Python wrapper (gcoll.localsgd.LocalSGD) on 2 ranks, when Debian's python3 has torch
+PY=${GCOLL_TEST_PYTHON:-/usr/bin/python3}
+SRC=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
+if [ -x "$PY" ] && timeout 60 "$PY" -c 'import numpy, torch' >/dev/null 2>&1 &&
+    [ -e "$top_builddir/.libs/libgcoll.so" ] &&
+    ! ldd "$top_builddir/.libs/libgcoll.so" 2>/dev/null | grep -q 'libasan\|libubsan'; then
+    if (export top_builddir PYTHONPATH="$SRC/bindings/python" GCOLL_DEBUG=none
+        unset GCOLL_LIBRARY
+        cd "$TMP" && timeout -k 5 60 "$gcoll_run" -n 2 --timeout 60 -x GCOLL_TIMEOUT_MS=20s -- \
+            "$PY" "$SRC/bindings/python/tests/test_localsgd.py") >"$TMP/py.out" 2>&1; then
+        pass "python LocalSGD: $(grep -c '\.\.\. ok' "$TMP/py.out") test runs ok"
+    else
+        fail "python LocalSGD: $(tail -n 20 "$TMP/py.out")"
+    fi
+else
+    note "python LocalSGD: skipped ($PY without numpy and torch, or no shared library)"
+fi
+finish

@@ -1,0 +1,398 @@
+/* modes.c: gcoll-train's local-SGD mode (gcoll_localsgd over the MLP's parameters), the
+ * simulated stragglers, and the summary lines of every mode. The loop follows train.c's;
+ * it is kept apart so that the bucketer's synchronous loop stays as it is. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gemm.h"
+#include "modes.h"
+
+const char train_mode_usage[] =
+    "Local SGD (Qsparse-local-SGD; docs/local-sgd.md):\n"
+    "      --local-steps H     each rank takes H local SGD steps, then the model delta is\n"
+    "                          compressed with --compressor (error feedback per tensor) and\n"
+    "                          averaged; H=1 with 'none' is synchronous SGD\n"
+    "      --local-warmup N    the first N steps synchronise every step (PostLocalSGD; 0)\n"
+    "      --local-momentum M  momentum buffers at a sync: local (kept, the default), reset\n"
+    "                          (zeroed) or average (dense allreduce)\n"
+    "Bounded-staleness asynchronous SGD (SSP parameter server inside the job):\n"
+    "      --async             every rank owns a shard of each tensor; workers pull the\n"
+    "                          model, push momentum-SGD updates compressed with\n"
+    "                          --compressor, the owners apply them weighted 1/(1+tau)\n"
+    "      --staleness S       SSP bound: no worker computes more than S clocks ahead of\n"
+    "                          the slowest (0, synchronous); also prints 'max clock gap: N'\n"
+    "                          and 'mean staleness: X'\n"
+    "Stragglers (real extra forward/backward passes, not sleep; need --local-steps or\n"
+    "--async):\n"
+    "      --straggle F        at each step one rank, from a seeded schedule all ranks know,\n"
+    "                          works F times as long (F rounded to whole passes)\n"
+    "      --slow-rank R       rank R works --slow-factor F times as long at every step\n"
+    "      --slow-factor F     (2)\n"
+    "Every mode ends with the lines 'final test accuracy: 0.NNNN', 'total wire MB: X' (bytes\n"
+    "rank 0 sent) and 'steps per second: X' (rank 0's optimizer steps over the run).\n";
+
+void train_mode_opts_default(train_mode_opts_t *mo)
+{
+    memset(mo, 0, sizeof(*mo));
+    mo->local_momentum = GCOLL_LSGD_MOMENTUM_LOCAL;
+    mo->slow_rank = -1;
+    mo->slow_factor = 2.0;
+}
+
+static int num(const char *opt, const char *arg, double lo, double hi, double *v)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(arg, &end);
+    if (errno || end == arg || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "gcoll-train: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi,
+                arg);
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
+int train_mode_option(train_mode_opts_t *mo, int c, const char *arg)
+{
+    double v;
+    switch (c) {
+    case TRAIN_OPT_LOCAL_STEPS:
+        if (num("--local-steps", arg, 1, 1000000, &v))
+            return -1;
+        mo->local_steps = (int)v;
+        return 0;
+    case TRAIN_OPT_LOCAL_WARMUP:
+        if (num("--local-warmup", arg, 0, 1e9, &v))
+            return -1;
+        mo->local_warmup = (int)v;
+        return 0;
+    case TRAIN_OPT_LOCAL_MOMENTUM:
+        if (!strcmp(arg, "local"))
+            mo->local_momentum = GCOLL_LSGD_MOMENTUM_LOCAL;
+        else if (!strcmp(arg, "reset"))
+            mo->local_momentum = GCOLL_LSGD_MOMENTUM_RESET;
+        else if (!strcmp(arg, "average"))
+            mo->local_momentum = GCOLL_LSGD_MOMENTUM_AVERAGE;
+        else {
+            fprintf(stderr, "gcoll-train: --local-momentum expects local, reset or average, "
+                            "got '%s'\n", arg);
+            return -1;
+        }
+        return 0;
+    case TRAIN_OPT_STRAGGLE:
+        if (num("--straggle", arg, 1, 1000, &v))
+            return -1;
+        mo->straggle = v;
+        return 0;
+    case TRAIN_OPT_SLOW_RANK:
+        if (num("--slow-rank", arg, 0, 1048575, &v))
+            return -1;
+        mo->slow_rank = (int)v;
+        return 0;
+    case TRAIN_OPT_ASYNC:
+        mo->async = 1;
+        return 0;
+    case TRAIN_OPT_STALENESS:
+        if (num("--staleness", arg, 0, 1000, &v))
+            return -1;
+        mo->staleness = (int)v;
+        return 0;
+    case TRAIN_OPT_SLOW_FACTOR:
+        if (num("--slow-factor", arg, 1, 1000, &v))
+            return -1;
+        mo->slow_factor = v;
+        return 0;
+    }
+    fprintf(stderr, "gcoll-train: internal: unknown mode option %d\n", c);
+    return -1;
+}
+
+int train_mode_active(const train_mode_opts_t *mo)
+{
+    return mo->local_steps > 0 || mo->async || mo->straggle > 0 || mo->slow_rank >= 0;
+}
+
+int train_mode_check(const train_mode_opts_t *mo, const train_opts_t *o)
+{
+    if ((mo->straggle > 0 || mo->slow_rank >= 0) && mo->local_steps == 0 && !mo->async) {
+        fprintf(stderr, "gcoll-train: --straggle and --slow-rank need --local-steps H (H=1 "
+                        "with 'none' is synchronous SGD) or --async\n");
+        return -1;
+    }
+    if (mo->async && mo->local_steps > 0) {
+        fprintf(stderr, "gcoll-train: --async and --local-steps are different modes\n");
+        return -1;
+    }
+    if (mo->staleness > 0 && !mo->async) {
+        fprintf(stderr, "gcoll-train: --staleness applies to --async\n");
+        return -1;
+    }
+    if (mo->async && o->policy && *o->policy) {
+        fprintf(stderr, "gcoll-train: --policy applies to the bucketer's gradients; with "
+                        "--async the one --compressor codes every push\n");
+        return -1;
+    }
+    if (mo->local_steps > 0 && o->policy && *o->policy) {
+        fprintf(stderr, "gcoll-train: --policy applies to the bucketer's gradients; with "
+                        "--local-steps the one --compressor codes every delta\n");
+        return -1;
+    }
+    return 0;
+}
+
+double train_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+size_t train_total_steps(const train_opts_t *o, const train_data_t *d, int size)
+{
+    size_t ntrain = o->limit && o->limit < d->train.n ? o->limit : d->train.n;
+    size_t global = (size_t)o->batch * (size_t)size;
+    return global ? (size_t)o->epochs * (ntrain / global) : 0;
+}
+
+void train_print_summary(FILE *out, gcoll_comm_t *comm, const gcoll_counters_t *c0,
+                         double seconds, size_t steps)
+{
+    if (!out || gcoll_comm_rank(comm) != 0)
+        return;
+    gcoll_counters_t c1;
+    gcoll_comm_counters(comm, &c1);
+    fprintf(out, "total wire MB: %.3f\n", (double)(c1.bytes_sent - c0->bytes_sent) / 1e6);
+    fprintf(out, "steps per second: %.2f\n", seconds > 0 ? (double)steps / seconds : 0.0);
+    fflush(out);
+}
+
+int train_straggle_passes(const train_mode_opts_t *mo, uint64_t seed, uint64_t step, int rank,
+                          int size)
+{
+    double f = 1.0;
+    if (mo->slow_rank == rank)
+        f = mo->slow_factor;
+    if (mo->straggle > 0 && size > 1) {
+        /* the schedule is a function of (seed, step) only: every rank knows who is slow */
+        uint64_t s = seed * 0x9e3779b97f4a7c15ull + step;
+        if ((int)(train_splitmix64(&s) % (uint64_t)size) == rank)
+            f *= mo->straggle;
+    }
+    return (int)lround(f - 1.0);
+}
+
+int train_mode_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
+{
+    const char *detail = gcoll_comm_last_error(comm);
+    fprintf(stderr, "gcoll-train: rank %d: %s: %s%s%s\n", gcoll_comm_rank(comm), what,
+            gcoll_status_string(st), *detail ? ": " : "", detail);
+    return -1;
+}
+
+/* This rank's share of the test set, summed (as train.c's). */
+void train_mode_evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int rank, int size, float *x,
+                     uint8_t *y, uint32_t *idx, double *loss_sum, long *correct)
+{
+    size_t lo = n * (size_t)rank / (size_t)size, hi = n * (size_t)(rank + 1) / (size_t)size;
+    for (size_t i = lo; i < hi; i += (size_t)m->cap) {
+        int b = (int)(hi - i < (size_t)m->cap ? hi - i : (size_t)m->cap);
+        for (int j = 0; j < b; j++)
+            idx[j] = (uint32_t)(i + (size_t)j);
+        train_gather(t, idx, (size_t)b, x, y);
+        *loss_sum += train_mlp_forward(m, x, y, b, correct) * b;
+    }
+}
+
+static const char *momentum_name(int m)
+{
+    return m == GCOLL_LSGD_MOMENTUM_RESET ? "reset" : m == GCOLL_LSGD_MOMENTUM_AVERAGE ? "average"
+                                                                                       : "local";
+}
+
+int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const train_data_t *d,
+                   gcoll_comm_t *comm, FILE *out, int keep_params, train_result_t *res)
+{
+    int rank = gcoll_comm_rank(comm), size = gcoll_comm_size(comm);
+    memset(res, 0, sizeof(*res));
+    if (rank != 0)
+        out = NULL;
+    size_t ntrain = o->limit && o->limit < d->train.n ? o->limit : d->train.n;
+    size_t ntest = o->test_limit && o->test_limit < d->test.n ? o->test_limit : d->test.n;
+    size_t global = (size_t)o->batch * (size_t)size;
+    if (o->batch < 1 || global > ntrain) {
+        fprintf(stderr,
+                "gcoll-train: rank %d: a global batch of %zu (%d per rank x %d ranks) needs at "
+                "least that many training examples, have %zu\n",
+                rank, global, o->batch, size, ntrain);
+        return -1;
+    }
+    if (mo->slow_rank >= size) {
+        fprintf(stderr, "gcoll-train: --slow-rank %d: the job has %d ranks\n", mo->slow_rank, size);
+        return -1;
+    }
+    if (mo->async)
+        return train_run_async(o, mo, d, comm, out, keep_params, res);
+    int sizes[TRAIN_MAX_LAYERS + 1];
+    memcpy(sizes, o->sizes, sizeof(sizes));
+    sizes[0] = (int)d->train.dim;
+    size_t steps = ntrain / global;
+    /* DGC's own momentum does not apply to deltas: the optimizer keeps 0.9 unless told */
+    float momentum = o->momentum >= 0.0f ? o->momentum : 0.9f;
+    int cap = o->batch > 500 ? o->batch : 500;
+    train_sgemm_init();
+
+    int rc = -1;
+    train_mlp_t m;
+    if (train_mlp_init(&m, sizes, o->nsizes, cap, o->seed) != 0) {
+        fprintf(stderr, "gcoll-train: rank %d: cannot create the model (out of memory?)\n", rank);
+        return -1;
+    }
+    float *x = malloc((size_t)cap * d->train.dim * sizeof(float));
+    uint8_t *y = malloc((size_t)cap);
+    uint32_t *perm = malloc(ntrain * sizeof(uint32_t));
+    uint32_t *idx = malloc((size_t)cap * sizeof(uint32_t));
+    gcoll_localsgd_t *ls = NULL;
+    if (!x || !y || !perm || !idx) {
+        fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
+        goto out;
+    }
+    gcoll_localsgd_config_t lc = {
+        .local_steps = mo->local_steps,
+        .warmup_steps = mo->local_warmup,
+        .compressor = o->compressor,
+        .momentum = (gcoll_lsgd_momentum_t)mo->local_momentum,
+    };
+    gcoll_status_t st = gcoll_localsgd_create(comm, &lc, &ls);
+    if (st != GCOLL_OK) {
+        train_mode_fail(comm, "gcoll_localsgd_create", st);
+        goto out;
+    }
+    /* every rank initialized the model from the same seed: the synced copies agree */
+    for (int l = 0; l < m.nl && st == GCOLL_OK; l++) {
+        st = gcoll_localsgd_add_tensor(ls, m.l[l].w, momentum > 0 ? m.l[l].vw : NULL,
+                                       (size_t)m.l[l].in * m.l[l].out, NULL);
+        if (st == GCOLL_OK)
+            st = gcoll_localsgd_add_tensor(ls, m.l[l].b, momentum > 0 ? m.l[l].vb : NULL,
+                                           (size_t)m.l[l].out, NULL);
+    }
+    if (st != GCOLL_OK) {
+        train_mode_fail(comm, "gcoll_localsgd_add_tensor", st);
+        goto out;
+    }
+    if (out) {
+        fprintf(out, "gcoll-train: %d rank%s (%s), MLP", size, size == 1 ? "" : "s",
+                gcoll_comm_transport(comm));
+        for (int i = 0; i < o->nsizes; i++)
+            fprintf(out, "%s%d", i ? "-" : " ", sizes[i]);
+        fprintf(out, " (%zu parameters), sgemm %s\n", train_mlp_num_params(&m), train_sgemm_name());
+        fprintf(out,
+                "local SGD: H=%d after %d synchronous steps, delta compressor %s, momentum %g "
+                "(%s at a sync); batch %d per rank (%zu global), lr %g; %zu steps per epoch on "
+                "%zu examples, %zu test; seed %llu",
+                mo->local_steps, mo->local_warmup, o->compressor, (double)momentum,
+                momentum_name(mo->local_momentum), o->batch, global, (double)o->lr, steps,
+                ntrain, ntest, (unsigned long long)o->seed);
+        if (mo->straggle > 0)
+            fprintf(out, "; rotating straggler x%g", mo->straggle);
+        if (mo->slow_rank >= 0)
+            fprintf(out, "; rank %d slow x%g", mo->slow_rank, mo->slow_factor);
+        fprintf(out, "\n%5s %10s %9s %8s %10s %10s %8s %7s %6s\n", "epoch", "train_loss",
+                "test_loss", "test_acc", "wire_MB", "raw_MB", "wire/raw", "time_s", "wait_s");
+        fflush(out);
+    }
+
+    uint64_t gstep = 0;
+    for (int e = 0; e < o->epochs; e++) {
+        double t0 = train_now_s(), wait_s = 0.0, loss_sum = 0.0;
+        gcoll_counters_t c0, c1;
+        gcoll_comm_counters(comm, &c0);
+        train_permutation(perm, ntrain, o->seed, (uint64_t)e);
+        for (size_t s = 0; s < steps; s++, gstep++) {
+            train_gather(&d->train, perm + s * global + (size_t)rank * o->batch, (size_t)o->batch,
+                         x, y);
+            int extra = train_straggle_passes(mo, o->seed, gstep, rank, size);
+            double loss = 0;
+            for (int k = 0; k <= extra; k++) {
+                loss = train_mlp_forward(&m, x, y, o->batch, NULL);
+                train_mlp_backward(&m, y, NULL, NULL);
+            }
+            if (!isfinite(loss)) {
+                fprintf(stderr,
+                        "gcoll-train: rank %d: the loss diverged (%g) at epoch %d step %zu: "
+                        "try a smaller --lr\n",
+                        rank, loss, e + 1, s);
+                gcoll_comm_abort(comm);
+                goto out;
+            }
+            loss_sum += loss;
+            train_mlp_sgd(&m, o->lr, momentum);
+            double tw = train_now_s();
+            st = gcoll_localsgd_step(ls, NULL);
+            wait_s += train_now_s() - tw;
+            if (st != GCOLL_OK) {
+                train_mode_fail(comm, "gcoll_localsgd_step", st);
+                goto out;
+            }
+        }
+        /* evaluate the common model */
+        double tw = train_now_s();
+        st = gcoll_localsgd_sync(ls);
+        wait_s += train_now_s() - tw;
+        if (st != GCOLL_OK) {
+            train_mode_fail(comm, "gcoll_localsgd_sync", st);
+            goto out;
+        }
+        gcoll_comm_counters(comm, &c1);
+        double test_loss = 0.0;
+        long correct = 0;
+        train_mode_evaluate(&m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
+        double v[5] = {loss_sum, (double)correct, test_loss,
+                       (double)(c1.bytes_sent - c0.bytes_sent),
+                       (double)(c1.bytes_raw - c0.bytes_raw)};
+        st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
+        if (st != GCOLL_OK) {
+            train_mode_fail(comm, "epoch statistics", st);
+            goto out;
+        }
+        double train_loss = v[0] / ((double)steps * size), acc = v[1] / (double)ntest;
+        double secs = train_now_s() - t0;
+        if (e == 0)
+            res->first_loss = train_loss;
+        res->last_loss = train_loss;
+        res->final_acc = acc;
+        res->wire_bytes += (uint64_t)v[3];
+        res->raw_bytes += (uint64_t)v[4];
+        if (out) {
+            fprintf(out, "%5d %10.4f %9.4f %8.4f %10.2f %10.2f %8.4f %7.2f %6.2f\n", e + 1,
+                    train_loss, v[2] / (double)ntest, acc, v[3] / 1e6, v[4] / 1e6,
+                    v[4] > 0 ? v[3] / v[4] : 0.0, secs, wait_s);
+            fflush(out);
+        }
+    }
+    if (out) {
+        fprintf(out, "final test accuracy: %.4f\n", res->final_acc);
+        fflush(out);
+    }
+    if (keep_params) {
+        res->nparams = train_mlp_num_params(&m);
+        res->params = malloc(res->nparams * sizeof(float));
+        if (!res->params) {
+            fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
+            goto out;
+        }
+        train_mlp_get_params(&m, res->params);
+    }
+    rc = 0;
+out:
+    gcoll_localsgd_destroy(ls);
+    train_mlp_free(&m);
+    free(x);
+    free(y);
+    free(perm);
+    free(idx);
+    return rc;
+}
