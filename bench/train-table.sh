@@ -147,7 +147,7 @@ for P in $ranks_list; do
         done
     } >"$work/acc-$P.dat"
     cat "$tab"
-    setup="$P ranks, $epochs epochs, seeds $(echo $seeds | tr ' ' ','), gcoll-train's defaults (batch 64 per rank, lr 0.05, momentum 0.9 on the reduced gradient and 0 on DGC's output, sparsifiers warmed up from dense over 10% of the steps, one bucket per tensor), $(grep -m1 '^# gcoll-train' "$work/$P-$(slug "dense fp32")-s$(echo $seeds | cut -d' ' -f1).csv" | sed 's/^# gcoll-train: [0-9]* ranks* (\([a-z]*\)), /\1 transport, /')"
+    setup="$P ranks, $epochs epochs, seeds $(echo $seeds | tr ' ' ','), gcoll-train's defaults (batch 64 per rank, lr 0.05, momentum 0.9 before compression for codecs with error feedback and on the reduced gradient for the others, DGC's own on its output, sparsifiers warmed up from dense over 10% of the steps, one bucket per tensor), $(grep -m1 '^# gcoll-train' "$work/$P-$(slug "dense fp32")-s$(echo $seeds | cut -d' ' -f1).csv" | sed 's/^# gcoll-train: [0-9]* ranks* (\([a-z]*\)), /\1 transport, /')"
     mark="train-table-$P"
     if [ -f "$doc" ] && grep -q "<!-- $mark:begin -->" "$doc"; then
         awk -v table="$tab" -v setup="$setup" -v mark="$mark" '
