@@ -28,6 +28,33 @@ from . import _lib
 from .comm import Comm
 from .compress import Compressor, TensorState
 
+# ---- the torch.distributed backend "gcoll" ------------------------------------------
+# The C++ extension is built by configure when it finds libtorch; without it the backend
+# is still registered, so that init_process_group("gcoll") says why it cannot run.
+try:
+    from . import _torch_backend
+except ImportError as _e:  # not built, or built against another torch
+    _torch_backend = None
+    _backend_error = str(_e)
+
+
+def _create_backend(store, rank, size, timeout):
+    """torch.distributed's creator of the "gcoll" backend (register_backend's func)."""
+    if _torch_backend is None:
+        raise RuntimeError("gcoll backend: the C++ extension gcoll._torch_backend is not "
+                           "available (%s); build it with ./configure (which needs "
+                           "libtorch-dev, pybind11-dev) and make" % _backend_error)
+    return _torch_backend.ProcessGroupGcoll(store, rank, size, timeout)
+
+
+def backend_available():
+    """Whether the "gcoll" torch.distributed backend can be created here."""
+    return _torch_backend is not None
+
+
+if "GCOLL" not in dist.Backend._plugins:
+    dist.Backend.register_backend("gcoll", _create_backend)
+
 
 def default_root():
     """gcoll's rendezvous address for a job launched for torch.distributed: GCOLL_ROOT if
@@ -156,4 +183,5 @@ def register(model, spec="topk:density=0.01", **kwargs):
 
 
 GcollError = _lib.GcollError
-__all__ = ["GcollHookState", "comm_hook", "register", "default_root", "GcollError"]
+__all__ = ["GcollHookState", "comm_hook", "register", "default_root", "GcollError",
+           "backend_available"]
