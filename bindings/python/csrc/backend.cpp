@@ -279,13 +279,15 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
 
     ~ProcessGroupGcoll() override
     {
-        {
-            std::lock_guard<std::mutex> g(qmutex_);
-            stop_ = true;
+        // Python drops the last reference with the GIL held; the completion thread may
+        // need it (a Future's Python callback or value), and the destroy handshake waits
+        // for the peers: neither may wait holding the GIL.
+        if (Py_IsInitialized() && PyGILState_Check()) {
+            py::gil_scoped_release nogil;
+            shutdown();
+        } else {
+            shutdown();
         }
-        qcond_.notify_one();
-        completer_.join(); // every issued request is waited for first
-        gcoll_comm_destroy(comm_);
     }
 
     const std::string getBackendName() const override { return "gcoll"; }
@@ -563,6 +565,17 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
     }
 
   private:
+    void shutdown()
+    {
+        {
+            std::lock_guard<std::mutex> g(qmutex_);
+            stop_ = true;
+        }
+        qcond_.notify_one();
+        completer_.join(); // every issued request is waited for first
+        gcoll_comm_destroy(comm_);
+    }
+
     [[noreturn]] void unsupported(const char *what, const char *instead) const
     {
         TORCH_CHECK(false, "gcoll backend: ", what, " is not supported (use ", instead,
