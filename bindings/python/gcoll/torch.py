@@ -80,6 +80,15 @@ class NonFiniteError(RuntimeError):
         self.ranks = ranks
 
 
+def _finite(buf):
+    """Whether buf holds no NaN/Inf. A sum is a streaming read (5 ms for 25 MB here;
+    torch.isfinite(buf).all() takes 60 ms) and is non-finite whenever buf holds a NaN or
+    an Inf; a finite buf whose sum overflows takes the exact test (fp16/bf16 are summed
+    in fp32, which their largest values cannot overflow below 10^33 elements)."""
+    s = buf.sum() if buf.dtype in (torch.float32, torch.float64) else buf.sum(dtype=torch.float32)
+    return bool(torch.isfinite(s)) or bool(torch.isfinite(buf).all())
+
+
 STATE_DICT_FORMAT = "gcoll-hook-state"
 STATE_DICT_VERSION = 1
 
@@ -228,7 +237,7 @@ class GcollHookState:
         on gcoll's communicator, behind the buckets in flight)."""
         size, rank = self.comm.size, self.comm.rank
         flags = torch.zeros(size, dtype=torch.int32)
-        flags[rank] = 0 if bool(torch.isfinite(buf).all()) else 1
+        flags[rank] = 0 if _finite(buf) else 1
         if dist.is_initialized():
             dist.all_reduce(flags, group=self.process_group)
         else:
