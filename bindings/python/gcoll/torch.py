@@ -1,20 +1,26 @@
-# gcoll/torch.py: a PyTorch DDP communication hook running each bucket through gcoll.
-"""DistributedDataParallel communication hook over gcoll's compressed allreduce.
+# gcoll/torch.py: the torch.distributed backend "gcoll" and a DDP hook over gcoll.
+"""PyTorch over gcoll: a torch.distributed backend and a DDP communication hook.
 
-    import gcoll.torch as gt
-    model = DDP(net)                                   # gloo process group, as usual
-    state = gt.GcollHookState("topk:density=0.01")     # joins gcoll beside the process group
-    model.register_comm_hook(state, gt.comm_hook)
+    import gcoll.torch as gt                           # registers the backend "gcoll"
+    dist.init_process_group("gcoll", rank=r, world_size=n)   # MASTER_ADDR/MASTER_PORT
+    model = DDP(net)                                   # DDP on gcoll alone, or:
+    state = gt.register(model, "topk:density=0.01")    # its buckets compressed by gcoll
+    torch.save(state.state_dict(), path)               # residuals survive checkpoints
+
+The backend is the C++ extension gcoll._torch_backend (bindings/python/csrc/backend.cpp),
+built by configure when it finds libtorch; importing this module registers it either way
+(init_process_group then says why it cannot run).
 
 DDP hands the hook one flattened gradient bucket at a time, as backward produces them.
 The hook starts gcoll_icompressed_allreduce on it (averaging over ranks, error feedback
-kept per bucket across steps) and returns a torch.futures.Future at once; a helper thread
-completes the future when gcoll's request finishes, so the reduction runs on gcoll's
-progress thread while backward goes on. Buckets that are not float32 take gcoll's dense
-allreduce.
+kept per set of parameters across steps) and returns a torch.futures.Future at once; a
+helper thread completes the future when gcoll's request finishes, so the reduction runs
+on gcoll's progress thread while backward goes on. Buckets that are not float32 take
+gcoll's dense allreduce. A NaN/Inf on any rank raises on every rank or reaches every
+rank's result (nonfinite=), agreed through the process group.
 
-gcoll has its own communicator: rank and size are the process group's, the rendezvous
-address is root=, else GCOLL_ROOT, else MASTER_ADDR with MASTER_PORT + 1.
+The hook's gcoll communicator is its own: rank and size are the process group's, the
+rendezvous address is root=, else GCOLL_ROOT, else MASTER_ADDR with MASTER_PORT + 1.
 """
 
 import os
