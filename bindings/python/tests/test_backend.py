@@ -178,6 +178,19 @@ class TestBackend(unittest.TestCase):
         dist.barrier()
         dist.barrier(async_op=True).wait()
 
+    def test_subgroup(self):
+        # a second gcoll communicator: its rank 0 (global rank 1) publishes its own root
+        # and key under the group's Store prefix
+        members = list(range(1, SIZE))
+        sub = dist.new_group(members, backend="gcoll")
+        t = data(RANK, 50, torch.int64, 60)
+        if RANK in members:
+            self.assertEqual(dist.get_rank(sub), RANK - 1)
+            dist.all_reduce(t, group=sub)
+            self.check(t, expected_reduce("sum", [data(q, 50, torch.int64, 60)
+                                                  for q in members], torch.int64))
+        dist.barrier()
+
     def test_errors_are_clear(self):
         t = torch.ones(4)
         with self.assertRaisesRegex(RuntimeError, "gcoll backend: reduce is not supported"):
