@@ -51,8 +51,8 @@ static void put_body(out_t *o, const gcoll_tensor_state_t *s)
         put_body(o, s->server);
 }
 
-GCOLL_EXPORT gcoll_status_t gcoll_state_save(const gcoll_tensor_state_t *s, void *buf,
-                                             size_t cap, size_t *len_p)
+GCOLL_EXPORT gcoll_status_t gcoll_state_save(const gcoll_tensor_state_t *s, void *buf, size_t cap,
+                                             size_t *len_p)
 {
     if (!s || !len_p || (!buf && cap)) {
         GCOLL_WARN("compress: gcoll_state_save: NULL state or length pointer");
@@ -171,8 +171,7 @@ static gcoll_status_t get_body(in_t *in, gcoll_tensor_state_t *s, const gcoll_co
     return get_body(in, srv, c, apply, depth + 1, why, whylen);
 }
 
-GCOLL_EXPORT gcoll_status_t gcoll_state_load(gcoll_tensor_state_t *s, const void *buf,
-                                             size_t len)
+GCOLL_EXPORT gcoll_status_t gcoll_state_load(gcoll_tensor_state_t *s, const void *buf, size_t len)
 {
     if (!s || (!buf && len)) {
         GCOLL_WARN("compress: gcoll_state_load: NULL state or buffer");

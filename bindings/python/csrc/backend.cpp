@@ -31,7 +31,8 @@
 
 #include "gcoll.h"
 
-namespace gcoll_torch {
+namespace gcoll_torch
+{
 
 namespace py = pybind11;
 
@@ -40,13 +41,20 @@ namespace py = pybind11;
 static gcoll_dtype_t to_gcoll_dtype(const at::Tensor &t, const char *what)
 {
     switch (t.scalar_type()) {
-    case at::kFloat: return GCOLL_FLOAT32;
-    case at::kDouble: return GCOLL_FLOAT64;
-    case at::kHalf: return GCOLL_FLOAT16;
-    case at::kBFloat16: return GCOLL_BFLOAT16;
-    case at::kInt: return GCOLL_INT32;
-    case at::kLong: return GCOLL_INT64;
-    default: break;
+    case at::kFloat:
+        return GCOLL_FLOAT32;
+    case at::kDouble:
+        return GCOLL_FLOAT64;
+    case at::kHalf:
+        return GCOLL_FLOAT16;
+    case at::kBFloat16:
+        return GCOLL_BFLOAT16;
+    case at::kInt:
+        return GCOLL_INT32;
+    case at::kLong:
+        return GCOLL_INT64;
+    default:
+        break;
     }
     TORCH_CHECK(false, "gcoll backend: ", what, ": dtype ", t.scalar_type(),
                 " is not supported (float32, float64, float16, bfloat16, int32, int64)");
@@ -73,12 +81,18 @@ static const at::Tensor &single(const std::vector<at::Tensor> &ts, const char *w
 static gcoll_op_t to_gcoll_op(const c10d::ReduceOp &op, const char *what)
 {
     switch (op.op_) {
-    case c10d::ReduceOp::SUM: return GCOLL_SUM;
-    case c10d::ReduceOp::AVG: return GCOLL_AVG;
-    case c10d::ReduceOp::MIN: return GCOLL_MIN;
-    case c10d::ReduceOp::MAX: return GCOLL_MAX;
-    case c10d::ReduceOp::PRODUCT: return GCOLL_PROD;
-    default: break;
+    case c10d::ReduceOp::SUM:
+        return GCOLL_SUM;
+    case c10d::ReduceOp::AVG:
+        return GCOLL_AVG;
+    case c10d::ReduceOp::MIN:
+        return GCOLL_MIN;
+    case c10d::ReduceOp::MAX:
+        return GCOLL_MAX;
+    case c10d::ReduceOp::PRODUCT:
+        return GCOLL_PROD;
+    default:
+        break;
     }
     TORCH_CHECK(false, "gcoll backend: ", what, ": reduce op ", static_cast<int>(op.op_),
                 " is not supported (SUM, AVG, MIN, MAX, PRODUCT; not the bitwise ops or "
@@ -99,7 +113,8 @@ struct Staged {
 
 // ---- Work -----------------------------------------------------------------------------
 
-class WorkGcoll : public c10d::Work {
+class WorkGcoll : public c10d::Work
+{
   public:
     WorkGcoll(c10d::OpType type, std::vector<at::Tensor> outputs)
         : c10d::Work(-1, type), outputs_(std::move(outputs)),
@@ -245,7 +260,8 @@ static gcoll_comm_t *join(int size, int rank, const std::string &root, const std
 
 // ---- the process group ------------------------------------------------------------------
 
-class ProcessGroupGcoll : public c10d::ProcessGroup {
+class ProcessGroupGcoll : public c10d::ProcessGroup
+{
   public:
     ProcessGroupGcoll(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size)
         : c10d::ProcessGroup(rank, size)
@@ -319,9 +335,10 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
         auto s = std::make_shared<Staged>(t);
         void *p = s->buf.data_ptr();
         size_t n = s->buf.numel();
-        return issue(c10d::OpType::ALLREDUCE, what, {t},
-                     [=](gcoll_request_t **r) { return gcoll_iallreduce(comm_, p, p, n, dt, op, r); },
-                     [s] { s->copy_back(); });
+        return issue(
+            c10d::OpType::ALLREDUCE, what, {t},
+            [=](gcoll_request_t **r) { return gcoll_iallreduce(comm_, p, p, n, dt, op, r); },
+            [s] { s->copy_back(); });
     }
 
     c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
@@ -336,9 +353,10 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
         auto s = std::make_shared<Staged>(t);
         void *p = s->buf.data_ptr();
         size_t n = s->buf.numel();
-        return issue(c10d::OpType::BROADCAST, what, {t},
-                     [=](gcoll_request_t **r) { return gcoll_ibroadcast(comm_, p, n, dt, root, r); },
-                     [s] { s->copy_back(); });
+        return issue(
+            c10d::OpType::BROADCAST, what, {t},
+            [=](gcoll_request_t **r) { return gcoll_ibroadcast(comm_, p, n, dt, root, r); },
+            [s] { s->copy_back(); });
     }
 
     c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -357,18 +375,20 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
             check_tensor(o, what);
             TORCH_CHECK(o.scalar_type() == in.scalar_type() && o.numel() == in.numel(),
                         "gcoll backend: all_gather: every output must have the input's dtype and "
-                        "size (", in.numel(), " elements of ", in.scalar_type(), ")");
+                        "size (",
+                        in.numel(), " elements of ", in.scalar_type(), ")");
         }
         at::Tensor src = in.contiguous();
         at::Tensor flat = at::empty({(int64_t)size_ * in.numel()}, in.options());
         void *sp = src.data_ptr(), *rp = flat.data_ptr();
         size_t n = in.numel();
-        return issue(c10d::OpType::ALLGATHER, what, outs,
-                     [=](gcoll_request_t **r) { return gcoll_iallgather(comm_, sp, rp, n, dt, r); },
-                     [src, flat, outs, n] {
-                         for (size_t i = 0; i < outs.size(); i++)
-                             outs[i].copy_(flat.narrow(0, i * n, n).view(outs[i].sizes()));
-                     });
+        return issue(
+            c10d::OpType::ALLGATHER, what, outs,
+            [=](gcoll_request_t **r) { return gcoll_iallgather(comm_, sp, rp, n, dt, r); },
+            [src, flat, outs, n] {
+                for (size_t i = 0; i < outs.size(); i++)
+                    outs[i].copy_(flat.narrow(0, i * n, n).view(outs[i].sizes()));
+            });
     }
 
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
@@ -379,15 +399,16 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
         check_tensor(output, what);
         TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
                         output.numel() == (int64_t)size_ * input.numel(),
-                    "gcoll backend: ", what, ": the output must hold ", size_, " x ",
-                    input.numel(), " elements of ", input.scalar_type());
+                    "gcoll backend: ", what, ": the output must hold ", size_, " x ", input.numel(),
+                    " elements of ", input.scalar_type());
         at::Tensor src = input.contiguous();
         auto s = std::make_shared<Staged>(output);
         void *sp = src.data_ptr(), *rp = s->buf.data_ptr();
         size_t n = input.numel();
-        return issue(c10d::OpType::_ALLGATHER_BASE, what, {output},
-                     [=](gcoll_request_t **r) { return gcoll_iallgather(comm_, sp, rp, n, dt, r); },
-                     [s, src] { s->copy_back(); });
+        return issue(
+            c10d::OpType::_ALLGATHER_BASE, what, {output},
+            [=](gcoll_request_t **r) { return gcoll_iallgather(comm_, sp, rp, n, dt, r); },
+            [s, src] { s->copy_back(); });
     }
 
     c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -404,7 +425,8 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
             check_tensor(i, what);
             TORCH_CHECK(i.scalar_type() == out.scalar_type() && i.numel() == out.numel(),
                         "gcoll backend: reduce_scatter: every input must have the output's dtype "
-                        "and size (", out.numel(), " elements of ", out.scalar_type(), ")");
+                        "and size (",
+                        out.numel(), " elements of ", out.scalar_type(), ")");
         }
         std::vector<at::Tensor> flat_in;
         for (const at::Tensor &i : inputs[0])
@@ -413,15 +435,15 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
         auto s = std::make_shared<Staged>(out);
         void *sp = src.data_ptr(), *rp = s->buf.data_ptr();
         size_t n = out.numel();
-        return issue(c10d::OpType::REDUCE_SCATTER, what, {out},
-                     [=](gcoll_request_t **r) {
-                         return gcoll_ireduce_scatter(comm_, sp, rp, n, dt, op, r);
-                     },
-                     [s, src] { s->copy_back(); });
+        return issue(
+            c10d::OpType::REDUCE_SCATTER, what, {out},
+            [=](gcoll_request_t **r) { return gcoll_ireduce_scatter(comm_, sp, rp, n, dt, op, r); },
+            [s, src] { s->copy_back(); });
     }
 
-    c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
-                                                        const c10d::ReduceScatterOptions &opts) override
+    c10::intrusive_ptr<c10d::Work>
+    _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                         const c10d::ReduceScatterOptions &opts) override
     {
         const char *what = "reduce_scatter_tensor";
         gcoll_dtype_t dt = check_tensor(output, what);
@@ -429,19 +451,18 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
         gcoll_op_t op = to_gcoll_op(opts.reduceOp, what);
         TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
                         input.numel() == (int64_t)size_ * output.numel(),
-                    "gcoll backend: ", what, ": the input must hold ", size_, " x ",
-                    output.numel(), " elements of ", output.scalar_type());
+                    "gcoll backend: ", what, ": the input must hold ", size_, " x ", output.numel(),
+                    " elements of ", output.scalar_type());
         at::Tensor src = input.contiguous();
         if (src.is_same(output) || src.data_ptr() == output.data_ptr())
             src = src.clone();
         auto s = std::make_shared<Staged>(output);
         void *sp = src.data_ptr(), *rp = s->buf.data_ptr();
         size_t n = output.numel();
-        return issue(c10d::OpType::_REDUCE_SCATTER_BASE, what, {output},
-                     [=](gcoll_request_t **r) {
-                         return gcoll_ireduce_scatter(comm_, sp, rp, n, dt, op, r);
-                     },
-                     [s, src] { s->copy_back(); });
+        return issue(
+            c10d::OpType::_REDUCE_SCATTER_BASE, what, {output},
+            [=](gcoll_request_t **r) { return gcoll_ireduce_scatter(comm_, sp, rp, n, dt, op, r); },
+            [s, src] { s->copy_back(); });
     }
 
     // all_to_all_single: dim 0 split evenly (no split sizes) or by the split sizes given.
@@ -463,12 +484,13 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
             src = src.clone(); // gcoll's all-to-all is never in place
         auto s = std::make_shared<Staged>(output);
         void *sp = src.data_ptr(), *rp = s->buf.data_ptr();
-        return issue(c10d::OpType::ALLTOALL_BASE, what, {output},
-                     [=](gcoll_request_t **r) {
-                         return gcoll_ialltoallv(comm_, sp, sc.data(), sd.data(), rp, rc.data(),
-                                                 rd.data(), dt, r);
-                     },
-                     [s, src] { s->copy_back(); });
+        return issue(
+            c10d::OpType::ALLTOALL_BASE, what, {output},
+            [=](gcoll_request_t **r) {
+                return gcoll_ialltoallv(comm_, sp, sc.data(), sd.data(), rp, rc.data(), rd.data(),
+                                        dt, r);
+            },
+            [s, src] { s->copy_back(); });
     }
 
     c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs,
@@ -505,21 +527,23 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
         at::Tensor flat = at::empty({(int64_t)off}, inputs[0].options());
         void *sp = src.data_ptr(), *rp = flat.data_ptr();
         std::vector<at::Tensor> outs = outputs;
-        return issue(c10d::OpType::ALLTOALL, what, outs,
-                     [=](gcoll_request_t **r) {
-                         return gcoll_ialltoallv(comm_, sp, sc.data(), sd.data(), rp, rc.data(),
-                                                 rd.data(), dt, r);
-                     },
-                     [src, flat, outs, rc, rd] {
-                         for (size_t i = 0; i < outs.size(); i++)
-                             outs[i].copy_(flat.narrow(0, rd[i], rc[i]).view(outs[i].sizes()));
-                     });
+        return issue(
+            c10d::OpType::ALLTOALL, what, outs,
+            [=](gcoll_request_t **r) {
+                return gcoll_ialltoallv(comm_, sp, sc.data(), sd.data(), rp, rc.data(), rd.data(),
+                                        dt, r);
+            },
+            [src, flat, outs, rc, rd] {
+                for (size_t i = 0; i < outs.size(); i++)
+                    outs[i].copy_(flat.narrow(0, rd[i], rc[i]).view(outs[i].sizes()));
+            });
     }
 
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
     {
-        return issue(c10d::OpType::BARRIER, "barrier", {},
-                     [=](gcoll_request_t **r) { return gcoll_ibarrier(comm_, r); }, [] {});
+        return issue(
+            c10d::OpType::BARRIER, "barrier", {},
+            [=](gcoll_request_t **r) { return gcoll_ibarrier(comm_, r); }, [] {});
     }
 
     // What gcoll has no collective for is refused by name, with what to use instead.
@@ -540,8 +564,8 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
     {
         unsupported("scatter", "broadcast or all_to_all");
     }
-    c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor> &,
-                                                       const c10d::AllreduceCoalescedOptions &) override
+    c10::intrusive_ptr<c10d::Work>
+    allreduce_coalesced(std::vector<at::Tensor> &, const c10d::AllreduceCoalescedOptions &) override
     {
         unsupported("all_reduce_coalesced", "all_reduce on a flattened tensor");
     }
@@ -616,10 +640,10 @@ class ProcessGroupGcoll : public c10d::ProcessGroup {
         const char *what;
     };
 
-    c10::intrusive_ptr<c10d::Work> issue(c10d::OpType type, const char *what,
-                                         std::vector<at::Tensor> outputs,
-                                         const std::function<gcoll_status_t(gcoll_request_t **)> &start,
-                                         std::function<void()> after)
+    c10::intrusive_ptr<c10d::Work>
+    issue(c10d::OpType type, const char *what, std::vector<at::Tensor> outputs,
+          const std::function<gcoll_status_t(gcoll_request_t **)> &start,
+          std::function<void()> after)
     {
         auto work = c10::make_intrusive<WorkGcoll>(type, std::move(outputs));
         // One issuer at a time: gcoll's calls must come in the same order on every rank,
