@@ -97,7 +97,7 @@ class TestBackend(unittest.TestCase):
         for w in reversed(works):  # any wait order
             self.assertTrue(w.wait())
         for w, t in zip(works, ts):
-            self.assertTrue(w.is_completed() and w.is_success())
+            self.assertTrue(w.is_completed())
             self.check(t, want)
             self.check(w.result()[0], want)
         # the future carries the tensors and runs callbacks
