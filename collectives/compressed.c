@@ -65,19 +65,27 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     if (!(sstore = malloc(stot)) || !(rstore = malloc(rtot)) ||
         !(acc = malloc((mine.len + 1) * sizeof(float))))
         goto out;
-    /* 1. worker: compress every chunk with its slice of the residual */
+    /* 1. worker: compress every chunk with its slice of the residual, clip= scaling
+     * by the norm of the whole gradient (not each chunk's own) */
     uint64_t t0 = gcoll_time_ns();
     gcoll_state_set_salt(s, (uint64_t)r);
+    s->clip_factor = gcoll_codec_clip_factor(c, grad, count, 1, s->nranks);
+    s->clip_preset = 1;
     stot = rtot = 0;
     for (int j = 0; j < P; j++) {
         gcoll_span_t ch = chunk(count, P, j);
         sbuf[j] = sstore + stot;
-        GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step,
-                                                  sbuf[j], cap[j], &len[j]), st, out);
+        st = gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step, sbuf[j],
+                                      cap[j], &len[j]);
+        if (st != GCOLL_OK) {
+            s->clip_preset = 0;
+            goto out;
+        }
         stot += cap[j];
         rbuf[j] = rstore + rtot;
         rtot += gcoll_codec_bound(c, mine.len);
     }
+    s->clip_preset = 0;
     comm->counters.ns_compress += gcoll_time_ns() - t0;
     /* 2. chunk j goes to rank j */
     size_t rc = gcoll_codec_bound(c, mine.len);
@@ -105,6 +113,10 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     if (op == GCOLL_AVG)
         for (size_t i = 0; i < mine.len; i++)
             acc[i] /= (float)P;
+    /* the worker messages are done with: a call holds one phase's buffers at a time */
+    free(sstore);
+    free(rstore);
+    sstore = rstore = NULL;
     if (shard_only) {
         memcpy(out, acc, mine.len * sizeof(float));
         comm->counters.ns_compress += gcoll_time_ns() - t0;
@@ -121,7 +133,10 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                               &mlen), st, out);
     s->server->step++;
     comm->counters.ns_compress += gcoll_time_ns() - t0;
-    /* 5. everyone gathers every compressed chunk and decodes it in place */
+    /* 5. everyone gathers every compressed chunk and decodes it in place (the reduced
+     * chunk is done with: freed before the gather's buffers are taken) */
+    free(acc);
+    acc = NULL;
     for (int j = 0; j < P; j++) {
         sbuf[j] = smsg;
         len[j] = mlen;
@@ -345,9 +360,10 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_ALLTOALL;
     }
-    if (P < 2 || c->clip > 0) {
-        snprintf(why, len, "%s", P < 2 ? "one rank" : "clip= scales whole chunks: the ring "
-                                                      "would clip partial sums");
+    if (P < 2 || c->clip > 0 || c->clip_value > 0) {
+        snprintf(why, len, "%s", P < 2 ? "one rank" : "clipping applies to each rank's own "
+                                                      "gradient: the ring would clip partial "
+                                                      "sums");
         return S_ALLTOALL;
     }
     if (comm->cfg.compressed_algo == ALGO_RING) {
@@ -378,7 +394,17 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
                                  float *out, size_t count, gcoll_op_t op, int shard_only,
                                  scheme_t sc, const char *why)
 {
+    /* a quantizer's bit-width warm-up: this step's messages and the server's are those of
+     * a copy at this step's width (every rank at the same step picks the same) */
+    const gcoll_compressor_t *orig = s->c;
+    gcoll_compressor_t at;
+    if (gcoll_codec_at_step(orig, s->step, &at)) {
+        s->c = &at;
+        if (s->server)
+            s->server->c = &at;
+    }
     const gcoll_compressor_t *c = s->c;
+    s->nranks = comm->size; /* DGC's local clipping threshold scales with it */
     /* the signature covers the spec, the count and the step: ranks whose states disagree
      * (another codec, or random-k indices from another step) fail with a mismatch */
     uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
@@ -415,6 +441,9 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme, step %llu",
                 shard_only ? "reduce-scatter" : "allreduce", count, c->spec, scheme,
                 (unsigned long long)s->step);
+    s->c = orig;
+    if (s->server)
+        s->server->c = orig;
     if (st == GCOLL_OK) {
         gcoll_state_advance(s);
         comm->counters.bytes_raw += count * sizeof(float);
@@ -445,7 +474,8 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
     char why[160];
     scheme_t sc = pick_scheme(comm, s->c, s, count, ca->shard_only, why, sizeof(why));
     int fold = !ca->checked && comm->cfg.ef_spare && (sc == S_SPARSE || sc == S_RANDOMK) &&
-               gcoll_codec_folds_check(s->c, s, count);
+               gcoll_codec_folds_check(s->c, s, count) &&
+               gcoll_codec_spare_reserve(s, comm->cfg.ef_spare_max);
     if (!fold && !ca->checked && count) {
         uint64_t t0 = gcoll_time_ns();
         size_t bad = gcoll_kernels()->first_bad(a->sendbuf, count);

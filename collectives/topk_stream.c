@@ -68,6 +68,7 @@ int gcoll_topk_stream_eligible(const gcoll_comm_t *comm, const gcoll_compressor_
     return comm->size > 1 && comm->cfg.sparse_algo == GCOLL_SPARSE_AUTO && seg &&
            count >= STREAM_SEGS_MIN * seg && count <= GCOLL_WIRE_MAX_COUNT && ef &&
            c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE &&
+           !gcoll_codec_layered(c, 0, count) && /* one trim rule for the whole tensor */
            c->vs.fmt == GCOLL_VF_F32 && k > 0 && k <= count / (2 * (size_t)comm->size);
 }
 

@@ -133,6 +133,21 @@ GCOLL_EXPORT gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm);
  * The communicator must still be destroyed. */
 GCOLL_EXPORT gcoll_status_t gcoll_comm_abort(gcoll_comm_t *comm);
 
+/* Splits comm (as MPI_Comm_split and ncclCommSplit do): collective over every rank of
+ * comm. Ranks passing the same color >= 0 form a new communicator, ranked by (key, rank
+ * in comm); a negative color (GCOLL_SPLIT_NOCOLOR) joins none and gets *newcomm_p = NULL.
+ * The new communicator is independent of comm: its own transport connections (made over
+ * comm, with comm's job key and settings), queue, progress thread, sequence and failure
+ * state; comm stays usable, and each must be destroyed. comm must not be used by another
+ * thread during the call. Errors: those of comm's collectives, GCOLL_ERR_NOMEM,
+ * GCOLL_ERR_TRANSPORT/TIMEOUT from the new connections; on any error *newcomm_p is not set
+ * and comm is still usable unless the error broke it. Blocks. */
+#define GCOLL_SPLIT_NOCOLOR (-1)
+GCOLL_EXPORT gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key,
+                                             gcoll_comm_t **newcomm_p);
+/* gcoll_comm_split(comm, 0, rank, newcomm_p): the same ranks in the same order. */
+GCOLL_EXPORT gcoll_status_t gcoll_comm_dup(gcoll_comm_t *comm, gcoll_comm_t **newcomm_p);
+
 GCOLL_EXPORT int gcoll_comm_rank(const gcoll_comm_t *comm);
 GCOLL_EXPORT int gcoll_comm_size(const gcoll_comm_t *comm);
 
@@ -259,8 +274,10 @@ GCOLL_EXPORT gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p);
  * "none", "fp16", "bf16", "q8", "topk:density=0.001", "topk:k=100,select=sample",
  * "randomk:density=0.01,seed=7", "threshold:tau=0.01", "sign:scale=l2",
  * "qsgd:bits=4,bucket=512", "topk:density=0.01+q8", "dgc:density=0.001,momentum=0.9".
- * Any spec also takes clip=C (scale the gradient to l2 norm <= C before compressing)
- * and ef=0|1 (error feedback, default 1). Full syntax: docs/compressors.md.
+ * Any spec also takes clip=C (scale the whole gradient to l2 norm <= C before
+ * compressing, however a collective cuts it into chunks), clip_value=V (clamp each element
+ * to [-V, V] first) and ef=0|1 (error feedback, default 1: the codec's contractive form;
+ * ef=0: its unbiased form). Full syntax and each codec's forms: docs/compressors.md.
  * Compressors are immutable once created and may be shared by threads; a tensor state
  * is used by one thread at a time. None of these calls blocks or communicates. */
 typedef struct gcoll_compressor gcoll_compressor_t;
@@ -309,7 +326,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_encode(gcoll_compressor_t *c, gcoll_tensor_sta
 /* Streaming form: encodes in[0..count) as elements [offset, offset+count) of the state's
  * tensor (feedback uses that slice of the residual), one message per chunk, so chunks can
  * be sent as soon as they are ready. Does not advance the step: call gcoll_state_advance
- * once after the last chunk of a step. top-k (k=K) and density apply per chunk. The
+ * once after the last chunk of a step. top-k (k=K), density and clip=C (by the chunk's
+ * own norm) apply per chunk. The
  * worst-case size of a chunk message is gcoll_compressor_bound(c, count). */
 GCOLL_EXPORT gcoll_status_t gcoll_encode_chunk(gcoll_compressor_t *c, gcoll_tensor_state_t *s,
                                                size_t offset, const float *in, size_t count,
@@ -427,6 +445,8 @@ typedef struct {
     const char *policy;       /* layer policy, GCOLL_LAYER_POLICY syntax (NULL: none) */
     const char *default_spec; /* compressor when no rule matches (NULL: "none") */
     int accumulate_steps;     /* communicate every N steps, summing locally (0, 1: every step) */
+    uint64_t warmup_steps;    /* warm-up of sparsifiers (topk, randomk, dgc) whose spec sets no
+                               * warmup_steps (0: none) */
 } gcoll_bucketer_config_t;
 
 /* Creates a bucketer on comm; cfg NULL reads GCOLL_BUCKET_BYTES, GCOLL_BUCKET_OP,
@@ -455,6 +475,14 @@ GCOLL_EXPORT int gcoll_bucketer_num_buckets(const gcoll_bucketer_t *b);
 /* The density bucket i compresses to now (1 for codecs without one). With GCOLL_ADAPT it
  * changes between steps, identically on every rank. */
 GCOLL_EXPORT double gcoll_bucketer_density(const gcoll_bucketer_t *b, int bucket);
+/* The compressor spec tensor id gets: its explicit spec, else the first matching rule of
+ * the layer policy (first / last: the model's first / last layer in forward order, the
+ * tensors sharing a name up to the last '.' with the last / first tensor registered), else
+ * the default; "none" for a tensor that is not float32. Before the first ready() it
+ * answers for the tensors registered so far; from then on it is final (finalizing logs
+ * each tensor's spec and rule at info level, subsystem COLL). The string lives as long as
+ * b. NULL for a bad id. Thread safe; does not block. */
+GCOLL_EXPORT const char *gcoll_bucketer_tensor_spec(gcoll_bucketer_t *b, int id);
 /* Waits for launched buckets, then frees. */
 GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b);
 

@@ -100,6 +100,34 @@ gcoll_status_t gcoll_sock_write_all(int fd, const void *buf, size_t len, uint64_
     return GCOLL_OK;
 }
 
+gcoll_status_t gcoll_sock_connect(int fd, const struct sockaddr *sa, socklen_t len,
+                                  uint64_t deadline_ms)
+{
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    gcoll_status_t st = GCOLL_OK;
+    if (connect(fd, sa, len) != 0) {
+        int e = errno;
+        if (e == EINPROGRESS) {
+            socklen_t el = sizeof(e);
+            st = sock_wait(fd, POLLOUT, deadline_ms);
+            if (st == GCOLL_ERR_TIMEOUT)
+                e = ETIMEDOUT;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0)
+                e = errno;
+        }
+        if (e != 0) {
+            st = e == ETIMEDOUT ? GCOLL_ERR_TIMEOUT : GCOLL_ERR_TRANSPORT;
+            errno = e;
+        } else
+            st = GCOLL_OK;
+    }
+    int e = errno;
+    fcntl(fd, F_SETFL, fl);
+    errno = e;
+    return st;
+}
+
 gcoll_status_t gcoll_sock_read_all(int fd, void *buf, size_t len, uint64_t deadline_ms)
 {
     uint8_t *p = buf;
@@ -181,6 +209,7 @@ void gcoll_auth_server_start(gcoll_auth_server_t *s, int fd, uint64_t deadline_m
 {
     memset(s, 0, sizeof(*s));
     s->fd = fd;
+    s->start_ms = gcoll_time_ms();
     s->deadline_ms = deadline_ms;
     s->state = S_WAIT_RESPONSE;
     struct sockaddr_storage ss;
@@ -261,9 +290,39 @@ int gcoll_auth_server_step(gcoll_auth_server_t *s, const gcoll_key_t *key, char 
     }
 }
 
-/* A stranger gets at most this long to complete its handshake; it cannot hold a slot. */
+/* A stranger gets at most HANDSHAKE_MS to complete its handshake; a rank's takes one
+ * round trip. With MAX_PENDING handshakes unfinished, the oldest gives way to the next
+ * connection once it is GRACE_MS old (until then the backlog waits), so a flood of
+ * strangers can neither keep a rank out nor hold the job until its deadline, and every
+ * connection, a rank's too, has at least GRACE_MS to answer the challenge. */
 #define HANDSHAKE_MS 5000
-#define MAX_PENDING 64
+#define GRACE_MS 500
+#define MAX_PENDING 128
+/* Refusals logged one by one per accept call; the rest are counted in one last line. */
+#define MAX_LOGGED 16
+
+typedef struct {
+    int refused, logged;
+} refusals_t;
+
+static void log_refusal(refusals_t *rf, const char *why)
+{
+    rf->refused++;
+    if (rf->logged < MAX_LOGGED) {
+        rf->logged++;
+        GCOLL_WARN("%s%s", why,
+                   rf->logged == MAX_LOGGED ? " (further refusals are only counted)" : "");
+    }
+}
+
+/* pend[] is kept in order of arrival, so pend[0] is the oldest. */
+static void drop_pending(gcoll_auth_server_t *pend, int *npend, int i)
+{
+    if (pend[i].fd >= 0)
+        close(pend[i].fd);
+    memmove(&pend[i], &pend[i + 1], (size_t)(*npend - i - 1) * sizeof(*pend));
+    --*npend;
+}
 
 gcoll_status_t gcoll_auth_accept(int listen_fd, const gcoll_key_t *key, int want,
                                  gcoll_accept_cb_t on_peer, void *arg, uint64_t deadline_ms,
@@ -273,18 +332,26 @@ gcoll_status_t gcoll_auth_accept(int listen_fd, const gcoll_key_t *key, int want
     if (!pend)
         return GCOLL_ERR_NOMEM;
     int npend = 0, got = 0;
+    refusals_t rf = {0, 0};
+    uint64_t accept_after = 0; /* no descriptors left, or no slot old enough to give way */
     gcoll_status_t st = GCOLL_OK;
     struct pollfd pfd[MAX_PENDING + 1];
+    /* non-blocking, so that draining the backlog stops when it is empty */
+    fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
     while (got < want) {
-        if (gcoll_time_ms() >= deadline_ms) {
+        uint64_t now = gcoll_time_ms();
+        if (now >= deadline_ms) {
             snprintf(err, errlen, "timed out waiting for %d more connection(s)", want - got);
             st = GCOLL_ERR_TIMEOUT;
             break;
         }
-        pfd[0] = (struct pollfd){.fd = listen_fd, .events = npend < MAX_PENDING ? POLLIN : 0};
+        pfd[0] = (struct pollfd){.fd = listen_fd, .events = now >= accept_after ? POLLIN : 0};
+        int wait_ms = gcoll_ms_left(deadline_ms, 100);
+        if (now < accept_after)
+            wait_ms = GCOLL_MIN(wait_ms, (int)(accept_after - now));
         for (int i = 0; i < npend; i++)
             pfd[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
-        int rc = poll(pfd, (nfds_t)npend + 1, gcoll_ms_left(deadline_ms, 200));
+        int rc = poll(pfd, (nfds_t)npend + 1, wait_ms);
         if (rc < 0 && errno != EINTR) {
             snprintf(err, errlen, "poll: %s", strerror(errno));
             st = GCOLL_ERR_TRANSPORT;
@@ -299,25 +366,49 @@ gcoll_status_t gcoll_auth_accept(int listen_fd, const gcoll_key_t *key, int want
                 continue;
             }
             if (r < 0) {
-                GCOLL_WARN("%s", why);
+                log_refusal(&rf, why);
             } else if (on_peer(arg, pend[i].fd, pend[i].payload, pend[i].plen, pend[i].peer) == 0) {
                 got++;
+                pend[i].fd = -1; /* the callback owns it now */
             } else {
-                GCOLL_WARN("refused connection from %s: invalid identity in handshake",
-                           pend[i].peer);
-                close(pend[i].fd);
+                snprintf(why, sizeof(why), "refused connection from %s: invalid identity in "
+                         "handshake", pend[i].peer);
+                log_refusal(&rf, why);
             }
-            pend[i] = pend[--npend];
+            drop_pending(pend, &npend, i);
         }
-        if (rc > 0 && (pfd[0].revents & POLLIN)) {
+        if (got >= want)
+            break;
+        /* Drain the backlog: a flood must not be taken one connection per poll. */
+        while (rc > 0 && (pfd[0].revents & POLLIN)) {
+            if (npend == MAX_PENDING && gcoll_time_ms() < pend[0].start_ms + GRACE_MS) {
+                accept_after = pend[0].start_ms + GRACE_MS;
+                break;
+            }
             int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-            if (fd >= 0)
-                gcoll_auth_server_start(&pend[npend++], fd,
-                                        GCOLL_MIN(deadline_ms, gcoll_time_ms() + HANDSHAKE_MS));
+            if (fd < 0) {
+                if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                    GCOLL_WARN("accepting connections: %s (pausing for 50 ms)", strerror(errno));
+                    accept_after = gcoll_time_ms() + 50;
+                }
+                break; /* EAGAIN: drained; ECONNABORTED and the like: the next poll retries */
+            }
+            if (npend == MAX_PENDING) {
+                char why[256];
+                snprintf(why, sizeof(why), "dropped connection from %s: %d handshakes pending, "
+                         "the oldest gives way", pend[0].peer, MAX_PENDING);
+                log_refusal(&rf, why);
+                drop_pending(pend, &npend, 0);
+            }
+            gcoll_auth_server_start(&pend[npend++], fd,
+                                    GCOLL_MIN(deadline_ms, gcoll_time_ms() + HANDSHAKE_MS));
         }
     }
     for (int i = 0; i < npend; i++)
         close(pend[i].fd);
+    if (rf.refused > rf.logged)
+        GCOLL_WARN("refused %d connection(s) in all while waiting for %d peer(s)", rf.refused,
+                   want);
     free(pend);
     return st;
 }

@@ -28,7 +28,7 @@ gcoll_status_t gcoll_auth_client(int fd, const gcoll_key_t *key, const void *pay
 typedef struct {
     int fd;
     int state;
-    uint64_t deadline_ms;
+    uint64_t start_ms, deadline_ms;
     uint8_t nonce[GCOLL_AUTH_NONCE];
     uint8_t buf[4 + GCOLL_AUTH_NONCE + 2 + GCOLL_AUTH_MAX_PAYLOAD + GCOLL_AUTH_MAC];
     size_t have;
@@ -60,5 +60,9 @@ void gcoll_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len);
 /* Blocking-with-deadline helpers on a socket (poll-based). */
 gcoll_status_t gcoll_sock_write_all(int fd, const void *buf, size_t len, uint64_t deadline_ms);
 gcoll_status_t gcoll_sock_read_all(int fd, void *buf, size_t len, uint64_t deadline_ms);
+/* connect() that gives up at deadline_ms (GCOLL_ERR_TIMEOUT) instead of the kernel's SYN
+ * retries (about two minutes); other failures return GCOLL_ERR_TRANSPORT with errno set. */
+gcoll_status_t gcoll_sock_connect(int fd, const struct sockaddr *sa, socklen_t len,
+                                  uint64_t deadline_ms);
 
 #endif /* GCOLL_AUTH_H */

@@ -17,7 +17,6 @@
 
 #define HELLO_MAGIC 0x31424347u /* "GCB1" */
 #define REPLY_MAGIC 0x32424347u /* "GCB2" */
-#define MAX_FIELD 4096
 
 struct gcoll_bootstrap {
     int rank, size;
@@ -113,7 +112,7 @@ static gcoll_status_t open_client(gcoll_bootstrap_t *bs, const struct addrinfo *
             snprintf(err, errlen, "socket: %s", strerror(errno));
             return GCOLL_ERR_TRANSPORT;
         }
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        if (gcoll_sock_connect(fd, ai->ai_addr, ai->ai_addrlen, deadline_ms) == GCOLL_OK) {
             uint8_t id[8];
             gcoll_put_u32(id, (uint32_t)bs->rank);
             gcoll_put_u32(id + 4, (uint32_t)bs->size);
@@ -172,13 +171,171 @@ err_free:
 
 const char *gcoll_bootstrap_local_ip(const gcoll_bootstrap_t *bs) { return bs->local_ip; }
 
+/* ---- wire forms --------------------------------------------------------------------- */
+
+enum { HELLO_FIXED = 4 + 4 + 4 + 8 + 16 + 2, REPLY_FIXED = 4 + 4 + 2 };
+
+int gcoll_bs_hello_parse(const uint8_t *buf, size_t len, gcoll_bs_hello_t *h, size_t *need,
+                         const char **why)
+{
+    size_t n = HELLO_FIXED;
+    if (len < n)
+        goto more;
+    if (gcoll_get_u32(buf) != HELLO_MAGIC) {
+        *why = "bad hello magic";
+        return -1;
+    }
+    h->mlen = gcoll_get_u16(buf + 36);
+    if (h->mlen > GCOLL_BS_MAX_FIELD) {
+        *why = "settings string too long";
+        return -1;
+    }
+    n += h->mlen + 4;
+    if (len < n)
+        goto more;
+    h->blen = gcoll_get_u32(buf + n - 4);
+    if (h->blen > GCOLL_BS_MAX_FIELD) {
+        *why = "address blob too long";
+        return -1;
+    }
+    n += h->blen;
+    if (len < n)
+        goto more;
+    h->rank = gcoll_get_u32(buf + 4);
+    h->size = gcoll_get_u32(buf + 8);
+    h->hash = gcoll_get_u64(buf + 12);
+    memcpy(h->version, buf + 20, 16);
+    h->version[15] = '\0';
+    h->match = (const char *)buf + HELLO_FIXED;
+    h->blob = buf + HELLO_FIXED + h->mlen + 4;
+    *need = n;
+    return 1;
+more:
+    *need = n;
+    return 0;
+}
+
+size_t gcoll_bs_hello_encode(const gcoll_bs_hello_t *h, uint8_t *p)
+{
+    size_t n = HELLO_FIXED + h->mlen + 4 + h->blen;
+    if (!p)
+        return n;
+    gcoll_put_u32(p, HELLO_MAGIC);
+    gcoll_put_u32(p + 4, h->rank);
+    gcoll_put_u32(p + 8, h->size);
+    gcoll_put_u64(p + 12, h->hash);
+    memcpy(p + 20, h->version, 16);
+    gcoll_put_u16(p + 36, (uint16_t)h->mlen);
+    memcpy(p + HELLO_FIXED, h->match, h->mlen);
+    gcoll_put_u32(p + HELLO_FIXED + h->mlen, (uint32_t)h->blen);
+    memcpy(p + HELLO_FIXED + h->mlen + 4, h->blob, h->blen);
+    return n;
+}
+
+int gcoll_bs_reply_parse(const uint8_t *buf, size_t len, uint32_t max_n, gcoll_bs_reply_t *r,
+                         size_t *need, const char **why)
+{
+    size_t n = REPLY_FIXED;
+    if (len < n)
+        goto more;
+    if (gcoll_get_u32(buf) != REPLY_MAGIC) {
+        *why = "bad reply magic";
+        return -1;
+    }
+    r->status = (int32_t)gcoll_get_u32(buf + 4);
+    if (r->status > 0 || r->status < GCOLL_ERR_INTERNAL) {
+        *why = "unknown status in the reply";
+        return -1;
+    }
+    r->mlen = gcoll_get_u16(buf + 8);
+    if (r->mlen > GCOLL_BS_MAX_FIELD) {
+        *why = "reply message too long";
+        return -1;
+    }
+    n += r->mlen + 4;
+    if (len < n)
+        goto more;
+    r->n = gcoll_get_u32(buf + n - 4);
+    if (r->n > max_n || (r->status != GCOLL_OK && r->n != 0)) {
+        *why = "address table of the wrong size";
+        return -1;
+    }
+    size_t t0 = n;
+    for (uint32_t i = 0; i < r->n; i++) {
+        n += 4;
+        if (len < n)
+            goto more;
+        size_t l = gcoll_get_u32(buf + n - 4);
+        if (l > GCOLL_BS_MAX_FIELD) {
+            *why = "address blob too long";
+            return -1;
+        }
+        n += l;
+        if (len < n)
+            goto more;
+    }
+    r->msg = (const char *)buf + REPLY_FIXED;
+    r->table = buf + t0;
+    r->tlen = n - t0;
+    *need = n;
+    return 1;
+more:
+    *need = n;
+    return 0;
+}
+
+/* Reads one message, as many bytes at a time as its parser asks for (the parsers bound
+ * every length first). The buffer is the caller's to free, also on error. */
+typedef int (*parse_fn)(const uint8_t *buf, size_t len, void *msg, size_t *need,
+                        const char **why, uint32_t max_n);
+
+static int hello_parse_fn(const uint8_t *buf, size_t len, void *msg, size_t *need,
+                          const char **why, uint32_t max_n)
+{
+    (void)max_n;
+    return gcoll_bs_hello_parse(buf, len, msg, need, why);
+}
+
+static int reply_parse_fn(const uint8_t *buf, size_t len, void *msg, size_t *need,
+                          const char **why, uint32_t max_n)
+{
+    return gcoll_bs_reply_parse(buf, len, max_n, msg, need, why);
+}
+
+static gcoll_status_t recv_msg(int fd, parse_fn parse, uint32_t max_n, void *msg, uint8_t **buf_p,
+                               uint64_t deadline_ms, const char **why)
+{
+    size_t have = 0, need = 0, cap = 0;
+    uint8_t *buf = NULL;
+    *buf_p = NULL;
+    for (;;) {
+        int r = parse(buf, have, msg, &need, why, max_n);
+        if (r != 0)
+            return r > 0 ? GCOLL_OK : GCOLL_ERR_INVALID;
+        if (need > cap) {
+            size_t c = GCOLL_MAX(need, 2 * cap);
+            uint8_t *nb = realloc(buf, c);
+            if (!nb) {
+                *why = "out of memory";
+                return GCOLL_ERR_NOMEM;
+            }
+            *buf_p = buf = nb;
+            cap = c;
+        }
+        gcoll_status_t st = gcoll_sock_read_all(fd, buf + have, need - have, deadline_ms);
+        if (st != GCOLL_OK) {
+            *why = st == GCOLL_ERR_TIMEOUT ? "timed out" : "connection lost";
+            return st;
+        }
+        have = need;
+    }
+}
+
+/* ---- exchange ----------------------------------------------------------------------- */
+
 typedef struct {
-    int rank, size;
-    uint64_t hash;
-    char version[16];
-    char *match;
-    uint8_t *blob;
-    size_t blen;
+    gcoll_bs_hello_t h;
+    uint8_t *raw; /* what h points into (rank 0's own: NULL) */
 } hello_t;
 
 static int on_rank(void *arg, int fd, const void *payload, size_t plen, const char *from)
@@ -196,58 +353,25 @@ static int on_rank(void *arg, int fd, const void *payload, size_t plen, const ch
     return 0;
 }
 
-static gcoll_status_t send_hello(int fd, const hello_t *h, uint64_t deadline_ms)
+static gcoll_status_t send_hello(int fd, const gcoll_bs_hello_t *h, uint64_t deadline_ms)
 {
-    size_t mlen = strlen(h->match);
-    size_t n = 4 + 4 + 4 + 8 + 16 + 2 + mlen + 4 + h->blen;
-    uint8_t *buf = malloc(n), *p = buf;
+    size_t n = gcoll_bs_hello_encode(h, NULL);
+    uint8_t *buf = malloc(n);
     if (!buf)
         return GCOLL_ERR_NOMEM;
-    gcoll_put_u32(p, HELLO_MAGIC);
-    gcoll_put_u32(p + 4, (uint32_t)h->rank);
-    gcoll_put_u32(p + 8, (uint32_t)h->size);
-    gcoll_put_u64(p + 12, h->hash);
-    memcpy(p + 20, h->version, 16);
-    gcoll_put_u16(p + 36, (uint16_t)mlen);
-    memcpy(p + 38, h->match, mlen);
-    p += 38 + mlen;
-    gcoll_put_u32(p, (uint32_t)h->blen);
-    memcpy(p + 4, h->blob, h->blen);
+    gcoll_bs_hello_encode(h, buf);
     gcoll_status_t st = gcoll_sock_write_all(fd, buf, n, deadline_ms);
     free(buf);
     return st;
 }
 
-/* Reads one HELLO, bounds-checking every length before allocating. */
-static gcoll_status_t recv_hello(int fd, hello_t *h, uint64_t deadline_ms)
-{
-    uint8_t fix[38], len4[4];
-    GCOLL_CHECK(gcoll_sock_read_all(fd, fix, sizeof(fix), deadline_ms));
-    if (gcoll_get_u32(fix) != HELLO_MAGIC)
-        return GCOLL_ERR_INVALID;
-    h->rank = (int)gcoll_get_u32(fix + 4);
-    h->size = (int)gcoll_get_u32(fix + 8);
-    h->hash = gcoll_get_u64(fix + 12);
-    memcpy(h->version, fix + 20, 16);
-    h->version[15] = '\0';
-    size_t mlen = gcoll_get_u16(fix + 36);
-    if (mlen > MAX_FIELD || !(h->match = calloc(1, mlen + 1)))
-        return GCOLL_ERR_INVALID;
-    GCOLL_CHECK(gcoll_sock_read_all(fd, h->match, mlen, deadline_ms));
-    GCOLL_CHECK(gcoll_sock_read_all(fd, len4, 4, deadline_ms));
-    h->blen = gcoll_get_u32(len4);
-    if (h->blen > MAX_FIELD || !(h->blob = malloc(h->blen + 1)))
-        return GCOLL_ERR_INVALID;
-    return gcoll_sock_read_all(fd, h->blob, h->blen, deadline_ms);
-}
-
 static gcoll_status_t send_reply(int fd, gcoll_status_t status, const char *msg, const hello_t *all,
                                  int size, uint64_t deadline_ms)
 {
-    size_t mlen = strlen(msg), n = 4 + 4 + 2 + mlen + 4;
+    size_t mlen = GCOLL_MIN(strlen(msg), (size_t)GCOLL_BS_MAX_FIELD), n = REPLY_FIXED + mlen + 4;
     if (status == GCOLL_OK)
         for (int i = 0; i < size; i++)
-            n += 4 + all[i].blen;
+            n += 4 + all[i].h.blen;
     uint8_t *buf = malloc(n), *p = buf;
     if (!buf)
         return GCOLL_ERR_NOMEM;
@@ -260,9 +384,9 @@ static gcoll_status_t send_reply(int fd, gcoll_status_t status, const char *msg,
     p += 4;
     if (status == GCOLL_OK) {
         for (int i = 0; i < size; i++) {
-            gcoll_put_u32(p, (uint32_t)all[i].blen);
-            memcpy(p + 4, all[i].blob, all[i].blen);
-            p += 4 + all[i].blen;
+            gcoll_put_u32(p, (uint32_t)all[i].h.blen);
+            memcpy(p + 4, all[i].h.blob, all[i].h.blen);
+            p += 4 + all[i].h.blen;
         }
     }
     gcoll_status_t st = gcoll_sock_write_all(fd, buf, n, deadline_ms);
@@ -273,26 +397,30 @@ static gcoll_status_t send_reply(int fd, gcoll_status_t status, const char *msg,
 /* Everyone must run the same library with the same must-match settings. */
 static gcoll_status_t check_agreement(const hello_t *all, int size, char *msg, size_t len)
 {
+    const gcoll_bs_hello_t *h0 = &all[0].h;
     for (int i = 1; i < size; i++) {
-        if (all[i].size != all[0].size) {
-            snprintf(msg, len, "rank %d was started with %d ranks but rank 0 with %d", i,
-                     all[i].size, all[0].size);
+        const gcoll_bs_hello_t *h = &all[i].h;
+        if (h->size != h0->size) {
+            snprintf(msg, len, "rank %d was started with %u ranks but rank 0 with %u", i,
+                     h->size, h0->size);
             return GCOLL_ERR_MISMATCH;
         }
-        if (strcmp(all[i].version, all[0].version) != 0) {
-            snprintf(msg, len, "rank %d runs gcoll %s but rank 0 runs %s", i, all[i].version,
-                     all[0].version);
+        if (strcmp(h->version, h0->version) != 0) {
+            snprintf(msg, len, "rank %d runs gcoll %s but rank 0 runs %s", i, h->version,
+                     h0->version);
             return GCOLL_ERR_MISMATCH;
         }
-        if (all[i].hash != all[0].hash) {
-            snprintf(msg, len, "ranks disagree on settings that must match: rank 0 has [%s], "
-                     "rank %d has [%s]", all[0].match, i, all[i].match);
+        if (h->hash != h0->hash) {
+            snprintf(msg, len, "ranks disagree on settings that must match: rank 0 has [%.*s], "
+                     "rank %d has [%.*s]", (int)h0->mlen, h0->match, i, (int)h->mlen, h->match);
             return GCOLL_ERR_MISMATCH;
         }
     }
     return GCOLL_OK;
 }
 
+/* Copies a table of size blobs (already checked: n entries within tlen) into one
+ * allocation of pointers and bytes. */
 static gcoll_status_t unpack_table(const uint8_t *p, size_t n, int size, void ***blobs_p,
                                    size_t **lens_p)
 {
@@ -336,14 +464,23 @@ static gcoll_status_t exchange_root(gcoll_bootstrap_t *bs, hello_t *all, uint64_
         snprintf(err, errlen, "rendezvous: %s; ranks missing:%s", why, list);
         return st;
     }
-    for (int i = 1; i < bs->size; i++) {
-        st = recv_hello(bs->peer_fd[i], &all[i], deadline_ms);
-        if (st != GCOLL_OK || all[i].rank != i) {
-            snprintf(err, errlen, "rendezvous: bad or missing hello from rank %d", i);
-            return st != GCOLL_OK ? st : GCOLL_ERR_INVALID;
+    /* The listener is no longer read: strangers queued there wait, harmless, until it
+     * closes. Every connection here has proved it holds the job key. */
+    for (int i = 1; i < bs->size && st == GCOLL_OK; i++) {
+        const char *bad = "";
+        st = recv_msg(bs->peer_fd[i], hello_parse_fn, 0, &all[i].h, &all[i].raw, deadline_ms,
+                      &bad);
+        if (st == GCOLL_OK && all[i].h.rank != (uint32_t)i) {
+            bad = "it claims another rank";
+            st = GCOLL_ERR_INVALID;
         }
+        if (st != GCOLL_OK)
+            snprintf(why, sizeof(why), "rendezvous: bad or missing hello from rank %d (%s)", i,
+                     bad);
     }
-    st = check_agreement(all, bs->size, why, sizeof(why));
+    if (st == GCOLL_OK)
+        st = check_agreement(all, bs->size, why, sizeof(why));
+    /* a failure goes to every rank, so that none waits for its timeout */
     for (int i = 1; i < bs->size; i++) {
         gcoll_status_t sst = send_reply(bs->peer_fd[i], st, st == GCOLL_OK ? "" : why, all,
                                         bs->size, deadline_ms);
@@ -360,48 +497,24 @@ static gcoll_status_t exchange_root(gcoll_bootstrap_t *bs, hello_t *all, uint64_
 static gcoll_status_t exchange_client(gcoll_bootstrap_t *bs, void ***blobs_p, size_t **lens_p,
                                       uint64_t deadline_ms, char *err, size_t errlen)
 {
-    uint8_t fix[10];
-    gcoll_status_t st = gcoll_sock_read_all(bs->fd, fix, sizeof(fix), deadline_ms);
-    if (st != GCOLL_OK || gcoll_get_u32(fix) != REPLY_MAGIC) {
-        snprintf(err, errlen, "rendezvous: no reply from rank 0 (%s)",
-                 st == GCOLL_ERR_TIMEOUT ? "timed out: are all ranks started?" : "connection lost");
-        return st != GCOLL_OK ? st : GCOLL_ERR_INVALID;
-    }
-    gcoll_status_t remote = (gcoll_status_t)(int32_t)gcoll_get_u32(fix + 4);
-    size_t mlen = gcoll_get_u16(fix + 8);
-    char msg[MAX_FIELD + 1];
-    uint8_t n4[4];
-    if (mlen > MAX_FIELD || gcoll_sock_read_all(bs->fd, msg, mlen, deadline_ms) != GCOLL_OK ||
-        gcoll_sock_read_all(bs->fd, n4, 4, deadline_ms) != GCOLL_OK) {
-        snprintf(err, errlen, "rendezvous: truncated reply from rank 0");
-        return GCOLL_ERR_INVALID;
-    }
-    msg[mlen] = '\0';
-    if (remote != GCOLL_OK) {
-        snprintf(err, errlen, "%s", msg);
-        return remote < 0 ? remote : GCOLL_ERR_INVALID;
-    }
-    if ((int)gcoll_get_u32(n4) != bs->size) {
+    gcoll_bs_reply_t r;
+    uint8_t *buf = NULL;
+    const char *why = "";
+    gcoll_status_t st = recv_msg(bs->fd, reply_parse_fn, (uint32_t)bs->size, &r, &buf,
+                                 deadline_ms, &why);
+    if (st == GCOLL_ERR_TIMEOUT)
+        snprintf(err, errlen, "rendezvous: no reply from rank 0 (timed out: are all ranks "
+                 "started?)");
+    else if (st != GCOLL_OK)
+        snprintf(err, errlen, "rendezvous: bad reply from rank 0 (%s)", why);
+    else if (r.status != GCOLL_OK) {
+        snprintf(err, errlen, "%.*s", (int)r.mlen, r.msg);
+        st = r.status;
+    } else if (r.n != (uint32_t)bs->size) {
         snprintf(err, errlen, "rendezvous: rank 0 sent a table of the wrong size");
-        return GCOLL_ERR_MISMATCH;
-    }
-    /* The table is read in bounded pieces: size * (4 + MAX_FIELD) at most. */
-    size_t cap = (size_t)bs->size * (4 + MAX_FIELD), n = 0;
-    uint8_t *buf = malloc(cap);
-    if (!buf)
-        return GCOLL_ERR_NOMEM;
-    for (int i = 0; i < bs->size; i++) {
-        st = gcoll_sock_read_all(bs->fd, buf + n, 4, deadline_ms);
-        size_t l = st == GCOLL_OK ? gcoll_get_u32(buf + n) : 0;
-        if (st != GCOLL_OK || l > MAX_FIELD ||
-            gcoll_sock_read_all(bs->fd, buf + n + 4, l, deadline_ms) != GCOLL_OK) {
-            free(buf);
-            snprintf(err, errlen, "rendezvous: truncated address table from rank 0");
-            return GCOLL_ERR_INVALID;
-        }
-        n += 4 + l;
-    }
-    st = unpack_table(buf, n, bs->size, blobs_p, lens_p);
+        st = GCOLL_ERR_MISMATCH;
+    } else
+        st = unpack_table(r.table, r.tlen, bs->size, blobs_p, lens_p);
     free(buf);
     return st;
 }
@@ -410,12 +523,12 @@ gcoll_status_t gcoll_bootstrap_exchange(gcoll_bootstrap_t *bs, const char *match
                                         size_t len, void ***blobs_p, size_t **lens_p,
                                         uint64_t deadline_ms, char *err, size_t errlen)
 {
-    hello_t mine = {.rank = bs->rank, .size = bs->size,
-                    .hash = gcoll_hash64(match, strlen(match), 0), .match = (char *)match,
-                    .blob = (uint8_t *)blob, .blen = len};
-    snprintf(mine.version, sizeof(mine.version), "%s", gcoll_version());
-    if (len > MAX_FIELD || strlen(match) > MAX_FIELD)
+    if (len > GCOLL_BS_MAX_FIELD || strlen(match) > GCOLL_BS_MAX_FIELD)
         return GCOLL_ERR_INTERNAL;
+    gcoll_bs_hello_t mine = {.rank = (uint32_t)bs->rank, .size = (uint32_t)bs->size,
+                             .hash = gcoll_hash64(match, strlen(match), 0), .match = match,
+                             .mlen = strlen(match), .blob = blob, .blen = len};
+    snprintf(mine.version, sizeof(mine.version), "%s", gcoll_version());
     if (bs->rank != 0) {
         gcoll_status_t st = send_hello(bs->fd, &mine, deadline_ms);
         if (st != GCOLL_OK) {
@@ -427,28 +540,26 @@ gcoll_status_t gcoll_bootstrap_exchange(gcoll_bootstrap_t *bs, const char *match
     hello_t *all = calloc((size_t)bs->size, sizeof(*all));
     if (!all)
         return GCOLL_ERR_NOMEM;
-    all[0] = mine;
+    all[0].h = mine;
     gcoll_status_t st = exchange_root(bs, all, deadline_ms, err, errlen);
     size_t total = 0;
     for (int i = 0; st == GCOLL_OK && i < bs->size; i++)
-        total += 4 + all[i].blen;
+        total += 4 + all[i].h.blen;
     uint8_t *flat = st == GCOLL_OK ? malloc(total) : NULL;
     if (st == GCOLL_OK && !flat)
         st = GCOLL_ERR_NOMEM;
     if (st == GCOLL_OK) {
         size_t off = 0;
         for (int i = 0; i < bs->size; i++) {
-            gcoll_put_u32(flat + off, (uint32_t)all[i].blen);
-            memcpy(flat + off + 4, all[i].blob, all[i].blen);
-            off += 4 + all[i].blen;
+            gcoll_put_u32(flat + off, (uint32_t)all[i].h.blen);
+            memcpy(flat + off + 4, all[i].h.blob, all[i].h.blen);
+            off += 4 + all[i].h.blen;
         }
         st = unpack_table(flat, total, bs->size, blobs_p, lens_p);
     }
     free(flat);
-    for (int i = 1; i < bs->size; i++) {
-        free(all[i].match);
-        free(all[i].blob);
-    }
+    for (int i = 1; i < bs->size; i++)
+        free(all[i].raw);
     free(all);
     return st;
 }

@@ -28,6 +28,41 @@ gcoll_status_t gcoll_bootstrap_exchange(gcoll_bootstrap_t *bs, const char *match
 
 void gcoll_bootstrap_close(gcoll_bootstrap_t *bs);
 
+/* The rendezvous messages' wire forms (little-endian), parsed without sockets so that
+ * they can be fuzzed (tests/fuzz). A parse returns 1 when the message is complete in the
+ * first *need bytes of buf, 0 when it needs *need bytes (always more than len) to go on,
+ * -1 when it is malformed (*why says how). Parsed views point into buf.
+ *   hello: magic "GCB1", rank u32, size u32, settings hash u64, version char[16],
+ *          match string (u16 length + bytes), address blob (u32 length + bytes)
+ *   reply: magic "GCB2", status i32, message (u16 length + bytes), entries u32, then
+ *          that many address blobs (u32 length + bytes each); no entries unless status 0 */
+#define GCOLL_BS_MAX_FIELD 4096
+typedef struct {
+    uint32_t rank, size;
+    uint64_t hash;
+    char version[16]; /* NUL-terminated */
+    const char *match; /* not NUL-terminated */
+    size_t mlen;
+    const uint8_t *blob;
+    size_t blen;
+} gcoll_bs_hello_t;
+int gcoll_bs_hello_parse(const uint8_t *buf, size_t len, gcoll_bs_hello_t *h, size_t *need,
+                         const char **why);
+/* Writes h to buf (NULL: only counts) and returns its length. */
+size_t gcoll_bs_hello_encode(const gcoll_bs_hello_t *h, uint8_t *buf);
+
+typedef struct {
+    int32_t status;
+    const char *msg; /* not NUL-terminated */
+    size_t mlen;
+    uint32_t n;          /* address blobs in the table */
+    const uint8_t *table; /* n times (u32 length + blob) */
+    size_t tlen;
+} gcoll_bs_reply_t;
+/* max_n: the most entries accepted (the job's size). */
+int gcoll_bs_reply_parse(const uint8_t *buf, size_t len, uint32_t max_n, gcoll_bs_reply_t *r,
+                         size_t *need, const char **why);
+
 /* Splits "host:port" / "[v6]:port" into host and port. 0 on success. */
 int gcoll_split_hostport(const char *s, char *host, size_t hlen, char *port, size_t plen);
 

@@ -25,6 +25,8 @@ typedef struct {
     size_t count;
     gcoll_dtype_t dtype;
     char *spec; /* explicit, or NULL: the policy decides */
+    const char *chosen; /* the spec it gets (explicit, a rule's, the default or "none") */
+    int rule;           /* the policy rule that chose it; -1 the default, -2 explicit/dtype */
     int bucket;
     size_t off; /* in the bucket's fused buffer */
     int ready;
@@ -38,6 +40,7 @@ typedef struct {
     char label[160];
     gcoll_compressor_t *comp;
     gcoll_tensor_state_t *state;
+    size_t *ends; /* per-tensor selection: each tensor's end in the fused buffer */
     float *fused;
     float *acc; /* local accumulation across GCOLL_ACCUMULATE_STEPS (NULL when 1) */
     int nready;
@@ -82,6 +85,7 @@ static void bucket_free(bucket_t *k)
 {
     gcoll_state_destroy(k->state);
     gcoll_compressor_destroy(k->comp);
+    free(k->ends);
     free(k->fused);
     free(k->acc);
     free(k->spec);
@@ -216,20 +220,64 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_add_tensor(gcoll_bucketer_t *b, const
     return GCOLL_OK;
 }
 
+/* Each tensor's spec: explicit, else by policy, with the first and last layers in forward
+ * order those of the last and first tensors registered (backward order). A function of
+ * the tensors registered so far. */
+static void assign_specs(gcoll_bucketer_t *b)
+{
+    for (int i = 0; i < b->nt; i++) {
+        tensor_t *t = &b->t[i];
+        int in_first = gcoll_policy_same_layer(t->name, b->t[b->nt - 1].name);
+        int in_last = gcoll_policy_same_layer(t->name, b->t[0].name);
+        t->rule = -2;
+        t->chosen = t->spec ? t->spec
+                            : gcoll_policy_pick(&b->policy, t->name, t->count, in_first, in_last,
+                                                b->default_spec, &t->rule);
+        /* only float32 gradients are compressed */
+        if (t->dtype != GCOLL_FLOAT32) {
+            t->chosen = "none";
+            t->rule = -2;
+        }
+    }
+}
+
+GCOLL_EXPORT const char *gcoll_bucketer_tensor_spec(gcoll_bucketer_t *b, int id)
+{
+    if (!b)
+        return NULL;
+    pthread_mutex_lock(&b->lock);
+    const char *spec = NULL;
+    if (id >= 0 && id < b->nt) {
+        if (!b->finalized)
+            assign_specs(b);
+        spec = b->t[id].chosen;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return spec;
+}
+
+/* Warm-up length for sparsifiers whose spec gives none (gcoll_bucketer_config_t). */
+static void default_warmup(gcoll_compressor_t *c, uint64_t steps)
+{
+    if (steps == 0 || c->k_fixed || (c->warmup_given & GCOLL_WARMUP_STEPS_GIVEN) ||
+        !(c->sparsify == GCOLL_SPARSIFY_TOPK || c->sparsify == GCOLL_SPARSIFY_RANDOMK ||
+          c->sparsify == GCOLL_SPARSIFY_DGC))
+        return;
+    c->warmup_steps = steps;
+    c->warmup_given |= GCOLL_WARMUP_STEPS_GIVEN;
+    gcoll_spec_canon(c);
+}
+
 /* Assigns codecs by policy and cuts the tensors into buckets. */
 static gcoll_status_t finalize(gcoll_bucketer_t *b)
 {
     b->bk = calloc((size_t)b->nt + 1, sizeof(bucket_t));
     if (!b->bk)
         return GCOLL_ERR_NOMEM;
+    assign_specs(b);
     for (int i = 0; i < b->nt; i++) {
         tensor_t *t = &b->t[i];
-        const char *spec = t->spec ? t->spec
-                                   : gcoll_policy_pick(&b->policy, t->name, t->count, i, b->nt,
-                                                       b->default_spec);
-        /* only float32 gradients are compressed */
-        if (t->dtype != GCOLL_FLOAT32)
-            spec = "none";
+        const char *spec = t->chosen;
         bucket_t *k = b->nb ? &b->bk[b->nb - 1] : NULL;
         size_t esz = gcoll_dtype_size(t->dtype);
         if (!k || strcmp(k->spec, spec) != 0 || k->dtype != t->dtype ||
@@ -245,8 +293,14 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
         t->off = k->count;
         k->count += t->count;
         k->n++;
-        GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: tensor %d '%s' (%zu elements) -> bucket %d, %s",
-                   i, t->name, t->count, t->bucket, spec);
+        char why[32];
+        if (t->rule >= 0)
+            snprintf(why, sizeof(why), "policy rule %d", t->rule + 1);
+        GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: tensor %d '%s' (layer '%.*s', %zu elements) -> "
+                   "bucket %d, %s (%s)", i, t->name, (int)gcoll_policy_layer_len(t->name),
+                   t->name, t->count, t->bucket, spec,
+                   t->rule >= 0 ? why : t->rule == -1 ? "default" : t->spec ? "explicit"
+                                                                           : "not float32");
     }
     for (int j = 0; j < b->nb; j++) {
         bucket_t *k = &b->bk[j];
@@ -258,6 +312,16 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
             return GCOLL_ERR_NOMEM;
         if (k->dtype == GCOLL_FLOAT32) {
             GCOLL_CHECK(gcoll_compressor_create(k->spec, &k->comp));
+            default_warmup(k->comp, b->cfg.warmup_steps);
+            if (b->comm->cfg.layer_select && k->n > 1) {
+                /* top-k and DGC select in each tensor of the bucket (select.c) */
+                if (!(k->ends = malloc((size_t)k->n * sizeof(size_t))))
+                    return GCOLL_ERR_NOMEM;
+                for (int i = 0; i < k->n; i++)
+                    k->ends[i] = b->t[k->first + i].off + b->t[k->first + i].count;
+                k->comp->layer_end = k->ends;
+                k->comp->nlayers = (size_t)k->n;
+            }
             GCOLL_CHECK(gcoll_state_create(k->comp, k->count, &k->state));
             k->adaptive = b->adapt && k->comp->density > 0 && k->comp->k_fixed == 0;
             /* the bandwidth estimate takes the run less compression as wire time, which
@@ -332,6 +396,38 @@ static gcoll_status_t midstep_check(gcoll_comm_t *comm, bucket_t *k)
     return GCOLL_OK;
 }
 
+static double norm2(const float *x, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
+/* Debug trace of what compression does to each tensor of a bucket this step (before the
+ * reduced gradient is scattered back, so t->grad still holds this rank's input): the
+ * density in force, the elements the reduced gradient updates, and the norms of the input,
+ * of what stays behind (the residual; DGC's accumulation) and of DGC's velocity.
+ * bench/dgc-trace.sh plots it. */
+static void trace_tensors(const bucket_t *k, uint64_t step)
+{
+    const gcoll_bucketer_t *b = k->b;
+    const float *e = gcoll_state_residual(k->state), *u = k->state->u;
+    for (int i = k->first; i < k->first + k->n; i++) {
+        const tensor_t *t = &b->t[i];
+        const float *out = k->fused + t->off;
+        size_t nz = 0;
+        for (size_t j = 0; j < t->count; j++)
+            nz += out[j] != 0;
+        GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "trace step %llu tensor '%s' n %zu density %.6g "
+                    "updated %zu grad %.6g residual %.6g velocity %.6g",
+                    (unsigned long long)step, t->name, t->count,
+                    gcoll_codec_density(k->comp, step), nz, norm2(t->grad, t->count),
+                    e ? norm2(e + t->off, t->count) : 0.0,
+                    u ? norm2(u + t->off, t->count) : 0.0);
+    }
+}
+
 /* On the progress thread: gather, reduce (compressed for float32), scatter back. */
 static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
 {
@@ -381,6 +477,7 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
         if (d != k->comp->density && (st = set_density(k, d)) != GCOLL_OK)
             return st;
     }
+    uint64_t cstep = k->state ? k->state->step : 0; /* the codec's step of this run */
     if (k->dtype == GCOLL_FLOAT32) {
         k->state->input_checked = scan;
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
@@ -398,6 +495,8 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
         st = midstep_check(comm, k);
     if (st != GCOLL_OK)
         return st;
+    if (k->dtype == GCOLL_FLOAT32 && GCOLL_LOG_ON(GCOLL_LOG_DEBUG, GCOLL_SUBSYS_COMPRESS))
+        trace_tensors(k, cstep);
     double t1 = (double)gcoll_time_ns() * 1e-9;
     for (int i = k->first; i < k->first + k->n; i++) {
         tensor_t *t = &b->t[i];

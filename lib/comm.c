@@ -3,6 +3,7 @@
 #include "comm.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <ifaddrs.h>
 #include <arpa/inet.h>
@@ -625,8 +626,54 @@ static void comm_free(gcoll_comm_t *comm)
     free(comm);
 }
 
+/* Under srun without GCOLL_ROOT: task 0 runs on the step's first node, so the rendezvous
+ * is there, at a port derived from the job and step ids (the same on every task; steps of
+ * one job differ, and so do jobs unless their ids are 2000 apart and run at once on the same
+ * node). Writes "host:port" into buf; 0 on success. */
+static int slurm_root(char *buf, size_t len)
+{
+    const char *list = getenv("SLURM_STEP_NODELIST");
+    if (!list || !*list)
+        list = getenv("SLURM_JOB_NODELIST");
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    long jobid, stepid = 0;
+    if (!list || !*list || !job || gcoll_parse_long(job, 0, LONG_MAX, &jobid) != 0)
+        return -1;
+    if (step && gcoll_parse_long(step, 0, LONG_MAX, &stepid) != 0)
+        stepid = 0;
+    /* the first host of a list such as "node[03-05,9]-ib,other": prefix, first number,
+     * suffix */
+    char host[256];
+    size_t n = 0;
+    const char *p = list;
+    while (*p && *p != ',' && *p != '[' && n + 1 < sizeof(host))
+        host[n++] = *p++;
+    if (*p == '[') {
+        for (p++; *p && *p != '-' && *p != ',' && *p != ']' && n + 1 < sizeof(host); p++)
+            host[n++] = *p;
+        while (*p && *p != ']')
+            p++;
+        if (*p == ']')
+            p++;
+        while (*p && *p != ',' && *p != '[' && n + 1 < sizeof(host))
+            host[n++] = *p++;
+    }
+    host[n] = '\0';
+    if (n == 0)
+        return -1;
+    int port = 20000 + (int)(((jobid % 2000) * 16 + stepid % 16) % 32000);
+    snprintf(buf, len, "%s:%d", host, port);
+    return 0;
+}
+
 static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *err, size_t errlen)
 {
+    char slurm[300];
+    if ((!root || !*root) && comm->size > 1 && slurm_root(slurm, sizeof(slurm)) == 0) {
+        root = slurm;
+        GCOLL_INFO(GCOLL_SUBSYS_INIT, "rendezvous at %s, from Slurm's node list and job id "
+                   "(GCOLL_ROOT overrides)", root);
+    }
     uint64_t deadline = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
     gcoll_bootstrap_t *bs = NULL;
     void **blobs = NULL;
@@ -636,7 +683,8 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
     if (comm->size > 1) {
         if (!root || !*root) {
             snprintf(err, errlen, "GCOLL_ROOT is not set: every rank needs the rendezvous "
-                     "address host:port (gcoll-run sets it; with mpirun pass -x GCOLL_ROOT)");
+                     "address host:port (gcoll-run sets it; with mpirun pass -x GCOLL_ROOT; "
+                     "under srun it defaults to the step's first node)");
             return GCOLL_ERR_INVALID;
         }
         GCOLL_CHECK_GOTO(gcoll_bootstrap_open(comm->rank, comm->size, root, &comm->key, deadline,
@@ -645,6 +693,7 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
     }
     if (comm->cfg.tcp_ifname && *comm->cfg.tcp_ifname)
         GCOLL_CHECK_GOTO(ifname_ip(comm->cfg.tcp_ifname, ip, sizeof(ip), err, errlen), st, out);
+    snprintf(comm->local_ip, sizeof(comm->local_ip), "%s", ip); /* for gcoll_comm_split */
     gcoll_transport_params_t tp = {.rank = comm->rank, .size = comm->size, .cfg = &comm->cfg,
                                    .local_ip = ip, .key = comm->key, .wake_fd = comm->wake_fd};
     st = comm->tops->create(&tp, &comm->tp);
@@ -706,48 +755,75 @@ static gcoll_status_t probe(gcoll_comm_t *comm)
     return GCOLL_OK;
 }
 
-gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
-                                    gcoll_comm_t **comm_p)
+gcoll_status_t gcoll_comm_alloc(gcoll_comm_t **comm_p, char *err, size_t errlen)
 {
-    char err[1024] = "";
-    if (!comm_p)
-        return GCOLL_ERR_INVALID;
     gcoll_comm_t *comm = calloc(1, sizeof(*comm));
     if (!comm)
         return GCOLL_ERR_NOMEM;
     comm->wake_fd = -1;
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
-    gcoll_status_t st;
-    GCOLL_CHECK_GOTO(gcoll_config_load(&comm->cfg, err, sizeof(err)), st, err_free);
+    snprintf(comm->local_ip, sizeof(comm->local_ip), "127.0.0.1");
+    *comm_p = comm;
+    gcoll_status_t st = gcoll_config_load(&comm->cfg, err, errlen);
+    if (st != GCOLL_OK)
+        return st;
+    resolve_ring_depth(comm);
+    comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    comm->spin_ns = (uint64_t)comm->cfg.spin_us * 1000u;
+    comm->algo_memo = -1;
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_comm_set_key(gcoll_comm_t *comm, const char *key)
+{
+    free(comm->keybuf);
+    comm->keybuf = strdup(key);
+    if (!comm->keybuf)
+        return GCOLL_ERR_NOMEM;
+    comm->key = (gcoll_key_t){.key = (const uint8_t *)comm->keybuf, .keylen = strlen(key)};
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_comm_start(gcoll_comm_t *comm, const char *root, char *err, size_t errlen)
+{
+    if (pthread_create(&comm->thread, NULL, progress_main, comm) != 0) {
+        snprintf(err, errlen, "cannot start the progress thread");
+        return GCOLL_ERR_INTERNAL;
+    }
+    comm->thread_started = 1;
+    place_progress_thread(comm, root);
+    return GCOLL_OK;
+}
+
+void gcoll_comm_free(gcoll_comm_t *comm) { comm_free(comm); }
+
+gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
+                                    gcoll_comm_t **comm_p)
+{
+    char err[1024] = "";
+    if (!comm_p)
+        return GCOLL_ERR_INVALID;
+    gcoll_comm_t *comm = NULL;
+    gcoll_status_t st = gcoll_comm_alloc(&comm, err, sizeof(err));
+    if (!comm)
+        return st;
+    if (st != GCOLL_OK)
+        goto err_free;
     GCOLL_CHECK_GOTO(resolve_identity(comm, size, rank, err, sizeof(err)), st, err_free);
     gcoll_log_set_rank(comm->rank);
-    resolve_ring_depth(comm);
-    const char *key = comm->cfg.job_key ? comm->cfg.job_key : DEFAULT_KEY;
     if (!comm->cfg.job_key && comm->size > 1)
         GCOLL_INFO(GCOLL_SUBSYS_INIT, "GCOLL_JOB_KEY is not set: connections are not "
                                       "authenticated by a secret");
-    comm->keybuf = strdup(key);
-    st = GCOLL_ERR_NOMEM;
-    if (!comm->keybuf)
-        goto err_free;
-    comm->key = (gcoll_key_t){.key = (const uint8_t *)comm->keybuf, .keylen = strlen(key)};
-    comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    GCOLL_CHECK_GOTO(gcoll_comm_set_key(comm, comm->cfg.job_key ? comm->cfg.job_key : DEFAULT_KEY),
+                     st, err_free);
     st = GCOLL_ERR_INVALID;
     if (!(comm->tops = choose_transport(&comm->cfg, err, sizeof(err))))
         goto err_free;
     const char *root = root_addr ? root_addr : comm->cfg.root;
     uint64_t t0 = gcoll_time_ms();
     GCOLL_CHECK_GOTO(comm_connect(comm, root, err, sizeof(err)), st, err_free);
-    if (pthread_create(&comm->thread, NULL, progress_main, comm) != 0) {
-        snprintf(err, sizeof(err), "cannot start the progress thread");
-        st = GCOLL_ERR_INTERNAL;
-        goto err_free;
-    }
-    comm->thread_started = 1;
-    place_progress_thread(comm, root);
-    comm->spin_ns = (uint64_t)comm->cfg.spin_us * 1000u;
-    comm->algo_memo = -1;
+    GCOLL_CHECK_GOTO(gcoll_comm_start(comm, root, err, sizeof(err)), st, err_free);
     if (comm->cfg.probe && comm->size > 1 && (st = probe(comm)) != GCOLL_OK) {
         snprintf(err, sizeof(err), "the bandwidth probe (GCOLL_PROBE=1) failed: %s",
                  gcoll_comm_last_error(comm));

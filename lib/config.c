@@ -95,6 +95,11 @@ static const param_t params[] = {
      "goes (the residual untouched on a failure) instead of a separate scan first; 0 saves "
      "the memory",
      OFF(ef_spare), 0, NULL},
+    {"GCOLL_EF_SPARE_MAX", P_SIZE, "64mb",
+     "most bytes the second residual buffers of GCOLL_EF_SPARE may take in a process, all "
+     "tensors together: a tensor whose buffer does not fit in what is left keeps one "
+     "residual plus O(k) scratch and its gradient is scanned first",
+     OFF(ef_spare_max), 0, NULL},
     {"GCOLL_COMPRESSED_ALGO", P_ENUM, "auto",
      "compressed allreduce of quantizers: alltoall (1-bit Adam's scheme), ring (pipelined, "
      "re-quantizing the partial sum at every hop), or auto (cost model)",
@@ -112,8 +117,13 @@ static const param_t params[] = {
      OFF(bucket_op), F_MUST_MATCH, "avg|sum"},
     {"GCOLL_LAYER_POLICY", P_STRING, "",
      "bucketer: compressor per tensor, first matching rule wins: "
-     "'*bias*=none;size<16384=none;first=topk:density=0.05;*=topk:density=0.001'",
+     "'*bias*=none;size<16384=none;first=topk:density=0.05;*=topk:density=0.001'; first and "
+     "last name the model's first and last layers (tensors sharing a name up to the last '.')",
      OFF(layer_policy), F_MUST_MATCH, NULL},
+    {"GCOLL_LAYER_SELECT", P_BOOL, "1",
+     "bucketer: top-k and DGC pick k = density x size in each tensor of a fused bucket "
+     "(0: one k across the bucket, which starves tensors of small gradients)",
+     OFF(layer_select), F_MUST_MATCH, NULL},
     {"GCOLL_ACCUMULATE_STEPS", P_INT, "1",
      "bucketer: sum gradients locally over N steps and communicate on the Nth",
      OFF(accumulate_steps), F_MUST_MATCH, "1:1000000"},

@@ -33,11 +33,13 @@ typedef struct gcoll_config {
     int compressed_algo; /* 0 auto, 1 alltoall, 2 ring */
     size_t topk_stream;  /* elements per streamed segment of top-k (0: off) */
     int ef_spare;        /* top-k, random-k: fold the NaN/Inf scan into the feedback pass */
+    size_t ef_spare_max; /* bytes all the spare residuals of the process may take */
     int codec_simd;  /* read by lib/compress/kernels.c at first use */
     char *compressor;      /* default compressor spec of tools and the bucketer */
     size_t bucket_bytes;
     int bucket_op;         /* 0 avg, 1 sum */
     char *layer_policy;
+    int layer_select;      /* bucketer: top-k/DGC select per tensor in a fused bucket */
     long accumulate_steps;
     char *progress_cpu;    /* "auto", "none" or a CPU number */
     int adapt;             /* 0 off, 1 bandwidth, 2 phase, 3 both */

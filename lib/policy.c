@@ -94,22 +94,48 @@ gcoll_status_t gcoll_policy_parse(const char *text, gcoll_policy_t *p, char *err
     return st;
 }
 
-const char *gcoll_policy_pick(const gcoll_policy_t *p, const char *name, size_t count,
-                              int position, int ntensors, const char *deflt)
+size_t gcoll_policy_layer_len(const char *name)
 {
+    const char *dot = strrchr(name, '.');
+    return dot ? (size_t)(dot - name) : strlen(name);
+}
+
+int gcoll_policy_same_layer(const char *a, const char *b)
+{
+    size_t la = gcoll_policy_layer_len(a);
+    return la == gcoll_policy_layer_len(b) && strncmp(a, b, la) == 0;
+}
+
+static int has_rule(const gcoll_policy_t *p, gcoll_rule_kind_t kind)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->rule[i].kind == kind)
+            return 1;
+    return 0;
+}
+
+const char *gcoll_policy_pick(const gcoll_policy_t *p, const char *name, size_t count,
+                              int in_first, int in_last, const char *deflt, int *rule_p)
+{
+    int named = (in_first && has_rule(p, GCOLL_RULE_FIRST)) ||
+                (in_last && has_rule(p, GCOLL_RULE_LAST));
     for (size_t i = 0; i < p->n; i++) {
         const gcoll_rule_t *r = &p->rule[i];
         int hit = 0;
         switch (r->kind) {
         case GCOLL_RULE_NAME: hit = fnmatch(r->pattern, name, 0) == 0; break;
-        case GCOLL_RULE_SMALLER: hit = count < r->size; break;
-        case GCOLL_RULE_LARGER: hit = count > r->size; break;
-        /* tensors are registered in backward order: the network's first layer comes last */
-        case GCOLL_RULE_FIRST: hit = position == ntensors - 1; break;
-        case GCOLL_RULE_LAST: hit = position == 0; break;
+        case GCOLL_RULE_SMALLER: hit = !named && count < r->size; break;
+        case GCOLL_RULE_LARGER: hit = !named && count > r->size; break;
+        case GCOLL_RULE_FIRST: hit = in_first; break;
+        case GCOLL_RULE_LAST: hit = in_last; break;
         }
-        if (hit)
+        if (hit) {
+            if (rule_p)
+                *rule_p = (int)i;
             return r->spec;
+        }
     }
+    if (rule_p)
+        *rule_p = -1;
     return deflt;
 }

@@ -118,16 +118,19 @@ int main(int argc, char **argv)
     int iters = 5, steps = 0;
     const char *spec = NULL;
     int c;
-    int compute_cpu = -1;
-    while ((c = getopt(argc, argv, "c:n:z:s:C:h")) != -1) {
+    int compute_cpu = -1, list = 0;
+    while ((c = getopt(argc, argv, "c:n:z:s:C:Lh")) != -1) {
         switch (c) {
+        case 'L': list = 1; break;
         case 'C': compute_cpu = atoi(optarg); break;
         case 's': steps = atoi(optarg); break;
         case 'c': compute_ms = atof(optarg); break;
         case 'n': iters = atoi(optarg); break;
         case 'z': spec = optarg; break;
         default:
-            printf("usage: gcoll-overlap-bench [-c COMPUTE_MS] [-n ITERS] [-z SPEC] [-s STEPS] [-C CPU]\n"
+            printf("usage: gcoll-overlap-bench [-c COMPUTE_MS] [-n ITERS] [-z SPEC] [-s STEPS] [-C CPU] [-L]\n"
+                   "  -L: list each tensor (forward order), its size and the compressor spec the\n"
+                   "  bucketer gives it under GCOLL_LAYER_POLICY, then exit\n"
                    "  -C CPU: pin the compute loop (this thread) to CPU, e.g. with\n"
                    "  GCOLL_PROGRESS_CPU set to another: the compute loop stands for GPU kernels\n"
                    "  (it runs for wall time), leaving the other cores to communication\n"
@@ -156,7 +159,7 @@ int main(int argc, char **argv)
         }
     }
     gcoll_bucketer_config_t cfg = {.default_spec = spec ? spec : getenv("GCOLL_COMPRESSOR"),
-                                   .op = GCOLL_AVG};
+                                   .op = GCOLL_AVG, .policy = getenv("GCOLL_LAYER_POLICY")};
     gcoll_bucketer_t *b;
     if (gcoll_bucketer_create(comm, spec ? &cfg : NULL, &b) != GCOLL_OK) {
         fprintf(stderr, "gcoll-overlap-bench: %s\n", gcoll_comm_last_error(comm));
@@ -175,6 +178,16 @@ int main(int argc, char **argv)
             return 1;
     }
     int rank = gcoll_comm_rank(comm);
+    if (list) {
+        for (int l = 0; rank == 0 && l < nlayers; l++)
+            printf("%-36s %9zu %s\n", layers[l].name, layers[l].count,
+                   gcoll_bucketer_tensor_spec(b, id[nlayers - 1 - l]));
+        gcoll_bucketer_destroy(b);
+        for (int l = 0; l < nlayers; l++)
+            free(g[l]);
+        gcoll_comm_destroy(comm);
+        return 0;
+    }
     double s = compute_ms / 1e3, t[4] = {0};
     if (steps > 0) {
         gcoll_status_t sst = GCOLL_OK;

@@ -35,6 +35,9 @@ static const char usage_text[] =
     "      --test-limit N      evaluate on the first N test examples only\n"
     "      --bucket-bytes N    fuse gradients into buckets of N bytes (1: one bucket per\n"
     "                          tensor, the default; 0: GCOLL_BUCKET_BYTES)\n"
+    "      --warmup-frac F     top-k, random-k and DGC specs without warmup_steps warm up\n"
+    "                          over this fraction of the steps (0.1; 0: none), from\n"
+    "                          warmup_start (1: dense) by schedule (exp)\n"
     "      --csv               CSV per-epoch lines (comments start with #)\n"
     "      --save FILE         rank 0 writes the final parameters (float32, layer by layer,\n"
     "                          weights then bias)\n"
@@ -72,7 +75,7 @@ static int save_params(const char *path, const float *p, size_t n)
 
 int main(int argc, char **argv)
 {
-    enum { OPT_LIMIT = 256, OPT_TEST_LIMIT, OPT_BUCKET, OPT_CSV, OPT_SAVE };
+    enum { OPT_LIMIT = 256, OPT_TEST_LIMIT, OPT_BUCKET, OPT_CSV, OPT_SAVE, OPT_WARMUP };
     static const struct option longopts[] = {
         {"epochs", required_argument, NULL, 'e'},
         {"compressor", required_argument, NULL, 'c'},
@@ -86,6 +89,7 @@ int main(int argc, char **argv)
         {"test-limit", required_argument, NULL, OPT_TEST_LIMIT},
         {"bucket-bytes", required_argument, NULL, OPT_BUCKET},
         {"csv", no_argument, NULL, OPT_CSV},
+        {"warmup-frac", required_argument, NULL, OPT_WARMUP},
         {"save", required_argument, NULL, OPT_SAVE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -153,6 +157,10 @@ int main(int argc, char **argv)
             break;
         case OPT_CSV:
             o.csv = 1;
+            break;
+        case OPT_WARMUP:
+            if (parse_num("--warmup-frac", optarg, 0, 1, &o.warmup_frac))
+                return 2;
             break;
         case OPT_SAVE:
             save = optarg;

@@ -89,6 +89,8 @@ GCOLL_EXPORT void gcoll_state_destroy(gcoll_tensor_state_t *s)
     gcoll_scratch_free(&s->sc);
     free(s->e);
     free(s->spare);
+    gcoll_codec_spare_release(s);
+    free(s->clamped);
     free(s->u);
     free(s);
 }

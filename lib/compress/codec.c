@@ -32,16 +32,34 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c)
         f |= GCOLL_CODEC_QUANTIZED;
     if (c->vs.fmt == GCOLL_VF_QSGD)
         f |= GCOLL_CODEC_STOCHASTIC;
-    if (c->sparsify == GCOLL_SPARSIFY_NONE && c->vs.fmt == GCOLL_VF_F32 && c->clip == 0)
+    if (c->sparsify == GCOLL_SPARSIFY_NONE && c->vs.fmt == GCOLL_VF_F32 && c->clip == 0 &&
+        c->clip_value == 0)
         f |= GCOLL_CODEC_LOSSLESS;
     /* a sum of decoded messages is the decoding of nothing in particular, but adding
      * decodes is always meaningful: every codec here decodes to a linear image */
     return f;
 }
 
-/* DGC's warm-up (Lin et al. 2018, sec. 3.4): sparsity 75%, 93.75%, 98.4375%, 99.6% over
- * the first epochs, then the target. warmup_steps is split into four equal stages. */
-static const double exp_stages[4] = {0.25, 0.0625, 0.015625, 0.004};
+/* Warm-up (Lin et al. 2018, sec. 3.4: DGC's sparsity 75%, 93.75%, 98.4375%, 99.6%, 99.9%
+ * over the first epochs, each stage a quarter of the density before): from warmup_start
+ * (1 = dense) to the target over warmup_steps. exp: four equal stages, geometric between
+ * the two (0.25 to 0.001 gives the paper's stages within 1.3%); linear; step: warmup_start
+ * until warmup_steps. Never sparser than the target. */
+static double warm(gcoll_sched_t sched, double from, double to, uint64_t step, uint64_t steps)
+{
+    switch (sched) {
+    case GCOLL_SCHED_EXP: {
+        unsigned stage = (unsigned)((__uint128_t)step * 4 / steps);
+        return from * pow(to / from, stage / 4.0);
+    }
+    case GCOLL_SCHED_LINEAR:
+        return from + (to - from) * ((double)step / (double)steps);
+    case GCOLL_SCHED_STEP:
+        return from;
+    default:
+        return to;
+    }
+}
 
 double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step)
 {
@@ -50,21 +68,30 @@ double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step)
     double d = c->density;
     if (c->k_fixed || c->warmup_steps == 0 || step >= c->warmup_steps)
         return d;
-    double w;
-    switch (c->sched) {
-    case GCOLL_SCHED_EXP:
-        w = exp_stages[(size_t)((__uint128_t)step * 4 / c->warmup_steps)];
-        break;
-    case GCOLL_SCHED_LINEAR:
-        w = 0.25 + (d - 0.25) * ((double)step / (double)c->warmup_steps);
-        break;
-    case GCOLL_SCHED_STEP:
-        w = 0.25;
-        break;
-    default:
-        return d;
-    }
-    return w > d ? w : d;
+    double w = warm(c->sched, c->warmup_start, d, step, c->warmup_steps);
+    return w > d ? (w < 1.0 ? w : 1.0) : d;
+}
+
+unsigned gcoll_codec_bits(const gcoll_compressor_t *c, uint64_t step)
+{
+    unsigned b = c->vs.bits;
+    if (c->vs.fmt != GCOLL_VF_QSGD || c->sparsify != GCOLL_SPARSIFY_NONE ||
+        c->warmup_steps == 0 || step >= c->warmup_steps || c->warmup_bits <= b)
+        return b;
+    double w = warm(c->sched, c->warmup_bits, b, step, c->warmup_steps);
+    unsigned r = (unsigned)(w + 0.5);
+    return r < b ? b : r > c->warmup_bits ? c->warmup_bits : r;
+}
+
+int gcoll_codec_at_step(const gcoll_compressor_t *c, uint64_t step, gcoll_compressor_t *out)
+{
+    unsigned b = gcoll_codec_bits(c, step);
+    if (b == c->vs.bits)
+        return 0;
+    *out = *c;
+    out->vs.bits = b;
+    gcoll_spec_canon(out);
+    return 1;
 }
 
 static size_t k_for(const gcoll_compressor_t *c, size_t n, double d)
@@ -83,6 +110,24 @@ size_t gcoll_codec_k(const gcoll_compressor_t *c, size_t n, uint64_t step)
     return k_for(c, n, gcoll_codec_density(c, step));
 }
 
+int gcoll_codec_layered(const gcoll_compressor_t *c, size_t off, size_t n)
+{
+    return c->nlayers > 1 && c->layer_end &&
+           (c->sparsify == GCOLL_SPARSIFY_TOPK || c->sparsify == GCOLL_SPARSIFY_DGC) &&
+           off + n <= c->layer_end[c->nlayers - 1];
+}
+
+size_t gcoll_codec_k_range(const gcoll_compressor_t *c, size_t off, size_t n, uint64_t step)
+{
+    if (!gcoll_codec_layered(c, off, n))
+        return gcoll_codec_k(c, n, step);
+    size_t k = 0, a, b;
+    for (size_t j = 0; j < c->nlayers; j++)
+        if (gcoll_codec_layer_part(c, j, off, n, &a, &b))
+            k += gcoll_codec_k(c, b - a, step);
+    return k;
+}
+
 /* Most values a message of n elements may carry. */
 static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
 {
@@ -93,8 +138,9 @@ static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
     default: {
         double d = c->density;
         if (c->warmup_steps && c->sched != GCOLL_SCHED_NONE)
-            d = d > 0.25 ? d : 0.25;
-        size_t k = k_for(c, n, d);
+            d = d > c->warmup_start ? d : c->warmup_start;
+        /* per-layer selection rounds each layer's k up and takes at least one */
+        size_t k = GCOLL_MIN(n, k_for(c, n, d) + (c->nlayers > 1 ? c->nlayers : 0));
         if (c->select == GCOLL_SELECT_REUSE && c->sparsify != GCOLL_SPARSIFY_RANDOMK)
             k = GCOLL_MIN(n, 2 * k);
         return k;
@@ -102,13 +148,18 @@ static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
     }
 }
 
+/* Whether a sparse message may fall back to a dense one: not for sign, which has no zero
+ * (the unsent elements would decode as +scale, and under error feedback their residuals
+ * would drift without bound). */
+static int dense_fallback_ok(const gcoll_vspec_t *vs) { return vs->fmt != GCOLL_VF_SIGN; }
+
 static size_t sparse_size(const gcoll_vspec_t *vs, size_t nnz, size_t n)
 {
     size_t dense = gcoll_vsec_size(vs, n), vals = gcoll_vsec_size(vs, nnz);
     if (dense == SIZE_MAX || vals == SIZE_MAX)
         return SIZE_MAX;
     size_t sp = 4 * nnz + vals;
-    return GCOLL_WIRE_HDR + (sp < dense ? sp : dense);
+    return GCOLL_WIRE_HDR + (sp < dense || !dense_fallback_ok(vs) ? sp : dense);
 }
 
 size_t gcoll_codec_bound(const gcoll_compressor_t *c, size_t n)
@@ -126,7 +177,7 @@ size_t gcoll_codec_bound(const gcoll_compressor_t *c, size_t n)
 
 size_t gcoll_codec_pairs_bound(const gcoll_compressor_t *c, size_t nnz, size_t count)
 {
-    gcoll_vspec_t f32 = {GCOLL_VF_F32, 0, 0, 0};
+    gcoll_vspec_t f32 = {.fmt = GCOLL_VF_F32};
     if (count > GCOLL_WIRE_MAX_COUNT || nnz > count)
         return 0;
     size_t sz = sparse_size(c ? &c->vs : &f32, nnz, count);
@@ -152,7 +203,7 @@ static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, const uint32_t *idx,
     int use_delta = delta < 4 * nnz;
     size_t isz = use_delta ? delta : 4 * nnz;
     gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, GCOLL_WIRE_F_SORTED, n, nnz, 0, *vs, 0};
-    if (isz + vsz > dense) {
+    if (isz + vsz > dense && dense_fallback_ok(vs)) {
         if (GCOLL_WIRE_HDR + dense > cap)
             return too_small(GCOLL_WIRE_HDR + dense, cap);
         GCOLL_CHECK(gcoll_scratch_tmp(sc, n));
@@ -281,6 +332,11 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
     default:
         break;
     }
+    /* a server state's tensor is one chunk: the layers' offsets are not its own */
+    if (!(s && s->mode == GCOLL_STATE_SERVER) && gcoll_codec_layered(c, off, n)) {
+        pending_flush(p, n); /* x is the residual now; the layers' selectors only read it */
+        return gcoll_select_layers(c, x, off, n, step, sc, nnz_p);
+    }
     if (c->select == GCOLL_SELECT_SAMPLE) {
         uint64_t key = gcoll_mix64(step + off * 31 + 7);
         if (p->g) { /* sample e + a*g on the fly, then one fused update-and-collect pass */
@@ -318,7 +374,45 @@ int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_stat
     return c && s && s->c == c && s->e && s->mode == GCOLL_STATE_WORKER &&
            ((c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE) ||
             c->sparsify == GCOLL_SPARSIFY_RANDOMK) &&
-           !(c->clip > 0) && count == s->count;
+           !(c->clip > 0) && !(c->clip_value > 0) && count == s->count &&
+           !gcoll_codec_layered(c, 0, count);
+}
+
+static size_t spare_bytes(const gcoll_tensor_state_t *s)
+{
+    return GCOLL_DIV_UP((s->count ? s->count : 1) * sizeof(float), 64) * 64;
+}
+
+/* Bytes of spare residuals reserved in this process: the budget bounds their sum, so a
+ * large model keeps one residual per tensor plus O(k) scratch (docs/compressors.md). */
+static size_t spare_used;
+
+int gcoll_codec_spare_reserve(gcoll_tensor_state_t *s, size_t budget)
+{
+    if (s->spare_reserved)
+        return 1;
+    size_t need = spare_bytes(s), cur = __atomic_load_n(&spare_used, __ATOMIC_RELAXED);
+    do {
+        if (need > budget || cur > budget - need) {
+            if (!s->spare_refused)
+                GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compress: a tensor of %zu floats keeps one "
+                           "residual: its spare (%zu bytes) exceeds what is left of "
+                           "GCOLL_EF_SPARE_MAX (%zu of %zu bytes in use); the gradient is "
+                           "scanned before the feedback pass", s->count, need, cur, budget);
+            s->spare_refused = 1;
+            return 0;
+        }
+    } while (!__atomic_compare_exchange_n(&spare_used, &cur, cur + need, 0, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    s->spare_reserved = need;
+    return 1;
+}
+
+void gcoll_codec_spare_release(gcoll_tensor_state_t *s)
+{
+    if (s->spare_reserved)
+        __atomic_fetch_sub(&spare_used, s->spare_reserved, __ATOMIC_RELAXED);
+    s->spare_reserved = 0;
 }
 
 /* The spare residual of a folded check: written whole by the feedback pass before it is
@@ -327,12 +421,50 @@ static float *spare_get(gcoll_tensor_state_t *s)
 {
     if (!s->spare) {
         void *p = NULL;
-        size_t bytes = GCOLL_DIV_UP((s->count ? s->count : 1) * sizeof(float), 64) * 64;
+        size_t bytes = spare_bytes(s);
         if (posix_memalign(&p, 64, bytes) != 0)
             return NULL;
         s->spare = p;
     }
     return s->spare;
+}
+
+/* Elementwise clamp to [-v, v] (NaN was refused before). */
+static void clamp_copy(float *dst, const float *x, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = x[i] > v ? v : (x[i] < -v ? -v : x[i]);
+}
+
+/* The state's buffer for the clamped input of clip_value, of the tensor's size. */
+static float *clamp_buf(gcoll_tensor_state_t *s)
+{
+    if (!s->clamped)
+        s->clamped = malloc((s->count ? s->count : 1) * sizeof(float));
+    return s->clamped;
+}
+
+float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n,
+                              int clamp, int nranks)
+{
+    if (!(c->clip > 0))
+        return 1.0f;
+    double ss = 0;
+    if (clamp && c->clip_value > 0) {
+        const float v = (float)c->clip_value; /* as the encoder clamps */
+        for (size_t i = 0; i < n; i++) {
+            double x = g[i] > v ? v : (g[i] < -v ? -v : g[i]);
+            ss += x * x;
+        }
+    } else {
+        ss = gcoll_kernels()->sumsq_d(g, n);
+    }
+    double norm = sqrt(ss), lim = c->clip;
+    /* DGC clips each rank's gradient to the threshold scaled by N^-1/2 (Lin et al. 2018,
+     * sec. 3.3): N such gradients sum to about sqrt(N) times one's norm */
+    if (c->sparsify == GCOLL_SPARSIFY_DGC && nranks > 1)
+        lim /= sqrt((double)nranks);
+    return norm > lim ? (float)(lim / norm) : 1.0f;
 }
 
 gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
@@ -361,8 +493,13 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     gcoll_scratch_t local = {0}, *sc = s ? &s->sc : &local;
     gcoll_status_t st = GCOLL_OK;
     int feedback = s && s->e;
-    int clip = c->clip > 0 && !(s && s->mode == GCOLL_STATE_SERVER);
+    /* the value form: contractive where the residual takes the error back, unbiased
+     * (as published) where nothing does (docs/compressors.md, "Error feedback") */
+    gcoll_vspec_t vs = c->vs;
+    vs.contract = feedback;
+    int clip = (c->clip > 0 || c->clip_value > 0) && !(s && s->mode == GCOLL_STATE_SERVER);
     float a = 1.0f;
+    float *clamped = NULL; /* clip_value: the clamped input (the state's buffer, or ours) */
     const float *work = in;
     /* dense codecs run the feedback update inside the value encoder, block by block */
     int fused_dense = feedback && !dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
@@ -391,11 +528,21 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
             goto out_free;
         }
     }
-    if (clip) {
-        /* gradient clipping by l2 norm, as DGC applies before accumulation */
-        double norm = sqrt(k->sumsq_d(in, n));
-        if (norm > c->clip)
-            a = (float)(c->clip / norm);
+    if (clip && c->clip_value > 0) {
+        /* value clipping: the encoders read the input more than once, so a clamped copy */
+        clamped = s ? clamp_buf(s) : malloc((n ? n : 1) * sizeof(float));
+        if (!clamped) {
+            st = GCOLL_ERR_NOMEM;
+            goto out_free;
+        }
+        clamp_copy(clamped, in, n, (float)c->clip_value);
+        in = work = clamped;
+    }
+    if (clip && c->clip > 0) {
+        /* gradient clipping by l2 norm, as DGC applies before accumulation: by the factor
+         * the collective computed over the whole tensor when it cuts it into chunks */
+        a = s && s->clip_preset ? s->clip_factor
+                                 : gcoll_codec_clip_factor(c, in, n, 0, s ? s->nranks : 0);
     }
     if (dgc) {
         k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);
@@ -415,21 +562,21 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     uint64_t qkey = qsgd_key(s ? s->salt : 0, step, off, s == NULL);
     size_t len = 0;
     if (c->sparsify == GCOLL_SPARSIFY_NONE) {
-        size_t vsz = gcoll_vsec_size(&c->vs, n);
+        size_t vsz = gcoll_vsec_size(&vs, n);
         if (GCOLL_WIRE_HDR + vsz > cap) {
             st = too_small(GCOLL_WIRE_HDR + vsz, cap);
             goto out_free;
         }
-        gcoll_wire_hdr_t h = {GCOLL_WIRE_DENSE, 0, n, n, vsz, c->vs, 0};
+        gcoll_wire_hdr_t h = {GCOLL_WIRE_DENSE, 0, n, n, vsz, vs, 0};
         gcoll_wire_put_hdr(o, &h);
         if (fused_dense) {
             /* e += a*g, encode, e -= D(c): the same bytes and residual as the passes below */
-            GCOLL_CHECK_GOTO(gcoll_vsec_put_ef(&c->vs, s->e + off, in, a, n, qkey,
+            GCOLL_CHECK_GOTO(gcoll_vsec_put_ef(&vs, s->e + off, in, a, n, qkey,
                                                o + GCOLL_WIRE_HDR), st, out_free);
             *len_p = GCOLL_WIRE_HDR + vsz;
             goto out_free;
         }
-        GCOLL_CHECK_GOTO(gcoll_vsec_put(&c->vs, work, n, qkey, o + GCOLL_WIRE_HDR), st, out_free);
+        GCOLL_CHECK_GOTO(gcoll_vsec_put(&vs, work, n, qkey, o + GCOLL_WIRE_HDR), st, out_free);
         len = GCOLL_WIRE_HDR + vsz;
     } else {
         size_t nnz = 0;
@@ -444,22 +591,25 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
                 scale = (float)((double)n / (double)nnz);
             for (size_t j = 0; j < nnz; j++)
                 sc->val[j] = work[sc->idx[j]] * scale;
-            size_t vsz = gcoll_vsec_size(&c->vs, nnz);
+            size_t vsz = gcoll_vsec_size(&vs, nnz);
             if (GCOLL_WIRE_HDR + vsz > cap) {
                 st = too_small(GCOLL_WIRE_HDR + vsz, cap);
                 goto out_free;
             }
-            gcoll_wire_hdr_t h = {GCOLL_WIRE_RANDOMK, 0, n, nnz, vsz, c->vs,
+            gcoll_wire_hdr_t h = {GCOLL_WIRE_RANDOMK, 0, n, nnz, vsz, vs,
                                   gcoll_randomk_key(c, step, off)};
             gcoll_wire_put_hdr(o, &h);
-            GCOLL_CHECK_GOTO(gcoll_vsec_put(&c->vs, sc->val, nnz, qkey, o + GCOLL_WIRE_HDR), st,
+            GCOLL_CHECK_GOTO(gcoll_vsec_put(&vs, sc->val, nnz, qkey, o + GCOLL_WIRE_HDR), st,
                              out_free);
             len = GCOLL_WIRE_HDR + vsz;
         } else {
-            GCOLL_CHECK_GOTO(emit_sparse(&c->vs, sc->idx, sc->val, nnz, n, qkey, sc, o, cap,
+            GCOLL_CHECK_GOTO(emit_sparse(&vs, sc->idx, sc->val, nnz, n, qkey, sc, o, cap,
                                          &len), st, out_free);
         }
-        if (dgc) /* momentum factor masking (Lin et al. 2018, sec. 3.2) */
+        /* momentum factor masking (Lin et al. 2018, sec. 3.2): the sent elements' momentum
+         * is stale once applied. A selection of every element (a dense warm-up stage) is
+         * momentum SGD itself, with nothing delayed to mask. */
+        if (dgc && gcoll_codec_k_range(c, off, n, step) < n)
             for (size_t j = 0; j < nnz; j++)
                 s->u[off + sc->idx[j]] = 0.0f;
     }
@@ -485,8 +635,10 @@ out_free:
     if (st != GCOLL_OK && zeroed_n && !fold) /* nothing sent: e back to e_old + g (above) */
         for (size_t j = 0; j < zeroed_n; j++)
             ew[sc->idx[j]] = sc->val[j];
-    if (!s)
+    if (!s) {
         gcoll_scratch_free(&local);
+        free(clamped);
+    }
     return st;
 }
 
@@ -494,7 +646,7 @@ gcoll_status_t gcoll_codec_encode_pairs(const gcoll_compressor_t *c, const uint3
                                         const float *val, size_t nnz, size_t count, void *out,
                                         size_t cap, size_t *len_p)
 {
-    gcoll_vspec_t f32 = {GCOLL_VF_F32, 0, 0, 0};
+    gcoll_vspec_t f32 = {.fmt = GCOLL_VF_F32};
     if (!out || !len_p || (nnz && (!idx || !val)) || nnz > count ||
         count > GCOLL_WIRE_MAX_COUNT) {
         GCOLL_WARN("compress: encode_pairs: bad arguments (nnz %zu, count %zu)", nnz, count);

@@ -31,10 +31,10 @@ typedef enum {
 typedef enum { GCOLL_SELECT_EXACT = 0, GCOLL_SELECT_SAMPLE, GCOLL_SELECT_REUSE } gcoll_select_t;
 
 typedef enum {
-    GCOLL_SCHED_NONE = 0, /* target density from step 0 */
-    GCOLL_SCHED_EXP,      /* DGC: 0.25, 0.0625, 0.015625, 0.004, then the target */
-    GCOLL_SCHED_LINEAR,   /* 0.25 down to the target linearly over warmup_steps */
-    GCOLL_SCHED_STEP      /* 0.25 for warmup_steps, then the target */
+    GCOLL_SCHED_NONE = 0, /* target density (bits) from step 0 */
+    GCOLL_SCHED_EXP,      /* DGC: four equal stages, geometric from warmup_start to the target */
+    GCOLL_SCHED_LINEAR,   /* warmup_start down to the target linearly over warmup_steps */
+    GCOLL_SCHED_STEP      /* warmup_start for warmup_steps, then the target */
 } gcoll_sched_t;
 
 /* Value formats: how the kept values travel. Numbering is part of the wire format. */
@@ -52,9 +52,19 @@ typedef struct {
     unsigned bits;   /* qsgd: 2..8 */
     uint32_t bucket; /* q8/qsgd values per scale; sign values per scale (0: whole message) */
     int sign_l2;     /* sign: scale is ||x||_2/sqrt(n) (1-bit Adam) instead of mean |x| */
+    /* the encode feeds its error back (a state's residual): send the contractive form,
+     * ||D(Q(x)) - x||^2 <= (1 - delta) ||x||^2 (QSGD's norm scaled by 1/(1 + omega), the
+     * l2 sign scale capped); 0: the unbiased / published form. Not on the wire: the
+     * scales carry it. See docs/compressors.md, "Error feedback". */
+    int contract;
 } gcoll_vspec_t;
 
 #define GCOLL_SPEC_MAX 256
+
+/* Warm-up keys a spec set: warmup_steps (even 0: the caller's default does not apply),
+ * and warmup_start, warmup_bits or schedule */
+#define GCOLL_WARMUP_STEPS_GIVEN 1
+#define GCOLL_WARMUP_SHAPE_GIVEN 2
 
 struct gcoll_compressor {
     char spec[GCOLL_SPEC_MAX]; /* canonical spec string, equal on ranks iff settings equal */
@@ -64,18 +74,28 @@ struct gcoll_compressor {
     gcoll_select_t select;
     uint32_t reuse_steps;  /* select=reuse: recompute the threshold every N steps */
     uint64_t seed;         /* randomk */
-    int unbiased;          /* randomk: scale kept values by n/k */
+    int unbiased;          /* randomk: scale kept values by n/k (ef=0 only: not a contraction) */
     float tau;             /* threshold */
     float momentum;        /* dgc */
-    uint64_t warmup_steps;
+    uint64_t warmup_steps; /* sparsifiers: of the density; dense qsgd: of the bit width */
     gcoll_sched_t sched;
     double clip;           /* clip=C: scale the gradient to l2 norm <= C (0: off) */
+    double clip_value;     /* clip_value=V: clamp each element to [-V, V] first (0: off) */
+    double warmup_start;   /* density at step 0 of the warm-up (1: dense) */
+    unsigned warmup_bits;  /* dense qsgd: bit width at step 0 of the warm-up */
+    int warmup_given;      /* GCOLL_WARMUP_*_GIVEN: which warm-up keys the spec set */
+    /* Per-layer selection inside a fused bucket (the bucketer sets it; not part of the
+     * spec): top-k and DGC select k = density x length in each of the nlayers ranges
+     * [layer_end[j-1], layer_end[j]) of the tensor, not across them. The array belongs to
+     * whoever set it and outlives the compressor. */
+    const size_t *layer_end;
+    size_t nlayers;
     int ef;                /* error feedback in states created from this compressor */
     gcoll_vspec_t vs;
 };
 
 /* Scratch buffers, grown on demand and kept in a state between encodes. */
-typedef struct {
+typedef struct gcoll_scratch {
     uint32_t *idx;
     float *val;
     size_t cap_pairs;
@@ -88,6 +108,7 @@ typedef struct {
     size_t cap_tmp;
     int zeroed; /* the last selection left e = 0 at the indices it returned (see select.h) */
     struct gcoll_select_stream *stream; /* set by a streaming collective (select.h), or NULL */
+    struct gcoll_scratch *layer; /* per-layer selection: one layer's pairs (select.c) */
 } gcoll_scratch_t;
 
 typedef enum { GCOLL_STATE_WORKER = 0, GCOLL_STATE_SERVER = 1 } gcoll_state_mode_t;
@@ -104,16 +125,25 @@ struct gcoll_tensor_state {
     uint64_t reuse_at;    /* step the threshold was computed at */
     int reuse_valid;
     uint64_t salt;        /* mixed into QSGD's rounding stream; collectives set the rank */
+    int nranks;           /* ranks of the collective encoding it (DGC's clip scale), 0 unset */
     gcoll_scratch_t sc;
     /* compressed allreduce: residual of the reduced chunk this rank re-compresses (the
      * "server" side of 1-bit Adam's scheme), created on first use, freed with the state */
     struct gcoll_tensor_state *server;
+    /* clip=C over the whole tensor: a collective that encodes it chunk by chunk sets the
+     * factor of the whole (gcoll_codec_clip_factor) for the call, else each encode
+     * scales its range by the range's own norm */
+    int clip_preset;
+    float clip_factor;
+    float *clamped; /* clip_value: the clamped input, the tensor's size, or NULL */
     /* the caller already verified the input is finite (skip the encoder's own scan) */
     int input_checked;
     /* the caller did not scan the input and lets top-k or random-k fold the check into
      * the feedback pass, at the price of a second residual buffer (set only where
      * gcoll_codec_folds_check holds: every failure then leaves the state as it was) */
     int fold_check;
+    size_t spare_reserved; /* bytes of the spare budget this state holds (0: none yet) */
+    int spare_refused;     /* the budget had no room for it (logged once) */
     /* collectives: keep top-k's selection pass off the wire (the streamed scheme); the
      * bucketer's bandwidth adaptation times the wire after the codec */
     int no_stream;
@@ -127,6 +157,18 @@ struct gcoll_tensor_state {
 int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_state_t *s,
                             size_t count);
 
+/* The clip=C factor min(1, C / ||g||) of g[0..n) (with clamp set: of g clamped to
+ * [-clip_value, clip_value] first), 1 without clip=; for DGC on nranks > 1 ranks the limit
+ * is C / sqrt(nranks). g must be finite. */
+float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n,
+                              int clamp, int nranks);
+
+/* Whether s may keep the spare residual of a folded check: it has one, or the process's
+ * spare buffers (all states together) stay within budget bytes with it, which it then
+ * reserves until gcoll_state_destroy (GCOLL_EF_SPARE_MAX). Thread safe. */
+int gcoll_codec_spare_reserve(gcoll_tensor_state_t *s, size_t budget);
+void gcoll_codec_spare_release(gcoll_tensor_state_t *s);
+
 /* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */
 unsigned gcoll_codec_flags(const gcoll_compressor_t *c);
 
@@ -135,6 +177,26 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c);
  * none) density is 1. */
 double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step);
 size_t gcoll_codec_k(const gcoll_compressor_t *c, size_t n, uint64_t step);
+/* QSGD's bit width in force at step (its warm-up schedule applied); c->vs.bits when c has
+ * none. A collective encodes step `step` with gcoll_codec_at_step's copy of c. */
+unsigned gcoll_codec_bits(const gcoll_compressor_t *c, uint64_t step);
+/* 1 and *out = c with the bit width of step (spec rewritten) when that differs from c's;
+ * else 0 and out untouched. */
+int gcoll_codec_at_step(const gcoll_compressor_t *c, uint64_t step, gcoll_compressor_t *out);
+/* The k a selection of elements [off, off + n) takes at step: gcoll_codec_k, or with
+ * layers (c->nlayers > 1) the sum of each layer's k over its part of the range. */
+size_t gcoll_codec_k_range(const gcoll_compressor_t *c, size_t off, size_t n, uint64_t step);
+/* Whether the selection of elements [off, off + n) goes layer by layer. */
+int gcoll_codec_layered(const gcoll_compressor_t *c, size_t off, size_t n);
+/* Layer j's part [*a, *b) of [off, off + n) (tensor offsets); 0 if they do not meet. */
+static inline int gcoll_codec_layer_part(const gcoll_compressor_t *c, size_t j, size_t off,
+                                         size_t n, size_t *a, size_t *b)
+{
+    size_t lo = j ? c->layer_end[j - 1] : 0, hi = c->layer_end[j];
+    *a = off > lo ? off : lo;
+    *b = off + n < hi ? off + n : hi;
+    return *a < *b;
+}
 
 /* Worst-case message size (header included) for n elements. 0 if it overflows. */
 size_t gcoll_codec_bound(const gcoll_compressor_t *c, size_t n);

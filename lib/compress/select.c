@@ -60,6 +60,10 @@ static gcoll_status_t scratch_hist(gcoll_scratch_t *sc)
 
 void gcoll_scratch_free(gcoll_scratch_t *sc)
 {
+    if (sc->layer) {
+        gcoll_scratch_free(sc->layer);
+        free(sc->layer);
+    }
     free(sc->idx);
     free(sc->val);
     free(sc->hist);
@@ -434,6 +438,50 @@ gcoll_status_t gcoll_select_topk_exact_axpy(float *dst, const float *e, const fl
                                             size_t *nnz_p)
 {
     return topk_sample(NULL, dst, e, g, a, n, k, EXACT_KEY, 1, zero, sc, nnz_p);
+}
+
+/* --- per layer ------------------------------------------------------------------------ */
+
+/*
+ * Selection per layer inside a fused bucket: DGC "performs the selection independently
+ * per layer" (Lin et al. 2018); one top-k across layers of different gradient scales
+ * starves the small ones (a bias or a late layer can go for many steps with nothing
+ * sent). Each layer's part of x takes k = density x its length (at least 1) by the
+ * compressor's own selector (sampled or exact; select=reuse selects exactly, its
+ * threshold being one per tensor); the bucket still travels as one message.
+ */
+gcoll_status_t gcoll_select_layers(const gcoll_compressor_t *c, const float *x, size_t off,
+                                   size_t n, uint64_t step, gcoll_scratch_t *sc, size_t *nnz_p)
+{
+    if (!sc->layer && !(sc->layer = calloc(1, sizeof(*sc->layer))))
+        return GCOLL_ERR_NOMEM;
+    gcoll_scratch_t *sub = sc->layer;
+    GCOLL_CHECK(gcoll_scratch_pairs(sc, gcoll_codec_k_range(c, off, n, step)));
+    size_t nnz = 0, a, b;
+    for (size_t j = 0; j < c->nlayers; j++) {
+        if (!gcoll_codec_layer_part(c, j, off, n, &a, &b))
+            continue;
+        size_t len = b - a, k = gcoll_codec_k(c, len, step), got = 0;
+        const float *xl = x + (a - off);
+        /* the sample keyed as a tensor of its own would key it (offset in the layer), so a
+         * fused bucket selects what one bucket per tensor selects */
+        size_t lo = j ? c->layer_end[j - 1] : 0;
+        if (c->select == GCOLL_SELECT_SAMPLE)
+            GCOLL_CHECK(gcoll_select_topk_sample(xl, len, k, gcoll_mix64(step + (a - lo) * 31 + 7),
+                                                 sub, &got));
+        else
+            GCOLL_CHECK(gcoll_select_topk_exact(xl, len, k, sub, &got));
+        if (got > k || nnz + got > sc->cap_pairs)
+            return GCOLL_ERR_INTERNAL;
+        for (size_t q = 0; q < got; q++) {
+            sc->idx[nnz + q] = sub->idx[q] + (uint32_t)(a - off);
+            sc->val[nnz + q] = sub->val[q];
+        }
+        nnz += got;
+    }
+    sc->zeroed = 0;
+    *nnz_p = nnz;
+    return GCOLL_OK;
 }
 
 /* --- threshold and reuse ------------------------------------------------------------- */

@@ -12,7 +12,8 @@
  * spec    := segment [ '+' segment ]
  * segment := name [ ':' key=value { ',' key=value } ]
  * The first segment names the codec; the optional second one the value format the kept
- * values travel in (after a sparsifier only). clip= and ef= may appear in any segment.
+ * values travel in (after a sparsifier only). clip=, clip_value= and ef= may appear in any
+ * segment.
  */
 
 #define SEG_MAX 128
@@ -64,7 +65,7 @@ static int parse_u64(const char *s, uint64_t *v)
 typedef struct {
     int have_density, have_k, have_select, have_reuse, have_seed, have_unbiased, have_tau;
     int have_momentum, have_warmup, have_sched, have_scale, have_chunk, have_bits;
-    int have_bucket, have_clip, have_ef;
+    int have_bucket, have_clip, have_ef, have_clip_value, have_wstart, have_wbits;
 } seen_t;
 
 #define ONCE(flag, key)                                                                   \
@@ -84,6 +85,14 @@ static int parse_global(pctx_t *p, gcoll_compressor_t *c, seen_t *seen, const ch
             return perr(p, "clip=%s must be a positive number (gradient norm bound)", val);
         return 1;
     }
+    if (!strcmp(key, "clip_value")) {
+        ONCE(have_clip_value, key);
+        if (parse_double(val, &c->clip_value) || !(c->clip_value >= 1.1754944e-38) ||
+            c->clip_value > 3.0e38)
+            return perr(p, "clip_value=%s must be a positive number from 1.2e-38 to 3e38 "
+                           "(elements clamped to [-V, V])", val);
+        return 1;
+    }
     if (!strcmp(key, "ef")) {
         ONCE(have_ef, key);
         if (strcmp(val, "0") && strcmp(val, "1"))
@@ -101,10 +110,65 @@ static gcoll_status_t parse_density(pctx_t *p, const char *val, double *d)
     return GCOLL_OK;
 }
 
-static gcoll_status_t parse_vkey(pctx_t *p, gcoll_vspec_t *vs, seen_t *seen, const char *name,
-                                 const char *key, const char *val)
+/* warmup_steps=N, schedule=S and (density) warmup_start=D or (bits) warmup_bits=B.
+ * Returns 1 if handled, 0 if not a warm-up key, <0 error. */
+static int parse_warmup(pctx_t *p, gcoll_compressor_t *c, seen_t *seen, const char *key,
+                        const char *val, int bits)
 {
     uint64_t u;
+    if (!strcmp(key, "warmup_steps")) {
+        ONCE(have_warmup, key);
+        if (parse_u64(val, &u))
+            return perr(p, "warmup_steps=%s must be a non-negative integer", val);
+        c->warmup_steps = u;
+        c->warmup_given |= GCOLL_WARMUP_STEPS_GIVEN;
+        return 1;
+    }
+    if (!strcmp(key, "schedule")) {
+        ONCE(have_sched, key);
+        if (!strcmp(val, "exp"))
+            c->sched = GCOLL_SCHED_EXP;
+        else if (!strcmp(val, "none"))
+            c->sched = GCOLL_SCHED_NONE;
+        else if (!strcmp(val, "linear"))
+            c->sched = GCOLL_SCHED_LINEAR;
+        else if (!strcmp(val, "step"))
+            c->sched = GCOLL_SCHED_STEP;
+        else
+            return perr(p, "schedule=%s must be exp, linear, step or none", val);
+        c->warmup_given |= GCOLL_WARMUP_SHAPE_GIVEN;
+        return 1;
+    }
+    if (!bits && !strcmp(key, "warmup_start")) {
+        ONCE(have_wstart, key);
+        if (parse_double(val, &c->warmup_start) || !(c->warmup_start > 0.0 &&
+                                                     c->warmup_start <= 1.0))
+            return perr(p, "warmup_start=%s must be a density in (0, 1] (1: dense)", val);
+        c->warmup_given |= GCOLL_WARMUP_SHAPE_GIVEN;
+        return 1;
+    }
+    if (bits && !strcmp(key, "warmup_bits")) {
+        ONCE(have_wbits, key);
+        if (parse_u64(val, &u) || u < 2 || u > 8)
+            return perr(p, "warmup_bits=%s must be an integer in 2..8", val);
+        c->warmup_bits = (unsigned)u;
+        c->warmup_given |= GCOLL_WARMUP_SHAPE_GIVEN;
+        return 1;
+    }
+    return 0;
+}
+
+static gcoll_status_t parse_vkey(pctx_t *p, gcoll_compressor_t *c, seen_t *seen,
+                                 const char *name, const char *key, const char *val)
+{
+    gcoll_vspec_t *vs = &c->vs;
+    uint64_t u;
+    if (vs->fmt == GCOLL_VF_QSGD && c->sparsify == GCOLL_SPARSIFY_NONE) {
+        /* the bit-width schedule of a dense qsgd */
+        int w = parse_warmup(p, c, seen, key, val, 1);
+        if (w)
+            return w < 0 ? GCOLL_ERR_INVALID : GCOLL_OK;
+    }
     if (vs->fmt == GCOLL_VF_QSGD && !strcmp(key, "bits")) {
         ONCE(have_bits, key);
         if (parse_u64(val, &u) || u < 2 || u > 8)
@@ -171,6 +235,11 @@ static gcoll_status_t parse_sparsifier_key(pctx_t *p, gcoll_compressor_t *c, see
     int has_density = sp == GCOLL_SPARSIFY_TOPK || sp == GCOLL_SPARSIFY_RANDOMK ||
                       sp == GCOLL_SPARSIFY_DGC;
     int has_select = sp == GCOLL_SPARSIFY_TOPK || sp == GCOLL_SPARSIFY_DGC;
+    if (has_density) {
+        int w = parse_warmup(p, c, seen, key, val, 0);
+        if (w)
+            return w < 0 ? GCOLL_ERR_INVALID : GCOLL_OK;
+    }
     if (has_density && !strcmp(key, "density")) {
         ONCE(have_density, key);
         return parse_density(p, val, &c->density);
@@ -199,27 +268,6 @@ static gcoll_status_t parse_sparsifier_key(pctx_t *p, gcoll_compressor_t *c, see
         if (parse_u64(val, &u) || u < 1 || u > 1000000)
             return perr(p, "reuse_steps=%s must be an integer in 1..1000000", val);
         c->reuse_steps = (uint32_t)u;
-        return GCOLL_OK;
-    }
-    if (has_select && !strcmp(key, "warmup_steps")) {
-        ONCE(have_warmup, key);
-        if (parse_u64(val, &u))
-            return perr(p, "warmup_steps=%s must be a non-negative integer", val);
-        c->warmup_steps = u;
-        return GCOLL_OK;
-    }
-    if (has_select && !strcmp(key, "schedule")) {
-        ONCE(have_sched, key);
-        if (!strcmp(val, "exp"))
-            c->sched = GCOLL_SCHED_EXP;
-        else if (!strcmp(val, "none"))
-            c->sched = GCOLL_SCHED_NONE;
-        else if (!strcmp(val, "linear"))
-            c->sched = GCOLL_SCHED_LINEAR;
-        else if (!strcmp(val, "step"))
-            c->sched = GCOLL_SCHED_STEP;
-        else
-            return perr(p, "schedule=%s must be exp, linear, step or none", val);
         return GCOLL_OK;
     }
     if (sp == GCOLL_SPARSIFY_DGC && !strcmp(key, "momentum")) {
@@ -309,7 +357,7 @@ static gcoll_status_t parse_segment(pctx_t *p, gcoll_compressor_t *c, seen_t *se
         if (g < 0)
             return GCOLL_ERR_INVALID;
         if (g == 0) {
-            gcoll_status_t st = vkeys ? parse_vkey(p, &c->vs, seen, name, key, val)
+            gcoll_status_t st = vkeys ? parse_vkey(p, c, seen, name, key, val)
                                       : parse_sparsifier_key(p, c, seen, name, key, val);
             if (st != GCOLL_OK)
                 return st;
@@ -353,6 +401,21 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
 #define APP(...) n += snprintf(b + n, (size_t)n < cap ? cap - (size_t)n : 0, __VA_ARGS__)
     static const char *sel[] = {"exact", "sample", "reuse"};
     static const char *sch[] = {"none", "exp", "linear", "step"};
+    /* the warm-up keys, when the spec gave any (as given: a caller may supply the steps) */
+    char warm[96] = "";
+    if (c->warmup_given) {
+        int bits = c->sparsify == GCOLL_SPARSIFY_NONE;
+        int w = 0;
+        if (c->warmup_steps || (c->warmup_given & GCOLL_WARMUP_STEPS_GIVEN))
+            w = snprintf(warm, sizeof(warm), ",warmup_steps=%llu",
+                         (unsigned long long)c->warmup_steps);
+        if (bits)
+            snprintf(warm + w, sizeof(warm) - (size_t)w, ",warmup_bits=%u,schedule=%s",
+                     c->warmup_bits, sch[c->sched]);
+        else
+            snprintf(warm + w, sizeof(warm) - (size_t)w, ",warmup_start=%s,schedule=%s",
+                     num(n2, sizeof(n2), c->warmup_start, 0), sch[c->sched]);
+    }
     switch (c->sparsify) {
     case GCOLL_SPARSIFY_TOPK:
         if (c->k_fixed)
@@ -362,22 +425,18 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
         APP(",select=%s", sel[c->select]);
         if (c->select == GCOLL_SELECT_REUSE)
             APP(",reuse_steps=%u", c->reuse_steps);
-        if (c->warmup_steps)
-            APP(",warmup_steps=%llu,schedule=%s", (unsigned long long)c->warmup_steps,
-                sch[c->sched]);
+        APP("%s", warm);
         break;
     case GCOLL_SPARSIFY_RANDOMK:
-        APP("randomk:density=%s,seed=%llu,unbiased=%d", num(n1, sizeof(n1), c->density, 0),
-            (unsigned long long)c->seed, c->unbiased);
+        APP("randomk:density=%s,seed=%llu,unbiased=%d%s", num(n1, sizeof(n1), c->density, 0),
+            (unsigned long long)c->seed, c->unbiased, warm);
         break;
     case GCOLL_SPARSIFY_THRESHOLD:
         APP("threshold:tau=%s", num(n1, sizeof(n1), c->tau, 1));
         break;
     case GCOLL_SPARSIFY_DGC:
-        APP("dgc:density=%s,momentum=%s,warmup_steps=%llu,schedule=%s,select=%s",
-            num(n1, sizeof(n1), c->density, 0), num(n2, sizeof(n2), c->momentum, 1),
-            (unsigned long long)c->warmup_steps,
-            sch[c->sched], sel[c->select]);
+        APP("dgc:density=%s,momentum=%s%s,select=%s", num(n1, sizeof(n1), c->density, 0),
+            num(n2, sizeof(n2), c->momentum, 1), warm, sel[c->select]);
         if (c->select == GCOLL_SELECT_REUSE)
             APP(",reuse_steps=%u", c->reuse_steps);
         break;
@@ -401,7 +460,8 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
         APP("%sq8:bucket=%u", sep, vs->bucket);
         break;
     case GCOLL_VF_QSGD:
-        APP("%sqsgd:bits=%u,bucket=%u", sep, vs->bits, vs->bucket);
+        APP("%sqsgd:bits=%u,bucket=%u%s", sep, vs->bits, vs->bucket,
+            c->sparsify == GCOLL_SPARSIFY_NONE ? warm : "");
         break;
     case GCOLL_VF_SIGN:
         APP("%ssign:scale=%s,chunk=%u", sep, vs->sign_l2 ? "l2" : "mean", vs->bucket);
@@ -411,6 +471,8 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
     APP("%sef=%d", strchr(last ? last : b, ':') ? "," : ":", c->ef);
     if (c->clip > 0)
         APP(",clip=%s", num(n1, sizeof(n1), c->clip, 0));
+    if (c->clip_value > 0)
+        APP(",clip_value=%s", num(n1, sizeof(n1), c->clip_value, 0));
 #undef APP
     snprintf(c->spec, sizeof(c->spec), "%s", b);
 }
@@ -434,6 +496,8 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
     c->ef = 1;
     c->reuse_steps = 10;
     c->sched = GCOLL_SCHED_EXP;
+    c->warmup_start = 1.0;
+    c->warmup_bits = 8;
     seen_t seen;
     memset(&seen, 0, sizeof(seen));
 
@@ -454,6 +518,7 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
         memset(&s2, 0, sizeof(s2));
         s2.have_clip = seen.have_clip;
         s2.have_ef = seen.have_ef;
+        s2.have_clip_value = seen.have_clip_value;
         GCOLL_CHECK(parse_segment(&p, c, &s2, plus + 1, 1));
     }
 
@@ -463,16 +528,19 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
             return perr(&p, "topk needs exactly one of density=D or k=K");
         if (seen.have_reuse && c->select != GCOLL_SELECT_REUSE)
             return perr(&p, "reuse_steps only applies to select=reuse");
-        if (seen.have_sched && !seen.have_warmup)
-            return perr(&p, "schedule needs warmup_steps");
-        if (seen.have_warmup && seen.have_k)
-            return perr(&p, "warmup_steps needs density=D, not k=K");
-        if (!seen.have_sched && !seen.have_warmup)
-            c->sched = GCOLL_SCHED_NONE;
+        if ((seen.have_warmup || seen.have_sched || seen.have_wstart) && seen.have_k)
+            return perr(&p, "warm-up needs density=D, not k=K");
         break;
     case GCOLL_SPARSIFY_RANDOMK:
         if (!seen.have_density)
             return perr(&p, "randomk needs density=D");
+        /* scaled by n/k random-k is unbiased with omega = n/k - 1, not a contraction:
+         * with error feedback its residual grows without bound */
+        if (c->ef && c->unbiased)
+            return perr(&p, "randomk: unbiased=1 (values scaled by n/k) is not a contraction, "
+                            "error feedback would diverge: use it with ef=0");
+        if (!seen.have_unbiased)
+            c->unbiased = !c->ef;
         break;
     case GCOLL_SPARSIFY_THRESHOLD:
         if (!seen.have_tau)
@@ -483,12 +551,16 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
             return perr(&p, "dgc always accumulates what it did not send; ef=0 is not allowed");
         if (seen.have_reuse && c->select != GCOLL_SELECT_REUSE)
             return perr(&p, "reuse_steps only applies to select=reuse");
-        if (c->warmup_steps == 0)
-            c->sched = GCOLL_SCHED_NONE;
         break;
     default:
         break;
     }
+    if (seen.have_wstart && c->warmup_start < c->density)
+        return perr(&p, "warmup_start=%g is below density=%g: the warm-up starts denser",
+                    c->warmup_start, c->density);
+    if (seen.have_wbits && c->warmup_bits < c->vs.bits)
+        return perr(&p, "warmup_bits=%u is below bits=%u: the warm-up starts wider",
+                    c->warmup_bits, c->vs.bits);
     gcoll_spec_canon(c);
     return GCOLL_OK;
 }

@@ -19,6 +19,14 @@ static inline void stf(uint8_t *p, float f) { memcpy(p, &f, 4); }
 
 static uint32_t qsgd_s(unsigned bits) { return (1u << (bits - 1)) - 1u; }
 
+/* QSGD's relative variance for a bucket of m values and s levels (Alistarh et al. 2017,
+ * lemma 3.1): E||Q(x) - x||^2 <= omega ||x||^2, omega = min(m / s^2, sqrt(m) / s). */
+double gcoll_qsgd_omega(unsigned bits, size_t m)
+{
+    double s = (double)qsgd_s(bits), md = (double)m;
+    return fmin(md / (s * s), sqrt(md) / s);
+}
+
 /* Packs B-bit codes (each < 2^B, one per byte) LSB-first into out, which has room bytes
  * left: eight codes fill B bytes, so a run starting at an element that is a multiple of 8
  * starts on a byte. Only the message's last run may end inside a group; its last byte
@@ -81,14 +89,23 @@ static gcoll_status_t qsgd_put_span(const gcoll_vspec_t *vs, const float *x, siz
         size_t b = i / vs->bucket, bend = GCOLL_MIN(n, (b + 1) * (size_t)vs->bucket);
         float norm = sqrtf(k->sumsq(x + (i - lo), bend - i));
         if (!isfinite(norm)) {
-            GCOLL_WARN("compress: qsgd: non-finite value in bucket %zu (elements %zu..%zu)", b,
-                       i, bend - 1);
-            return GCOLL_ERR_INVALID;
+            /* float squares overflow from |x| ~ 1.8e19: the norm itself may still fit */
+            double nd = sqrt(k->sumsq_d(x + (i - lo), bend - i));
+            if (!(nd <= 3.4028234e38 / 2)) { /* the decoder's bound on norms */
+                GCOLL_WARN("compress: qsgd: non-finite value or a norm beyond float range in "
+                           "bucket %zu (elements %zu..%zu)", b, i, bend - 1);
+                return GCOLL_ERR_INVALID;
+            }
+            norm = (float)nd;
         }
         float f = norm > 0 ? (float)s / norm : 0.0f;
-        if (!(f <= 3.4028234e38f)) /* norm so small that s/norm overflows: send zeros */
-            norm = f = 0.0f;
-        stf(out + 4 * b, norm);
+        if (!(f <= 3.4028234e38f)) /* norm below ~2e-38, s/norm overflows: send zeros */
+            norm = f = 0.0f;       /* (the residual keeps the bucket exactly: delta 0 here) */
+        /* with error feedback, Q(x) / (1 + omega), a contraction with delta = 1/(1 + omega)
+         * (Karimireddy et al. 2019, sec. 3; Stich et al. 2018): the codes stay those of
+         * the unbiased Q, only the decoded scale shrinks */
+        float wire = vs->contract ? (float)(norm / (1.0 + gcoll_qsgd_omega(B, bend - i))) : norm;
+        stf(out + 4 * b, wire);
         for (size_t j = i; j < bend;) {
             size_t piece = GCOLL_MIN(bend - j, cap - tn);
             k->qsgd_codes(x + (j - lo), piece, f, s, (uint32_t)j, k_lo, k_hi, codes + tn);
@@ -148,6 +165,20 @@ static gcoll_status_t q8_put(const gcoll_vspec_t *vs, const float *x, size_t n, 
     return q8_put_span(vs, x, n, 0, n, out);
 }
 
+/* Scale of sign for scale=l2 when the encode feeds back: ||x||_2 / sqrt(n) overshoots the
+ * least-squares scale ||x||_1 / n by 1/r (r = ||x||_1 / (sqrt(n) ||x||_2)), and a scale
+ * lambda ||x||_1 / n contracts iff lambda < 2 (delta = (2 lambda - lambda^2) r^2). Capped at
+ * lambda = 1.5, dense inputs (r >= 2/3) keep the l2 scale and every input contracts with
+ * delta >= 0.75 r^2 >= 0.75 / n (squares that underflow to 0 give the mean scale). */
+#define SIGN_L2_CAP 1.5f
+static float sign_l2_capped(float l2scale, float l1sum, size_t m)
+{
+    float mean = l1sum / (float)m, cap = SIGN_L2_CAP * mean;
+    if (l2scale == 0.0f) /* squares of subnormal values underflow: lambda = 1 */
+        return mean;
+    return l2scale < cap ? l2scale : cap;
+}
+
 /* EF-SignSGD (Karimireddy et al. 2019): scale = ||x||_1 / n per chunk; 1-bit Adam (Tang et
  * al. 2021): scale = ||x||_2 / sqrt(n). Bit set = negative. */
 static gcoll_status_t sign_put(const gcoll_vspec_t *vs, const float *x, size_t n, uint8_t *out)
@@ -160,6 +191,8 @@ static gcoll_status_t sign_put(const gcoll_vspec_t *vs, const float *x, size_t n
         size_t lo = (size_t)(b * chunk), m = GCOLL_MIN(n - lo, chunk);
         float sum = k->sign_put(x + lo, m, bits + lo / 8, vs->sign_l2);
         float scale = vs->sign_l2 ? sqrtf(sum / (float)m) : sum / (float)m;
+        if (vs->sign_l2 && vs->contract)
+            scale = sign_l2_capped(scale, k->sign_put(x + lo, m, bits + lo / 8, 0), m);
         if (!isfinite(scale)) {
             GCOLL_WARN("compress: sign: non-finite value (or overflow) in chunk %llu "
                        "(elements %zu..%zu)", (unsigned long long)b, lo, lo + m - 1);
@@ -449,6 +482,8 @@ static gcoll_status_t sign_put_ef(const gcoll_vspec_t *vs, float *e, const float
         k->axpy_abssum(e + lo, g + lo, m, a, vs->sign_l2, acc);
         float sum = gcoll_lanes8_sum(acc);
         float scale = vs->sign_l2 ? sqrtf(sum / (float)m) : sum / (float)m;
+        if (vs->sign_l2 && vs->contract) /* bits rewritten by the packing pass below */
+            scale = sign_l2_capped(scale, k->sign_put(e + lo, m, bits + lo / 8, 0), m);
         if (!isfinite(scale)) {
             GCOLL_WARN("compress: sign: non-finite value (or overflow) in chunk %llu "
                        "(elements %zu..%zu)", (unsigned long long)b, lo, lo + m - 1);

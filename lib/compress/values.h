@@ -20,6 +20,9 @@ gcoll_status_t gcoll_vsec_put(const gcoll_vspec_t *vs, const float *x, size_t n,
 gcoll_status_t gcoll_vsec_put_ef(const gcoll_vspec_t *vs, float *e, const float *g, float a,
                                  size_t n, uint64_t key, uint8_t *out);
 
+/* QSGD's relative variance bound omega for a bucket of m values of the given bits. */
+double gcoll_qsgd_omega(unsigned bits, size_t m);
+
 /* Checks a value section of n values whose size was already checked: finite values and
  * scales, codes in range. */
 gcoll_status_t gcoll_vsec_check(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n);

@@ -102,7 +102,7 @@ int main(int argc, char **argv)
     static const char *const specs[] = {
         "none", "fp16:clip=1", "q8:bucket=64", "sign:scale=l2,chunk=64", "qsgd:bits=4",
         "topk:density=0.01,select=reuse,reuse_steps=4", "topk:k=5+q8",
-        "randomk:density=0.1,seed=3,unbiased=1", "threshold:tau=0.5+bf16",
+        "randomk:density=0.1,seed=3,unbiased=1,ef=0", "threshold:tau=0.5+bf16",
         "dgc:density=0.001,momentum=0.9,warmup_steps=10,schedule=linear", "topk:density=2",
         "topk:density=0.1+qsgd:bits=3,bucket=8,ef=0",
     };

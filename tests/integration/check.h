@@ -39,8 +39,13 @@ double expected(size_t i, gcoll_dtype_t dt, gcoll_op_t op);
 int run_sparse(void);               /* check_sparse.c */
 int run_compressed(void);           /* check_sparse.c */
 int run_bucketer(void);             /* check_bucketer.c */
+int run_bucket_layers(void);        /* check_bucketer.c: GCOLL_LAYER_SELECT */
+int run_warmup(void);               /* check_bucketer.c: GCOLL_SPARSE_ALGO=allgather */
 int run_adapt(void);                /* check_bucketer.c */
 int run_bucket_missing(int victim);
 int run_bucket_nan(int victim, int accumulate); /* check_bucketer.c */
+int run_efmean(int argc, char **argv); /* check_ef.c */
+int run_clip(void);                     /* check_ef.c */
+int run_rss(int argc, char **argv);     /* check_ef.c */
 
 #endif /* GCOLL_CHECK_H */

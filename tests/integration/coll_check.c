@@ -705,6 +705,10 @@ int main(int argc, char **argv)
         bad = run_adapt();
     else if (strcmp(mode, "bucketer") == 0)
         bad = run_bucketer();
+    else if (strcmp(mode, "warmup") == 0)
+        bad = run_warmup();
+    else if (strcmp(mode, "bucket_layers") == 0)
+        bad = run_bucket_layers();
     else if (strcmp(mode, "bucket_missing") == 0)
         bad = run_bucket_missing(victim);
     else if (strcmp(mode, "bucket_nan") == 0)
@@ -713,6 +717,12 @@ int main(int argc, char **argv)
         bad = run_bucket_nan(victim, 2);
     else if (strcmp(mode, "compressed") == 0)
         bad = run_compressed();
+    else if (strcmp(mode, "rss") == 0)
+        bad = run_rss(argc, argv);
+    else if (strcmp(mode, "clip") == 0)
+        bad = run_clip();
+    else if (strcmp(mode, "efmean") == 0)
+        bad = run_efmean(argc, argv);
     else if (strcmp(mode, "sparse") == 0)
         bad = run_sparse();
     else if (strcmp(mode, "allreduce") == 0)

@@ -64,6 +64,18 @@ for tr in $(transports); do
             tail -n 30 "$out"
         fi
     done
+    # top-k and DGC in a fused bucket: per tensor (the default) and across the bucket
+    for sel in 1 0; do
+        out="$TMP/bucket-layers-$tr-$sel.log"
+        if timeout 300 "$gcoll_run" -n 3 --timeout 250 -x GCOLL_TRANSPORT="$tr" \
+            -x GCOLL_LAYER_SELECT=$sel -- "$CHECK" bucket_layers >"$out" 2>&1 &&
+           grep -q "per-$([ $sel = 1 ] && echo tensor || echo bucket) selection in one bucket" "$out"; then
+            pass "$tr: GCOLL_LAYER_SELECT=$sel: $(grep -m1 'selection in one bucket' "$out" | sed 's/^.*rank [0-9]*: //')"
+        else
+            fail "$tr: bucket_layers, GCOLL_LAYER_SELECT=$sel"
+            tail -n 30 "$out"
+        fi
+    done
     # bandwidth starts from the init probe (GCOLL_PROBE=1; the check wants the same
     # positive figure on every rank), both from its first step (and no probe figure)
     for mode in bandwidth both; do

@@ -51,7 +51,7 @@ for tr in $(transports); do
     # Large messages (400 KB per rank: the UCX transport's single copy from 128 KiB): the
     # receiver that sees the mismatch decides, not a sender's failed send. (An alltoall of
     # that size over TCP still ends with GCOLL_ERR_PEER on one rank in about one run in six:
-    # a rank's abort lost to its exit's reset; README, Tests.)
+    # a rank's abort lost to its exit's reset; docs/testing.md.)
     for coll in allreduce allgather; do
         run "mismatch-large-$coll-$tr" 0 -n 4 $common -- "$CHECK" mismatch 3 "$coll" 100000 &&
             expect_lines "mismatch-large-$coll-$tr" "failed as expected.*GCOLL_ERR_MISMATCH" 4

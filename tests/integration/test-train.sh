@@ -129,4 +129,27 @@ if [ -e "$data/train-labels-idx1-ubyte.gz" ]; then
 fi
 expect_error "bad spec" "compressor" 2 --data "$data" --compressor "topk:density=2"
 expect_error "bad policy" "POLICY" 1 --data "$data" --limit 640 --epochs 1 --policy 'nonsense'
+expect_error "bad warm-up fraction" "warmup-frac expects a number in \[0, 1\]" 2 --data "$data" \
+    --warmup-frac 1.5
+
+# --warmup-frac: the warm-up length is that fraction of the run's steps (3 epochs of 100),
+# given to sparsifier specs without their own; the first epoch of top-k 1% sends more
+train "$TMP/w.csv" 2 --epochs 3 --csv --compressor topk:density=0.01 --warmup-frac 0.2
+rc=$?
+train "$TMP/w0.csv" 2 --epochs 3 --csv --compressor topk:density=0.01 --warmup-frac 0
+rc0=$?
+if [ "$rc" -ne 0 ] || [ "$rc0" -ne 0 ]; then
+    fail "--warmup-frac runs: exit status $rc, $rc0: $(tail -n 2 "$TMP/w.csv.err")"
+else
+    w1=$(awk -F, '$1 == 1 {print $5}' "$TMP/w.csv")
+    w3=$(awk -F, '$1 == 3 {print $5}' "$TMP/w.csv")
+    z1=$(awk -F, '$1 == 1 {print $5}' "$TMP/w0.csv")
+    if grep -q 'warm-up of sparsifiers: 60 steps' "$TMP/w.csv" &&
+       grep -q 'warm-up of sparsifiers: 0 steps' "$TMP/w0.csv" &&
+       awk -v a="$w1" -v b="$w3" -v z="$z1" 'BEGIN {exit !(a > 5 * b && z < 1.5 * b)}'; then
+        pass "--warmup-frac 0.2: 60 warm-up steps, epoch 1 sends $w1 bytes against $w3 at epoch 3 ($z1 without)"
+    else
+        fail "--warmup-frac: epoch wire bytes $w1, $w3, without warm-up $z1"
+    fi
+fi
 finish

@@ -26,7 +26,7 @@ static void test_spec_valid(void **unused)
         "none", "fp16", "bf16", "q8", "q8:bucket=64", "sign", "sign:scale=l2,chunk=64",
         "qsgd:bits=2,bucket=16", "qsgd:bits=8", "topk:density=0.001", "topk:k=10",
         "topk:density=0.01,select=sample", "topk:density=0.01,select=reuse,reuse_steps=5",
-        "randomk:density=0.01,seed=7", "randomk:density=0.5,seed=1,unbiased=1",
+        "randomk:density=0.01,seed=7", "randomk:density=0.5,seed=1,unbiased=1,ef=0",
         "threshold:tau=0.01", "topk:density=0.01+q8", "topk:density=0.01+qsgd:bits=4",
         "topk:density=0.01,clip=1+fp16", "fp16:clip=2.5,ef=0", "none:ef=0",
         "dgc:density=0.001,momentum=0.9,warmup_steps=100,schedule=linear",
@@ -35,6 +35,8 @@ static void test_spec_valid(void **unused)
         "topk:density=0.01,warmup_steps=8,schedule=exp",
         "fp16:clip=90", /* canonical "9e01": an exponent's '+' is not a separator */
         "topk:density=1e+0,clip=1e+20+q8",
+        "fp16:clip_value=0.5", "topk:density=0.1,clip=2,clip_value=1e-3+q8",
+        "randomk:density=0.1,ef=0",
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(*ok); i++) {
         gcoll_compressor_t *c = mk(ok[i]), *c2 = NULL;
@@ -58,6 +60,16 @@ static void test_spec_valid(void **unused)
     gcoll_compressor_destroy(c);
     c = mk("dgc:density=0.01");
     assert_true(gcoll_compressor_flags(c) & GCOLL_CODEC_NEEDS_STATE);
+    gcoll_compressor_destroy(c);
+    c = mk("none:clip_value=4");
+    assert_false(gcoll_compressor_flags(c) & GCOLL_CODEC_LOSSLESS);
+    gcoll_compressor_destroy(c);
+    /* random-k's form follows ef: contractive (unscaled) with it, unbiased (n/k) without */
+    c = mk("randomk:density=0.1");
+    assert_non_null(strstr(gcoll_compressor_spec(c), "unbiased=0"));
+    gcoll_compressor_destroy(c);
+    c = mk("randomk:density=0.1,ef=0");
+    assert_non_null(strstr(gcoll_compressor_spec(c), "unbiased=1"));
     gcoll_compressor_destroy(c);
 }
 
@@ -92,6 +104,11 @@ static void test_spec_errors(void **unused)
         {"sign:scale=max", "scale=max"},
         {"sign:chunk=12", "chunk=12"},
         {"fp16:clip=0", "clip=0"},
+        {"fp16:clip_value=0", "clip_value=0"},
+        {"fp16:clip_value=-1", "clip_value=-1"},
+        {"fp16:clip_value=1,clip_value=2", "twice"},
+        {"topk:density=0.1,clip_value=1+q8:clip_value=2", "twice"},
+        {"randomk:density=0.1,unbiased=1", "not a contraction"},
         {"fp16:ef=2", "ef=2"},
         {"none+q8", "sparsifier"},
         {"topk:density=0.1+none", "+none"},
@@ -459,7 +476,7 @@ static void test_randomk(void **unused)
     fill(x, n, 40);
     gcoll_compressor_t *c = mk("randomk:density=0.02,seed=9");
     gcoll_compressor_t *c2 = mk("randomk:density=0.02,seed=9");
-    gcoll_compressor_t *c3 = mk("randomk:density=0.02,seed=9,unbiased=1");
+    gcoll_compressor_t *c3 = mk("randomk:density=0.02,seed=9,unbiased=1,ef=0");
     size_t k = gcoll_codec_k(c, n, 0);
     assert_int_equal(k, 100);
     uint32_t *i1 = malloc(k * 4), *i2 = malloc(k * 4), *pi = malloc(k * 4);

@@ -161,7 +161,7 @@ static size_t build_raw(uint8_t *out, const uint32_t *idx, size_t nnz, unsigned 
                         uint64_t count)
 {
     gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, flags, count, nnz, 8 * nnz,
-                          {GCOLL_VF_F32, 0, 0, 0}, 0};
+                          {GCOLL_VF_F32, 0, 0, 0, 0}, 0};
     gcoll_wire_put_hdr(out, &h);
     for (size_t j = 0; j < nnz; j++) {
         gcoll_put_u32(out + 48 + 4 * j, idx[j]);
@@ -219,7 +219,7 @@ static void test_delta_indices(void **unused)
     size_t isz = gcoll_idx_delta_size(idx, 200);
     uint8_t m[4096];
     gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, GCOLL_WIRE_F_SORTED | GCOLL_WIRE_F_DELTA, N, 200,
-                          isz + 800, {GCOLL_VF_F32, 0, 0, 0}, 0};
+                          isz + 800, {GCOLL_VF_F32, 0, 0, 0, 0}, 0};
     gcoll_wire_put_hdr(m, &h);
     assert_int_equal(gcoll_idx_delta_write(idx, 200, m + 48), isz);
     for (int j = 0; j < 200; j++) {

@@ -28,6 +28,7 @@ void train_opts_default(train_opts_t *o)
     o->lr = 0.05f;
     o->momentum = -1.0f;
     o->bucket_bytes = 1;
+    o->warmup_frac = 0.1;
     o->sizes[0] = 784;
     o->sizes[1] = 512;
     o->sizes[2] = 256;
@@ -142,6 +143,8 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
         .policy = o->policy && *o->policy ? o->policy : NULL,
         .default_spec = o->compressor,
         .accumulate_steps = 1,
+        /* the DGC paper warms up over 4 of 90 epochs; 10% of a short run here */
+        .warmup_steps = (uint64_t)(o->warmup_frac * (double)steps * o->epochs + 0.5),
     };
     gcoll_status_t st = gcoll_bucketer_create(comm, &bc, &b);
     if (st != GCOLL_OK) {
@@ -183,6 +186,13 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
                 o->batch, global, (double)o->lr, (double)momentum,
                 o->momentum < 0.0f && momentum == 0.0f ? " (DGC corrects momentum itself)" : "",
                 steps, ntrain, ntest, (unsigned long long)o->seed);
+        fprintf(out, "%stensor specs (warm-up of sparsifiers: %llu steps):", c,
+                (unsigned long long)bc.warmup_steps);
+        for (int l = m.nl - 1; l >= 0; l--)
+            fprintf(out, "%s fc%d.bias=%s; fc%d.weight=%s", l == m.nl - 1 ? "" : ";", l + 1,
+                    gcoll_bucketer_tensor_spec(b, rctx.id_b[l]), l + 1,
+                    gcoll_bucketer_tensor_spec(b, rctx.id_w[l]));
+        fprintf(out, "\n");
         if (o->csv)
             fprintf(out, "epoch,train_loss,test_loss,test_acc,wire_bytes,raw_bytes,seconds,"
                          "wait_seconds\n");

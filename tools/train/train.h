@@ -21,12 +21,15 @@ typedef struct {
     size_t limit;        /* train on the first N examples (0: all) */
     size_t test_limit;   /* evaluate on the first N test examples (0: all) */
     size_t bucket_bytes; /* 0: GCOLL_BUCKET_BYTES; 1: one bucket per tensor */
+    double warmup_frac;  /* sparsifiers whose spec sets no warmup_steps warm up over this
+                          * fraction of the training steps */
     int csv;
     int sizes[TRAIN_MAX_LAYERS + 1]; /* hidden and output widths; sizes[0] is the input */
     int nsizes;
 } train_opts_t;
 
-/* Defaults: 784-512-256-10, batch 64, lr 0.05, momentum auto, 5 epochs, seed 1, dense. */
+/* Defaults: 784-512-256-10, batch 64, lr 0.05, momentum auto, 5 epochs, seed 1, dense,
+ * warm-up over 10% of the steps. */
 void train_opts_default(train_opts_t *o);
 
 typedef struct {
