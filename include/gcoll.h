@@ -333,6 +333,20 @@ GCOLL_EXPORT gcoll_status_t gcoll_encode_chunk(gcoll_compressor_t *c, gcoll_tens
                                                size_t offset, const float *in, size_t count,
                                                void *out, size_t cap, size_t *len_p);
 GCOLL_EXPORT void gcoll_state_advance(gcoll_tensor_state_t *s);
+/* Checkpoints: writes everything that decides the state's later encodes (step, residual,
+ * DGC velocity, the reused threshold, the compressed allreduce's server residual) and its
+ * compressor's canonical spec into buf (cap bytes); *len_p receives the length. buf NULL
+ * with cap 0 only sets *len_p. Host byte order (gcoll builds on little-endian hosts only).
+ * GCOLL_ERR_INVALID for NULL arguments or a too small cap. */
+GCOLL_EXPORT gcoll_status_t gcoll_state_save(const gcoll_tensor_state_t *s, void *buf,
+                                             size_t cap, size_t *len_p);
+/* Restores what gcoll_state_save wrote into s, a state of a compressor with the same
+ * canonical spec and count: the next encode is then bit-identical to the saved state's.
+ * GCOLL_ERR_MISMATCH (other spec, count or buffers) or GCOLL_ERR_INVALID (malformed,
+ * truncated) leave s unchanged; GCOLL_ERR_NOMEM (the server residual) may leave it half
+ * loaded. Not while a collective uses s. */
+GCOLL_EXPORT gcoll_status_t gcoll_state_load(gcoll_tensor_state_t *s, const void *buf,
+                                             size_t len);
 /* Decodes len bytes into out[0..count) (overwrite, or add when accumulate != 0). Every
  * field is checked against len and count: GCOLL_ERR_INVALID on malformed input, never an
  * out-of-bounds access; out is untouched on error. Adding a sparse message costs O(nnz). */

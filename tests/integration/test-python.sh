@@ -2,10 +2,13 @@
 # test-python.sh: the Python binding and the PyTorch DDP hook, on Debian's /usr/bin/python3.
 #
 # Runs bindings/python/tests: the codec round trips in one process, then the collectives
-# (test_comm.py) and the DDP hook (test_hook.py) on 2 ranks through gcoll-run. Exits 77
+# (test_comm.py) and the DDP hook (test_hook.py) on 2 ranks through gcoll-run; with the
+# torch.distributed backend built, its collectives on 2 and 3 ranks (test_backend.py),
+# DDP on it alone (test_ddp_backend.py), and the hook's checkpoint round trip over two
+# jobs and its non-finite modes (test_hook_state.py). Exits 77
 # (SKIP) when /usr/bin/python3 cannot import numpy and torch (Debian: apt-get install
 # python3-numpy python3-torch) or when the library cannot be loaded into Python (no shared
-# library, or a sanitizer build). Takes about 10 s on a 2-core machine.
+# library, or a sanitizer build). Takes about 40 s on a 2-core machine.
 
 . "$(dirname "$0")/lib.sh"
 
@@ -51,10 +54,32 @@ run() {
     fi
 }
 
+# The torch.distributed backend: built by configure when it found libtorch.
+BACKEND_SO=$(ls "$top_builddir"/bindings/python/gcoll/_torch_backend*.so 2>/dev/null | head -n 1)
+
 run codec "$PY" "$TESTS_DIR/test_codec.py"
 run comm "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s -- \
     "$PY" "$TESTS_DIR/test_comm.py"
 run ddp-hook "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s \
     -x GCOLL_TEST_STORE="$TMP/gloo-store" -- "$PY" "$TESTS_DIR/test_hook.py"
+
+if [ -z "$BACKEND_SO" ]; then
+    note "SKIP: test-python: the torch.distributed backend is not built (configure did not" \
+        "find libtorch-dev and pybind11-dev; see 'torch backend' in its summary)"
+else
+    # torch's rendezvous (MASTER_PORT) beside gcoll-run's GCOLL_ROOT; one port per launch
+    for n in 2 3; do
+        run "backend-$n-ranks" "$gcoll_run" -n "$n" --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s \
+            -x MASTER_PORT="$(free_port)" -- "$PY" "$TESTS_DIR/test_backend.py"
+    done
+    run ddp-backend "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s \
+        -x MASTER_PORT="$(free_port)" -- "$PY" "$TESTS_DIR/test_ddp_backend.py"
+    mkdir -p "$TMP/ckpt"
+    for phase in save resume; do
+        run "hook-state-$phase" "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s \
+            -x MASTER_PORT="$(free_port)" -x GCOLL_TEST_PHASE=$phase \
+            -x GCOLL_TEST_DIR="$TMP/ckpt" -- "$PY" "$TESTS_DIR/test_hook_state.py"
+    done
+fi
 
 finish

@@ -14,6 +14,16 @@ raise gcoll.GcollError (status, status_name, message). The PyTorch DDP communica
 is in gcoll.torch (imported separately: it needs torch).
 """
 
+import os as _os
+
+# A build outside the source tree compiles the torch backend into its own
+# bindings/python/gcoll: make that directory part of the package (found as _lib finds the
+# library: the build tree the process runs from, or $top_builddir).
+for _top in (_os.getcwd(), _os.environ.get("top_builddir")):
+    _d = _os.path.join(_top, "bindings", "python", "gcoll") if _top else None
+    if _d and _os.path.isdir(_d) and _os.path.realpath(_d) not in map(_os.path.realpath, __path__):
+        __path__.append(_d)
+
 from ._lib import (AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, PROD,
                    STATUS_NAMES, SUM, Counters, GcollError, status_string, transports_built,
                    version)

@@ -156,6 +156,8 @@ _PROTOS = {
     "gcoll_state_residual": (ctypes.POINTER(ctypes.c_float), [_p]),
     "gcoll_state_step": (ctypes.c_uint64, [_p]),
     "gcoll_state_advance": (None, [_p]),
+    "gcoll_state_save": (_st, [_p, _p, _sz, _psz]),
+    "gcoll_state_load": (_st, [_p, _p, _sz]),
     "gcoll_encode": (_st, [_p, _p, _p, _sz, _p, _sz, _psz]),
     "gcoll_encode_chunk": (_st, [_p, _p, _sz, _p, _sz, _p, _sz, _psz]),
     "gcoll_decode": (_st, [_p, _p, _sz, _p, _sz, ctypes.c_int]),

@@ -218,6 +218,31 @@ class TensorState:
             return None if not r else numpy.zeros(0, dtype=numpy.float32)
         return numpy.ctypeslib.as_array(r, shape=(self.count,)).copy()
 
+    def save(self):
+        """gcoll_state_save(): everything that decides this state's next encodes (step,
+        residual, DGC velocity, reused threshold, server residual) and its compressor's
+        spec, as bytes for a checkpoint."""
+        n = ctypes.c_size_t(0)
+        _lib.check(lib.gcoll_state_save(self._live(), None, 0, ctypes.byref(n)),
+                   "gcoll_state_save")
+        buf = ctypes.create_string_buffer(n.value)
+        _lib.check(lib.gcoll_state_save(self._live(), buf, n.value, ctypes.byref(n)),
+                   "gcoll_state_save")
+        return buf.raw[:n.value]
+
+    def load(self, data):
+        """gcoll_state_load(): restores what save() returned into this state (same spec
+        and count), so that it continues bit for bit. GcollError (GCOLL_ERR_MISMATCH,
+        GCOLL_ERR_INVALID) leaves the state as it was."""
+        if not isinstance(data, (bytes, bytearray)):
+            raise TypeError("TensorState.load: expected bytes, got %s" % type(data).__name__)
+        data = bytes(data)
+        st = lib.gcoll_state_load(self._live(), data, len(data))
+        if st != _lib.OK:
+            raise GcollError("gcoll_state_load", st, "the saved state does not fit this one "
+                             "(spec %s, %d elements; gcoll's log says what differs)"
+                             % (self.compressor.spec, self.count))
+
     def close(self):
         if self._ptr:
             ptr, self._ptr = self._ptr, None

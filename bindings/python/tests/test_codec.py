@@ -129,6 +129,35 @@ class TestCodec(unittest.TestCase):
             with self.assertRaisesRegex(TypeError, "int64"):
                 c.encode(torch.zeros(4, dtype=torch.int64))
 
+    def test_state_save_load_continues_bit_for_bit(self):
+        rng = np.random.default_rng(3)
+        for spec in ("topk:density=0.1", "topk:density=0.1,select=reuse",
+                     "dgc:density=0.1,momentum=0.9", "qsgd:bits=4", "sign", "none"):
+            with self.subTest(spec=spec):
+                c = gcoll.Compressor(spec)
+                a, b = c.state(500), c.state(500)
+                for _ in range(3):
+                    c.encode(rng.standard_normal(500).astype(np.float32), a)
+                saved = a.save()
+                b.load(saved)
+                self.assertEqual(b.step, a.step)
+                for _ in range(3):
+                    g = rng.standard_normal(500).astype(np.float32)
+                    self.assertEqual(c.encode(g, a), c.encode(g, b))
+                self.assertEqual(a.save(), b.save())
+                # refusals leave the state as it was
+                before = b.save()
+                with self.assertRaisesRegex(gcoll.GcollError, "GCOLL_ERR_MISMATCH"):
+                    c.state(499).load(saved)
+                with self.assertRaisesRegex(gcoll.GcollError, "GCOLL_ERR_MISMATCH"):
+                    gcoll.Compressor("topk:density=0.3").state(500).load(saved)
+                for bad in (saved[:-1], saved + b"x", b"GCST", b""):
+                    with self.assertRaisesRegex(gcoll.GcollError, "GCOLL_ERR_INVALID"):
+                        b.load(bad)
+                self.assertEqual(b.save(), before)
+        with self.assertRaises(TypeError):
+            gcoll.Compressor("none").state(4).load("text")
+
     def test_status_names(self):
         self.assertEqual(gcoll.STATUS_NAMES[-4], "GCOLL_ERR_TIMEOUT")
         self.assertIn("timed out", gcoll.status_string(-4))

@@ -1,0 +1,94 @@
+# torch.m4: the Python interpreter of the binding and the libtorch the torch.distributed
+# backend (bindings/python/csrc) builds against. --with-torch=yes|no|auto (default auto);
+# TORCH_PYTHON picks the interpreter (default /usr/bin/python3, Debian's, which has
+# python3-torch; another python3 on PATH may not). The extension is plain g++ against
+# the headers torch itself reports (Debian: libtorch-dev, pybind11-dev), not a setup.py:
+# torch's cpp_extension would rebuild the flags configure already knows.
+# Sets TORCH_CXX, TORCH_CXXFLAGS, TORCH_LIBS, TORCH_EXT_SUFFIX, TORCH_PYTHON_DIR and the
+# conditionals HAVE_PYTHON (install the package) and HAVE_TORCH (build the extension).
+AC_DEFUN([GCOLL_CHECK_TORCH], [
+  AC_ARG_WITH([torch],
+    [AS_HELP_STRING([--with-torch@<:@=yes|no|auto@:>@], [build the torch.distributed backend "gcoll" (default auto)])],
+    [], [with_torch=auto])
+  AC_ARG_WITH([python-dir],
+    [AS_HELP_STRING([--with-python-dir=DIR], [where make install puts the Python package gcoll (default LIBDIR/pythonX.Y/dist-packages or site-packages)])],
+    [], [with_python_dir=])
+  AC_ARG_VAR([TORCH_PYTHON], [Python interpreter of the binding and the backend (default /usr/bin/python3)])
+  AS_IF([test -z "$TORCH_PYTHON"],
+    [AS_IF([test -x /usr/bin/python3], [TORCH_PYTHON=/usr/bin/python3], [AC_PATH_PROG([TORCH_PYTHON], [python3])])])
+  gcoll_have_python=no
+  gcoll_have_torch=no
+  gcoll_torch_why=""
+  AS_IF([test -n "$TORCH_PYTHON" && "$TORCH_PYTHON" -c 'import sys' >/dev/null 2>&1],
+    [gcoll_have_python=yes
+     gcoll_pyver=`"$TORCH_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[[:2]])'`
+     gcoll_pylayout=`"$TORCH_PYTHON" -c 'import sysconfig; p = sysconfig.get_paths()[["purelib"]]; print("dist-packages" if "dist-packages" in p else "site-packages")'`
+     AS_IF([test -n "$with_python_dir"], [TORCH_PYTHON_DIR=$with_python_dir],
+           [TORCH_PYTHON_DIR='${libdir}'/python$gcoll_pyver/$gcoll_pylayout])],
+    [gcoll_torch_why="no Python interpreter (set TORCH_PYTHON)"])
+
+  AS_IF([test "x$with_torch" != xno && test "x$gcoll_have_python" = xyes], [
+    AC_MSG_CHECKING([for torch in $TORCH_PYTHON])
+    gcoll_torch_info=`"$TORCH_PYTHON" -c '
+import sysconfig, torch
+from torch.utils import cpp_extension as ce
+print(torch.__version__)
+print(sysconfig.get_config_var("EXT_SUFFIX"))
+print(sysconfig.get_paths()[["include"]])
+print(" ".join(ce.include_paths()))
+print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
+print(int(torch.distributed.is_available()))
+' 2>/dev/null`
+    AS_IF([test -n "$gcoll_torch_info"],
+      [gcoll_torch_version=`echo "$gcoll_torch_info" | sed -n 1p`
+       TORCH_EXT_SUFFIX=`echo "$gcoll_torch_info" | sed -n 2p`
+       gcoll_pyinc=`echo "$gcoll_torch_info" | sed -n 3p`
+       gcoll_torch_inc=`echo "$gcoll_torch_info" | sed -n 4p`
+       gcoll_torch_abi=`echo "$gcoll_torch_info" | sed -n 5p`
+       gcoll_torch_dist=`echo "$gcoll_torch_info" | sed -n 6p`
+       AC_MSG_RESULT([$gcoll_torch_version])
+       gcoll_have_torch=yes],
+      [AC_MSG_RESULT([no])
+       gcoll_torch_why="$TORCH_PYTHON cannot import torch (Debian: python3-torch)"])
+    AS_IF([test "x$gcoll_have_torch" = xyes && test "x$gcoll_torch_dist" != x1],
+      [gcoll_have_torch=no; gcoll_torch_why="this torch has no torch.distributed"])
+    AS_IF([test "x$gcoll_have_torch" = xyes && test "x$enable_shared" = xno],
+      [gcoll_have_torch=no; gcoll_torch_why="--disable-shared (the extension links libgcoll.so)"])
+    AS_IF([test "x$gcoll_have_torch" = xyes],
+      [AC_CHECK_PROGS([TORCH_CXX], [g++ c++ clang++])
+       AS_IF([test -z "$TORCH_CXX"], [gcoll_have_torch=no; gcoll_torch_why="no C++ compiler (Debian: g++)"])])
+    AS_IF([test "x$gcoll_have_torch" = xyes], [
+      TORCH_CXXFLAGS="-std=c++17 -O2 -g -fPIC -shared -Wall -Wextra -fvisibility=hidden"
+      TORCH_CXXFLAGS="$TORCH_CXXFLAGS -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=_torch_backend"
+      TORCH_CXXFLAGS="$TORCH_CXXFLAGS -D_GLIBCXX_USE_CXX11_ABI=$gcoll_torch_abi"
+      # torch's include paths as system headers: -Wextra is for our code, not theirs. The
+      # dangling TH/THC entries torch reports on Debian are left out.
+      for d in $gcoll_torch_inc $gcoll_pyinc; do
+        AS_IF([test -d "$d"], [TORCH_CXXFLAGS="$TORCH_CXXFLAGS -isystem $d"])
+      done
+      AC_MSG_CHECKING([for torch/extension.h and pybind11/pybind11.h])
+      AS_IF([echo '#include <torch/extension.h>' | $TORCH_CXX $TORCH_CXXFLAGS -x c++ -E - >/dev/null 2>&1],
+        [AC_MSG_RESULT([yes])],
+        [AC_MSG_RESULT([no]); gcoll_have_torch=no
+         gcoll_torch_why="torch's C++ headers or pybind11 are missing (Debian: libtorch-dev pybind11-dev)"])
+      TORCH_LIBS="-ltorch -ltorch_cpu -lc10 -ltorch_python"
+    ])
+  ])
+  AS_IF([test "x$with_torch" = xno], [gcoll_torch_why="--without-torch"])
+  AS_IF([test "x$with_torch" = xyes && test "x$gcoll_have_torch" = xno],
+    [AC_MSG_ERROR([--with-torch was given but the backend cannot be built: $gcoll_torch_why])])
+  AS_IF([test "x$gcoll_have_torch" = xno && test "x$with_torch" = xauto],
+    [AC_MSG_WARN([torch.distributed backend not built: $gcoll_torch_why])])
+  AC_SUBST([TORCH_CXX])
+  AC_SUBST([TORCH_CXXFLAGS])
+  AC_SUBST([TORCH_LIBS])
+  AC_SUBST([TORCH_EXT_SUFFIX])
+  AC_SUBST([TORCH_PYTHON_DIR])
+  TORCH_WHY=$gcoll_torch_why
+  AC_SUBST([TORCH_WHY])
+  AM_CONDITIONAL([HAVE_PYTHON], [test "x$gcoll_have_python" = xyes])
+  AM_CONDITIONAL([HAVE_TORCH], [test "x$gcoll_have_torch" = xyes])
+  AS_IF([test "x$gcoll_have_torch" = xyes],
+    [gcoll_torch_summary="yes (torch $gcoll_torch_version, $TORCH_PYTHON)"],
+    [gcoll_torch_summary="no ($gcoll_torch_why)"])
+])
