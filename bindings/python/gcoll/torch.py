@@ -33,6 +33,8 @@ import torch.distributed as dist
 from . import _lib
 from .comm import Comm
 from .compress import Compressor, TensorState
+from .localsgd import LocalSGD  # re-exported: gcoll.torch.LocalSGD (docs/local-sgd.md)
+from .ps import ParameterServer  # re-exported: gcoll.torch.ParameterServer
 
 # ---- the torch.distributed backend "gcoll" ------------------------------------------
 # The C++ extension is built by configure when it finds libtorch; without it the backend
@@ -429,5 +431,5 @@ def register(model, spec="topk:density=0.01", **kwargs):
 
 
 GcollError = _lib.GcollError
-__all__ = ["GcollHookState", "NonFiniteError", "comm_hook", "register", "default_root",
+__all__ = ["LocalSGD", "ParameterServer", "GcollHookState", "NonFiniteError", "comm_hook", "register", "default_root",
            "GcollError", "backend_available"]
