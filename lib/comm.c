@@ -3,12 +3,8 @@
 #include "comm.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <sched.h>
-#include <ifaddrs.h>
-#include <arpa/inet.h>
 #include <net/if.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +13,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "launch.h"
 #include "topo.h"
 #include "util.h"
 
@@ -463,19 +460,6 @@ gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p)
 /* ---------------------------------------------------------------------------------- */
 /* Life cycle                                                                           */
 
-/* First variable of a launcher's family that is set, or NULL. */
-static const char *first_env(const char *const *names, const char **which)
-{
-    for (; *names; names++) {
-        const char *v = getenv(*names);
-        if (v && *v) {
-            *which = *names;
-            return v;
-        }
-    }
-    return NULL;
-}
-
 /* GCOLL_RING_DEPTH=-1: one chunk in flight per neighbour when the host's ranks outnumber
  * its CPUs, else every chunk of a step at once. Measured (docs/benchmarks.md): 4 ranks on 2
  * cores over UCX, depth 1 1.1-1.3x faster at 1-64 MiB; over TCP no difference; 2 ranks
@@ -492,67 +476,6 @@ static void resolve_ring_depth(gcoll_comm_t *comm)
     comm->cfg.ring_depth = local > 0 && cpus > 0 && local > cpus ? 1 : 0;
     GCOLL_INFO(GCOLL_SUBSYS_INIT, "ring depth %ld: %ld local rank(s) on %ld CPU(s)",
                comm->cfg.ring_depth, local, cpus);
-}
-
-static gcoll_status_t resolve_identity(gcoll_comm_t *comm, int size, int rank, char *err,
-                                       size_t errlen)
-{
-    static const char *const rank_vars[] = {"GCOLL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
-                                            "PMI_RANK", NULL};
-    static const char *const size_vars[] = {"GCOLL_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
-                                            "PMI_SIZE", NULL};
-    if (size < 0 || rank < 0) {
-        const char *rv, *sv, *rname = NULL, *sname = NULL;
-        long r, s;
-        rv = first_env(rank_vars, &rname);
-        sv = first_env(size_vars, &sname);
-        if (!rv || !sv) {
-            snprintf(err, errlen, "cannot tell this process's rank and size: set GCOLL_RANK and "
-                     "GCOLL_SIZE (gcoll-run does), or run under mpirun or srun");
-            return GCOLL_ERR_INVALID;
-        }
-        if (gcoll_parse_long(rv, 0, 1 << 20, &r) || gcoll_parse_long(sv, 1, 1 << 20, &s)) {
-            snprintf(err, errlen, "%s='%s' / %s='%s' are not a valid rank and size", rname, rv,
-                     sname, sv);
-            return GCOLL_ERR_INVALID;
-        }
-        rank = (int)r;
-        size = (int)s;
-        GCOLL_INFO(GCOLL_SUBSYS_INIT, "rank %d of %d from %s/%s", rank, size, rname, sname);
-    }
-    if (size < 1 || rank < 0 || rank >= size) {
-        snprintf(err, errlen, "rank %d is not within size %d", rank, size);
-        return GCOLL_ERR_INVALID;
-    }
-    comm->rank = rank;
-    comm->size = size;
-    return GCOLL_OK;
-}
-
-/* IPv4 address of GCOLL_TCP_IFNAME, which overrides the route to the root. */
-static gcoll_status_t ifname_ip(const char *ifname, char *ip, size_t len, char *err,
-                                size_t errlen)
-{
-    struct ifaddrs *ifa = NULL;
-    if (getifaddrs(&ifa) != 0) {
-        snprintf(err, errlen, "getifaddrs: %s", strerror(errno));
-        return GCOLL_ERR_TRANSPORT;
-    }
-    gcoll_status_t st = GCOLL_ERR_INVALID;
-    for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
-        if (!i->ifa_addr || strcmp(i->ifa_name, ifname) != 0)
-            continue;
-        if (i->ifa_addr->sa_family == AF_INET) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)len);
-            st = GCOLL_OK;
-            break;
-        }
-    }
-    freeifaddrs(ifa);
-    if (st != GCOLL_OK)
-        snprintf(err, errlen, "GCOLL_TCP_IFNAME='%s' names no interface with an IPv4 address",
-                 ifname);
-    return st;
 }
 
 static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, char *err,
@@ -626,50 +549,10 @@ static void comm_free(gcoll_comm_t *comm)
     free(comm);
 }
 
-/* Under srun without GCOLL_ROOT: task 0 runs on the step's first node, so the rendezvous
- * is there, at a port derived from the job and step ids (the same on every task; steps of
- * one job differ, and so do jobs unless their ids are 2000 apart and run at once on the same
- * node). Writes "host:port" into buf; 0 on success. */
-static int slurm_root(char *buf, size_t len)
-{
-    const char *list = getenv("SLURM_STEP_NODELIST");
-    if (!list || !*list)
-        list = getenv("SLURM_JOB_NODELIST");
-    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
-    long jobid, stepid = 0;
-    if (!list || !*list || !job || gcoll_parse_long(job, 0, LONG_MAX, &jobid) != 0)
-        return -1;
-    if (step && gcoll_parse_long(step, 0, LONG_MAX, &stepid) != 0)
-        stepid = 0;
-    /* the first host of a list such as "node[03-05,9]-ib,other": prefix, first number,
-     * suffix */
-    char host[256];
-    size_t n = 0;
-    const char *p = list;
-    while (*p && *p != ',' && *p != '[' && n + 1 < sizeof(host))
-        host[n++] = *p++;
-    if (*p == '[') {
-        for (p++; *p && *p != '-' && *p != ',' && *p != ']' && n + 1 < sizeof(host); p++)
-            host[n++] = *p;
-        while (*p && *p != ']')
-            p++;
-        if (*p == ']')
-            p++;
-        while (*p && *p != ',' && *p != '[' && n + 1 < sizeof(host))
-            host[n++] = *p++;
-    }
-    host[n] = '\0';
-    if (n == 0)
-        return -1;
-    int port = 20000 + (int)(((jobid % 2000) * 16 + stepid % 16) % 32000);
-    snprintf(buf, len, "%s:%d", host, port);
-    return 0;
-}
-
 static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *err, size_t errlen)
 {
     char slurm[300];
-    if ((!root || !*root) && comm->size > 1 && slurm_root(slurm, sizeof(slurm)) == 0) {
+    if ((!root || !*root) && comm->size > 1 && gcoll_launch_slurm_root(slurm, sizeof(slurm)) == 0) {
         root = slurm;
         GCOLL_INFO(GCOLL_SUBSYS_INIT, "rendezvous at %s, from Slurm's node list and job id "
                    "(GCOLL_ROOT overrides)", root);
@@ -692,7 +575,7 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
         snprintf(ip, sizeof(ip), "%s", gcoll_bootstrap_local_ip(bs));
     }
     if (comm->cfg.tcp_ifname && *comm->cfg.tcp_ifname)
-        GCOLL_CHECK_GOTO(ifname_ip(comm->cfg.tcp_ifname, ip, sizeof(ip), err, errlen), st, out);
+        GCOLL_CHECK_GOTO(gcoll_launch_ifname_ip(comm->cfg.tcp_ifname, ip, sizeof(ip), err, errlen), st, out);
     snprintf(comm->local_ip, sizeof(comm->local_ip), "%s", ip); /* for gcoll_comm_split */
     gcoll_transport_params_t tp = {.rank = comm->rank, .size = comm->size, .cfg = &comm->cfg,
                                    .local_ip = ip, .key = comm->key, .wake_fd = comm->wake_fd};
@@ -810,7 +693,9 @@ gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
         return st;
     if (st != GCOLL_OK)
         goto err_free;
-    GCOLL_CHECK_GOTO(resolve_identity(comm, size, rank, err, sizeof(err)), st, err_free);
+    GCOLL_CHECK_GOTO(gcoll_launch_identity(&size, &rank, err, sizeof(err)), st, err_free);
+    comm->rank = rank;
+    comm->size = size;
     gcoll_log_set_rank(comm->rank);
     if (!comm->cfg.job_key && comm->size > 1)
         GCOLL_INFO(GCOLL_SUBSYS_INIT, "GCOLL_JOB_KEY is not set: connections are not "

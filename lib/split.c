@@ -42,8 +42,11 @@ static gcoll_status_t child_create(gcoll_comm_t *parent, int size, int rank, gco
     c->tops = parent->tops;
     snprintf(c->local_ip, sizeof(c->local_ip), "%s", parent->local_ip);
     GCOLL_CHECK(gcoll_comm_set_key(c, parent->keybuf));
-    gcoll_transport_params_t tp = {.rank = rank, .size = size, .cfg = &c->cfg,
-                                   .local_ip = c->local_ip, .key = c->key,
+    gcoll_transport_params_t tp = {.rank = rank,
+                                   .size = size,
+                                   .cfg = &c->cfg,
+                                   .local_ip = c->local_ip,
+                                   .key = c->key,
                                    .wake_fd = c->wake_fd};
     st = c->tops->create(&tp, &c->tp);
     if (st != GCOLL_OK) {
@@ -70,7 +73,8 @@ gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key, gcoll_co
     member_t *m = calloc((size_t)P, sizeof(*m));
     int64_t *pairs = calloc(2 * (size_t)P, sizeof(*pairs));
     int64_t *lens = calloc((size_t)P, sizeof(*lens));
-    size_t *counts = calloc((size_t)P, sizeof(*counts)), *displs = calloc((size_t)P, sizeof(*displs));
+    size_t *counts = calloc((size_t)P, sizeof(*counts)),
+           *displs = calloc((size_t)P, sizeof(*displs));
     uint8_t *blob = calloc(1, BLOB_MAX + 4), *all = NULL;
     gcoll_comm_t *child = NULL;
     if (!m || !pairs || !lens || !counts || !displs || !blob) {
@@ -101,8 +105,10 @@ gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key, gcoll_co
         if (lens[r] < 0 || lens[r] > BLOB_MAX) {
             st = lst != GCOLL_OK ? lst : GCOLL_ERR_PEER;
             if (!*err)
-                snprintf(err, sizeof(err), "rank %d could not create its part of the new "
-                         "communicator", r);
+                snprintf(err, sizeof(err),
+                         "rank %d could not create its part of the new "
+                         "communicator",
+                         r);
             goto out;
         }
         counts[r] = ((size_t)lens[r] + 3) / 4;
@@ -138,8 +144,10 @@ gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key, gcoll_co
     }
     st = gcoll_comm_start(child, NULL, err, sizeof(err));
     if (st == GCOLL_OK)
-        GCOLL_INFO(GCOLL_SUBSYS_INIT, "split: color %d key %d: rank %d of %d (rank %d of %d "
-                   "in the parent)", color, key, newrank, n, comm->rank, P);
+        GCOLL_INFO(GCOLL_SUBSYS_INIT,
+                   "split: color %d key %d: rank %d of %d (rank %d of %d "
+                   "in the parent)",
+                   color, key, newrank, n, comm->rank, P);
 out:
     if (st != GCOLL_OK) {
         GCOLL_WARN("gcoll_comm_split failed: %s%s%s", gcoll_status_string(st), *err ? ": " : "",

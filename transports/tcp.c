@@ -38,6 +38,13 @@ static void complete_ok(gcoll_transport_t *t, gcoll_treq_t *req)
 /* ---------------------------------------------------------------------------------- */
 /* Peer failure                                                                         */
 
+/* A message that arrived whole before its receive was posted: kept when the peer leaves
+ * (an orderly close follows the peer's last message, whose receive may come later). */
+static int msg_whole_unclaimed(const rx_msg_t *m)
+{
+    return !m->req && !m->discard && m->got == m->len;
+}
+
 /* Fails everything pending with this peer; later posts to it fail at once. */
 static void peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
 {
@@ -57,11 +64,9 @@ static void peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
     for (gcoll_treq_t *r = p->posted; r; r = r->next)
         complete(r, st);
     p->posted = p->posted_tail = NULL;
-    /* A message that arrived whole before the peer left is still delivered: an orderly
-     * close follows the peer's last message, whose receive may not be posted yet. */
     for (rx_msg_t **pp = &p->msgs; *pp;) {
         rx_msg_t *m = *pp;
-        if (!m->req && !m->discard && m->got == m->len) {
+        if (msg_whole_unclaimed(m)) {
             pp = &m->next;
             continue;
         }
@@ -227,7 +232,7 @@ static void sock_eof(gcoll_transport_t *t, tcp_sock_t *s)
         return;
     int busy = p->posted != NULL;
     for (rx_msg_t *m = p->msgs; m && !busy; m = m->next)
-        busy = m->req || m->discard || m->got != m->len; /* whole ones are kept */
+        busy = !msg_whole_unclaimed(m);
     for (int i = 0; i < t->nsocks && !busy; i++)
         busy = p->socks[i].txq != NULL;
     if (busy) {

@@ -1,7 +1,7 @@
 /* ucx.c: the UCX transport's data path: one UCP active message per gcoll message, matched
  * here by (peer, tag) with length and signature checks, rendezvous data received straight
  * into the caller's buffer; progress sleeps on UCX's event fd. Setup is in ucx_setup.c,
- * single copy between ranks of one host in ucx_cma.c. */
+ * single copy between ranks of one host in ucx_cma.c, peer failure in ucx_fail.c. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -18,10 +18,6 @@
 /* How long cancel waits for UCX to finish an operation it already owns before giving up the
  * peer's endpoint (UCX 1.13 cannot cancel sends or started rendezvous receives). */
 #define CANCEL_DRAIN_MS 200
-/* How long a closed connection waits for an abort explaining it. A rank that failed (say
- * on a mismatch) tells everyone and exits; its neighbour can see the exit before the
- * abort of another rank reaches it, and must still report the real cause. */
-#define EP_ERROR_GRACE_MS 500
 
 void gcoll_ucx_set_error(gcoll_transport_t *t, const char *fmt, ...)
 {
@@ -150,7 +146,7 @@ void gcoll_ucx_op_release(gcoll_transport_t *t, ucx_op_t *op)
 
 /* A peer's operation failed before any abort from it arrived (it may be failing a call on
  * a mismatch it is telling everyone about): the request is held like one on a failed
- * endpoint, so that the abort, if one is on its way, decides the status (handle_ep_errors,
+ * endpoint, so that the abort, if one is on its way, decides the status (gcoll_ucx_handle_ep_errors,
  * gcoll_ucx_peer_fail). */
 void gcoll_ucx_hold_for_abort(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req,
                            ucs_status_t status)
@@ -272,7 +268,7 @@ static gcoll_status_t check_match(gcoll_transport_t *t, int peer, const gcoll_tr
     return st;
 }
 
-static void msg_free(gcoll_transport_t *t, ucx_msg_t *m)
+void gcoll_ucx_msg_free(gcoll_transport_t *t, ucx_msg_t *m)
 {
     if (m->desc)
         ucp_am_data_release(t->worker, m->desc); /* rendezvous: tells the sender it is done */
@@ -564,7 +560,7 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
             req->nbytes = m->len;
             gcoll_ucx_complete(t, req, GCOLL_OK);
         }
-        msg_free(t, m);
+        gcoll_ucx_msg_free(t, m);
         return GCOLL_OK;
     }
     if (p->failed) {
@@ -573,136 +569,6 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
     }
     gcoll_treq_list_push(&p->posted, &p->posted_tail, req);
     return GCOLL_OK;
-}
-
-/* ---------------------------------------------------------------------------------- */
-/* Failure                                                                              */
-
-static void close_failed_eps(gcoll_transport_t *t)
-{
-    if (!t->close_any) /* every progress round comes here: most find nothing to close */
-        return;
-    t->close_any = 0;
-    for (int i = 0; i < t->size; i++) {
-        ucx_peer_t *p = &t->peers[i];
-        if (!p->close_pending)
-            continue;
-        p->close_pending = 0;
-        if (!p->ep)
-            continue;
-        ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                   .flags = UCP_EP_CLOSE_FLAG_FORCE};
-        ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
-        p->ep = NULL;
-        /* A forced close completes without the peer; the request only needs releasing. */
-        if (UCS_PTR_IS_PTR(sp)) {
-            uint64_t end = gcoll_time_ms() + 100;
-            while (ucp_request_check_status(sp) == UCS_INPROGRESS && gcoll_time_ms() < end)
-                if (!ucp_worker_progress(t->worker))
-                    usleep(100); /* idle: do not spin a core for the whole 100 ms */
-            ucp_request_free(sp);
-        }
-    }
-}
-
-void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
-{
-    ucx_peer_t *p = &t->peers[peer];
-    if (p->failed)
-        return;
-    p->failed = 1;
-    p->status = st;
-    for (gcoll_treq_t *r = p->posted; r; r = r->next)
-        gcoll_ucx_complete(t, r, st);
-    p->posted = p->posted_tail = NULL;
-    for (gcoll_treq_t *r = p->failing; r; r = r->next)
-        gcoll_ucx_complete(t, r, st);
-    p->failing = p->failing_tail = NULL;
-    /* A message whose data arrived before the peer left is still delivered (an orderly
-     * close follows the peer's last message, whose receive may not be posted yet); one
-     * whose data is still at the peer (rendezvous, single copy) cannot be. */
-    ucx_msg_t *keep = NULL, *keep_tail = NULL;
-    while (p->unexp) {
-        ucx_msg_t *m = p->unexp;
-        p->unexp = m->next;
-        if (m->rndv || m->cma) {
-            msg_free(t, m);
-            continue;
-        }
-        m->next = NULL;
-        if (keep_tail)
-            keep_tail->next = m;
-        else
-            keep = m;
-        keep_tail = m;
-    }
-    p->unexp = keep;
-    p->unexp_tail = keep_tail;
-    /* Single-copy sends waiting for this peer's answer are ours to end. */
-    for (ucx_op_t *op = t->ops, *next; op; op = next) {
-        next = op->next;
-        if (op->cma && op->peer == peer)
-            gcoll_ucx_cma_send_end(t, op, st);
-    }
-    /* Operations UCX still owns complete through their callbacks once the endpoint is
-     * closed (UCX purges them); until then their buffers stay in UCX's hands, so the
-     * requests are not completed here. */
-    if (peer != t->rank && p->ep) {
-        p->close_pending = 1;
-        t->close_any = 1;
-        if (!t->in_cb)
-            close_failed_eps(t);
-    }
-}
-
-/* UCX reports a failed endpoint from inside its progress. The peer may have told us why
- * (an abort) in a message still queued on another lane (shared memory: its fifo), so the
- * failure is taken up after the queue is drained, in handle_ep_errors. */
-void gcoll_ucx_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
-{
-    ucx_peer_t *p = arg;
-    (void)ep;
-    if (p->failed || p->ep_error != UCS_OK)
-        return;
-    p->ep_error = status;
-    p->ep_error_ms = gcoll_time_ms();
-    p->t->ep_errors = 1;
-}
-
-static void handle_ep_errors(gcoll_transport_t *t)
-{
-    if (!t->ep_errors)
-        return;
-    t->ep_errors = 0;
-    for (int i = 0; i < 16 && ucp_worker_progress(t->worker); i++)
-        ;
-    uint64_t now = gcoll_time_ms();
-    for (int r = 0; r < t->size; r++) {
-        ucx_peer_t *p = &t->peers[r];
-        ucs_status_t status = p->ep_error;
-        if (status == UCS_OK || p->failed)
-            continue;
-        int busy = p->posted != NULL || p->failing != NULL;
-        for (ucx_op_t *op = t->ops; op && !busy; op = op->next)
-            busy = op->peer == r && op->req;
-        if (busy && now < p->ep_error_ms + EP_ERROR_GRACE_MS) {
-            t->ep_errors = 1; /* look again on the next progress */
-            continue;
-        }
-        if (busy) {
-            gcoll_ucx_set_error(t,
-                                "connection to rank %d failed with operations pending: %s "
-                                "(rank %d exited or died)",
-                                r, ucs_status_string(status), r);
-            GCOLL_WARN("ucx: connection to rank %d failed with operations pending: %s (rank %d "
-                       "exited or died)",
-                       r, ucs_status_string(status), r);
-        } else {
-            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: connection to rank %d closed: %s", r,
-                        ucs_status_string(status));
-        }
-        gcoll_ucx_peer_fail(t, r, GCOLL_ERR_PEER);
-    }
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -717,8 +583,8 @@ unsigned gcoll_ucx_drive(gcoll_transport_t *t)
         total += n;
     } while (n && ++rounds < 64);
     if (!t->closing)
-        handle_ep_errors(t);
-    close_failed_eps(t);
+        gcoll_ucx_handle_ep_errors(t);
+    gcoll_ucx_close_failed_eps(t);
     if (t->nfin) /* last: the progress in the two calls above may have queued some */
         gcoll_ucx_fin_flush(t);
     return total;

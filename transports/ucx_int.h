@@ -214,6 +214,12 @@ void gcoll_ucx_set_error(gcoll_transport_t *t, const char *fmt, ...)
 gcoll_status_t gcoll_ucx_status(ucs_status_t s);
 /* Fails everything pending with this peer; later posts to it fail at once. */
 void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st);
+/* ucx_fail.c: endpoints of failed peers force-closed (outside UCX's callbacks); failed
+ * endpoints UCX reported, taken up once their grace period allows. */
+void gcoll_ucx_close_failed_eps(gcoll_transport_t *t);
+void gcoll_ucx_handle_ep_errors(gcoll_transport_t *t);
+/* Frees an unexpected message, releasing UCX's descriptor (rendezvous: tells the sender). */
+void gcoll_ucx_msg_free(gcoll_transport_t *t, ucx_msg_t *m);
 /* Whether UCX_TLS leaves us shared-memory transports to bypass (single copy). */
 int gcoll_ucx_tls_local(void);
 /* Data path helpers shared by ucx.c and ucx_cma.c. */

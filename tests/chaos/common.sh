@@ -3,27 +3,10 @@
 # GCOLL_JOB_KEY, each under timeout(1), all killed when the script ends.
 set -u
 : "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+# lib.sh: TMP, the cleanup of what the script started (kill_ours), free_port, loopback.
+. "$(cd "$(dirname "$0")/../integration" && pwd)/lib.sh"
 EXIT_CHECK="$top_builddir/tests/integration/exit_check"
-INTRUDER="$top_builddir/tests/integration/intruder"
-export UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
-unset GCOLL_RANK GCOLL_SIZE GCOLL_ROOT GCOLL_JOB_KEY
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/gcoll-chaos.XXXXXX")
 RANK_PIDS=""
-# Kills those of the given pids that are still this script's children (with their own
-# children): a pid that exited long ago may be another process's by now.
-kill_ours() {
-    for p in "$@"; do
-        [ "$(ps -o ppid= -p "$p" 2>/dev/null | tr -d ' ')" = "$$" ] || continue
-        pkill -9 -P "$p" 2>/dev/null
-        kill -9 "$p" 2>/dev/null
-    done
-}
-cleanup() {
-    kill_ours $RANK_PIDS
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # Transport variants: name and environment. TCP, UCX over its tcp transport, UCX over
 # shared memory (skipped when this build has no UCX).
@@ -46,7 +29,7 @@ variant_env() {
 start_ranks() {
     n=$1 var=$2 limit=$3
     shift 3
-    port=$("$INTRUDER" freeport)
+    port=$(free_port)
     key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
     RANK_PIDS=""
     rm -f "$TMP"/rc.* "$TMP"/err.* "$TMP"/pid.*
@@ -58,6 +41,7 @@ start_ranks() {
             sh -c 'echo $$ >"$0"; exec "$@"' "$TMP/pid.$r" "$@" 2>"$TMP/err.$r" >/dev/null
          echo $? >"$TMP/rc.$r") &
         RANK_PIDS="$RANK_PIDS $!"
+        BG_PIDS="$BG_PIDS $!"
         r=$((r + 1))
     done
 }

@@ -54,15 +54,15 @@ static double now(void)
 
 static int failed(const char *what, unsigned call, gcoll_status_t st)
 {
-    fprintf(stderr, "exit_check rank %d: %s #%u failed at %.6f: %s: %s\n", rank, what, call,
-            now(), gcoll_status_string(st), gcoll_comm_last_error(comm));
+    fprintf(stderr, "exit_check rank %d: %s #%u failed at %.6f: %s: %s\n", rank, what, call, now(),
+            gcoll_status_string(st), gcoll_comm_last_error(comm));
     return 2;
 }
 
 static int wrong(const char *what, unsigned call, size_t i, double got, double want)
 {
-    fprintf(stderr, "exit_check rank %d: WRONG %s #%u [%zu]: %g, expected %g\n", rank, what,
-            call, i, got, want);
+    fprintf(stderr, "exit_check rank %d: WRONG %s #%u [%zu]: %g, expected %g\n", rank, what, call,
+            i, got, want);
     return 1;
 }
 
@@ -251,22 +251,31 @@ static int do_q8(unsigned call, size_t n, float *buf, float *out)
 }
 
 enum { M_BCAST, M_ALLREDUCE, M_ALLGATHER, M_RS, M_A2A, M_BARRIER, M_SPARSE, M_TOPK, M_Q8, M_N };
-static const char *const mode_names[M_N] = {"bcast",    "allreduce", "allgather",
-                                            "reduce_scatter", "alltoall", "barrier",
-                                            "sparse",   "topk",      "q8"};
+static const char *const mode_names[M_N] = {"bcast",          "allreduce", "allgather",
+                                            "reduce_scatter", "alltoall",  "barrier",
+                                            "sparse",         "topk",      "q8"};
 
 static int run_one(int m, unsigned call, size_t n, float *a, float *b)
 {
     switch (m) {
-    case M_BCAST: return do_bcast(call, n, a);
-    case M_ALLREDUCE: return do_allreduce(call, n, a);
-    case M_ALLGATHER: return do_allgather(call, n, a);
-    case M_RS: return do_reduce_scatter(call, n, a, b);
-    case M_A2A: return do_alltoall(call, n, a, b);
-    case M_BARRIER: return do_barrier(call);
-    case M_SPARSE: return do_sparse(call, n, a);
-    case M_TOPK: return do_topk(call, n, a, b);
-    default: return do_q8(call, n, a, b);
+    case M_BCAST:
+        return do_bcast(call, n, a);
+    case M_ALLREDUCE:
+        return do_allreduce(call, n, a);
+    case M_ALLGATHER:
+        return do_allgather(call, n, a);
+    case M_RS:
+        return do_reduce_scatter(call, n, a, b);
+    case M_A2A:
+        return do_alltoall(call, n, a, b);
+    case M_BARRIER:
+        return do_barrier(call);
+    case M_SPARSE:
+        return do_sparse(call, n, a);
+    case M_TOPK:
+        return do_topk(call, n, a, b);
+    default:
+        return do_q8(call, n, a, b);
     }
 }
 

@@ -16,14 +16,14 @@
 
 static int rank, size, failures;
 
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "split_check rank %d: FAIL: ", rank);                         \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            failures++;                                                                   \
-        }                                                                                 \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "split_check rank %d: FAIL: ", rank);                                  \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            failures++;                                                                            \
+        }                                                                                          \
     } while (0)
 
 static int val(int parent_rank, int iter, int j, int which)
@@ -55,11 +55,26 @@ static void expect_members(sub_t *s, int color_of_me, int (*color)(int), int (*k
         }
 }
 
-static int half_color(int r) { return r < size / 2 ? 0 : 1; }
-static int half_key(int r) { return -r; }
-static int pair_color(int r) { return r / 2; }
-static int pair_key(int r) { return r; }
-static int rest_color(int r) { return r == 0 ? GCOLL_SPLIT_NOCOLOR : 7; }
+static int half_color(int r)
+{
+    return r < size / 2 ? 0 : 1;
+}
+static int half_key(int r)
+{
+    return -r;
+}
+static int pair_color(int r)
+{
+    return r / 2;
+}
+static int pair_key(int r)
+{
+    return r;
+}
+static int rest_color(int r)
+{
+    return r == 0 ? GCOLL_SPLIT_NOCOLOR : 7;
+}
 
 #define N 257
 
@@ -154,8 +169,8 @@ int main(int argc, char **argv)
     expect_members(&pair, pair_color(rank), pair_color, pair_key);
     expect_members(&rest, rest_color(rank), rest_color, pair_key);
     CHECK(gcoll_comm_size(half.c) == size / 2 && gcoll_comm_size(pair.c) == 2 &&
-              (!rest.c || gcoll_comm_size(rest.c) == size - 1) &&
-              gcoll_comm_size(dup.c) == size && gcoll_comm_rank(dup.c) == rank,
+              (!rest.c || gcoll_comm_size(rest.c) == size - 1) && gcoll_comm_size(dup.c) == size &&
+              gcoll_comm_rank(dup.c) == rank,
           "sizes or ranks of the new communicators are wrong");
     sub_t *all[] = {&parent, &half, &pair, &rest, &dup};
     for (int iter = 0; iter < 6 && !failures; iter++)
@@ -180,8 +195,10 @@ int main(int argc, char **argv)
             CHECK(st == GCOLL_ERR_PEER || st == GCOLL_ERR_ABORTED,
                   "allreduce on the aborted half returned %s", gcoll_status_string(st));
             if (st != GCOLL_OK)
-                fprintf(stderr, "split_check rank %d: failed as expected on the aborted half: "
-                        "%s\n", rank, gcoll_comm_last_error(half.c));
+                fprintf(stderr,
+                        "split_check rank %d: failed as expected on the aborted half: "
+                        "%s\n",
+                        rank, gcoll_comm_last_error(half.c));
         } else {
             allreduce_check(&half, 100);
         }

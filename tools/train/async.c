@@ -160,15 +160,8 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
                 res->final_acc, (unsigned long long)fs.max_gap, fs.mean_staleness);
         fflush(out);
     }
-    if (keep_params) {
-        res->nparams = train_mlp_num_params(&m);
-        res->params = malloc(res->nparams * sizeof(float));
-        if (!res->params) {
-            fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
-            goto out;
-        }
-        train_mlp_get_params(&m, res->params);
-    }
+    if (keep_params && train_keep_params(&m, rank, res) != 0)
+        goto out;
     rc = 0;
 out:
     if (started)

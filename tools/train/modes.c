@@ -207,6 +207,40 @@ void train_mode_evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int r
     }
 }
 
+void train_epoch_done(FILE *out, int csv, train_result_t *res, int epoch, const double v[5],
+                      size_t examples, size_t ntest, double secs, double wait_s)
+{
+    double train_loss = v[0] / (double)examples, acc = v[1] / (double)ntest;
+    if (epoch == 0)
+        res->first_loss = train_loss;
+    res->last_loss = train_loss;
+    res->final_acc = acc;
+    res->wire_bytes += (uint64_t)v[3];
+    res->raw_bytes += (uint64_t)v[4];
+    if (!out)
+        return;
+    if (csv)
+        fprintf(out, "%d,%.6f,%.6f,%.4f,%.0f,%.0f,%.3f,%.3f\n", epoch + 1, train_loss,
+                v[2] / (double)ntest, acc, v[3], v[4], secs, wait_s);
+    else
+        fprintf(out, "%5d %10.4f %9.4f %8.4f %10.2f %10.2f %8.4f %7.2f %6.2f\n", epoch + 1,
+                train_loss, v[2] / (double)ntest, acc, v[3] / 1e6, v[4] / 1e6,
+                v[4] > 0 ? v[3] / v[4] : 0.0, secs, wait_s);
+    fflush(out);
+}
+
+int train_keep_params(const train_mlp_t *m, int rank, train_result_t *res)
+{
+    res->nparams = train_mlp_num_params(m);
+    res->params = malloc(res->nparams * sizeof(float));
+    if (!res->params) {
+        fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
+        return -1;
+    }
+    train_mlp_get_params(m, res->params);
+    return 0;
+}
+
 static const char *momentum_name(int m)
 {
     return m == GCOLL_LSGD_MOMENTUM_RESET ? "reset" : m == GCOLL_LSGD_MOMENTUM_AVERAGE ? "average"
@@ -358,34 +392,15 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
             train_mode_fail(comm, "epoch statistics", st);
             goto out;
         }
-        double train_loss = v[0] / ((double)steps * size), acc = v[1] / (double)ntest;
-        double secs = train_now_s() - t0;
-        if (e == 0)
-            res->first_loss = train_loss;
-        res->last_loss = train_loss;
-        res->final_acc = acc;
-        res->wire_bytes += (uint64_t)v[3];
-        res->raw_bytes += (uint64_t)v[4];
-        if (out) {
-            fprintf(out, "%5d %10.4f %9.4f %8.4f %10.2f %10.2f %8.4f %7.2f %6.2f\n", e + 1,
-                    train_loss, v[2] / (double)ntest, acc, v[3] / 1e6, v[4] / 1e6,
-                    v[4] > 0 ? v[3] / v[4] : 0.0, secs, wait_s);
-            fflush(out);
-        }
+        train_epoch_done(out, 0, res, e, v, steps * (size_t)size, ntest, train_now_s() - t0,
+                         wait_s);
     }
     if (out) {
         fprintf(out, "final test accuracy: %.4f\n", res->final_acc);
         fflush(out);
     }
-    if (keep_params) {
-        res->nparams = train_mlp_num_params(&m);
-        res->params = malloc(res->nparams * sizeof(float));
-        if (!res->params) {
-            fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
-            goto out;
-        }
-        train_mlp_get_params(&m, res->params);
-    }
+    if (keep_params && train_keep_params(&m, rank, res) != 0)
+        goto out;
     rc = 0;
 out:
     gcoll_localsgd_destroy(ls);

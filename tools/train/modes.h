@@ -85,5 +85,12 @@ double train_now_s(void);
 int train_mode_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st);
 void train_mode_evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int rank, int size,
                          float *x, uint8_t *y, uint32_t *idx, double *loss_sum, long *correct);
+/* The end of an epoch: records its figures (v: summed train loss, correct test predictions,
+ * test loss, wire and raw bytes; examples: those the train loss sums over) in res and, on
+ * rank 0 (out not NULL), prints its line, as CSV with csv set. */
+void train_epoch_done(FILE *out, int csv, train_result_t *res, int epoch, const double v[5],
+                      size_t examples, size_t ntest, double secs, double wait_s);
+/* keep_params: copies every parameter into res->params (0, or -1 out of memory). */
+int train_keep_params(const train_mlp_t *m, int rank, train_result_t *res);
 
 #endif

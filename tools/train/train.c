@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "gemm.h"
+#include "modes.h"
 #include "train.h"
 
 void train_opts_default(train_opts_t *o)
@@ -46,13 +47,6 @@ void train_opts_default(train_opts_t *o)
 int train_uses_dgc(const char *compressor, const char *policy)
 {
     return (compressor && strstr(compressor, "dgc")) || (policy && strstr(policy, "dgc"));
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Whether the codec feeds back its error, and so gets the momentum before it (above). */
@@ -90,28 +84,6 @@ static int layer_ready(int layer, void *arg)
         (c->st = gcoll_bucketer_ready(c->b, c->id_w[layer])) != GCOLL_OK)
         return -1;
     return 0;
-}
-
-static int fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
-{
-    const char *detail = gcoll_comm_last_error(comm);
-    fprintf(stderr, "gcoll-train: rank %d: %s: %s%s%s\n", gcoll_comm_rank(comm), what,
-            gcoll_status_string(st), *detail ? ": " : "", detail);
-    return -1;
-}
-
-/* Test loss and accuracy of this rank's share of the test set (summed, not averaged). */
-static void evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int rank, int size, float *x,
-                     uint8_t *y, uint32_t *idx, double *loss_sum, long *correct)
-{
-    size_t lo = n * (size_t)rank / (size_t)size, hi = n * (size_t)(rank + 1) / (size_t)size;
-    for (size_t i = lo; i < hi; i += (size_t)m->cap) {
-        int b = (int)(hi - i < (size_t)m->cap ? hi - i : (size_t)m->cap);
-        for (int j = 0; j < b; j++)
-            idx[j] = (uint32_t)(i + (size_t)j);
-        train_gather(t, idx, (size_t)b, x, y);
-        *loss_sum += train_mlp_forward(m, x, y, b, correct) * b;
-    }
 }
 
 int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, FILE *out,
@@ -177,7 +149,7 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
     };
     gcoll_status_t st = gcoll_bucketer_create(comm, &bc, &b);
     if (st != GCOLL_OK) {
-        fail(comm, "bucketer", st);
+        train_mode_fail(comm, "bucketer", st);
         goto out;
     }
     ready_ctx_t rctx = {.b = b, .m = &m,
@@ -195,7 +167,7 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
                                            GCOLL_FLOAT32, NULL, &rctx.id_w[l]);
         }
         if (st != GCOLL_OK) {
-            fail(comm, "bucketer registration", st);
+            train_mode_fail(comm, "bucketer registration", st);
             goto out;
         }
     }
@@ -237,7 +209,7 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
     }
 
     for (int e = 0; e < o->epochs; e++) {
-        double t0 = now_s(), wait_s = 0.0, loss_sum = 0.0;
+        double t0 = train_now_s(), wait_s = 0.0, loss_sum = 0.0;
         gcoll_counters_t c0, c1;
         gcoll_comm_counters(comm, &c0);
         train_permutation(perm, ntrain, o->seed, (uint64_t)e);
@@ -257,14 +229,14 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
             }
             loss_sum += loss;
             if (train_mlp_backward(&m, y, layer_ready, &rctx) != 0) {
-                fail(comm, "gcoll_bucketer_ready", rctx.st);
+                train_mode_fail(comm, "gcoll_bucketer_ready", rctx.st);
                 goto out;
             }
-            double tw = now_s();
+            double tw = train_now_s();
             st = gcoll_bucketer_wait(b);
-            wait_s += now_s() - tw;
+            wait_s += train_now_s() - tw;
             if (st != GCOLL_OK) {
-                fail(comm, "gcoll_bucketer_wait", st);
+                train_mode_fail(comm, "gcoll_bucketer_wait", st);
                 goto out;
             }
             train_mlp_sgd(&m, o->lr, rctx.momentum_first > 0.0f ? 0.0f : momentum);
@@ -272,47 +244,24 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
         gcoll_comm_counters(comm, &c1);
         double test_loss = 0.0;
         long correct = 0;
-        evaluate(&m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
+        train_mode_evaluate(&m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
         double v[5] = {loss_sum, (double)correct, test_loss,
                        (double)(c1.bytes_sent - c0.bytes_sent),
                        (double)(c1.bytes_raw - c0.bytes_raw)};
         st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
         if (st != GCOLL_OK) {
-            fail(comm, "epoch statistics", st);
+            train_mode_fail(comm, "epoch statistics", st);
             goto out;
         }
-        double train_loss = v[0] / ((double)steps * size), acc = v[1] / (double)ntest;
-        double secs = now_s() - t0;
-        if (e == 0)
-            res->first_loss = train_loss;
-        res->last_loss = train_loss;
-        res->final_acc = acc;
-        res->wire_bytes += (uint64_t)v[3];
-        res->raw_bytes += (uint64_t)v[4];
-        if (out) {
-            if (o->csv)
-                fprintf(out, "%d,%.6f,%.6f,%.4f,%.0f,%.0f,%.3f,%.3f\n", e + 1, train_loss,
-                        v[2] / (double)ntest, acc, v[3], v[4], secs, wait_s);
-            else
-                fprintf(out, "%5d %10.4f %9.4f %8.4f %10.2f %10.2f %8.4f %7.2f %6.2f\n", e + 1,
-                        train_loss, v[2] / (double)ntest, acc, v[3] / 1e6, v[4] / 1e6,
-                        v[4] > 0 ? v[3] / v[4] : 0.0, secs, wait_s);
-            fflush(out);
-        }
+        train_epoch_done(out, o->csv, res, e, v, steps * (size_t)size, ntest,
+                         train_now_s() - t0, wait_s);
     }
     if (out) {
         fprintf(out, "final test accuracy: %.4f\n", res->final_acc);
         fflush(out);
     }
-    if (keep_params) {
-        res->nparams = train_mlp_num_params(&m);
-        res->params = malloc(res->nparams * sizeof(float));
-        if (!res->params) {
-            fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
-            goto out;
-        }
-        train_mlp_get_params(&m, res->params);
-    }
+    if (keep_params && train_keep_params(&m, rank, res) != 0)
+        goto out;
     rc = 0;
 out:
     gcoll_bucketer_destroy(b);

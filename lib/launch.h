@@ -1,0 +1,22 @@
+/* launch.h: what a launcher tells a rank (launch.c). Internal. */
+#ifndef GCOLL_LAUNCH_H
+#define GCOLL_LAUNCH_H
+
+#include <stddef.h>
+
+#include "gcoll.h"
+
+/* Rank and size: *size_p and *rank_p as given when both are >= 0, else from GCOLL_RANK/
+ * GCOLL_SIZE, OMPI_COMM_WORLD_*, SLURM_PROCID/SLURM_NTASKS or PMI_RANK/PMI_SIZE.
+ * GCOLL_ERR_INVALID with the reason in err when none is set or they do not fit. */
+gcoll_status_t gcoll_launch_identity(int *size_p, int *rank_p, char *err, size_t errlen);
+
+/* Under srun without GCOLL_ROOT: "host:port" of the rendezvous on the step's first node, at
+ * a port derived from the job and step ids. 0 on success, -1 when not under Slurm. */
+int gcoll_launch_slurm_root(char *buf, size_t len);
+
+/* The IPv4 address of interface ifname (GCOLL_TCP_IFNAME) into ip. */
+gcoll_status_t gcoll_launch_ifname_ip(const char *ifname, char *ip, size_t len, char *err,
+                                      size_t errlen);
+
+#endif /* GCOLL_LAUNCH_H */
