@@ -5,18 +5,7 @@
 # run, bad flags fail cleanly, and a killed rank fails the others within the timeout.
 # Skipped (77) without dataset-fashion-mnist. About 15 s on 2 cores.
 . "$(dirname "$0")/lib.sh"
-TRAIN="$top_builddir/tools/gcoll-train"
-data="${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"
-unset GCOLL_COMPRESSOR GCOLL_LAYER_POLICY GCOLL_BUCKET_BYTES
-
-if [ ! -e "$data/train-images-idx3-ubyte.gz" ] && [ ! -e "$data/train-images-idx3-ubyte" ]; then
-    echo "SKIP: Fashion-MNIST not found in $data (Debian: apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-if [ ! -e "$data/train-images-idx3-ubyte" ] && "$TRAIN" --help | grep -q 'gzip no'; then
-    echo "SKIP: gcoll-train was built without zlib and $data holds only gzipped files"
-    exit 77
-fi
+. "$(dirname "$0")/train-lib.sh"
 
 # train OUT NRANKS ARGS...: 2 epochs of 50 steps on 2 ranks
 train() {

@@ -4,18 +4,7 @@
 # 2 ranks match 1 rank on the union of their batches, and bad data or flags fail cleanly.
 # Skipped (77) when dataset-fashion-mnist is not installed.
 . "$(dirname "$0")/lib.sh"
-TRAIN="$top_builddir/tools/gcoll-train"
-data="${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"
-unset GCOLL_COMPRESSOR GCOLL_LAYER_POLICY GCOLL_BUCKET_BYTES
-
-if [ ! -e "$data/train-images-idx3-ubyte.gz" ] && [ ! -e "$data/train-images-idx3-ubyte" ]; then
-    echo "SKIP: Fashion-MNIST not found in $data (Debian: apt-get install dataset-fashion-mnist)"
-    exit 77
-fi
-if [ ! -e "$data/train-images-idx3-ubyte" ] && "$TRAIN" --help | grep -q 'gzip no'; then
-    echo "SKIP: gcoll-train was built without zlib and $data holds only gzipped files"
-    exit 77
-fi
+. "$(dirname "$0")/train-lib.sh"
 
 # train OUT NRANKS ARGS...: a bounded run on 6400 examples (100 steps per epoch on 2 ranks)
 train() {

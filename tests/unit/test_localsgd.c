@@ -19,6 +19,9 @@
 
 #include <cmocka.h>
 
+#include "root_test_util.h"
+#include "train_test_util.h"
+
 #include "gcoll.h"
 #include "train/gemm.h"
 #include "train/train.h"
@@ -27,42 +30,7 @@ enum { MAXR = 4, DIM = 24, NTRAIN = 960, NTEST = 10 };
 
 static train_data_t data;
 
-/* Ten classes of noisy prototypes (as test_train_dp.c's). */
-static void make_data(void)
-{
-    uint64_t s = 11;
-    uint8_t proto[TRAIN_CLASSES][DIM];
-    for (int c = 0; c < TRAIN_CLASSES; c++)
-        for (int j = 0; j < DIM; j++)
-            proto[c][j] = (uint8_t)(train_splitmix64(&s) % 200);
-    train_split_t *sp[2] = {&data.train, &data.test};
-    size_t ns[2] = {NTRAIN, NTEST};
-    for (int k = 0; k < 2; k++) {
-        train_split_t *t = sp[k];
-        t->n = ns[k];
-        t->dim = DIM;
-        t->x = malloc(t->n * DIM);
-        t->y = malloc(t->n);
-        for (size_t i = 0; i < t->n; i++) {
-            t->y[i] = (uint8_t)(train_splitmix64(&s) % TRAIN_CLASSES);
-            for (int j = 0; j < DIM; j++)
-                t->x[i * DIM + j] = (uint8_t)(proto[t->y[i]][j] + train_splitmix64(&s) % 56);
-        }
-    }
-}
-
 static char root_addr[64];
-
-static void pick_root(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
-    snprintf(root_addr, sizeof(root_addr), "127.0.0.1:%d", ntohs(sa.sin_port));
-}
 
 typedef struct rank_arg rank_arg_t;
 typedef void (*rank_fn_t)(rank_arg_t *a, gcoll_comm_t *comm);
@@ -101,7 +69,7 @@ static void *rank_main(void *p)
 
 static void run_ranks(rank_arg_t *a, int size, rank_fn_t fn)
 {
-    pick_root();
+    test_pick_root(root_addr, sizeof(root_addr));
     pthread_t th[MAXR];
     for (int r = 0; r < size; r++) {
         memset(&a[r], 0, sizeof(a[r]));
@@ -499,7 +467,7 @@ int main(void)
 {
     setenv("GCOLL_TIMEOUT_MS", "30s", 1);
     unsetenv("GCOLL_COMPRESSOR");
-    make_data();
+    test_make_prototypes(&data, DIM, NTRAIN, NTEST);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_h1_is_sync),
         cmocka_unit_test(test_ef_exact),

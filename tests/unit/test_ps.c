@@ -21,6 +21,8 @@
 
 #include <cmocka.h>
 
+#include "root_test_util.h"
+
 #include "coll.h"
 #include "gcoll.h"
 #include "training/ssp.h"
@@ -99,17 +101,6 @@ static void test_ssp_script(void **state)
 enum { MAXR = 4, N1 = 300, N2 = 7, STEPS = 200 };
 
 static char root_addr[64];
-
-static void pick_root(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
-    snprintf(root_addr, sizeof(root_addr), "127.0.0.1:%d", ntohs(sa.sin_port));
-}
 
 typedef struct rank_arg rank_arg_t;
 struct rank_arg {
@@ -216,7 +207,7 @@ out:
 
 static void run_ranks(rank_arg_t *a, int size, int S, int slow, const char *spec)
 {
-    pick_root();
+    test_pick_root(root_addr, sizeof(root_addr));
     pthread_t th[MAXR];
     for (int r = 0; r < size; r++) {
         memset(&a[r], 0, sizeof(a[r]));
@@ -376,7 +367,7 @@ static void test_malformed_push(void **state)
             len = cases[i].len;
             gcoll_put_u32(msg + 32, 4);
         }
-        pick_root();
+        test_pick_root(root_addr, sizeof(root_addr));
         rogue_arg_t a[2] = {{.rank = 0}, {.rank = 1, .msg = msg, .len = len}};
         pthread_t th[2];
         for (int r = 0; r < 2; r++)
@@ -395,7 +386,7 @@ static void test_malformed_push(void **state)
 static void test_bad_config(void **state)
 {
     (void)state;
-    pick_root();
+    test_pick_root(root_addr, sizeof(root_addr));
     gcoll_comm_t *comm = NULL;
     assert_int_equal(gcoll_comm_init_rank(1, 0, root_addr, &comm), GCOLL_OK);
     gcoll_ps_config_t bad[] = {
