@@ -8,7 +8,7 @@ set -u
 E=${1:-5}
 P=${2:-4}
 B=${top_builddir:-.}
-RUN="timeout 1800 $B/tools/gcoll-run -q -n $P $B/tools/gcoll-train --epochs $E"
+RUN="timeout 1800 $B/tools/gcoll-run -q -n $P $B/tools/gcoll-train --epochs $E --lr-schedule constant"
 # (scratch in the current directory: a shared /tmp may be swept while the table runs)
 TMP=$(mktemp -d "$PWD/.lsgd-table.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT INT TERM

@@ -30,6 +30,8 @@ static const char usage_text[] =
     "  -d, --data DIR          directory of the IDX files (" DEFAULT_DATA ")\n"
     "  -b, --batch B           examples per rank per step (64)\n"
     "  -l, --lr X              learning rate (0.05)\n"
+    "      --lr-schedule S     constant, cosine (to 0 over the run) or step (x0.1 at 50%\n"
+    "                          and 75% of the steps) (cosine; constant with --async)\n"
     "  -m, --momentum M        SGD momentum (0.9; 0 when a DGC codec is in use, which\n"
     "                          corrects momentum itself)\n"
     "      --limit N           train on the first N examples only\n"
@@ -76,7 +78,15 @@ static int save_params(const char *path, const float *p, size_t n)
 
 int main(int argc, char **argv)
 {
-    enum { OPT_LIMIT = 256, OPT_TEST_LIMIT, OPT_BUCKET, OPT_CSV, OPT_SAVE, OPT_WARMUP };
+    enum {
+        OPT_LIMIT = 256,
+        OPT_TEST_LIMIT,
+        OPT_BUCKET,
+        OPT_CSV,
+        OPT_SAVE,
+        OPT_WARMUP,
+        OPT_LR_SCHED
+    };
     static const struct option longopts[] = {
         {"epochs", required_argument, NULL, 'e'},
         {"compressor", required_argument, NULL, 'c'},
@@ -86,6 +96,7 @@ int main(int argc, char **argv)
         {"batch", required_argument, NULL, 'b'},
         {"lr", required_argument, NULL, 'l'},
         {"momentum", required_argument, NULL, 'm'},
+        {"lr-schedule", required_argument, NULL, OPT_LR_SCHED},
         {"limit", required_argument, NULL, OPT_LIMIT},
         {"test-limit", required_argument, NULL, OPT_TEST_LIMIT},
         {"bucket-bytes", required_argument, NULL, OPT_BUCKET},
@@ -158,6 +169,15 @@ int main(int argc, char **argv)
             if (parse_num("--bucket-bytes", optarg, 0, 1e12, &v))
                 return 2;
             o.bucket_bytes = (size_t)v;
+            break;
+        case OPT_LR_SCHED:
+            if ((o.lr_schedule = train_lr_schedule_parse(optarg)) < 0) {
+                fprintf(stderr,
+                        "gcoll-train: --lr-schedule: '%s' is not constant, cosine or "
+                        "step\n",
+                        optarg);
+                return 2;
+            }
             break;
         case OPT_CSV:
             o.csv = 1;

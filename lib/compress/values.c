@@ -1,4 +1,5 @@
-/* values.c: value sections: f32/fp16/bf16 casts, q8, QSGD and sign quantizers, encode and decode. */
+/* values.c: value sections: f32/fp16/bf16 casts, q8, QSGD and sign quantizers, encode and decode.
+ */
 #include "values.h"
 
 #include <math.h>
@@ -15,9 +16,15 @@ static inline float ldf(const uint8_t *p)
     memcpy(&f, p, 4);
     return f;
 }
-static inline void stf(uint8_t *p, float f) { memcpy(p, &f, 4); }
+static inline void stf(uint8_t *p, float f)
+{
+    memcpy(p, &f, 4);
+}
 
-static uint32_t qsgd_s(unsigned bits) { return (1u << (bits - 1)) - 1u; }
+static uint32_t qsgd_s(unsigned bits)
+{
+    return (1u << (bits - 1)) - 1u;
+}
 
 /* QSGD's relative variance for a bucket of m values and s levels (Alistarh et al. 2017,
  * lemma 3.1): E||Q(x) - x||^2 <= omega ||x||^2, omega = min(m / s^2, sqrt(m) / s). */
@@ -73,9 +80,26 @@ static void qsgd_pack(const uint8_t *c, size_t n, unsigned B, uint8_t *out, size
  * Encodes elements [lo, lo+m) of a section of n values from x[0..m): lo starts a bucket
  * and is a multiple of 8, lo+m ends one (or is n). Codes are computed into codes[] in runs
  * of cap (a multiple of 8) and packed; with cap >= m, codes[0..m) holds them all after. */
-static gcoll_status_t qsgd_put_span(const gcoll_vspec_t *vs, const float *x, size_t n,
-                                    size_t lo, size_t m, uint64_t key, uint8_t *out,
-                                    uint8_t *codes, size_t cap)
+/* The contractive form of QSGD that the encode sends when it feeds its error back: the
+ * bucket's levels are spaced max|x| / s and every value is rounded to the nearest one,
+ * deterministically. Each value's error is at most min(|x_j|, max / 2s) and the largest is
+ * exact, so ||Q(x) - x||^2 <= (1 - delta) ||x||^2 with delta >= 1 / (1 + (m - 1) / (4 s^2))
+ * for a bucket of m values, and typically near 1 - 1 / (12 s^2 r) with r = ||x||^2 / (m
+ * max^2) (uniform rounding error). This is the scaled quantizer of EF-SGD (Karimireddy et
+ * al. 2019; Stich et al. 2018 for the contraction); the unbiased, stochastically rounded
+ * QSGD of Alistarh et al. 2017 with its l2 scale is sent without feedback. */
+static void qsgd_codes_nearest(const float *x, size_t n, float f, uint32_t s, uint8_t *codes)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t l = (uint32_t)(fabsf(x[i]) * f + 0.5f);
+        l = l > s ? s : l;
+        codes[i] = (uint8_t)(x[i] < 0 ? s - l : s + l);
+    }
+}
+
+static gcoll_status_t qsgd_put_span(const gcoll_vspec_t *vs, const float *x, size_t n, size_t lo,
+                                    size_t m, uint64_t key, uint8_t *out, uint8_t *codes,
+                                    size_t cap)
 {
     const gcoll_kernels_t *k = gcoll_kernels();
     uint64_t nb = gcoll_vsec_buckets(vs, n);
@@ -87,28 +111,38 @@ static gcoll_status_t qsgd_put_span(const gcoll_vspec_t *vs, const float *x, siz
     size_t t0 = lo, tn = 0; /* element held in codes[0], codes held */
     for (size_t i = lo; i < lo + m;) {
         size_t b = i / vs->bucket, bend = GCOLL_MIN(n, (b + 1) * (size_t)vs->bucket);
-        float norm = sqrtf(k->sumsq(x + (i - lo), bend - i));
-        if (!isfinite(norm)) {
-            /* float squares overflow from |x| ~ 1.8e19: the norm itself may still fit */
-            double nd = sqrt(k->sumsq_d(x + (i - lo), bend - i));
-            if (!(nd <= 3.4028234e38 / 2)) { /* the decoder's bound on norms */
-                GCOLL_WARN("compress: qsgd: non-finite value or a norm beyond float range in "
-                           "bucket %zu (elements %zu..%zu)", b, i, bend - 1);
+        float scale, f;
+        if (vs->contract) { /* with error feedback: levels max|x| / s apart, nearest */
+            scale = k->absmax(x + (i - lo), bend - i);
+            if (!isfinite(scale)) {
+                GCOLL_WARN("compress: qsgd: non-finite value in bucket %zu (elements %zu..%zu)", b,
+                           i, bend - 1);
                 return GCOLL_ERR_INVALID;
             }
-            norm = (float)nd;
+        } else {
+            scale = sqrtf(k->sumsq(x + (i - lo), bend - i));
+            if (!isfinite(scale)) {
+                /* float squares overflow from |x| ~ 1.8e19: the norm itself may still fit */
+                double nd = sqrt(k->sumsq_d(x + (i - lo), bend - i));
+                if (!(nd <= 3.4028234e38 / 2)) { /* the decoder's bound on norms */
+                    GCOLL_WARN("compress: qsgd: non-finite value or a norm beyond float range "
+                               "in bucket %zu (elements %zu..%zu)",
+                               b, i, bend - 1);
+                    return GCOLL_ERR_INVALID;
+                }
+                scale = (float)nd;
+            }
         }
-        float f = norm > 0 ? (float)s / norm : 0.0f;
-        if (!(f <= 3.4028234e38f)) /* norm below ~2e-38, s/norm overflows: send zeros */
-            norm = f = 0.0f;       /* (the residual keeps the bucket exactly: delta 0 here) */
-        /* with error feedback, Q(x) / (1 + omega), a contraction with delta = 1/(1 + omega)
-         * (Karimireddy et al. 2019, sec. 3; Stich et al. 2018): the codes stay those of
-         * the unbiased Q, only the decoded scale shrinks */
-        float wire = vs->contract ? (float)(norm / (1.0 + gcoll_qsgd_omega(B, bend - i))) : norm;
-        stf(out + 4 * b, wire);
+        f = scale > 0 ? (float)s / scale : 0.0f;
+        if (!(f <= 3.4028234e38f)) /* scale below ~2e-38, s/scale overflows: send zeros */
+            scale = f = 0.0f;      /* (the residual keeps the bucket exactly: delta 0 here) */
+        stf(out + 4 * b, scale);
         for (size_t j = i; j < bend;) {
             size_t piece = GCOLL_MIN(bend - j, cap - tn);
-            k->qsgd_codes(x + (j - lo), piece, f, s, (uint32_t)j, k_lo, k_hi, codes + tn);
+            if (vs->contract)
+                qsgd_codes_nearest(x + (j - lo), piece, f, s, codes + tn);
+            else
+                k->qsgd_codes(x + (j - lo), piece, f, s, (uint32_t)j, k_lo, k_hi, codes + tn);
             tn += piece;
             j += piece;
             if (tn == cap) {
@@ -126,8 +160,8 @@ static gcoll_status_t qsgd_put_span(const gcoll_vspec_t *vs, const float *x, siz
 
 #define QSGD_RUN 4096 /* codes computed per packing run (a multiple of 8) */
 
-static gcoll_status_t qsgd_put(const gcoll_vspec_t *vs, const float *x, size_t n,
-                               uint64_t key, uint8_t *out)
+static gcoll_status_t qsgd_put(const gcoll_vspec_t *vs, const float *x, size_t n, uint64_t key,
+                               uint8_t *out)
 {
     uint8_t codes[QSGD_RUN];
     return qsgd_put_span(vs, x, n, 0, n, key, out, codes, QSGD_RUN);
@@ -195,7 +229,8 @@ static gcoll_status_t sign_put(const gcoll_vspec_t *vs, const float *x, size_t n
             scale = sign_l2_capped(scale, k->sign_put(x + lo, m, bits + lo / 8, 0), m);
         if (!isfinite(scale)) {
             GCOLL_WARN("compress: sign: non-finite value (or overflow) in chunk %llu "
-                       "(elements %zu..%zu)", (unsigned long long)b, lo, lo + m - 1);
+                       "(elements %zu..%zu)",
+                       (unsigned long long)b, lo, lo + m - 1);
             return GCOLL_ERR_INVALID;
         }
         stf(out + 4 * b, scale);
@@ -229,8 +264,7 @@ gcoll_status_t gcoll_vsec_put(const gcoll_vspec_t *vs, const float *x, size_t n,
     }
     if (bad) {
         size_t i = k->first_bad(x, n);
-        GCOLL_WARN("compress: non-finite input %g at element %zu", i < n ? (double)x[i] : 0.0,
-                   i);
+        GCOLL_WARN("compress: non-finite input %g at element %zu", i < n ? (double)x[i] : 0.0, i);
         return GCOLL_ERR_INVALID;
     }
     return GCOLL_OK;
@@ -244,8 +278,8 @@ static gcoll_status_t check_scales(const uint8_t *p, uint64_t nb, float max_mult
     for (uint64_t b = 0; b < nb; b++) {
         float f = ldf(p + 4 * b);
         if (!(f >= 0.0f && f <= lim)) {
-            GCOLL_WARN("compress: malformed message: %s %llu is %g", what,
-                       (unsigned long long)b, (double)f);
+            GCOLL_WARN("compress: malformed message: %s %llu is %g", what, (unsigned long long)b,
+                       (double)f);
             return GCOLL_ERR_INVALID;
         }
     }
@@ -323,8 +357,8 @@ static inline void put1(float *o, float v, int mode)
         *o -= v;
 }
 
-void gcoll_vsec_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n,
-                            size_t start, size_t m, float *out, int mode)
+void gcoll_vsec_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n, size_t start,
+                            size_t m, float *out, int mode)
 {
     const gcoll_kernels_t *k = gcoll_kernels();
     uint64_t nb = gcoll_vsec_buckets(vs, n);
@@ -380,7 +414,7 @@ void gcoll_vsec_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t 
  * bit-identical. Blocks hold whole scale buckets, and for QSGD a multiple of 8 elements
  * so that every block's packed codes start on a byte.
  */
-#define EF_BLOCK 4096          /* elements per block: e, g and codes stay in L1 */
+#define EF_BLOCK 4096           /* elements per block: e, g and codes stay in L1 */
 #define EF_MAX_BLOCK (1u << 18) /* larger buckets: the unfused passes */
 
 static size_t gcd_size(size_t a, size_t b)
@@ -450,8 +484,8 @@ static gcoll_status_t put_span(const gcoll_vspec_t *vs, const float *x, size_t n
 
 /* e[0..m) -= D(elements [lo, lo+m)), as gcoll_vsec_apply_range(SUB) computes it; QSGD
  * takes the codes from codes[] rather than unpacking them. */
-static void sub_span(const gcoll_vspec_t *vs, const uint8_t *out, size_t n, size_t lo,
-                     size_t m, const uint8_t *codes, float *e)
+static void sub_span(const gcoll_vspec_t *vs, const uint8_t *out, size_t n, size_t lo, size_t m,
+                     const uint8_t *codes, float *e)
 {
     if (vs->fmt != GCOLL_VF_QSGD) {
         gcoll_vsec_apply_range(vs, out, n, lo, m, e, GCOLL_DECODE_SUB);
@@ -486,7 +520,8 @@ static gcoll_status_t sign_put_ef(const gcoll_vspec_t *vs, float *e, const float
             scale = sign_l2_capped(scale, k->sign_put(e + lo, m, bits + lo / 8, 0), m);
         if (!isfinite(scale)) {
             GCOLL_WARN("compress: sign: non-finite value (or overflow) in chunk %llu "
-                       "(elements %zu..%zu)", (unsigned long long)b, lo, lo + m - 1);
+                       "(elements %zu..%zu)",
+                       (unsigned long long)b, lo, lo + m - 1);
             k->axpy(e + lo + m, g + lo + m, n - lo - m, a);
             return GCOLL_ERR_INVALID;
         }

@@ -50,12 +50,22 @@ typedef struct {
 } ef_case_t;
 
 /* q8's bucket of m values: |Q(x)_i - x_i| <= max/254, so 1 - delta = m / (4 127^2). */
-static double d_q8(double m) { return 1.0 - m / (4.0 * 127.0 * 127.0); }
-/* QSGD with s levels on buckets of m values, scaled by 1/(1 + omega). */
+static double d_q8(double m)
+{
+    return 1.0 - m / (4.0 * 127.0 * 127.0);
+}
+/* QSGD's contractive form, s levels max/s apart on buckets of m values, nearest: every
+ * error is at most min(|x_i|, max/2s) and the largest value is exact, so
+ * 1 - delta <= max over r of min(1 - r, (m - 1) r / 4s^2) (r = max^2/||x||^2). */
 static double d_qsgd(int bits, double m)
 {
     double s = (double)((1 << (bits - 1)) - 1);
-    return 1.0 / (1.0 + fmin(m / (s * s), sqrt(m) / s));
+    return 1.0 / (1.0 + (m - 1.0) / (4.0 * s * s));
+}
+/* ||C(x)|| <= ||x|| + ||C(x) - x|| */
+static double b_qsgd(int bits, double m)
+{
+    return 1.0 + sqrt(1.0 - d_qsgd(bits, m));
 }
 
 static double ef_bound(const ef_case_t *k, int quant, int ring, int stoch, size_t count,
@@ -152,7 +162,8 @@ int run_efmean(int argc, char **argv)
         double t0 = now(), rel = ef_run(argv[2], steps, count, argc > 5 && atoi(argv[5]), gn);
         if (rel >= 0)
             printf("efmean %s: %d rank(s), %ld steps of %zu floats: relative l2 error of the "
-                   "mean %.3g, %.2f s\n", argv[2], size, steps, count, rel, now() - t0);
+                   "mean %.3g, %.2f s\n",
+                   argv[2], size, steps, count, rel, now() - t0);
         return failures;
     }
     const long T = 200; /* the bounds scale as 1/T: fewer steps, same test */
@@ -163,18 +174,18 @@ int run_efmean(int argc, char **argv)
         {"fp16", 1 - 0x1p-22, 1 + 0x1p-11, 0}, /* unit roundoff 2^-11, in range */
         {"bf16", 1 - 0x1p-16, 1 + 0x1p-8, 0},
         {"q8", d_q8(1024), 1 + sqrt(1 - d_q8(1024)), 0},
-        {"qsgd:bits=8", d_qsgd(8, 512), sqrt(d_qsgd(8, 512)), 0},
-        {"qsgd:bits=4", d_qsgd(4, 512), sqrt(d_qsgd(4, 512)), 0},
-        {"qsgd:bits=2", d_qsgd(2, 512), sqrt(d_qsgd(2, 512)), 0},
-        {"qsgd:bits=4,bucket=64", d_qsgd(4, 64), sqrt(d_qsgd(4, 64)), 0},
-        {"sign", 1 / m_msg, 1, 0},        /* ||x||_1^2 >= ||x||_2^2 */
+        {"qsgd:bits=8", d_qsgd(8, 512), b_qsgd(8, 512), 0},
+        {"qsgd:bits=4", d_qsgd(4, 512), b_qsgd(4, 512), 0},
+        {"qsgd:bits=2", d_qsgd(2, 512), b_qsgd(2, 512), 0},
+        {"qsgd:bits=4,bucket=64", d_qsgd(4, 64), b_qsgd(4, 64), 0},
+        {"sign", 1 / m_msg, 1, 0}, /* ||x||_1^2 >= ||x||_2^2 */
         {"sign:chunk=8", 1.0 / 8, 1, 0},
         {"sign:scale=l2,chunk=8", 0.75 / 8, 1.5, 0},
         {"topk:density=0.25", 0.25, 1, 0}, /* the k largest hold >= k/n of ||x||^2 */
         {"topk:density=0.01", 0.01, 1, 0},
         {"topk:density=0.25,select=sample", 0, 1, 0}, /* sampled k: no delta, below */
         {"topk:density=0.25+q8", 0.25 * d_q8(1000), 1 + sqrt(1 - d_q8(1000)), 0},
-        {"topk:density=0.25+qsgd", 0.25 * d_qsgd(4, 512), 1, 0},
+        {"topk:density=0.25+qsgd", 0.25 * d_qsgd(4, 512), b_qsgd(4, 512), 0},
         {"topk:density=0.25+sign", 0.25 / 1000, 1, 0},
         {"randomk:density=0.25,seed=5", 0.25, 0.5, 0}, /* E: k/n of ||x||^2 kept */
         {"threshold:tau=1", 0, 0, 1},
@@ -271,15 +282,14 @@ int run_clip(void)
             size_t bad = 0, first = 0;
             for (size_t i = 0; i < n; i++) {
                 /* worker rounding of each value, server rounding of their average */
-                double tol = u * mag[i] + u * (fabs(want[i]) + u * mag[i]) + 1e-6 * mag[i] +
-                             1e-30;
+                double tol = u * mag[i] + u * (fabs(want[i]) + u * mag[i]) + 1e-6 * mag[i] + 1e-30;
                 if (!(fabs(out[i] - want[i]) <= tol) && bad++ == 0)
                     first = i;
             }
             if (bad)
                 FAIL("clip '%s': %zu of %zu values off the whole tensor's clipping, first at "
-                     "%zu: got %g want %g", cases[j].spec, bad, n, first, out[first],
-                     want[first]);
+                     "%zu: got %g want %g",
+                     cases[j].spec, bad, n, first, out[first], want[first]);
             else if (rank == 0)
                 printf("clip %s: %d rank(s), %s scheme: matches the clipped average\n",
                        cases[j].spec, size, gcoll_compressed_scheme(comm, c, n, 0, NULL));
@@ -289,8 +299,9 @@ int run_clip(void)
     }
     /* all-zero and huge-value gradients through every scheme: zeros come back exactly;
      * one 1e30 (its float square overflows) goes through, finite, near its mean */
-    static const char *const edge[] = {"qsgd:bits=4", "qsgd:bits=2,ef=0", "sign", "q8", "fp16",
-                                       "topk:density=0.01+qsgd", "randomk:density=0.5"};
+    static const char *const edge[] = {
+        "qsgd:bits=4",        "qsgd:bits=2,ef=0", "sign", "q8", "fp16", "topk:density=0.01+qsgd",
+        "randomk:density=0.5"};
     for (size_t j = 0; j < sizeof(edge) / sizeof(edge[0]); j++) {
         gcoll_compressor_t *c = NULL;
         gcoll_tensor_state_t *st = NULL;
@@ -351,8 +362,9 @@ int run_rss(int argc, char **argv)
     gcoll_compressor_t *c = NULL;
     gcoll_tensor_state_t *st = NULL;
     checks++;
-    if (!g || !out || (!dense && (gcoll_compressor_create(spec, &c) != GCOLL_OK ||
-                                  gcoll_state_create(c, count, &st) != GCOLL_OK))) {
+    if (!g || !out ||
+        (!dense && (gcoll_compressor_create(spec, &c) != GCOLL_OK ||
+                    gcoll_state_create(c, count, &st) != GCOLL_OK))) {
         FAIL("rss: bad spec '%s' or no memory", spec);
         goto out;
     }

@@ -36,10 +36,11 @@ static double pd_q8(double m)
 {
     return 1.0 - m / (4.0 * 127.0 * 127.0);
 }
+/* QSGD's contractive form: levels max/s apart, nearest (values.c) */
 static double pd_qsgd(int bits, double m)
 {
     double sl = (double)((1 << (bits - 1)) - 1);
-    return 1.0 / (1.0 + fmin(m / (sl * sl), sqrt(m) / sl));
+    return 1.0 / (1.0 + (m - 1.0) / (4.0 * sl * sl));
 }
 
 enum { V_RANDOM, V_ZERO, V_HUGE, V_HUGE_ALONE, V_CONST, V_ALT, V_DENORMAL, V_SPIKES, V_COUNT };

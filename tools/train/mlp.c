@@ -183,6 +183,15 @@ void train_mlp_sgd(train_mlp_t *m, float lr, float momentum)
     }
 }
 
+void train_mlp_sgd_each(train_mlp_t *m, float lr, const float *mom)
+{
+    for (int l = 0; l < m->nl; l++) {
+        train_layer_t *L = &m->l[l];
+        sgd(L->w, L->vw, L->gw, (size_t)L->in * L->out, lr, mom[2 * l]);
+        sgd(L->b, L->vb, L->gb, (size_t)L->out, lr, mom[2 * l + 1]);
+    }
+}
+
 size_t train_mlp_num_params(const train_mlp_t *m)
 {
     size_t n = 0;

@@ -47,6 +47,8 @@ int train_mlp_backward(train_mlp_t *m, const uint8_t *y, train_layer_ready_fn re
 
 /* w -= lr * v with v = momentum * v + g (PyTorch's SGD form; momentum 0 is plain SGD). */
 void train_mlp_sgd(train_mlp_t *m, float lr, float momentum);
+/* The same with a momentum per tensor: mom[2l] for layer l's weight, mom[2l+1] its bias. */
+void train_mlp_sgd_each(train_mlp_t *m, float lr, const float *mom);
 
 /* Number of parameters, and a copy of all of them (w then b, layer by layer) into out. */
 size_t train_mlp_num_params(const train_mlp_t *m);

@@ -78,8 +78,10 @@ int train_mode_option(train_mode_opts_t *mo, int c, const char *arg)
         else if (!strcmp(arg, "average"))
             mo->local_momentum = GCOLL_LSGD_MOMENTUM_AVERAGE;
         else {
-            fprintf(stderr, "gcoll-train: --local-momentum expects local, reset or average, "
-                            "got '%s'\n", arg);
+            fprintf(stderr,
+                    "gcoll-train: --local-momentum expects local, reset or average, "
+                    "got '%s'\n",
+                    arg);
             return -1;
         }
         return 0;
@@ -131,6 +133,11 @@ int train_mode_check(const train_mode_opts_t *mo, const train_opts_t *o)
         fprintf(stderr, "gcoll-train: --staleness applies to --async\n");
         return -1;
     }
+    if (mo->async && o->lr_schedule > TRAIN_LR_CONSTANT) {
+        fprintf(stderr, "gcoll-train: --lr-schedule: with --async the parameter server applies "
+                        "a constant --lr\n");
+        return -1;
+    }
     if (mo->async && o->policy && *o->policy) {
         fprintf(stderr, "gcoll-train: --policy applies to the bucketer's gradients; with "
                         "--async the one --compressor codes every push\n");
@@ -158,8 +165,8 @@ size_t train_total_steps(const train_opts_t *o, const train_data_t *d, int size)
     return global ? (size_t)o->epochs * (ntrain / global) : 0;
 }
 
-void train_print_summary(FILE *out, gcoll_comm_t *comm, const gcoll_counters_t *c0,
-                         double seconds, size_t steps)
+void train_print_summary(FILE *out, gcoll_comm_t *comm, const gcoll_counters_t *c0, double seconds,
+                         size_t steps)
 {
     if (!out || gcoll_comm_rank(comm) != 0)
         return;
@@ -194,8 +201,8 @@ int train_mode_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
 }
 
 /* This rank's share of the test set, summed (as train.c's). */
-void train_mode_evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int rank, int size, float *x,
-                     uint8_t *y, uint32_t *idx, double *loss_sum, long *correct)
+void train_mode_evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int rank, int size,
+                         float *x, uint8_t *y, uint32_t *idx, double *loss_sum, long *correct)
 {
     size_t lo = n * (size_t)rank / (size_t)size, hi = n * (size_t)(rank + 1) / (size_t)size;
     for (size_t i = lo; i < hi; i += (size_t)m->cap) {
@@ -243,8 +250,9 @@ int train_keep_params(const train_mlp_t *m, int rank, train_result_t *res)
 
 static const char *momentum_name(int m)
 {
-    return m == GCOLL_LSGD_MOMENTUM_RESET ? "reset" : m == GCOLL_LSGD_MOMENTUM_AVERAGE ? "average"
-                                                                                       : "local";
+    return m == GCOLL_LSGD_MOMENTUM_RESET     ? "reset"
+           : m == GCOLL_LSGD_MOMENTUM_AVERAGE ? "average"
+                                              : "local";
 }
 
 int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const train_data_t *d,
@@ -325,11 +333,12 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
         fprintf(out, " (%zu parameters), sgemm %s\n", train_mlp_num_params(&m), train_sgemm_name());
         fprintf(out,
                 "local SGD: H=%d after %d synchronous steps, delta compressor %s, momentum %g "
-                "(%s at a sync); batch %d per rank (%zu global), lr %g; %zu steps per epoch on "
+                "(%s at a sync); batch %d per rank (%zu global), lr %g %s; %zu steps per epoch on "
                 "%zu examples, %zu test; seed %llu",
                 mo->local_steps, mo->local_warmup, o->compressor, (double)momentum,
-                momentum_name(mo->local_momentum), o->batch, global, (double)o->lr, steps,
-                ntrain, ntest, (unsigned long long)o->seed);
+                momentum_name(mo->local_momentum), o->batch, global, (double)o->lr,
+                train_lr_schedule_name(o->lr_schedule), steps, ntrain, ntest,
+                (unsigned long long)o->seed);
         if (mo->straggle > 0)
             fprintf(out, "; rotating straggler x%g", mo->straggle);
         if (mo->slow_rank >= 0)
@@ -363,7 +372,7 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
                 goto out;
             }
             loss_sum += loss;
-            train_mlp_sgd(&m, o->lr, momentum);
+            train_mlp_sgd(&m, train_lr_at(o, gstep, (size_t)o->epochs * steps), momentum);
             double tw = train_now_s();
             st = gcoll_localsgd_step(ls, NULL);
             wait_s += train_now_s() - tw;

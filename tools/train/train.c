@@ -34,6 +34,7 @@ void train_opts_default(train_opts_t *o)
     o->seed = 1;
     o->batch = 64;
     o->lr = 0.05f;
+    o->lr_schedule = -1;
     o->momentum = -1.0f;
     o->bucket_bytes = 1;
     o->warmup_frac = 0.1;
@@ -42,6 +43,51 @@ void train_opts_default(train_opts_t *o)
     o->sizes[2] = 256;
     o->sizes[3] = TRAIN_CLASSES;
     o->nsizes = 4;
+}
+
+int train_lr_schedule_parse(const char *s)
+{
+    static const char *const names[] = {"constant", "cosine", "step"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *train_lr_schedule_name(int schedule)
+{
+    return schedule == TRAIN_LR_STEP       ? "step"
+           : schedule == TRAIN_LR_CONSTANT ? "constant"
+                                           : "cosine";
+}
+
+float train_lr_at(const train_opts_t *o, size_t t, size_t total)
+{
+    double f = total ? (double)t / (double)total : 0.0;
+    switch (o->lr_schedule) {
+    case -1: /* the default outside --async */
+    case TRAIN_LR_COSINE:
+        return (float)(o->lr * 0.5 * (1.0 + cos(M_PI * f)));
+    case TRAIN_LR_STEP:
+        return o->lr * (f >= 0.75 ? 0.01f : f >= 0.5 ? 0.1f : 1.0f);
+    default:
+        return o->lr;
+    }
+}
+
+const char *train_dgc_layer_rule(const char *compressor, char *buf, size_t len)
+{
+    gcoll_compressor_t *c = NULL;
+    if (!compressor || strncmp(compressor, "dgc", 3) != 0 || strchr(compressor, '+') ||
+        gcoll_compressor_create(compressor, &c) != GCOLL_OK)
+        return NULL;
+    const char *d = strstr(gcoll_compressor_spec(c), "density=");
+    double density = d ? strtod(d + 8, NULL) : 0.0;
+    int n = density > 0.0 ? snprintf(buf, len, "last=none;size<%.0f=none;*=%s",
+                                     floor(2.0 / density) + 1.0, compressor)
+                          : -1;
+    gcoll_compressor_destroy(c);
+    return n > 0 && (size_t)n < len ? buf : NULL;
 }
 
 int train_uses_dgc(const char *compressor, const char *policy)
@@ -112,9 +158,15 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
         return -1;
     }
     size_t steps = ntrain / global;
-    float momentum = o->momentum >= 0.0f                        ? o->momentum
-                     : train_uses_dgc(o->compressor, o->policy) ? 0.0f
-                                                                : 0.9f;
+    char rule[512];
+    const char *policy = o->policy && *o->policy ? o->policy : NULL;
+    const char *dgc_rule = policy ? NULL : train_dgc_layer_rule(o->compressor, rule, sizeof(rule));
+    if (dgc_rule)
+        policy = dgc_rule;
+    /* DGC's tensors correct momentum inside the codec, so by default the optimizer adds
+     * none to them (and 0.9 to the others, as the authors' implementation leaves tensors it
+     * does not compress to the usual momentum SGD); an explicit --momentum is for all */
+    float momentum = o->momentum >= 0.0f ? o->momentum : 0.9f;
     int cap = o->batch > 500 ? o->batch : 500; /* evaluation runs 500 examples at a time */
     train_sgemm_init();
 
@@ -141,7 +193,7 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
     gcoll_bucketer_config_t bc = {
         .bucket_bytes = o->bucket_bytes,
         .op = GCOLL_AVG,
-        .policy = o->policy && *o->policy ? o->policy : NULL,
+        .policy = policy,
         .default_spec = o->compressor,
         .accumulate_steps = 1,
         /* the DGC paper warms up over 4 of 90 epochs; 10% of a short run here */
@@ -152,10 +204,10 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
         train_mode_fail(comm, "bucketer", st);
         goto out;
     }
-    ready_ctx_t rctx = {.b = b, .m = &m,
-                        .momentum_first = train_momentum_first(o->compressor, o->policy)
-                                              ? momentum
-                                              : 0.0f};
+    ready_ctx_t rctx = {.b = b,
+                        .m = &m,
+                        .momentum_first =
+                            train_momentum_first(o->compressor, policy) ? momentum : 0.0f};
     for (int l = m.nl - 1; l >= 0; l--) {
         char name[32];
         snprintf(name, sizeof(name), "fc%d.bias", l + 1);
@@ -171,6 +223,16 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
             goto out;
         }
     }
+    float mom[2 * TRAIN_MAX_LAYERS];
+    int dgc_default = o->momentum < 0.0f && train_uses_dgc(o->compressor, policy);
+    for (int l = 0; l < m.nl; l++) {
+        for (int t = 0; t < 2; t++) {
+            const char *spec = gcoll_bucketer_tensor_spec(b, t ? rctx.id_b[l] : rctx.id_w[l]);
+            mom[2 * l + t] = rctx.momentum_first > 0.0f           ? 0.0f
+                             : dgc_default && strstr(spec, "dgc") ? 0.0f
+                                                                  : momentum;
+        }
+    }
 
     if (out) {
         const char *c = o->csv ? "# " : "";
@@ -180,15 +242,17 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
             fprintf(out, "%s%d", i ? "-" : " ", sizes[i]);
         fprintf(out, " (%zu parameters), sgemm %s\n", train_mlp_num_params(&m), train_sgemm_name());
         fprintf(out,
-                "%scompressor %s, policy %s, buckets of %zu bytes%s; batch %d per rank (%zu "
-                "global), lr %g, momentum %g%s; %zu steps per epoch on %zu examples, %zu test; "
+                "%scompressor %s, policy %s%s, buckets of %zu bytes%s; batch %d per rank (%zu "
+                "global), lr %g%s%s, momentum %g%s; %zu steps per epoch on %zu examples, %zu test; "
                 "seed %llu\n",
-                c, o->compressor, o->policy && *o->policy ? o->policy : "none", o->bucket_bytes,
+                c, o->compressor, policy ? policy : "none", dgc_rule ? " (DGC's layer rule)" : "",
+                o->bucket_bytes,
                 o->bucket_bytes == 1   ? " (one per tensor)"
                 : o->bucket_bytes == 0 ? " (GCOLL_BUCKET_BYTES)"
                                        : "",
-                o->batch, global, (double)o->lr, (double)momentum,
-                o->momentum < 0.0f && momentum == 0.0f ? " (DGC corrects momentum itself)"
+                o->batch, global, (double)o->lr, " ", train_lr_schedule_name(o->lr_schedule),
+                (double)momentum,
+                dgc_default                  ? " (0 on DGC's tensors: DGC corrects momentum itself)"
                 : rctx.momentum_first > 0.0f ? " (before compression: error feedback)"
                                              : "",
                 steps, ntrain, ntest, (unsigned long long)o->seed);
@@ -239,7 +303,8 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
                 train_mode_fail(comm, "gcoll_bucketer_wait", st);
                 goto out;
             }
-            train_mlp_sgd(&m, o->lr, rctx.momentum_first > 0.0f ? 0.0f : momentum);
+            train_mlp_sgd_each(&m, train_lr_at(o, (size_t)e * steps + s, (size_t)o->epochs * steps),
+                               mom);
         }
         gcoll_comm_counters(comm, &c1);
         double test_loss = 0.0;
@@ -253,8 +318,8 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
             train_mode_fail(comm, "epoch statistics", st);
             goto out;
         }
-        train_epoch_done(out, o->csv, res, e, v, steps * (size_t)size, ntest,
-                         train_now_s() - t0, wait_s);
+        train_epoch_done(out, o->csv, res, e, v, steps * (size_t)size, ntest, train_now_s() - t0,
+                         wait_s);
     }
     if (out) {
         fprintf(out, "final test accuracy: %.4f\n", res->final_acc);

@@ -17,6 +17,7 @@ typedef struct {
     uint64_t seed;          /* initialization and shuffles */
     int batch;              /* examples per rank per step */
     float lr;
+    int lr_schedule; /* TRAIN_LR_*, or -1: cosine, constant with --async */
     float momentum;      /* < 0: 0.9, or 0 when a DGC codec is in use (it has its own) */
     size_t limit;        /* train on the first N examples (0: all) */
     size_t test_limit;   /* evaluate on the first N test examples (0: all) */
@@ -28,8 +29,18 @@ typedef struct {
     int nsizes;
 } train_opts_t;
 
-/* Defaults: 784-512-256-10, batch 64, lr 0.05, momentum auto, 5 epochs, seed 1, dense,
- * warm-up over 10% of the steps. */
+/* Learning-rate schedules over the run's steps: constant; cosine annealing to 0 (Loshchilov
+ * and Hutter 2017, SGDR without restarts); step: x0.1 at 50% and again at 75% (the shape of
+ * the step decays DGC's and most ImageNet recipes use). */
+enum { TRAIN_LR_CONSTANT = 0, TRAIN_LR_COSINE, TRAIN_LR_STEP };
+/* Parses "constant", "cosine" or "step"; -1 when unknown. */
+int train_lr_schedule_parse(const char *s);
+const char *train_lr_schedule_name(int schedule);
+/* The learning rate at step t (0-based) of total steps. */
+float train_lr_at(const train_opts_t *o, size_t t, size_t total);
+
+/* Defaults: 784-512-256-10, batch 64, lr 0.05 (cosine), momentum auto, 5 epochs, seed 1,
+ * dense, warm-up over 10% of the steps. */
 void train_opts_default(train_opts_t *o);
 
 typedef struct {
@@ -40,6 +51,11 @@ typedef struct {
     size_t nparams;
 } train_result_t;
 
+/* gcoll-train's layer rule for a DGC compressor given without a policy: the output layer
+ * and every tensor of at most 2/density elements go dense (the DGC authors' implementation
+ * sends tensors that small dense), the rest on the spec. Returns buf, or NULL when the
+ * compressor is not a plain DGC spec. */
+const char *train_dgc_layer_rule(const char *compressor, char *buf, size_t len);
 /* Whether spec or policy puts any tensor on a DGC codec. */
 int train_uses_dgc(const char *compressor, const char *policy);
 /* Whether momentum goes before compression: a single codec with error feedback (not none,
