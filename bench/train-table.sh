@@ -1,7 +1,7 @@
 #!/bin/sh
 # train-table.sh: docs/training.md's measured table: gcoll-train with each gradient codec,
-# gcoll-train's defaults (5 epochs, momentum 0.9, or 0 on DGC's output; warm-up of the
-# sparsifiers over 10% of the steps), seeds 1-3, on 2 and 4 ranks. Writes one table per
+# gcoll-train's defaults (5 epochs, cosine lr, momentum 0.9, or 0 on DGC's tensors; warm-up
+# of the sparsifiers over 10% of the steps), seeds 1-3, on 2 and 4 ranks. Writes one table per
 # rank count between docs/training.md's <!-- train-table-P:begin/end --> markers (final
 # test accuracy mean and spread over the seeds, difference from dense, wire bytes over
 # dense) and draws docs/img/train-accuracy.png (test accuracy per epoch, mean over the
@@ -26,11 +26,12 @@ mkdir -p "$work"
 [ -x "$build/tools/gcoll-train" ] || { echo "no $build/tools/gcoll-train: pass the build directory" >&2; exit 2; }
 unset GCOLL_COMPRESSOR GCOLL_LAYER_POLICY GCOLL_BUCKET_BYTES
 
-# name|spec (one method per line; the first is the dense reference)
+# name|spec[|policy] (one method per line; the first is the dense reference)
 methods="dense fp32|none
 top-k 0.1% + EF|topk:density=0.001
 top-k 0.1%, no EF|topk:density=0.001,ef=0
 DGC 0.1%|dgc:density=0.001
+DGC 0.1%, every tensor|dgc:density=0.001|*=dgc:density=0.001
 DGC 1%|dgc:density=0.01
 top-k 1% + q8 + EF|topk:density=0.01+q8
 random-k 1% + EF|randomk:density=0.01
@@ -41,7 +42,7 @@ fp16|fp16"
 
 slug() { printf '%s' "$1" | tr -c 'A-Za-z0-9' '-'; }
 
-# run P NAME SPEC SEED: one training run, its CSV in $work
+# run P NAME SPEC SEED [POLICY]: one training run, its CSV in $work
 run() {
     f="$work/$1-$(slug "$2")-s$4"
     if [ "${REUSE:-0}" = 1 ] && grep -q '^final test accuracy' "$f.csv" 2>/dev/null; then
@@ -50,7 +51,7 @@ run() {
     t0=$(date +%s)
     if timeout 1800 "$build/tools/gcoll-run" -q -n "$1" "$build/tools/gcoll-train" --csv \
         --epochs "$epochs" --seed "$4" --data "$data" --compressor "$3" \
-        ${LIMIT:+--limit "$LIMIT"} >"$f.csv" 2>"$f.err"; then
+        ${5:+--policy "$5"} ${LIMIT:+--limit "$LIMIT"} >"$f.csv" 2>"$f.err"; then
         echo "== $1 ranks, $2, seed $4: $(sed -n 's/^final test accuracy: //p' "$f.csv") ($(($(date +%s) - t0)) s)" >&2
     else
         echo "== $1 ranks, $2, seed $4: failed: $(grep -m1 'gcoll-train:' "$f.err")" >&2
@@ -60,10 +61,10 @@ run() {
 for P in $ranks_list; do
     sel=${ROWS:-.}
     [ "$P" = 4 ] && sel=${ROWS4:-$sel}
-    echo "$methods" | while IFS='|' read -r name spec; do
+    echo "$methods" | while IFS='|' read -r name spec policy; do
         # the dense reference always runs: the other rows are measured against it
         [ "$spec" = none ] || printf '%s\n' "$name" | grep -Eq -- "$sel" || continue
-        for s in $seeds; do run "$P" "$name" "$spec" "$s"; done
+        for s in $seeds; do run "$P" "$name" "$spec" "$s" "$policy"; done
     done
 done
 
@@ -111,7 +112,8 @@ for P in $ranks_list; do
     {
         echo "| method | codec spec | final test accuracy (mean ± spread) | vs dense (points) | wire bytes / dense |"
         echo "| --- | --- | --- | --- | --- |"
-        echo "$methods" | while IFS='|' read -r name spec; do
+        echo "$methods" | while IFS='|' read -r name spec policy; do
+            [ -n "$policy" ] && spec="$spec\` with \`--policy '$policy'"
             set -- $(stats "$P" "$name")
             [ "$1" -gt 0 ] || continue
             if [ "$2" = 0 ]; then
@@ -147,7 +149,7 @@ for P in $ranks_list; do
         done
     } >"$work/acc-$P.dat"
     cat "$tab"
-    setup="$P ranks, $epochs epochs, seeds $(echo $seeds | tr ' ' ','), gcoll-train's defaults (batch 64 per rank, lr 0.05, momentum 0.9 before compression for codecs with error feedback and on the reduced gradient for the others, DGC's own on its output, sparsifiers warmed up from dense over 10% of the steps, one bucket per tensor), $(grep -m1 '^# gcoll-train' "$work/$P-$(slug "dense fp32")-s$(echo $seeds | cut -d' ' -f1).csv" | sed 's/^# gcoll-train: [0-9]* ranks* (\([a-z]*\)), /\1 transport, /')"
+    setup="$P ranks, $epochs epochs, seeds $(echo $seeds | tr ' ' ','), gcoll-train's defaults (batch 64 per rank, lr 0.05 with the cosine schedule, momentum 0.9 before compression for codecs with error feedback and on the reduced gradient for the others, DGC's own on its tensors, DGC's layer rule (output layer and tensors of at most 2/density elements dense) unless a policy is given, sparsifiers warmed up from dense over 10% of the steps, one bucket per tensor), $(grep -m1 '^# gcoll-train' "$work/$P-$(slug "dense fp32")-s$(echo $seeds | cut -d' ' -f1).csv" | sed 's/^# gcoll-train: [0-9]* ranks* (\([a-z]*\)), /\1 transport, /')"
     mark="train-table-$P"
     if [ -f "$doc" ] && grep -q "<!-- $mark:begin -->" "$doc"; then
         awk -v table="$tab" -v setup="$setup" -v mark="$mark" '
