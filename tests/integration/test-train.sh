@@ -120,8 +120,25 @@ if [ -e "$data/train-labels-idx1-ubyte.gz" ]; then
 fi
 expect_error "bad spec" "compressor" 2 --data "$data" --compressor "topk:density=2"
 expect_error "bad policy" "POLICY" 1 --data "$data" --limit 640 --epochs 1 --policy 'nonsense'
+expect_error "bad lr schedule" "lr-schedule: 'linear' is not constant, cosine or step" 2 \
+    --data "$data" --lr-schedule linear
+expect_error "lr schedule with --async" "with --async the parameter server applies a constant" 2 \
+    --data "$data" --limit 640 --epochs 1 --async --lr-schedule cosine
 expect_error "bad warm-up fraction" "warmup-frac expects a number in \[0, 1\]" 2 --data "$data" \
     --warmup-frac 1.5
+
+# DGC's layer rule: without a policy the output layer and the small tensors go dense
+train "$TMP/dgc.txt" 2 --epochs 1 --compressor dgc:density=0.001
+rc=$?
+if [ "$rc" -ne 0 ]; then
+    fail "dgc layer rule: exit status $rc: $(tail -n 2 "$TMP/dgc.txt.err")"
+elif grep -q "policy last=none;size<2001=none;\*=dgc:density=0.001 (DGC's layer rule)" "$TMP/dgc.txt" &&
+    grep -q 'fc3.bias=none; fc3.weight=none; fc2.bias=none; fc2.weight=dgc:density=0.001.*; fc1.bias=none; fc1.weight=dgc:density=0.001' "$TMP/dgc.txt" &&
+    grep -q "lr 0.05 cosine, momentum 0.9 (0 on DGC's tensors" "$TMP/dgc.txt"; then
+    pass "dgc layer rule: $(grep -m1 'tensor specs' "$TMP/dgc.txt" | cut -c1-160)"
+else
+    fail "dgc layer rule: header is $(head -n 3 "$TMP/dgc.txt")"
+fi
 
 # --warmup-frac: the warm-up length is that fraction of the run's steps (3 epochs of 100),
 # given to sparsifier specs without their own; the first epoch of top-k 1% sends more

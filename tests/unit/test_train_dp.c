@@ -156,6 +156,71 @@ static void test_compressed_identical(void **state)
     }
 }
 
+/* The learning-rate schedules at their documented points. */
+static void test_lr_schedule(void **state)
+{
+    (void)state;
+    train_opts_t o;
+    train_opts_default(&o);
+    assert_int_equal(o.lr_schedule, -1); /* cosine outside --async */
+    assert_true(fabsf(train_lr_at(&o, 0, 100) - 0.05f) < 1e-7f);
+    assert_true(fabsf(train_lr_at(&o, 50, 100) - 0.025f) < 1e-7f);
+    assert_true(train_lr_at(&o, 99, 100) < 0.05f * 1e-3f);
+    assert_true(train_lr_at(&o, 30, 100) > train_lr_at(&o, 31, 100));
+    o.lr_schedule = train_lr_schedule_parse("step");
+    assert_int_equal(o.lr_schedule, TRAIN_LR_STEP);
+    assert_true(train_lr_at(&o, 49, 100) == 0.05f);
+    assert_true(fabsf(train_lr_at(&o, 50, 100) - 0.005f) < 1e-9f);
+    assert_true(fabsf(train_lr_at(&o, 74, 100) - 0.005f) < 1e-9f);
+    assert_true(fabsf(train_lr_at(&o, 75, 100) - 0.0005f) < 1e-10f);
+    o.lr_schedule = train_lr_schedule_parse("constant");
+    assert_int_equal(o.lr_schedule, TRAIN_LR_CONSTANT);
+    assert_true(train_lr_at(&o, 99, 100) == 0.05f);
+    assert_int_equal(train_lr_schedule_parse("cosine"), TRAIN_LR_COSINE);
+    assert_int_equal(train_lr_schedule_parse("linear"), -1);
+    assert_string_equal(train_lr_schedule_name(-1), "cosine");
+}
+
+/* DGC's layer rule: the output layer and tensors of at most 2/density elements dense. */
+static void test_dgc_layer_rule(void **state)
+{
+    (void)state;
+    char buf[256];
+    const char *r = train_dgc_layer_rule("dgc:density=0.001", buf, sizeof(buf));
+    assert_non_null(r);
+    assert_string_equal(r, "last=none;size<2001=none;*=dgc:density=0.001");
+    r = train_dgc_layer_rule("dgc:density=0.01,momentum=0.9", buf, sizeof(buf));
+    assert_non_null(r);
+    assert_string_equal(r, "last=none;size<201=none;*=dgc:density=0.01,momentum=0.9");
+    assert_null(train_dgc_layer_rule("topk:density=0.001", buf, sizeof(buf)));
+    assert_null(train_dgc_layer_rule("none", buf, sizeof(buf)));
+    assert_null(train_dgc_layer_rule("dgc:density=2", buf, sizeof(buf))); /* invalid spec */
+    assert_null(train_dgc_layer_rule("dgc:density=0.001", buf, 8));       /* no room */
+}
+
+/* Momentum is per tensor: with a DGC compressor, the tensors a policy leaves dense get the
+ * usual momentum (0.9), so a run whose policy sends everything dense is the dense run. */
+static void test_momentum_per_tensor(void **state)
+{
+    (void)state;
+    train_opts_t o;
+    base_opts(&o);
+    o.batch = 8;
+    rank_arg_t a[2], b[2];
+    memset(a, 0, sizeof(a));
+    memset(b, 0, sizeof(b));
+    run_ranks(a, 2, &o); /* dense */
+    o.compressor = "dgc:density=0.01";
+    o.policy = "*=none";
+    run_ranks(b, 2, &o);
+    assert_int_equal(a[0].res.nparams, b[0].res.nparams);
+    assert_memory_equal(a[0].res.params, b[0].res.params, a[0].res.nparams * sizeof(float));
+    for (int r = 0; r < 2; r++) {
+        free(a[r].res.params);
+        free(b[r].res.params);
+    }
+}
+
 int main(void)
 {
     setenv("GCOLL_TIMEOUT_MS", "30s", 1);
@@ -165,6 +230,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_match_union),
         cmocka_unit_test(test_compressed_identical),
+        cmocka_unit_test(test_lr_schedule),
+        cmocka_unit_test(test_dgc_layer_rule),
+        cmocka_unit_test(test_momentum_per_tensor),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     train_data_free(&data);
