@@ -220,9 +220,13 @@ static int vfmt_by_name(const char *name, gcoll_vspec_t *vs)
         vs->fmt = GCOLL_VF_QSGD;
         vs->bits = 4;
         vs->bucket = 512;
-    } else if (!strcmp(name, "sign"))
+    } else if (!strcmp(name, "sign")) {
+        /* one scale per 64 values (half a bit each): with error feedback and momentum the
+         * whole-tensor scale's weak contraction diverges in gcoll-train, chunks of 64 train
+         * (docs/training.md) */
         vs->fmt = GCOLL_VF_SIGN;
-    else
+        vs->bucket = 64;
+    } else
         return 0;
     return 1;
 }

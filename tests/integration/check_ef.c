@@ -168,7 +168,6 @@ int run_efmean(int argc, char **argv)
     }
     const long T = 200; /* the bounds scale as 1/T: fewer steps, same test */
     const size_t n = 4000;
-    const double m_msg = (double)n; /* sign's one scale: chunks and segments are shorter */
     const ef_case_t cases[] = {
         {"none", 1, 1, 0},
         {"fp16", 1 - 0x1p-22, 1 + 0x1p-11, 0}, /* unit roundoff 2^-11, in range */
@@ -178,7 +177,7 @@ int run_efmean(int argc, char **argv)
         {"qsgd:bits=4", d_qsgd(4, 512), b_qsgd(4, 512), 0},
         {"qsgd:bits=2", d_qsgd(2, 512), b_qsgd(2, 512), 0},
         {"qsgd:bits=4,bucket=64", d_qsgd(4, 64), b_qsgd(4, 64), 0},
-        {"sign", 1 / m_msg, 1, 0}, /* ||x||_1^2 >= ||x||_2^2 */
+        {"sign", 1.0 / 64, 1, 0}, /* chunks of 64: ||x||_1^2 >= ||x||_2^2 */
         {"sign:chunk=8", 1.0 / 8, 1, 0},
         {"sign:scale=l2,chunk=8", 0.75 / 8, 1.5, 0},
         {"topk:density=0.25", 0.25, 1, 0}, /* the k largest hold >= k/n of ||x||^2 */

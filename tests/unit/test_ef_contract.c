@@ -101,7 +101,7 @@ static void test_contraction(void **unused)
         {"qsgd:bits=4", 0, 1, 1, 1e30f},
         {"qsgd:bits=2", 0, 1, 1, 1e30f},
         {"qsgd:bits=4,bucket=64", 0, 1, 1, 1e30f},
-        {"sign", 1 / nd, 0, 0, 1e30f},
+        {"sign", 1.0 / 64, 0, 0, 1e30f}, /* one scale per chunk of 64 */
         {"sign:chunk=64", 1.0 / 64, 0, 0, 1e30f},
         {"sign:scale=l2", 0.75 / nd, 0, 0, 1e30f},
         {"sign:scale=l2,chunk=64", 0.75 / 64, 0, 0, 1e30f},
