@@ -19,7 +19,8 @@ unset GCOLL_COMPRESSOR GCOLL_LAYER_POLICY GCOLL_BUCKET_BYTES
 # shellcheck disable=SC2086
 timeout 1800 "$build/tools/gcoll-run" -n "${RANKS:-2}" -x GCOLL_DEBUG=debug \
     -x GCOLL_DEBUG_SUBSYS=COMPRESS "$build/tools/gcoll-train" --csv --data "$data" \
-    --epochs "${EPOCHS:-5}" --seed "${SEED:-1}" --compressor "$spec" ${EXTRA:-} \
+    --epochs "${EPOCHS:-5}" --seed "${SEED:-1}" --compressor "$spec" --policy "*=$spec" \
+    --lr-schedule constant ${EXTRA:-} \
     >"$work/run.out" 2>"$work/run.err" || { tail -n 5 "$work/run.err" >&2; exit 1; }
 # rank 0's lines: step tensor n density updated grad residual velocity
 grep '^\[0\].*trace step' "$work/run.err" |

@@ -36,6 +36,7 @@ DGC 1%|dgc:density=0.01
 top-k 1% + q8 + EF|topk:density=0.01+q8
 random-k 1% + EF|randomk:density=0.01
 sign + EF|sign
+sign + EF, one scale per tensor|sign:chunk=0
 QSGD 4-bit + EF|qsgd:bits=4
 QSGD 2-bit + EF|qsgd:bits=2
 fp16|fp16"
