@@ -25,6 +25,11 @@ const char train_mode_usage[] =
     "      --staleness S       SSP bound: no worker computes more than S clocks ahead of\n"
     "                          the slowest (0, synchronous); also prints 'max clock gap: N'\n"
     "                          and 'mean staleness: X'\n"
+    "      --pull-compressor SPEC  codec of the pull answers (none: the dense shard); the\n"
+    "                          owner sends the change from the worker's copy and keeps the\n"
+    "                          rest (top-k, quantizers, fp16)\n"
+    "      --dc-lambda L       DC-ASGD delay compensation (Zheng et al. 2017): the owner\n"
+    "                          adds L g*g*(w_now - w_read) to each update g (0: off)\n"
     "Stragglers (real extra forward/backward passes, not sleep; need --local-steps or\n"
     "--async):\n"
     "      --straggle F        at each step one rank, from a seeded schedule all ranks know,\n"
@@ -101,6 +106,14 @@ int train_mode_option(train_mode_opts_t *mo, int c, const char *arg)
             return -1;
         mo->staleness = (int)v;
         return 0;
+    case TRAIN_OPT_PULL_COMPRESSOR:
+        mo->pull_compressor = arg;
+        return 0;
+    case TRAIN_OPT_DC_LAMBDA:
+        if (num("--dc-lambda", arg, 0, 1e6, &v))
+            return -1;
+        mo->dc_lambda = v;
+        return 0;
     case TRAIN_OPT_SLOW_FACTOR:
         if (num("--slow-factor", arg, 1, 1000, &v))
             return -1;
@@ -125,6 +138,10 @@ int train_mode_check(const train_mode_opts_t *mo, const train_opts_t *o)
     }
     if (mo->async && mo->local_steps > 0) {
         fprintf(stderr, "gcoll-train: --async and --local-steps are different modes\n");
+        return -1;
+    }
+    if ((mo->pull_compressor || mo->dc_lambda > 0) && !mo->async) {
+        fprintf(stderr, "gcoll-train: --pull-compressor and --dc-lambda apply to --async\n");
         return -1;
     }
     if (mo->staleness > 0 && !mo->async) {
