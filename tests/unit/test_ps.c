@@ -348,9 +348,9 @@ static void test_bound_with_straggler(void **state)
 /* Compressed pulls and DC-ASGD through the server. S = 0: the compensation is zero (the
  * shard cannot move between a worker's read and its push), so the run is synchronous SGD
  * within the same 4 eps per step as without it (the sums' order, hence their rounding,
- * follows the pushes' arrival, so two runs are not bit for bit equal). S = 2 with a slow rank, top-k pushes and top-k or q8 pulls, with and
- * without DC-ASGD: the bound holds, every rank ends with the same model, and it
- * converges as the dense run does. */
+ * follows the pushes' arrival, so two runs are not bit for bit equal). S = 2 with a slow
+ * rank, top-k pushes and top-k or q8 pulls, with and without DC-ASGD: the bound holds,
+ * every rank ends with the same model, and it converges as the dense run does. */
 static void test_pull_codec_and_dc(void **state)
 {
     (void)state;
