@@ -84,6 +84,7 @@ expect_error "bad S" "--staleness expects" 2 --async --staleness -1
 expect_error "S without --async" "--staleness applies to --async" 2 --staleness 2
 expect_error "two modes" "different modes" 2 --async --local-steps 2
 expect_error "DC without --async" "apply to --async" 2 --dc-lambda 0.1
+expect_error "bad weight" "--staleness-weight expects" 2 --async --staleness-weight half
 expect_error "bad lambda" "--dc-lambda expects" 2 --async --dc-lambda -1
 expect_error "random-k pulls" "random-k and DGC need a state" 1 --async \
     --pull-compressor randomk:density=0.1
