@@ -4,7 +4,8 @@
  * answers pulls once the clock bound allows and applies pushes (lib/training/ssp.c), while the
  * worker, on the caller's thread, talks to it through a mailbox. Messages between ranks are
  * point-to-point on the running operation's tags: a request channel (worker to owner: push,
- * pull, done) and a reply channel (owner to worker), each numbered in order per peer. */
+ * pull, done) and a reply channel (owner to worker), each numbered in order per peer. The
+ * worker's calls are in ps_worker.c, the messages' encoding and checks in ps_wire.c. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
