@@ -591,8 +591,17 @@ typedef enum {
 typedef struct {
     int staleness;          /* S >= 0 (at most 1000) */
     float lr;               /* the server's step size */
-    const char *compressor; /* codec of the pushes (NULL: "none"); pulls are dense fp32 */
+    const char *compressor; /* codec of the pushes (NULL: "none") */
     gcoll_ps_weight_t weighting;
+    /* codec of the pull answers (NULL or "none": the dense fp32 shard). Otherwise the
+     * owner keeps a copy of the model each worker holds and sends the compressed change,
+     * keeping what it did not send for the next answer (error feedback on the owner);
+     * top-k, quantizers, fp16 (not random-k or DGC). */
+    const char *pull_compressor;
+    /* > 0: DC-ASGD's delay compensation (Zheng et al. 2017), applied by the owner when an
+     * update g arrives: g += dc_lambda g*g*(w_now - w_read), w_read the model the worker
+     * holds. 0: off. */
+    float dc_lambda;
 } gcoll_ps_config_t;
 
 /* Creates the server over comm. GCOLL_ERR_INVALID for a bad config (message in

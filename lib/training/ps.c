@@ -4,77 +4,36 @@
  * answers pulls once the clock bound allows and applies pushes (lib/training/ssp.c), while the
  * worker, on the caller's thread, talks to it through a mailbox. Messages between ranks are
  * point-to-point on the running operation's tags: a request channel (worker to owner: push,
- * pull, done) and a reply channel (owner to worker), each numbered in order per peer. */
+ * pull, done) and a reply channel (owner to worker), each numbered in order per peer. The
+ * worker's calls are in ps_worker.c, the messages' encoding and checks in ps_wire.c. */
+#include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "coll.h"
+#include "compress/compress.h"
 #include "compressed.h"
-#include "ssp.h"
+#include "ps_int.h"
 #include "util.h"
 
-enum { PS_MAGIC = 0x31535047u /* "GPS1" */, K_PUSH = 1, K_PULL = 2, K_DONE = 3, K_REPLY = 4 };
 enum { CH_REQ = 1, CH_REP = 2 };
-enum { PS_HDR = 32 };
 /* kind hashed into the messages' signature: the collectives' kinds stay below it */
 enum { PS_SIG_KIND = 64 };
 #define PS_SUB(ch, seq) (((uint32_t)(ch) << 28) | ((uint32_t)(seq)&0x0fffffffu))
 #define NONE_CLOCK UINT64_MAX
-/* after its last event the server looks at the mailbox every 50 us for this long, then
- * waits on the transport 1 ms at a time */
-#define PS_FAST_NS 20000000ull
+/* the server's longest sleep on the transport: it wakes earlier on any message, a worker's
+ * mailbox write (the communicator's wake fd) or an abort */
+#define PS_NAP_MS 100
+/* after an event the server looks at the mailbox and the transport every 50 us for this
+ * long before it sleeps: the next message of a step (a pull after a push, a peer's answer)
+ * usually comes within it. Sleeping in the transport at once, woken by the fd, measured
+ * 4-8x fewer steps/s than these 50 us naps on 2 cores loaded by other jobs (load 20; the
+ * same CPU time, spent waiting for the scheduler at each of a step's several wake-ups) */
+#define PS_SPIN_NS 20000000ull
 
-typedef struct {
-    float *param;
-    size_t count;
-    size_t *off, *len;           /* per owner */
-    size_t soff;                 /* this rank's slice within its shard */
-    gcoll_tensor_state_t **st;   /* per owner: the worker's residual of that slice */
-} ps_tensor_t;
-
-typedef struct ps_msg {
-    struct ps_msg *next;
-    int peer, kind;
-    uint8_t *buf;
-    size_t len;
-    gcoll_treq_t req;
-} ps_msg_t;
-
-struct gcoll_ps {
-    gcoll_comm_t *comm;
-    gcoll_ps_config_t cfg;
-    gcoll_compressor_t *comp;
-    ps_tensor_t *t;
-    int n, cap, P, rank;
-    size_t shard_n;
-    int started;
-    /* worker side: the caller's thread; kread is written by the server thread during a
-     * pull, while the worker waits */
-    uint64_t clock, max_gap;
-    int pulled;
-    uint64_t *kread;
-    double wait_s;
-    /* mailbox, under lock */
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    ps_msg_t *q_head, *q_tail;
-    int pull_left;
-    gcoll_status_t err;
-    gcoll_request_t *req;
-    /* server side: the progress thread only */
-    gcoll_ssp_shard_t sh;
-    uint64_t *pull_want, *done_clock;
-    int ndone;
-    float *tmp; /* decoded push */
-    /* after finish */
-    gcoll_ps_stats_t fin;
-    int finished;
-};
-
-static gcoll_status_t ps_invalid(gcoll_comm_t *comm, const char *what, const char *msg)
+gcoll_status_t gcoll_ps_invalid(gcoll_comm_t *comm, const char *what, const char *msg)
 {
     return gcoll_comm_check_args(comm, what, 0, "%s", msg);
 }
@@ -86,21 +45,30 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_create(gcoll_comm_t *comm, const gcoll_ps_c
         return GCOLL_ERR_INVALID;
     const char *w = "gcoll_ps_create";
     if (cfg->staleness < 0 || cfg->staleness > 1000)
-        return ps_invalid(comm, w, "staleness must be in [0, 1000]");
+        return gcoll_ps_invalid(comm, w, "staleness must be in [0, 1000]");
     if (!(cfg->lr >= 0.0f) || !isfinite(cfg->lr))
-        return ps_invalid(comm, w, "lr must be a finite number >= 0");
+        return gcoll_ps_invalid(comm, w, "lr must be a finite number >= 0");
     if (cfg->weighting != GCOLL_PS_WEIGHT_INVERSE && cfg->weighting != GCOLL_PS_WEIGHT_NONE)
-        return ps_invalid(comm, w, "weighting must be inverse or none");
+        return gcoll_ps_invalid(comm, w, "weighting must be inverse or none");
     const char *spec = cfg->compressor && *cfg->compressor ? cfg->compressor : "none";
     char err[256];
     if (gcoll_compressor_check(spec, err, sizeof(err)) != GCOLL_OK)
         return gcoll_comm_check_args(comm, w, 0, "push compressor: %s", err);
+    const char *pspec =
+        cfg->pull_compressor && *cfg->pull_compressor && strcmp(cfg->pull_compressor, "none") != 0
+            ? cfg->pull_compressor
+            : NULL;
+    if (pspec && gcoll_compressor_check(pspec, err, sizeof(err)) != GCOLL_OK)
+        return gcoll_comm_check_args(comm, w, 0, "pull compressor: %s", err);
+    if (!(cfg->dc_lambda >= 0.0f) || !isfinite(cfg->dc_lambda))
+        return gcoll_ps_invalid(comm, w, "dc_lambda must be a finite number >= 0");
     gcoll_ps_t *ps = calloc(1, sizeof(*ps));
     if (!ps)
         return GCOLL_ERR_NOMEM;
     ps->comm = comm;
     ps->cfg = *cfg;
     ps->cfg.compressor = NULL;
+    ps->cfg.pull_compressor = NULL;
     ps->P = gcoll_comm_size(comm);
     ps->rank = gcoll_comm_rank(comm);
     pthread_mutex_init(&ps->lock, NULL);
@@ -114,6 +82,18 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_create(gcoll_comm_t *comm, const gcoll_ps_c
     for (int p = 0; p < ps->P; p++)
         ps->pull_want[p] = ps->done_clock[p] = NONE_CLOCK;
     GCOLL_CHECK_GOTO(gcoll_compressor_create(spec, &ps->comp), st, err_ps);
+    if (pspec) {
+        GCOLL_CHECK_GOTO(gcoll_compressor_create(pspec, &ps->pcomp), st, err_ps);
+        /* answers are encoded without a state (the view is their feedback): codecs whose
+         * choice depends on one would pick the same coordinates every time */
+        if (ps->pcomp->sparsify == GCOLL_SPARSIFY_RANDOMK ||
+            ps->pcomp->sparsify == GCOLL_SPARSIFY_DGC) {
+            st = gcoll_ps_invalid(comm, w,
+                                  "pull compressor: random-k and DGC need a state "
+                                  "per tensor; use top-k, a quantizer or fp16");
+            goto err_ps;
+        }
+    }
     *ps_p = ps;
     return GCOLL_OK;
 err_ps:
@@ -127,9 +107,11 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_add_tensor(gcoll_ps_t *ps, float *param, si
     if (!ps)
         return GCOLL_ERR_INVALID;
     if (ps->started)
-        return ps_invalid(ps->comm, "gcoll_ps_add_tensor", "tensors must be added before start");
+        return gcoll_ps_invalid(ps->comm, "gcoll_ps_add_tensor",
+                                "tensors must be added before start");
     if (!param || count == 0 || count > UINT32_MAX)
-        return ps_invalid(ps->comm, "gcoll_ps_add_tensor", "param NULL or count not in [1, 2^32)");
+        return gcoll_ps_invalid(ps->comm, "gcoll_ps_add_tensor",
+                                "param NULL or count not in [1, 2^32)");
     if (ps->n == ps->cap) {
         int cap = ps->cap ? 2 * ps->cap : 8;
         ps_tensor_t *nt = realloc(ps->t, (size_t)cap * sizeof(*nt));
@@ -171,12 +153,12 @@ err_nomem:
 
 /* ---- messages ------------------------------------------------------------------ */
 
-static ps_msg_t *msg_new(int peer, int kind, size_t cap)
+ps_msg_t *gcoll_ps_msg_new(int peer, int kind, size_t cap)
 {
     ps_msg_t *m = calloc(1, sizeof(*m));
     if (!m)
         return NULL;
-    m->buf = malloc(cap < PS_HDR ? PS_HDR : cap);
+    m->buf = malloc(cap < GCOLL_PS_HDR ? GCOLL_PS_HDR : cap);
     if (!m->buf) {
         free(m);
         return NULL;
@@ -186,7 +168,7 @@ static ps_msg_t *msg_new(int peer, int kind, size_t cap)
     return m;
 }
 
-static void msg_free(ps_msg_t *m)
+void gcoll_ps_msg_free(ps_msg_t *m)
 {
     if (m) {
         free(m->buf);
@@ -194,39 +176,77 @@ static void msg_free(ps_msg_t *m)
     }
 }
 
-static void put_hdr(uint8_t *b, int kind, uint64_t a, uint64_t c)
+void gcoll_ps_counts(const gcoll_ps_t *ps, int o, size_t *cnt)
 {
-    gcoll_put_u32(b, PS_MAGIC);
-    gcoll_put_u32(b + 4, (uint32_t)kind);
-    gcoll_put_u64(b + 8, a);
-    gcoll_put_u64(b + 16, c);
-    gcoll_put_u64(b + 24, 0);
+    for (int i = 0; i < ps->n; i++)
+        cnt[i] = ps->t[i].len[o];
 }
 
-/* Size of the largest push to owner o (its shard slices encoded) and of its reply. */
+/* Size of the largest push to owner o (its shard slices encoded). */
 static size_t push_cap(const gcoll_ps_t *ps, int o)
 {
-    size_t cap = PS_HDR;
-    for (int i = 0; i < ps->n; i++)
-        cap += 4 + (ps->t[i].len[o] ? gcoll_compressor_bound(ps->comp, ps->t[i].len[o]) : 0);
-    return cap;
+    size_t cnt[ps->n];
+    gcoll_ps_counts(ps, o, cnt);
+    return gcoll_ps_frame_bound(ps->comp, cnt, ps->n);
 }
 
-static size_t reply_len(const gcoll_ps_t *ps, int o)
+static size_t shard_floats(const gcoll_ps_t *ps, int o)
 {
     size_t n = 0;
     for (int i = 0; i < ps->n; i++)
         n += ps->t[i].len[o];
-    return PS_HDR + n * sizeof(float);
+    return n;
 }
 
-static void enqueue(gcoll_ps_t *ps, ps_msg_t *first, ps_msg_t *last)
+size_t gcoll_ps_reply_cap(const gcoll_ps_t *ps, int o)
+{
+    if (ps->pcomp) {
+        size_t cnt[ps->n];
+        gcoll_ps_counts(ps, o, cnt);
+        return gcoll_ps_frame_bound(ps->pcomp, cnt, ps->n);
+    }
+    return GCOLL_PS_HDR + shard_floats(ps, o) * sizeof(float);
+}
+
+/* Under ps->lock. */
+void gcoll_ps_enqueue(gcoll_ps_t *ps, ps_msg_t *first, ps_msg_t *last)
 {
     if (ps->q_tail)
         ps->q_tail->next = first;
     else
         ps->q_head = first;
     ps->q_tail = last;
+    if (ps->server_asleep) {
+        uint64_t one = 1;
+        ps->server_asleep = 0;
+        if (write(ps->comm->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+            GCOLL_WARN("parameter server: cannot wake the progress thread: %s", strerror(errno));
+    }
+}
+
+/* The server's idle wait: on the transport, which also returns when the communicator's
+ * wake fd is readable. The worker writes it only while server_asleep is set, so the
+ * mailbox needs no polling; the fd is drained afterwards (re-armed if an abort wrote it,
+ * which must stay visible to every later wait). */
+static gcoll_status_t server_nap(gcoll_ps_t *ps, gcoll_comm_t *comm)
+{
+    pthread_mutex_lock(&ps->lock);
+    int sleep = ps->q_head == NULL;
+    ps->server_asleep = sleep;
+    pthread_mutex_unlock(&ps->lock);
+    if (!sleep)
+        return GCOLL_OK;
+    gcoll_status_t st = comm->tops->progress(comm->tp, PS_NAP_MS);
+    pthread_mutex_lock(&ps->lock);
+    ps->server_asleep = 0;
+    pthread_mutex_unlock(&ps->lock);
+    uint64_t v;
+    if (read(comm->wake_fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && comm->abort_requested) {
+        uint64_t one = 1;
+        if (write(comm->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+            GCOLL_WARN("parameter server: cannot re-arm the wake fd: %s", strerror(errno));
+    }
+    return st;
 }
 
 /* ---- the server operation (progress thread) --------------------------------------- */
@@ -235,9 +255,9 @@ typedef struct {
     gcoll_ps_t *ps;
     gcoll_comm_t *comm;
     uint32_t sig;
-    gcoll_treq_t *rreq;   /* [peer][2]: the posted receive of each channel */
-    uint8_t **rbuf;       /* [peer][2] */
-    size_t *rcap;         /* [peer][2] */
+    gcoll_treq_t *rreq;         /* [peer][2]: the posted receive of each channel */
+    uint8_t **rbuf;             /* [peer][2] */
+    size_t *rcap;               /* [peer][2] */
     uint32_t *seq_in, *seq_out; /* [peer][2] */
     ps_msg_t *inflight;
 } ps_run_t;
@@ -253,13 +273,13 @@ static gcoll_status_t post_recv(ps_run_t *r, int p, int ch)
 
 static gcoll_status_t send_msg(ps_run_t *r, ps_msg_t *m)
 {
-    int ch = m->kind == K_REPLY ? CH_REP : CH_REQ;
+    int ch = m->kind == GCOLL_PS_REPLY ? CH_REP : CH_REQ;
     size_t i = IX(m->peer, ch);
     gcoll_status_t st = gcoll_net_isend(r->comm, &m->req, m->peer, PS_SUB(ch, r->seq_out[i]),
                                         r->sig, m->buf, m->len);
     r->seq_out[i]++;
     if (st != GCOLL_OK) {
-        msg_free(m);
+        gcoll_ps_msg_free(m);
         return st;
     }
     m->next = r->inflight;
@@ -267,22 +287,35 @@ static gcoll_status_t send_msg(ps_run_t *r, ps_msg_t *m)
     return GCOLL_OK;
 }
 
-/* The owner's answer to worker w's pull: the shard as of now, with its clock. */
-static gcoll_status_t reply(ps_run_t *r, int w);
-
-/* As a worker: owner o's reply lands in the params. */
-static gcoll_status_t take_reply(gcoll_ps_t *ps, int o, const uint8_t *b, size_t len)
+/* As a worker: owner o's answer, dense (the shard) or a frame (the change since the last
+ * answer, added). Checked against the slices of owner o before anything is written. */
+gcoll_status_t gcoll_ps_take_reply(gcoll_ps_t *ps, int o, const uint8_t *b, size_t len)
 {
-    if (len != reply_len(ps, o) || gcoll_get_u32(b) != PS_MAGIC || gcoll_get_u32(b + 4) != K_REPLY)
+    gcoll_ps_hdr_t h;
+    if (gcoll_ps_get_hdr(b, len, &h) != GCOLL_OK || h.kind != GCOLL_PS_REPLY)
         return GCOLL_ERR_INVALID;
-    const uint8_t *p = b + PS_HDR;
-    for (int i = 0; i < ps->n; i++) {
-        ps_tensor_t *t = &ps->t[i];
-        memcpy(t->param + t->off[o], p, t->len[o] * sizeof(float));
-        p += t->len[o] * sizeof(float);
+    if (ps->pcomp) {
+        size_t cnt[ps->n];
+        float *dst[ps->n];
+        gcoll_ps_counts(ps, o, cnt);
+        for (int i = 0; i < ps->n; i++)
+            dst[i] = ps->t[i].param + ps->t[i].off[o];
+        if (h.b != 1 || h.c != (uint64_t)ps->n ||
+            gcoll_ps_frame_decode(ps->pcomp, b, len, dst, cnt, ps->n, 1, NULL, 0) != GCOLL_OK)
+            return GCOLL_ERR_INVALID;
+    } else {
+        size_t nf = shard_floats(ps, o);
+        if (h.b != 0 || h.c != nf || len != GCOLL_PS_HDR + nf * sizeof(float))
+            return GCOLL_ERR_INVALID;
+        const uint8_t *p = b + GCOLL_PS_HDR;
+        for (int i = 0; i < ps->n; i++) {
+            ps_tensor_t *t = &ps->t[i];
+            memcpy(t->param + t->off[o], p, t->len[o] * sizeof(float));
+            p += t->len[o] * sizeof(float);
+        }
     }
     pthread_mutex_lock(&ps->lock);
-    ps->kread[o] = gcoll_get_u64(b + 8);
+    ps->kread[o] = h.a;
     int left = --ps->pull_left;
     if (left == 0)
         pthread_cond_broadcast(&ps->cond);
@@ -290,22 +323,39 @@ static gcoll_status_t take_reply(gcoll_ps_t *ps, int o, const uint8_t *b, size_t
     return left < 0 ? GCOLL_ERR_INVALID : GCOLL_OK;
 }
 
+/* The owner's answer to worker w's pull: the shard as of now, with its clock; or, with a
+ * pull codec, the compressed change from what w holds. */
 static gcoll_status_t reply(ps_run_t *r, int w)
 {
     gcoll_ps_t *ps = r->ps;
-    size_t len = reply_len(ps, ps->rank);
-    ps_msg_t *m = msg_new(w, K_REPLY, len);
+    size_t cap = gcoll_ps_reply_cap(ps, ps->rank);
+    ps_msg_t *m = gcoll_ps_msg_new(w, GCOLL_PS_REPLY, cap);
     if (!m)
         return GCOLL_ERR_NOMEM;
-    put_hdr(m->buf, K_REPLY, ps->sh.clock, ps->shard_n);
-    if (ps->shard_n)
-        memcpy(m->buf + PS_HDR, ps->sh.w, ps->shard_n * sizeof(float));
-    m->len = len;
+    gcoll_status_t st = GCOLL_OK;
+    if (ps->pcomp) {
+        size_t cnt[ps->n];
+        gcoll_ps_counts(ps, ps->rank, cnt);
+        gcoll_ps_put_hdr(m->buf, GCOLL_PS_REPLY, ps->sh.clock, 1, (uint64_t)ps->n);
+        st = gcoll_ps_encode_delta(ps->pcomp, ps->sh.w, gcoll_ssp_view(&ps->sh, w), ps->scratch,
+                                   cnt, ps->n, m->buf, cap, &m->len);
+    } else {
+        gcoll_ps_put_hdr(m->buf, GCOLL_PS_REPLY, ps->sh.clock, 0, ps->shard_n);
+        if (ps->shard_n)
+            memcpy(m->buf + GCOLL_PS_HDR, ps->sh.w, ps->shard_n * sizeof(float));
+        m->len = cap;
+        if (ps->sh.view)
+            gcoll_ssp_snapshot(&ps->sh, w);
+    }
+    if (st != GCOLL_OK) {
+        gcoll_ps_msg_free(m);
+        return st;
+    }
     ps->pull_want[w] = NONE_CLOCK;
     if (w != ps->rank)
         return send_msg(r, m);
-    gcoll_status_t st = take_reply(ps, ps->rank, m->buf, m->len);
-    msg_free(m);
+    st = gcoll_ps_take_reply(ps, ps->rank, m->buf, m->len);
+    gcoll_ps_msg_free(m);
     return st;
 }
 
@@ -324,13 +374,14 @@ static gcoll_status_t take_request(ps_run_t *r, int w, const uint8_t *b, size_t 
 {
     gcoll_ps_t *ps = r->ps;
     gcoll_comm_t *comm = r->comm;
-    if (len < PS_HDR || gcoll_get_u32(b) != PS_MAGIC) {
+    gcoll_ps_hdr_t h;
+    if (gcoll_ps_get_hdr(b, len, &h) != GCOLL_OK) {
         gcoll_comm_set_error(comm, "parameter server: malformed message from rank %d", w);
         return GCOLL_ERR_INVALID;
     }
-    uint32_t kind = gcoll_get_u32(b + 4);
-    uint64_t c = gcoll_get_u64(b + 8), kread = gcoll_get_u64(b + 16);
-    if (kind == K_PULL) {
+    uint32_t kind = h.kind;
+    uint64_t c = h.a, kread = h.b;
+    if (kind == GCOLL_PS_PULL) {
         if (ps->pull_want[w] != NONE_CLOCK || ps->done_clock[w] != NONE_CLOCK ||
             c != ps->sh.wclock[w]) {
             gcoll_comm_set_error(comm, "parameter server: unexpected pull from rank %d", w);
@@ -339,19 +390,19 @@ static gcoll_status_t take_request(ps_run_t *r, int w, const uint8_t *b, size_t 
         ps->pull_want[w] = c;
         return GCOLL_OK;
     }
-    if (kind == K_DONE) {
+    if (kind == GCOLL_PS_DONE) {
         if (ps->done_clock[w] != NONE_CLOCK || c != ps->sh.wclock[w]) {
-            gcoll_comm_set_error(comm, "parameter server: rank %d finished at clock %llu with "
-                                       "%llu updates received",
-                                 w, (unsigned long long)c,
-                                 (unsigned long long)ps->sh.wclock[w]);
+            gcoll_comm_set_error(comm,
+                                 "parameter server: rank %d finished at clock %llu with "
+                                 "%llu updates received",
+                                 w, (unsigned long long)c, (unsigned long long)ps->sh.wclock[w]);
             return GCOLL_ERR_INVALID;
         }
         ps->done_clock[w] = c;
         ps->ndone++;
         return GCOLL_OK;
     }
-    if (kind != K_PUSH) {
+    if (kind != GCOLL_PS_PUSH) {
         gcoll_comm_set_error(comm, "parameter server: message kind %u from rank %d", kind, w);
         return GCOLL_ERR_INVALID;
     }
@@ -360,41 +411,24 @@ static gcoll_status_t take_request(ps_run_t *r, int w, const uint8_t *b, size_t 
         gcoll_comm_set_error(comm, "parameter server: push from rank %d: %s", w, why);
         return GCOLL_ERR_INVALID;
     }
-    if (gcoll_get_u64(b + 24) != (uint64_t)ps->n) {
+    if (h.c != (uint64_t)ps->n) {
         gcoll_comm_set_error(comm, "parameter server: rank %d pushed %llu tensors, %d registered",
-                             w, (unsigned long long)gcoll_get_u64(b + 24), ps->n);
+                             w, (unsigned long long)h.c, ps->n);
         return GCOLL_ERR_MISMATCH;
     }
-    size_t pos = PS_HDR;
-    for (int i = 0; i < ps->n; i++) {
-        ps_tensor_t *t = &ps->t[i];
-        size_t n = t->len[ps->rank];
-        if (len - pos < 4) {
-            gcoll_comm_set_error(comm, "parameter server: push from rank %d truncated", w);
-            return GCOLL_ERR_INVALID;
-        }
-        size_t l = gcoll_get_u32(b + pos);
-        pos += 4;
-        if (l > len - pos || (n == 0 && l != 0)) {
-            gcoll_comm_set_error(comm, "parameter server: push from rank %d: tensor %d length %zu "
-                                       "past the message", w, i, l);
-            return GCOLL_ERR_INVALID;
-        }
-        if (n) {
-            gcoll_status_t st = gcoll_decode(ps->comp, b + pos, l, ps->tmp + t->soff, n, 0);
-            if (st != GCOLL_OK) {
-                gcoll_comm_set_error(comm, "parameter server: push from rank %d: tensor %d does "
-                                           "not decode (%s)", w, i, gcoll_status_string(st));
-                return st;
-            }
-        }
-        pos += l;
+    size_t cnt[ps->n];
+    float *dst[ps->n];
+    gcoll_ps_counts(ps, ps->rank, cnt);
+    for (int i = 0; i < ps->n; i++)
+        dst[i] = ps->tmp + ps->t[i].soff;
+    gcoll_status_t st =
+        gcoll_ps_frame_decode(ps->comp, b, len, dst, cnt, ps->n, 0, why, sizeof(why));
+    if (st != GCOLL_OK) {
+        gcoll_comm_set_error(comm, "parameter server: push from rank %d: %s", w, why);
+        return st;
     }
-    if (pos != len) {
-        gcoll_comm_set_error(comm, "parameter server: push from rank %d: %zu trailing bytes", w,
-                             len - pos);
-        return GCOLL_ERR_INVALID;
-    }
+    if (ps->cfg.dc_lambda > 0)
+        gcoll_ssp_compensate(&ps->sh, w, ps->tmp, ps->cfg.dc_lambda);
     float scale;
     float *row = gcoll_ssp_row(&ps->sh, c, kread, &scale);
     for (size_t j = 0; j < ps->shard_n; j++)
@@ -437,7 +471,7 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
         if (p == me)
             continue;
         r.rcap[IX(p, CH_REQ)] = push_cap(ps, me);
-        r.rcap[IX(p, CH_REP)] = reply_len(ps, p);
+        r.rcap[IX(p, CH_REP)] = gcoll_ps_reply_cap(ps, p);
         for (int ch = CH_REQ; ch <= CH_REP; ch++)
             if (!(r.rbuf[IX(p, ch)] = malloc(r.rcap[IX(p, ch)])))
                 goto out;
@@ -461,7 +495,7 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
             events++;
             if (m->peer == me) {
                 st = take_request(&r, me, m->buf, m->len);
-                msg_free(m);
+                gcoll_ps_msg_free(m);
             } else {
                 st = send_msg(&r, m);
             }
@@ -469,7 +503,7 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
                 while (q) {
                     m = q;
                     q = q->next;
-                    msg_free(m);
+                    gcoll_ps_msg_free(m);
                 }
                 goto out;
             }
@@ -492,9 +526,11 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
                 size_t nb = r.rreq[i].nbytes;
                 if (ch == CH_REQ) {
                     GCOLL_CHECK_GOTO(take_request(&r, p, r.rbuf[i], nb), st, out);
-                } else if (take_reply(ps, p, r.rbuf[i], nb) != GCOLL_OK) {
-                    gcoll_comm_set_error(comm, "parameter server: malformed or unexpected "
-                                               "reply from rank %d", p);
+                } else if (gcoll_ps_take_reply(ps, p, r.rbuf[i], nb) != GCOLL_OK) {
+                    gcoll_comm_set_error(comm,
+                                         "parameter server: malformed or unexpected "
+                                         "reply from rank %d",
+                                         p);
                     st = GCOLL_ERR_INVALID;
                     goto out;
                 }
@@ -512,7 +548,7 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
             }
             ps_msg_t *m = *pm;
             *pm = m->next;
-            msg_free(m);
+            gcoll_ps_msg_free(m);
             events++;
         }
         GCOLL_CHECK_GOTO(serve_pulls(&r), st, out);
@@ -525,17 +561,17 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
             quiet_since = now;
             quiet_ns = gcoll_time_ns();
         } else if (now - quiet_since > (uint64_t)comm->cfg.timeout_ms) {
-            gcoll_comm_set_error(comm, "parameter server: no message for %lld ms "
-                                       "(GCOLL_TIMEOUT_MS)", (long long)comm->cfg.timeout_ms);
+            gcoll_comm_set_error(comm,
+                                 "parameter server: no message for %lld ms "
+                                 "(GCOLL_TIMEOUT_MS)",
+                                 (long long)comm->cfg.timeout_ms);
             st = GCOLL_ERR_TIMEOUT;
             goto out;
-        } else if (gcoll_time_ns() - quiet_ns < PS_FAST_NS) {
-            /* the worker's mailbox is not one of the transport's descriptors: shortly
-             * after an event, when the next push or pull is due, look at it every 50 us */
+        } else if (gcoll_time_ns() - quiet_ns < PS_SPIN_NS) {
             struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
         } else {
-            GCOLL_CHECK_GOTO(comm->tops->progress(comm->tp, 1), st, out);
+            GCOLL_CHECK_GOTO(server_nap(ps, comm), st, out);
         }
     }
 out:
@@ -546,7 +582,7 @@ out:
         r.inflight = m->next;
         if (!m->req.done)
             gcoll_net_cancel(comm, &m->req, 1);
-        msg_free(m);
+        gcoll_ps_msg_free(m);
     }
     for (size_t i = 0; r.rbuf && i < 2 * (size_t)P; i++)
         free(r.rbuf[i]);
@@ -568,13 +604,14 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_start(gcoll_ps_t *ps)
     if (!ps)
         return GCOLL_ERR_INVALID;
     if (ps->started)
-        return ps_invalid(ps->comm, "gcoll_ps_start", "already started");
+        return gcoll_ps_invalid(ps->comm, "gcoll_ps_start", "already started");
     if (ps->n == 0)
-        return ps_invalid(ps->comm, "gcoll_ps_start", "no tensors registered");
+        return gcoll_ps_invalid(ps->comm, "gcoll_ps_start", "no tensors registered");
     /* every shard starts from this rank's (equal) initial params */
     float *init = malloc((ps->shard_n ? ps->shard_n : 1) * sizeof(float));
     ps->tmp = malloc((ps->shard_n ? ps->shard_n : 1) * sizeof(float));
-    if (!init || !ps->tmp) {
+    ps->scratch = malloc((ps->shard_n ? ps->shard_n : 1) * sizeof(float));
+    if (!init || !ps->tmp || !ps->scratch) {
         free(init);
         return GCOLL_ERR_NOMEM;
     }
@@ -584,6 +621,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_start(gcoll_ps_t *ps)
     gcoll_status_t st = gcoll_ssp_init(&ps->sh, ps->P, ps->cfg.staleness, ps->shard_n, init,
                                        ps->cfg.lr, ps->cfg.weighting);
     free(init);
+    if (st == GCOLL_OK && (ps->pcomp || ps->cfg.dc_lambda > 0))
+        st = gcoll_ssp_enable_views(&ps->sh);
     if (st != GCOLL_OK)
         return st;
     gcoll_args_t a = {.ext = ps};
@@ -592,208 +631,6 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_start(gcoll_ps_t *ps)
         return GCOLL_ERR_NOMEM;
     GCOLL_CHECK(gcoll_comm_submit(ps->comm, req, &ps->req));
     ps->started = 1;
-    return GCOLL_OK;
-}
-
-/* Deadline of a worker's wait: the server's own silence bound plus a margin, so the
- * server (which names the peer) reports first. */
-static void wait_deadline(const gcoll_ps_t *ps, struct timespec *ts)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    uint64_t ms = (uint64_t)ps->comm->cfg.timeout_ms + 2000;
-    ts->tv_sec += (time_t)(ms / 1000);
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
-static gcoll_status_t queue_all(gcoll_ps_t *ps, ps_msg_t **msgs, int set_pull)
-{
-    pthread_mutex_lock(&ps->lock);
-    gcoll_status_t st = ps->err;
-    if (st == GCOLL_OK) {
-        for (int o = 0; o < ps->P; o++)
-            enqueue(ps, msgs[o], msgs[o]);
-        if (set_pull)
-            ps->pull_left = ps->P;
-    }
-    pthread_mutex_unlock(&ps->lock);
-    if (st != GCOLL_OK)
-        for (int o = 0; o < ps->P; o++)
-            msg_free(msgs[o]);
-    return st;
-}
-
-static gcoll_status_t ctl_msgs(gcoll_ps_t *ps, int kind, ps_msg_t **msgs)
-{
-    for (int o = 0; o < ps->P; o++) {
-        msgs[o] = msg_new(o, kind, PS_HDR);
-        if (!msgs[o]) {
-            for (int k = 0; k < o; k++)
-                msg_free(msgs[k]);
-            return GCOLL_ERR_NOMEM;
-        }
-        put_hdr(msgs[o]->buf, kind, ps->clock, 0);
-        msgs[o]->len = PS_HDR;
-    }
-    return GCOLL_OK;
-}
-
-GCOLL_EXPORT gcoll_status_t gcoll_ps_pull(gcoll_ps_t *ps)
-{
-    if (!ps)
-        return GCOLL_ERR_INVALID;
-    if (!ps->started || ps->finished)
-        return ps_invalid(ps->comm, "gcoll_ps_pull", "the server is not running");
-    if (ps->pulled)
-        return ps_invalid(ps->comm, "gcoll_ps_pull", "pulled twice without a push");
-    ps_msg_t *msgs[ps->P];
-    GCOLL_CHECK(ctl_msgs(ps, K_PULL, msgs));
-    uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK(queue_all(ps, msgs, 1));
-    struct timespec dl;
-    wait_deadline(ps, &dl);
-    pthread_mutex_lock(&ps->lock);
-    int rc = 0;
-    while (ps->pull_left > 0 && ps->err == GCOLL_OK && rc == 0)
-        rc = pthread_cond_timedwait(&ps->cond, &ps->lock, &dl);
-    gcoll_status_t st = ps->err;
-    if (st == GCOLL_OK && ps->pull_left > 0)
-        st = GCOLL_ERR_TIMEOUT;
-    uint64_t lo = UINT64_MAX;
-    for (int o = 0; o < ps->P; o++)
-        if (ps->kread[o] < lo)
-            lo = ps->kread[o];
-    pthread_mutex_unlock(&ps->lock);
-    ps->wait_s += 1e-9 * (double)(gcoll_time_ns() - t0);
-    if (st == GCOLL_ERR_TIMEOUT && ps->err == GCOLL_OK) {
-        gcoll_comm_set_error(ps->comm, "gcoll_ps_pull: no answer in GCOLL_TIMEOUT_MS + 2 s");
-        gcoll_comm_abort(ps->comm);
-    }
-    if (st != GCOLL_OK && ps->req) {
-        /* the server failed: let its operation end, so the communicator's error (which
-         * names the cause) is set when the caller reads it */
-        (void)gcoll_wait(ps->req);
-        ps->req = NULL;
-    }
-    if (st != GCOLL_OK)
-        return st;
-    if (ps->clock - lo > ps->max_gap)
-        ps->max_gap = ps->clock - lo;
-    ps->pulled = 1;
-    return GCOLL_OK;
-}
-
-GCOLL_EXPORT gcoll_status_t gcoll_ps_push(gcoll_ps_t *ps, const float *const *grads)
-{
-    if (!ps || !grads)
-        return GCOLL_ERR_INVALID;
-    const char *w = "gcoll_ps_push";
-    if (!ps->started || ps->finished)
-        return ps_invalid(ps->comm, w, "the server is not running");
-    if (!ps->pulled)
-        return ps_invalid(ps->comm, w, "push without a pull before it");
-    for (int i = 0; i < ps->n; i++) {
-        if (!grads[i])
-            return ps_invalid(ps->comm, w, "NULL gradient");
-        for (size_t j = 0; j < ps->t[i].count; j++)
-            if (!isfinite(grads[i][j]))
-                return ps_invalid(ps->comm, w, "NaN or Inf in a gradient");
-    }
-    ps_msg_t *msgs[ps->P];
-    for (int o = 0; o < ps->P; o++) {
-        size_t cap = push_cap(ps, o);
-        ps_msg_t *m = msgs[o] = msg_new(o, K_PUSH, cap);
-        gcoll_status_t st = m ? GCOLL_OK : GCOLL_ERR_NOMEM;
-        if (m) {
-            put_hdr(m->buf, K_PUSH, ps->clock, ps->kread[o]);
-            gcoll_put_u64(m->buf + 24, (uint64_t)ps->n);
-            size_t pos = PS_HDR;
-            for (int i = 0; i < ps->n && st == GCOLL_OK; i++) {
-                ps_tensor_t *t = &ps->t[i];
-                size_t l = 0;
-                if (t->len[o])
-                    st = gcoll_encode(ps->comp, t->st[o], grads[i] + t->off[o], t->len[o],
-                                      m->buf + pos + 4, cap - pos - 4, &l);
-                gcoll_put_u32(m->buf + pos, (uint32_t)l);
-                pos += 4 + l;
-            }
-            m->len = pos;
-        }
-        if (st != GCOLL_OK) {
-            for (int k = 0; k <= o; k++)
-                msg_free(msgs[k]);
-            return st;
-        }
-    }
-    GCOLL_CHECK(queue_all(ps, msgs, 0));
-    ps->clock++;
-    ps->pulled = 0;
-    return GCOLL_OK;
-}
-
-GCOLL_EXPORT gcoll_status_t gcoll_ps_finish(gcoll_ps_t *ps)
-{
-    if (!ps)
-        return GCOLL_ERR_INVALID;
-    if (!ps->started || ps->finished)
-        return ps_invalid(ps->comm, "gcoll_ps_finish", "the server is not running");
-    ps_msg_t *msgs[ps->P];
-    gcoll_status_t st = ctl_msgs(ps, K_DONE, msgs);
-    if (st == GCOLL_OK)
-        st = queue_all(ps, msgs, 0);
-    if (st != GCOLL_OK)
-        gcoll_comm_abort(ps->comm); /* the server must not wait for this worker */
-    gcoll_status_t rst = ps->req ? gcoll_wait(ps->req) : ps->err;
-    ps->req = NULL;
-    ps->finished = 1;
-    if (st == GCOLL_OK)
-        st = rst;
-    if (st != GCOLL_OK)
-        return st;
-    /* the final model on every rank */
-    size_t *cnt = malloc((size_t)ps->P * sizeof(size_t));
-    if (!cnt)
-        return GCOLL_ERR_NOMEM;
-    for (int i = 0; i < ps->n && st == GCOLL_OK; i++) {
-        ps_tensor_t *t = &ps->t[i];
-        memcpy(cnt, t->len, (size_t)ps->P * sizeof(size_t));
-        st = gcoll_allgatherv(ps->comm, ps->sh.w + t->soff, t->len[ps->rank], t->param, cnt, t->off,
-                              GCOLL_FLOAT32);
-    }
-    free(cnt);
-    if (st != GCOLL_OK)
-        return st;
-    double mx = (double)ps->max_gap;
-    double sum[11] = {(double)ps->sh.napplied, ps->sh.tau_sum};
-    for (int k = 0; k <= ps->sh.S; k++)
-        sum[2 + (k < 8 ? k : 8)] += (double)ps->sh.hist[k];
-    GCOLL_CHECK(gcoll_allreduce(ps->comm, &mx, &mx, 1, GCOLL_FLOAT64, GCOLL_MAX));
-    GCOLL_CHECK(gcoll_allreduce(ps->comm, sum, sum, 11, GCOLL_FLOAT64, GCOLL_SUM));
-    ps->fin.clock = ps->clock;
-    ps->fin.max_gap = (uint64_t)mx;
-    ps->fin.applied = (uint64_t)sum[0];
-    ps->fin.mean_staleness = sum[0] > 0 ? sum[1] / sum[0] : 0.0;
-    for (int k = 0; k < 9; k++)
-        ps->fin.hist[k] = (uint64_t)sum[2 + k];
-    return GCOLL_OK;
-}
-
-GCOLL_EXPORT gcoll_status_t gcoll_ps_stats(const gcoll_ps_t *ps, gcoll_ps_stats_t *stats_p)
-{
-    if (!ps || !stats_p)
-        return GCOLL_ERR_INVALID;
-    if (ps->finished) {
-        *stats_p = ps->fin;
-    } else {
-        /* before finish: this worker's view only (the shard is the server thread's) */
-        memset(stats_p, 0, sizeof(*stats_p));
-        stats_p->clock = ps->clock;
-        stats_p->max_gap = ps->max_gap;
-    }
-    stats_p->wait_s = ps->wait_s;
     return GCOLL_OK;
 }
 
@@ -808,7 +645,7 @@ GCOLL_EXPORT void gcoll_ps_destroy(gcoll_ps_t *ps)
     while (ps->q_head) {
         ps_msg_t *m = ps->q_head;
         ps->q_head = m->next;
-        msg_free(m);
+        gcoll_ps_msg_free(m);
     }
     for (int i = 0; i < ps->n; i++) {
         for (int o = 0; o < ps->P; o++)
@@ -820,10 +657,12 @@ GCOLL_EXPORT void gcoll_ps_destroy(gcoll_ps_t *ps)
     free(ps->t);
     gcoll_ssp_free(&ps->sh);
     free(ps->tmp);
+    free(ps->scratch);
     free(ps->kread);
     free(ps->pull_want);
     free(ps->done_clock);
     gcoll_compressor_destroy(ps->comp);
+    gcoll_compressor_destroy(ps->pcomp);
     pthread_mutex_destroy(&ps->lock);
     pthread_cond_destroy(&ps->cond);
     free(ps);

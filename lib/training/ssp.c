@@ -45,6 +45,7 @@ void gcoll_ssp_free(gcoll_ssp_shard_t *s)
     free(s->npushed);
     free(s->wclock);
     free(s->hist);
+    free(s->view);
     memset(s, 0, sizeof(*s));
 }
 
@@ -53,8 +54,8 @@ double gcoll_ssp_weight(int weighting, uint64_t tau)
     return weighting == GCOLL_PS_WEIGHT_NONE ? 1.0 : 1.0 / (1.0 + (double)tau);
 }
 
-gcoll_status_t gcoll_ssp_check(const gcoll_ssp_shard_t *s, int worker, uint64_t c,
-                               uint64_t kread, char *why, size_t whylen)
+gcoll_status_t gcoll_ssp_check(const gcoll_ssp_shard_t *s, int worker, uint64_t c, uint64_t kread,
+                               char *why, size_t whylen)
 {
     const char *msg = NULL;
     if (worker < 0 || worker >= s->P)
@@ -68,9 +69,11 @@ gcoll_status_t gcoll_ssp_check(const gcoll_ssp_shard_t *s, int worker, uint64_t 
     if (!msg)
         return GCOLL_OK;
     if (why)
-        snprintf(why, whylen, "%s (worker %d, clock %llu, read at %llu; shard at clock %llu, "
-                              "S = %d)", msg, worker, (unsigned long long)c,
-                 (unsigned long long)kread, (unsigned long long)s->clock, s->S);
+        snprintf(why, whylen,
+                 "%s (worker %d, clock %llu, read at %llu; shard at clock %llu, "
+                 "S = %d)",
+                 msg, worker, (unsigned long long)c, (unsigned long long)kread,
+                 (unsigned long long)s->clock, s->S);
     return GCOLL_ERR_INVALID;
 }
 
@@ -101,4 +104,29 @@ int gcoll_ssp_commit(gcoll_ssp_shard_t *s, int worker, uint64_t c, uint64_t krea
         done++;
     }
     return done;
+}
+
+gcoll_status_t gcoll_ssp_enable_views(gcoll_ssp_shard_t *s)
+{
+    if (s->view)
+        return GCOLL_OK;
+    s->view = malloc((size_t)s->P * (s->n ? s->n : 1) * sizeof(float));
+    if (!s->view)
+        return GCOLL_ERR_NOMEM;
+    for (int p = 0; p < s->P; p++)
+        gcoll_ssp_snapshot(s, p);
+    return GCOLL_OK;
+}
+
+void gcoll_ssp_snapshot(gcoll_ssp_shard_t *s, int worker)
+{
+    if (s->n)
+        memcpy(gcoll_ssp_view(s, worker), s->w, s->n * sizeof(float));
+}
+
+void gcoll_ssp_compensate(const gcoll_ssp_shard_t *s, int worker, float *g, float lambda)
+{
+    const float *v = s->view + (size_t)worker * s->n;
+    for (size_t j = 0; j < s->n; j++)
+        g[j] += lambda * g[j] * g[j] * (s->w[j] - v[j]);
 }

@@ -2,7 +2,7 @@
 # test-async.sh: gcoll-train --async (the SSP parameter server) on 2-3 ranks and a slice of
 # Fashion-MNIST: the summary lines, S=0 never runs ahead and sees no staleness, S=2 with a
 # persistent or rotating straggler stays within 2 clocks (from the counters rank 0 prints)
-# and trains, compressed pushes, bad flags, and a killed rank fails the others in bounded
+# and trains, compressed pushes, compressed pulls with DC-ASGD, bad flags, and a killed rank fails the others in bounded
 # time. Skipped (77) without dataset-fashion-mnist. About 20 s on 2 cores.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/train-lib.sh"
@@ -59,6 +59,12 @@ mbd=$(field 'total wire MB' "$TMP/slow.txt")
 mbc=$(field 'total wire MB' "$TMP/rot.txt")
 awk -v a="${mbd:-0}" -v b="${mbc:-1e9}" 'BEGIN {exit !(b < a * 0.7)}' ||
     fail "top-k 10% pushes sent $mbc MB, dense $mbd MB (pulls stay dense: expect ~0.6)"
+train "$TMP/cmp.txt" 3 --staleness 2 --straggle 2 --compressor topk:density=0.1 \
+    --pull-compressor topk:density=0.1 --dc-lambda 0.1
+check "S=2, rotating straggler, top-k 10% pushes and pulls, DC-ASGD" "$TMP/cmp.txt" $? 2 0.5
+mbp=$(field 'total wire MB' "$TMP/cmp.txt")
+awk -v a="${mbd:-0}" -v b="${mbp:-1e9}" 'BEGIN {exit !(b < a * 0.35)}' ||
+    fail "top-k 10% pushes and pulls sent $mbp MB, dense $mbd MB (expect ~0.2)"
 
 expect_error() {
     name=$1
@@ -77,6 +83,11 @@ expect_error() {
 expect_error "bad S" "--staleness expects" 2 --async --staleness -1
 expect_error "S without --async" "--staleness applies to --async" 2 --staleness 2
 expect_error "two modes" "different modes" 2 --async --local-steps 2
+expect_error "DC without --async" "apply to --async" 2 --dc-lambda 0.1
+expect_error "bad weight" "--staleness-weight expects" 2 --async --staleness-weight half
+expect_error "bad lambda" "--dc-lambda expects" 2 --async --dc-lambda -1
+expect_error "random-k pulls" "random-k and DGC need a state" 1 --async \
+    --pull-compressor randomk:density=0.1
 
 # A killed rank: the survivors' servers see the closed connection and fail, the workers
 # waiting in a pull with them, well within GCOLL_TIMEOUT_MS.

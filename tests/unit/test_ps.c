@@ -3,7 +3,8 @@
  * server with communicators in threads: S = 0 is synchronous SGD step for step (within
  * rounding), with S = 2 and a straggler no worker reads more than S clocks ahead, crafted
  * malformed pushes from a rogue rank fail the server with a message naming the fault, and
- * malformed use is refused. */
+ * malformed use is refused; DC-ASGD under a scripted interleaving, and compressed pulls
+ * and DC-ASGD through the server. */
 #include <arpa/inet.h>
 #include <float.h>
 #include <math.h>
@@ -96,6 +97,63 @@ static void test_ssp_script(void **state)
     assert_int_equal(gcoll_ssp_init(&s, 2, -1, 1, NULL, 1.0f, 0), GCOLL_ERR_INVALID);
 }
 
+
+/* DC-ASGD (Zheng et al. 2017) under a scripted interleaving: P = 2, S = 1, lr = 1, one
+ * element at 10, lambda = 1/2. Worker 0 pushes 1 for clock 0 and reads again (view 10,
+ * shard clock 0) before worker 1 pushes 2 for clock 0, which completes it: w = 10 - (1 + 2)/2
+ * = 8.5. Worker 1 reads (view 8.5) and pushes 3 for clock 1: w_now = view, no correction.
+ * Worker 0's push of 2 for clock 1, computed at 10, is stale by one clock: corrected to
+ * 2 + 1/2 * 2 * 2 * (8.5 - 10) = -1, weighted 1/(1+1) / 2, so clock 1 gives
+ * w = 8.5 - (3/2 + (-1)/4) = 7.25. Every value is exact in binary floating point. */
+static void test_dc_script(void **state)
+{
+    (void)state;
+    gcoll_ssp_shard_t s;
+    float init = 10.0f, scale, *row;
+    const float lambda = 0.5f;
+    assert_int_equal(gcoll_ssp_init(&s, 2, 1, 1, &init, 1.0f, GCOLL_PS_WEIGHT_INVERSE), GCOLL_OK);
+    assert_int_equal(gcoll_ssp_enable_views(&s), GCOLL_OK);
+    assert_true(gcoll_ssp_view(&s, 0)[0] == 10.0f && gcoll_ssp_view(&s, 1)[0] == 10.0f);
+    /* what ps.c does on a push's arrival: check, compensate, weight, sum, commit */
+#define PUSH(wk, c, kread, val, want_g)                                                   \
+    do {                                                                                  \
+        float g = (val);                                                                  \
+        assert_int_equal(gcoll_ssp_check(&s, (wk), (c), (kread), NULL, 0), GCOLL_OK);     \
+        gcoll_ssp_compensate(&s, (wk), &g, lambda);                                       \
+        assert_true(g == (want_g));                                                       \
+        row = gcoll_ssp_row(&s, (c), (kread), &scale);                                    \
+        row[0] += scale * g;                                                              \
+        gcoll_ssp_commit(&s, (wk), (c), (kread));                                         \
+    } while (0)
+    gcoll_ssp_snapshot(&s, 0);
+    gcoll_ssp_snapshot(&s, 1);
+    PUSH(0, 0, 0, 1.0f, 1.0f);
+    gcoll_ssp_snapshot(&s, 0); /* worker 0 reads for clock 1 at shard clock 0 */
+    PUSH(1, 0, 0, 2.0f, 2.0f);
+    assert_true(s.w[0] == 8.5f && s.clock == 1);
+    gcoll_ssp_snapshot(&s, 1);
+    assert_true(gcoll_ssp_view(&s, 0)[0] == 10.0f && gcoll_ssp_view(&s, 1)[0] == 8.5f);
+    PUSH(1, 1, 1, 3.0f, 3.0f);
+    PUSH(0, 1, 0, 2.0f, -1.0f);
+#undef PUSH
+    assert_true(s.w[0] == 7.25f && s.clock == 2);
+    assert_true(s.hist[0] == 3 && s.hist[1] == 1);
+    gcoll_ssp_free(&s);
+
+    /* elementwise: g += lambda g^2 (w - view), per coordinate */
+    float w3[3] = {1.0f, 2.0f, 4.0f};
+    assert_int_equal(gcoll_ssp_init(&s, 1, 0, 3, w3, 1.0f, GCOLL_PS_WEIGHT_INVERSE), GCOLL_OK);
+    assert_int_equal(gcoll_ssp_enable_views(&s), GCOLL_OK);
+    float *v = gcoll_ssp_view(&s, 0);
+    v[0] = 0.0f, v[1] = 2.0f, v[2] = 8.0f;
+    float g3[3] = {2.0f, 5.0f, -1.0f};
+    gcoll_ssp_compensate(&s, 0, g3, 0.25f);
+    assert_true(g3[0] == 2.0f + 0.25f * 4.0f * 1.0f);
+    assert_true(g3[1] == 5.0f);
+    assert_true(g3[2] == -1.0f + 0.25f * 1.0f * -4.0f);
+    gcoll_ssp_free(&s);
+}
+
 /* ---- the server in threads -------------------------------------------------------- */
 
 enum { MAXR = 4, N1 = 300, N2 = 7, STEPS = 200 };
@@ -105,7 +163,8 @@ static char root_addr[64];
 typedef struct rank_arg rank_arg_t;
 struct rank_arg {
     int rank, size, S, slow;
-    const char *spec;
+    const char *spec, *pull;
+    float dc;
     int failed;
     char why[256];
     double worst;
@@ -154,7 +213,11 @@ static void *rank_main(void *p)
     float *w = a->w, g[N1 + N2], prev[N1 + N2];
     for (size_t j = 0; j < N1 + N2; j++)
         w[j] = (float)j / (float)(N1 + N2);
-    gcoll_ps_config_t cfg = {.staleness = a->S, .lr = LR, .compressor = a->spec};
+    gcoll_ps_config_t cfg = {.staleness = a->S,
+                             .lr = LR,
+                             .compressor = a->spec,
+                             .pull_compressor = a->pull,
+                             .dc_lambda = a->dc};
     gcoll_ps_t *ps = NULL;
     RCHECK(a, gcoll_ps_create(comm, &cfg, &ps) == GCOLL_OK);
     if (!ps)
@@ -169,7 +232,7 @@ static void *rank_main(void *p)
         RCHECK(a, gcoll_ps_pull(ps) == GCOLL_OK);
         if (s == 0)
             RCHECK(a, gcoll_ps_pull(ps) == GCOLL_ERR_INVALID); /* twice without a push */
-        if (a->S == 0 && s > 0 && a->spec == NULL) {
+        if (a->S == 0 && s > 0 && a->spec == NULL && a->pull == NULL) {
             for (size_t j = 0; j < N1 + N2; j++) {
                 double mean = 0, mabs = 0;
                 for (int r = 0; r < a->size; r++) {
@@ -205,7 +268,8 @@ out:
     return NULL;
 }
 
-static void run_ranks(rank_arg_t *a, int size, int S, int slow, const char *spec)
+static void run_ranks_with(rank_arg_t *a, int size, int S, int slow, const char *spec,
+                           const char *pull, float dc)
 {
     test_pick_root(root_addr, sizeof(root_addr));
     pthread_t th[MAXR];
@@ -216,6 +280,8 @@ static void run_ranks(rank_arg_t *a, int size, int S, int slow, const char *spec
         a[r].S = S;
         a[r].slow = slow;
         a[r].spec = spec;
+        a[r].pull = pull;
+        a[r].dc = dc;
         assert_int_equal(pthread_create(&th[r], NULL, rank_main, &a[r]), 0);
     }
     for (int r = 0; r < size; r++)
@@ -223,6 +289,11 @@ static void run_ranks(rank_arg_t *a, int size, int S, int slow, const char *spec
     for (int r = 0; r < size; r++)
         if (a[r].failed)
             fail_msg("%s", a[r].why);
+}
+
+static void run_ranks(rank_arg_t *a, int size, int S, int slow, const char *spec)
+{
+    run_ranks_with(a, size, S, slow, spec, NULL, 0.0f);
 }
 
 static void test_s0_is_sync(void **state)
@@ -270,6 +341,61 @@ static void test_bound_with_straggler(void **state)
         /* and it converged towards the mean target */
         for (size_t j = 0; j < N1 + N2; j += 37)
             assert_true(isfinite(a[0].w[j]) && fabsf(a[0].w[j]) < 1.0f);
+    }
+}
+
+
+/* Compressed pulls and DC-ASGD through the server. S = 0: the compensation is zero (the
+ * shard cannot move between a worker's read and its push), so the run is synchronous SGD
+ * within the same 4 eps per step as without it (the sums' order, hence their rounding,
+ * follows the pushes' arrival, so two runs are not bit for bit equal). S = 2 with a slow
+ * rank, top-k pushes and top-k or q8 pulls, with and without DC-ASGD: the bound holds,
+ * every rank ends with the same model, and it converges as the dense run does. */
+static void test_pull_codec_and_dc(void **state)
+{
+    (void)state;
+    rank_arg_t a[MAXR], b[MAXR];
+    run_ranks_with(a, 3, 0, -1, NULL, NULL, 0.0f);
+    run_ranks_with(b, 3, 0, -1, NULL, NULL, 0.5f);
+    for (int r = 0; r < 3; r++) {
+        assert_memory_equal(b[r].w, b[0].w, sizeof(b[0].w));
+        if (b[r].worst > 4.0)
+            fail_msg("S=0 with DC-ASGD: %.2f eps (|w| + lr mean|g|) from synchronous SGD",
+                     b[r].worst);
+    }
+    assert_true(b[0].stats.mean_staleness == 0.0);
+    /* the dense, exact run's model: the reference the others should approach */
+    double ref = 0;
+    for (size_t j = 0; j < N1 + N2; j++)
+        ref += fabs(a[0].w[j]);
+    struct {
+        const char *push, *pull;
+        float dc;
+    } cases[] = {{"topk:density=0.1", "topk:density=0.1", 0.0f},
+                 {NULL, "q8", 0.5f},
+                 {"topk:density=0.1", "topk:density=0.2+q8", 0.5f}};
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        run_ranks_with(a, 3, 2, 2, cases[k].push, cases[k].pull, cases[k].dc);
+        gcoll_ps_stats_t *s = &a[0].stats;
+        assert_true(s->max_gap <= 2 && s->applied == 3 * 3 * STEPS);
+        for (int t = 3; t < 9; t++)
+            assert_true(s->hist[t] == 0);
+        assert_memory_equal(a[1].w, a[0].w, sizeof(a[0].w));
+        assert_memory_equal(a[2].w, a[0].w, sizeof(a[0].w));
+        double d = 0, m = 0;
+        for (size_t j = 0; j < N1 + N2; j++) {
+            assert_true(isfinite(a[0].w[j]));
+            d += fabs(a[0].w[j] - b[0].w[j]);
+            m += fabs(a[0].w[j]);
+        }
+        print_message("S=2, rank 2 slow, push %s, pull %s, DC lambda %g: gap %llu, mean "
+                      "staleness %.3f, mean |w - w_sync| %.4f (mean |w_sync| %.4f)\n",
+                      cases[k].push ? cases[k].push : "none", cases[k].pull,
+                      (double)cases[k].dc, (unsigned long long)s->max_gap, s->mean_staleness,
+                      d / (N1 + N2), ref / (N1 + N2));
+        /* the targets' mean is what SGD approaches; staleness and compression move it
+         * little against the model's own size */
+        assert_true(d < 0.5 * ref);
     }
 }
 
@@ -396,6 +522,11 @@ static void test_bad_config(void **state)
         {.staleness = 1, .lr = NAN},
         {.staleness = 1, .lr = 0.1f, .compressor = "topk:density=7"},
         {.staleness = 1, .lr = 0.1f, .weighting = (gcoll_ps_weight_t)9},
+        {.staleness = 1, .lr = 0.1f, .pull_compressor = "topk:density=2"},
+        {.staleness = 1, .lr = 0.1f, .pull_compressor = "randomk:density=0.1"},
+        {.staleness = 1, .lr = 0.1f, .pull_compressor = "dgc:density=0.1"},
+        {.staleness = 1, .lr = 0.1f, .dc_lambda = -1.0f},
+        {.staleness = 1, .lr = 0.1f, .dc_lambda = INFINITY},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         gcoll_ps_t *ps = NULL;
@@ -432,8 +563,10 @@ int main(void)
     setenv("GCOLL_TIMEOUT_MS", "30s", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ssp_script),
+        cmocka_unit_test(test_dc_script),
         cmocka_unit_test(test_s0_is_sync),
         cmocka_unit_test(test_bound_with_straggler),
+        cmocka_unit_test(test_pull_codec_and_dc),
         cmocka_unit_test(test_malformed_push),
         cmocka_unit_test(test_bad_config),
     };

@@ -41,7 +41,12 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
         fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
         goto out;
     }
-    gcoll_ps_config_t pc = {.staleness = mo->staleness, .lr = o->lr, .compressor = o->compressor};
+    gcoll_ps_config_t pc = {.staleness = mo->staleness,
+                            .lr = o->lr,
+                            .compressor = o->compressor,
+                            .pull_compressor = mo->pull_compressor,
+                            .weighting = (gcoll_ps_weight_t)mo->weighting,
+                            .dc_lambda = (float)mo->dc_lambda};
     gcoll_status_t st = gcoll_ps_create(comm, &pc, &ps);
     if (st != GCOLL_OK) {
         train_mode_fail(comm, "gcoll_ps_create", st);
@@ -69,11 +74,16 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
         for (int i = 0; i < o->nsizes; i++)
             fprintf(out, "%s%d", i ? "-" : " ", sizes[i]);
         fprintf(out, " (%zu parameters), sgemm %s\n", train_mlp_num_params(&m), train_sgemm_name());
-        fprintf(out, "async SGD: parameter server with staleness bound S=%d, weight 1/(1+tau), push "
+        fprintf(out, "async SGD: parameter server with staleness bound S=%d, weight %s, push "
                      "compressor %s, worker momentum %g; batch %d per rank (%zu global), lr %g; "
                      "%zu steps per epoch on %zu examples, %zu test; seed %llu",
-                mo->staleness, o->compressor, (double)momentum, o->batch, global, (double)o->lr,
+                mo->staleness, mo->weighting == GCOLL_PS_WEIGHT_NONE ? "1" : "1/(1+tau)",
+                o->compressor, (double)momentum, o->batch, global, (double)o->lr,
                 steps, ntrain, ntest, (unsigned long long)o->seed);
+        if (mo->pull_compressor)
+            fprintf(out, "; pull compressor %s", mo->pull_compressor);
+        if (mo->dc_lambda > 0)
+            fprintf(out, "; DC-ASGD lambda %g", mo->dc_lambda);
         if (mo->straggle > 0)
             fprintf(out, "; rotating straggler x%g", mo->straggle);
         if (mo->slow_rank >= 0)

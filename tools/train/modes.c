@@ -25,6 +25,13 @@ const char train_mode_usage[] =
     "      --staleness S       SSP bound: no worker computes more than S clocks ahead of\n"
     "                          the slowest (0, synchronous); also prints 'max clock gap: N'\n"
     "                          and 'mean staleness: X'\n"
+    "      --pull-compressor SPEC  codec of the pull answers (none: the dense shard); the\n"
+    "                          owner sends the change from the worker's copy and keeps the\n"
+    "                          rest (top-k, quantizers, fp16)\n"
+    "      --dc-lambda L       DC-ASGD delay compensation (Zheng et al. 2017): the owner\n"
+    "                          adds L g*g*(w_now - w_read) to each update g (0: off)\n"
+    "      --staleness-weight W  f(tau) of the updates: inverse (1/(1+tau), the default)\n"
+    "                          or none (1)\n"
     "Stragglers (real extra forward/backward passes, not sleep; need --local-steps or\n"
     "--async):\n"
     "      --straggle F        at each step one rank, from a seeded schedule all ranks know,\n"
@@ -103,6 +110,26 @@ int train_mode_option(train_mode_opts_t *mo, int c, const char *arg)
             return -1;
         mo->staleness = (int)v;
         return 0;
+    case TRAIN_OPT_PULL_COMPRESSOR:
+        mo->pull_compressor = arg;
+        return 0;
+    case TRAIN_OPT_DC_LAMBDA:
+        if (num("--dc-lambda", arg, 0, 1e6, &v))
+            return -1;
+        mo->dc_lambda = v;
+        return 0;
+    case TRAIN_OPT_STALENESS_WEIGHT:
+        if (!strcmp(arg, "inverse"))
+            mo->weighting = GCOLL_PS_WEIGHT_INVERSE;
+        else if (!strcmp(arg, "none"))
+            mo->weighting = GCOLL_PS_WEIGHT_NONE;
+        else {
+            fprintf(stderr, "gcoll-train: --staleness-weight expects inverse or none, got "
+                            "'%s'\n", arg);
+            return -1;
+        }
+        mo->weighting_set = 1;
+        return 0;
     case TRAIN_OPT_SLOW_FACTOR:
         if (num("--slow-factor", arg, 1, 1000, &v))
             return -1;
@@ -127,6 +154,11 @@ int train_mode_check(const train_mode_opts_t *mo, const train_opts_t *o)
     }
     if (mo->async && mo->local_steps > 0) {
         fprintf(stderr, "gcoll-train: --async and --local-steps are different modes\n");
+        return -1;
+    }
+    if ((mo->pull_compressor || mo->dc_lambda > 0 || mo->weighting_set) && !mo->async) {
+        fprintf(stderr, "gcoll-train: --pull-compressor, --dc-lambda and --staleness-weight "
+                        "apply to --async\n");
         return -1;
     }
     if (mo->staleness > 0 && !mo->async) {

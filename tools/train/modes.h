@@ -19,6 +19,10 @@ typedef struct {
     double slow_factor;  /* its factor */
     int async;           /* the bounded-staleness parameter server */
     int staleness;       /* its S */
+    const char *pull_compressor; /* its pull answers' codec (NULL: dense) */
+    double dc_lambda;    /* its DC-ASGD compensation (0: off) */
+    int weighting;       /* its gcoll_ps_weight_t */
+    int weighting_set;
 } train_mode_opts_t;
 
 void train_mode_opts_default(train_mode_opts_t *mo);
@@ -35,6 +39,9 @@ enum {
     TRAIN_OPT_SLOW_FACTOR,
     TRAIN_OPT_ASYNC,
     TRAIN_OPT_STALENESS,
+    TRAIN_OPT_PULL_COMPRESSOR,
+    TRAIN_OPT_DC_LAMBDA,
+    TRAIN_OPT_STALENESS_WEIGHT,
     TRAIN_MODE_OPT_END
 };
 #define TRAIN_MODE_LONGOPTS                                                               \
@@ -45,7 +52,10 @@ enum {
         {"slow-rank", required_argument, NULL, TRAIN_OPT_SLOW_RANK},                      \
         {"slow-factor", required_argument, NULL, TRAIN_OPT_SLOW_FACTOR},                  \
         {"async", no_argument, NULL, TRAIN_OPT_ASYNC},                                    \
-        {"staleness", required_argument, NULL, TRAIN_OPT_STALENESS}
+        {"staleness", required_argument, NULL, TRAIN_OPT_STALENESS},                      \
+        {"pull-compressor", required_argument, NULL, TRAIN_OPT_PULL_COMPRESSOR},          \
+        {"dc-lambda", required_argument, NULL, TRAIN_OPT_DC_LAMBDA},                      \
+        {"staleness-weight", required_argument, NULL, TRAIN_OPT_STALENESS_WEIGHT}
 extern const char train_mode_usage[];
 
 /* Handles option id c (one of train_mode_longopts) with its argument. Returns 0, or -1

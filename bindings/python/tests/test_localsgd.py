@@ -122,6 +122,32 @@ class TestLocalSGD(unittest.TestCase):
         self.assertTrue(np.array_equal(g[0], g[1]))  # the final model on every rank
         ps.close()
 
+    def test_04_parameter_server_compressed_pulls_dc(self):
+        m = model()
+        ps = ParameterServer(m.parameters(), comm, staleness=2, lr=0.1,
+                             compressor="topk:density=0.5", pull_compressor="q8",
+                             dc_lambda=0.1)
+        ps.start()
+        for s in range(20):
+            ps.pull()
+            g = torch.Generator().manual_seed(100 * comm.rank + s)
+            x = torch.randn(4, 8, generator=g)
+            y = torch.randint(0, 3, (4,), generator=g)
+            m.zero_grad()
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+            ps.push([p.grad for p in m.parameters()])
+        ps.finish()
+        st = ps.stats()
+        self.assertLessEqual(st["max_gap"], 2)
+        self.assertEqual(st["applied"], 20 * comm.size * comm.size)
+        g = gathered(m)
+        self.assertTrue(np.array_equal(g[0], g[1]))
+        ps.close()
+        with self.assertRaises(gcoll.GcollError):
+            ParameterServer(m.parameters(), comm, pull_compressor="randomk:density=0.1")
+        with self.assertRaises(gcoll.GcollError):
+            ParameterServer(m.parameters(), comm, dc_lambda=-1.0)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
