@@ -32,6 +32,7 @@ for r in $(seq 1 "$R"); do
     for c in $cfgs; do
         /usr/bin/time -f "%U %S" -o "$TMP/time" timeout 600 "$B/tools/gcoll-run" -q -n "$P" \
             "$B/tools/gcoll-train" --epochs 1 --limit "$N" --test-limit 1000 --straggle "$F" \
+            --lr-schedule constant \
             $(args $c) >"$TMP/out" 2>"$TMP/err" || {
             echo "$c round $r failed: $(tail -n 1 "$TMP/err")"
             continue

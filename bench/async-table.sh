@@ -12,7 +12,7 @@ set -u
 E=${1:-5}
 P=${2:-4}
 B=${top_builddir:-.}
-RUN="timeout 3600 $B/tools/gcoll-run -q -n $P $B/tools/gcoll-train --epochs $E"
+RUN="timeout 3600 $B/tools/gcoll-run -q -n $P $B/tools/gcoll-train --epochs $E --lr-schedule constant"
 # (scratch in the current directory: a shared /tmp may be swept while the table runs)
 TMP=$(mktemp -d "$PWD/.async-table.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT INT TERM
@@ -37,7 +37,7 @@ row() { # row LABEL ARGS...
     echo "| $label | $acc | $sps | $ratio | ${gap:--} | ${st:--} | ${hist:--} | $mb | $load |"
 }
 
-echo "$P ranks, $E epochs, batch 64 per rank, lr 0.05, momentum 0.9; $(nproc) cores"
+echo "$P ranks, $E epochs, batch 64 per rank, lr 0.05 (constant), momentum 0.9; $(nproc) cores"
 echo
 echo "| run | test accuracy | steps/s (rank 0) | x sync | max clock gap | mean staleness | tau histogram | rank 0 wire MB | load before |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
