@@ -148,6 +148,24 @@ GCOLL_EXPORT gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int 
 /* gcoll_comm_split(comm, 0, rank, newcomm_p): the same ranks in the same order. */
 GCOLL_EXPORT gcoll_status_t gcoll_comm_dup(gcoll_comm_t *comm, gcoll_comm_t **newcomm_p);
 
+/* Hosts: ranks are grouped by the name of their host, GCOLL_HOSTNAME if set, else
+ * gethostname(); hosts are numbered in the order of their first rank, local ranks in rank
+ * order. The names are exchanged over comm at the first of these calls, or at the first
+ * allreduce that GCOLL_HIER lets consider the hierarchy: that first call is collective
+ * (every rank must make it at the same point among its collectives) and blocks; later
+ * ones only read. Errors: those of gcoll_allgather, GCOLL_ERR_INVALID for NULL. The int
+ * getters return -1 on error. */
+typedef struct {
+    int host_count; /* distinct hosts among comm's ranks */
+    int host_index; /* this rank's host, 0 .. host_count-1 */
+    int local_rank; /* this rank among the ranks of its host */
+    int local_size; /* ranks on this rank's host */
+} gcoll_host_info_t;
+GCOLL_EXPORT gcoll_status_t gcoll_comm_host_info(gcoll_comm_t *comm, gcoll_host_info_t *info_p);
+GCOLL_EXPORT int gcoll_comm_local_rank(gcoll_comm_t *comm);
+GCOLL_EXPORT int gcoll_comm_local_size(gcoll_comm_t *comm);
+GCOLL_EXPORT int gcoll_comm_host_count(gcoll_comm_t *comm);
+
 GCOLL_EXPORT int gcoll_comm_rank(const gcoll_comm_t *comm);
 GCOLL_EXPORT int gcoll_comm_size(const gcoll_comm_t *comm);
 

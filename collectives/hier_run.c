@@ -1,0 +1,428 @@
+/* hier_run.c: the hierarchical allreduce, run as one operation of the parent communicator
+ * whose steps are collectives of its children (hier.c). Uniform hosts (L ranks each) take
+ * the two-level scheme of Horovod and NCCL: a reduce-scatter inside the host leaves each
+ * local rank one L-th, the ranks of one local rank allreduce their part across hosts, an
+ * allgather inside the host completes it; dense data is pipelined by chunks, so that one
+ * chunk crosses the host link while the next is reduced inside the host. Uneven hosts: an
+ * allreduce inside the host, one among the leaders, and a broadcast from the leader.
+ * Compressed: only the step across hosts compresses (with a state for this rank's part,
+ * which keeps the error feedback); the steps inside the host are exact. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "compress/compress.h"
+#include "compress/kernels.h"
+#include "hier.h"
+#include "log.h"
+#include "reduce.h"
+#include "util.h"
+
+#define HIER_CHUNK_BYTES ((size_t)8 << 20) /* pipelining unit of the dense form */
+
+typedef struct {
+    int kind; /* HK_* */
+    /* sparse: copies of the pairs */
+    uint32_t *idx;
+    float *val;
+    size_t nnz;
+    gcoll_tensor_state_t *state; /* compressed */
+} hier_args_t;
+
+enum { HK_DENSE, HK_SPARSE, HK_COMPRESSED };
+
+static void hier_args_free(void *p)
+{
+    hier_args_t *ha = p;
+    if (!ha)
+        return;
+    free(ha->idx);
+    free(ha->val);
+    free(ha);
+}
+
+/* The children's traffic counts as the parent's. */
+static void counters_add(gcoll_counters_t *to, const gcoll_comm_t *c, const gcoll_counters_t *was)
+{
+    gcoll_counters_t now;
+    if (!c || gcoll_comm_counters(c, &now) != GCOLL_OK)
+        return;
+    to->bytes_sent += now.bytes_sent - was->bytes_sent;
+    to->bytes_received += now.bytes_received - was->bytes_received;
+    to->ns_compress += now.ns_compress - was->ns_compress;
+    to->ns_wire += now.ns_wire - was->ns_wire;
+}
+
+/* On a failure, both children are aborted, so that the peers blocked in a step that will
+ * not come fail at once instead of at their timeout. */
+static gcoll_status_t fail(gcoll_comm_t *comm, gcoll_status_t st, const char *step)
+{
+    gcoll_hier_t *h = comm->hier;
+    const char *detail = "";
+    if (h->local && *gcoll_comm_last_error(h->local))
+        detail = gcoll_comm_last_error(h->local);
+    else if (h->rail && *gcoll_comm_last_error(h->rail))
+        detail = gcoll_comm_last_error(h->rail);
+    gcoll_comm_set_error(comm, "hierarchical allreduce: %s failed: %s%s%s", step,
+                         gcoll_status_string(st), *detail ? ": " : "", detail);
+    gcoll_hier_abort(comm);
+    return st;
+}
+
+/* Before waiting for what is still in flight after a failure: the peers' steps fail. */
+static void abort_children(gcoll_hier_t *h)
+{
+    if (h->local)
+        gcoll_comm_abort(h->local);
+    if (h->rail)
+        gcoll_comm_abort(h->rail);
+}
+
+/* Waits for *r (if any) and clears it; keeps the first error in *st. */
+static void wait_one(gcoll_request_t **r, gcoll_status_t *st)
+{
+    if (!*r)
+        return;
+    gcoll_status_t s = gcoll_wait(*r);
+    *r = NULL;
+    if (*st == GCOLL_OK)
+        *st = s;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Dense                                                                                */
+
+typedef struct {
+    gcoll_hier_t *h;
+    uint8_t *buf;
+    size_t esz, chunk; /* elements per chunk (a multiple of L) */
+    size_t body;       /* elements the chunks cover; the tail goes through the leaders */
+    gcoll_dtype_t dtype;
+    gcoll_op_t op;
+} dense_t;
+
+/* Stage s (0 inside, 1 across, 2 inside) of chunk c. */
+static gcoll_status_t dense_stage(const dense_t *d, int s, size_t c, gcoll_request_t **r)
+{
+    const gcoll_hier_t *h = d->h;
+    size_t off = c * d->chunk;
+    size_t n = d->body - off < d->chunk ? d->body - off : d->chunk;
+    uint8_t *p = d->buf + off * d->esz;
+    *r = NULL;
+    if (h->uniform) {
+        size_t part = n / (size_t)h->local_size;
+        uint8_t *mine = p + (size_t)h->local_rank * part * d->esz;
+        if (s == 0)
+            return gcoll_ireduce_scatter(h->local, p, mine, part, d->dtype, d->op, r);
+        if (s == 1)
+            return gcoll_iallreduce(h->rail, mine, mine, part, d->dtype, d->op, r);
+        return gcoll_iallgather(h->local, mine, p, part, d->dtype, r);
+    }
+    if (s == 0)
+        return gcoll_iallreduce(h->local, p, p, n, d->dtype, d->op, r);
+    if (s == 1)
+        return h->rail ? gcoll_iallreduce(h->rail, p, p, n, d->dtype, d->op, r) : GCOLL_OK;
+    return gcoll_ibroadcast(h->local, p, n, d->dtype, 0, r);
+}
+
+/* Chunk c's inside reduction runs while chunk c-1 crosses the hosts; the order of the
+ * calls on each child is the same on every rank (a function of the chunk count only). */
+static gcoll_status_t dense_pipeline(const dense_t *d, size_t nc)
+{
+    gcoll_request_t **r = calloc(3 * nc + 1, sizeof(*r));
+    if (!r)
+        return GCOLL_ERR_NOMEM;
+    gcoll_status_t st = dense_stage(d, 0, 0, &r[0]);
+    for (size_t c = 0; c < nc && st == GCOLL_OK; c++) {
+        wait_one(&r[3 * c], &st);
+        if (st == GCOLL_OK && c + 1 < nc)
+            st = dense_stage(d, 0, c + 1, &r[3 * (c + 1)]);
+        if (st == GCOLL_OK)
+            st = dense_stage(d, 1, c, &r[3 * c + 1]);
+        if (st == GCOLL_OK && c > 0) {
+            wait_one(&r[3 * (c - 1) + 1], &st);
+            if (st == GCOLL_OK)
+                st = dense_stage(d, 2, c - 1, &r[3 * (c - 1) + 2]);
+        }
+    }
+    if (st == GCOLL_OK && nc > 0) {
+        wait_one(&r[3 * (nc - 1) + 1], &st);
+        if (st == GCOLL_OK)
+            st = dense_stage(d, 2, nc - 1, &r[3 * (nc - 1) + 2]);
+    }
+    if (st != GCOLL_OK)
+        abort_children(d->h);
+    for (size_t i = 0; i < 3 * nc; i++)
+        wait_one(&r[i], &st);
+    free(r);
+    return st;
+}
+
+/* The elements no chunk covers (fewer than L, or all of them on uneven hosts' small
+ * tensors): allreduce inside, among the leaders, broadcast from the leader. */
+static gcoll_status_t leaders_allreduce(gcoll_hier_t *h, void *p, size_t n, gcoll_dtype_t dtype,
+                                        gcoll_op_t op)
+{
+    if (!n)
+        return GCOLL_OK;
+    GCOLL_CHECK(gcoll_allreduce(h->local, p, p, n, dtype, op));
+    if (h->local_rank == 0)
+        GCOLL_CHECK(gcoll_allreduce(h->rail, p, p, n, dtype, op));
+    return gcoll_broadcast(h->local, p, n, dtype, 0);
+}
+
+static gcoll_status_t run_dense(gcoll_comm_t *comm, const gcoll_args_t *a)
+{
+    gcoll_hier_t *h = comm->hier;
+    dense_t d = {.h = h,
+                 .buf = a->recvbuf,
+                 .esz = gcoll_dtype_size(a->dtype),
+                 .dtype = a->dtype,
+                 .op = a->op == GCOLL_AVG ? GCOLL_SUM : a->op};
+    if (a->sendbuf != a->recvbuf && a->count)
+        memcpy(a->recvbuf, a->sendbuf, a->count * d.esz);
+    const size_t L = h->uniform ? (size_t)h->local_size : 1;
+    d.chunk = HIER_CHUNK_BYTES / d.esz / L * L;
+    if (d.chunk < L)
+        d.chunk = L;
+    d.body = a->count / L * L;
+    size_t nc = (d.body + d.chunk - 1) / d.chunk;
+    gcoll_status_t st = dense_pipeline(&d, nc);
+    if (st != GCOLL_OK)
+        return fail(comm, st, "a step of the dense pipeline");
+    st = leaders_allreduce(h, d.buf + d.body * d.esz, a->count - d.body, a->dtype, d.op);
+    if (st != GCOLL_OK)
+        return fail(comm, st, "the tail");
+    gcoll_reduce_finish(a->recvbuf, a->count, a->dtype, a->op, comm->size);
+    return GCOLL_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Sparse                                                                               */
+
+/* The nonzeros of x[0..n) as (index, value) pairs; *n_p receives their number. */
+static gcoll_status_t nonzeros(const float *x, size_t n, uint32_t **idx_p, float **val_p,
+                               size_t *n_p)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += x[i] != 0.0f;
+    uint32_t *idx = malloc((k + 1) * sizeof(*idx));
+    float *val = malloc((k + 1) * sizeof(*val));
+    if (!idx || !val) {
+        free(idx);
+        free(val);
+        return GCOLL_ERR_NOMEM;
+    }
+    k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0.0f) {
+            idx[k] = (uint32_t)i;
+            val[k++] = x[i];
+        }
+    *idx_p = idx;
+    *val_p = val;
+    *n_p = k;
+    return GCOLL_OK;
+}
+
+/* Exact sparse sum inside the host (dense result on every local rank), then this rank's
+ * part's nonzeros across hosts, an allgather inside. */
+static gcoll_status_t run_sparse(gcoll_comm_t *comm, const gcoll_args_t *a)
+{
+    gcoll_hier_t *h = comm->hier;
+    const hier_args_t *ha = a->ext;
+    float *out = a->recvbuf;
+    gcoll_status_t st =
+        gcoll_sparse_allreduce(h->local, ha->idx, ha->val, ha->nnz, a->count, out, GCOLL_SUM);
+    if (st != GCOLL_OK)
+        return fail(comm, st, "the sparse allreduce inside the host");
+    const size_t L = h->uniform ? (size_t)h->local_size : 1;
+    const size_t part = a->count / L, body = part * L;
+    float *mine = out + (size_t)(h->uniform ? h->local_rank : 0) * part;
+    uint32_t *pi = NULL;
+    float *pv = NULL;
+    size_t pn = 0;
+    if (h->rail) {
+        if ((st = nonzeros(mine, part, &pi, &pv, &pn)) != GCOLL_OK)
+            return fail(comm, st, "the pairs across hosts");
+        st = gcoll_sparse_allreduce(h->rail, pi, pv, pn, part, mine, GCOLL_SUM);
+        free(pi);
+        free(pv);
+        if (st != GCOLL_OK)
+            return fail(comm, st, "the sparse allreduce across hosts");
+    }
+    if (h->uniform)
+        st = gcoll_allgather(h->local, mine, out, part, GCOLL_FLOAT32);
+    else
+        st = gcoll_broadcast(h->local, out, a->count, GCOLL_FLOAT32, 0);
+    if (st != GCOLL_OK)
+        return fail(comm, st, "the allgather inside the host");
+    /* the tail (< L elements) already holds the host's sum on every local rank */
+    if (a->count > body) {
+        float *t = out + body;
+        size_t n = a->count - body;
+        if (h->local_rank == 0)
+            st = gcoll_allreduce(h->rail, t, t, n, GCOLL_FLOAT32, GCOLL_SUM);
+        if (st == GCOLL_OK)
+            st = gcoll_broadcast(h->local, t, n, GCOLL_FLOAT32, 0);
+        if (st != GCOLL_OK)
+            return fail(comm, st, "the tail");
+    }
+    gcoll_reduce_finish(out, a->count, GCOLL_FLOAT32, a->op, comm->size);
+    return GCOLL_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Compressed                                                                           */
+
+/* The state of this rank's part: created at the first call (at the user state's step),
+ * replaced if the part's size changes. Its residual is the error feedback of the step
+ * across hosts; the user state's own residual stays unused. */
+static gcoll_status_t part_state(gcoll_tensor_state_t *s, size_t n, gcoll_tensor_state_t **p_p)
+{
+    if (s->hier_part && s->hier_part->count != n) {
+        gcoll_state_destroy(s->hier_part);
+        s->hier_part = NULL;
+    }
+    if (!s->hier_part) {
+        GCOLL_CHECK(gcoll_state_create_mode(s->c, n, s->mode, &s->hier_part));
+        s->hier_part->step = s->step;
+    }
+    *p_p = s->hier_part;
+    return GCOLL_OK;
+}
+
+static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
+{
+    gcoll_hier_t *h = comm->hier;
+    const hier_args_t *ha = a->ext;
+    float *out = a->recvbuf;
+    if (a->sendbuf != a->recvbuf && a->count)
+        memcpy(out, a->sendbuf, a->count * sizeof(float));
+    const size_t L = h->uniform ? (size_t)h->local_size : 1;
+    const size_t part = a->count / L, body = part * L;
+    float *mine = out + (size_t)(h->uniform ? h->local_rank : 0) * part;
+    gcoll_status_t st;
+    if (h->uniform)
+        st = gcoll_reduce_scatter(h->local, out, mine, part, GCOLL_FLOAT32, GCOLL_SUM);
+    else
+        st = gcoll_allreduce(h->local, out, out, a->count, GCOLL_FLOAT32, GCOLL_SUM);
+    if (st != GCOLL_OK)
+        return fail(comm, st, "the sum inside the host");
+    if (h->rail) {
+        gcoll_tensor_state_t *ps;
+        if ((st = part_state(ha->state, part, &ps)) != GCOLL_OK)
+            return fail(comm, st, "the state of this rank's part");
+        st = gcoll_compressed_allreduce(h->rail, ps, mine, mine, part, GCOLL_SUM);
+        if (st != GCOLL_OK)
+            return fail(comm, st, "the compressed allreduce across hosts");
+    }
+    if (h->uniform)
+        st = gcoll_allgather(h->local, mine, out, part, GCOLL_FLOAT32);
+    else
+        st = gcoll_broadcast(h->local, out, a->count, GCOLL_FLOAT32, 0);
+    if (st != GCOLL_OK)
+        return fail(comm, st, "the allgather inside the host");
+    /* fewer than L elements that no part holds: exact, through the leaders */
+    if (a->count > body && (st = leaders_allreduce(h, out + body, a->count - body, GCOLL_FLOAT32,
+                                                   GCOLL_SUM)) != GCOLL_OK)
+        return fail(comm, st, "the tail");
+    ha->state->step++;
+    gcoll_reduce_finish(out, a->count, GCOLL_FLOAT32, a->op, comm->size);
+    return GCOLL_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Requests                                                                             */
+
+static gcoll_status_t run_hier(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    const gcoll_args_t *a = &req->a;
+    const hier_args_t *ha = a->ext;
+    gcoll_hier_t *h = comm->hier;
+    gcoll_counters_t lc = {0}, rc = {0};
+    gcoll_comm_counters(h->local, &lc);
+    if (h->rail)
+        gcoll_comm_counters(h->rail, &rc);
+    gcoll_status_t st;
+    if (ha->kind == HK_DENSE)
+        st = run_dense(comm, a);
+    else if (ha->kind == HK_SPARSE)
+        st = run_sparse(comm, a);
+    else
+        st = run_compressed(comm, a);
+    counters_add(&comm->counters, h->local, &lc);
+    counters_add(&comm->counters, h->rail, &rc);
+    if (st == GCOLL_OK)
+        comm->counters.bytes_raw += a->count * gcoll_dtype_size(a->dtype);
+    return st;
+}
+
+static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_args_t *a, hier_args_t *ha,
+                             gcoll_request_t **req_p)
+{
+    a->ext = ha;
+    a->release = hier_args_free;
+    gcoll_request_t *req = gcoll_request_new(comm, what, run_hier, a);
+    if (!req) {
+        hier_args_free(ha);
+        return GCOLL_ERR_NOMEM;
+    }
+    return gcoll_comm_submit(comm, req, req_p);
+}
+
+gcoll_status_t gcoll_hier_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                     gcoll_request_t **req_p)
+{
+    hier_args_t *ha = calloc(1, sizeof(*ha));
+    if (!ha)
+        return GCOLL_ERR_NOMEM;
+    ha->kind = HK_DENSE;
+    gcoll_args_t a = {
+        .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op};
+    return submit(comm, "gcoll_allreduce (hierarchical)", &a, ha, req_p);
+}
+
+gcoll_status_t gcoll_hier_isparse(gcoll_comm_t *comm, const uint32_t *idx, const float *val,
+                                  size_t nnz, size_t dense_count, float *out, gcoll_op_t op,
+                                  gcoll_request_t **req_p)
+{
+    hier_args_t *ha = calloc(1, sizeof(*ha));
+    if (!ha)
+        return GCOLL_ERR_NOMEM;
+    ha->kind = HK_SPARSE;
+    ha->nnz = nnz;
+    ha->idx = malloc((nnz + 1) * sizeof(*ha->idx));
+    ha->val = malloc((nnz + 1) * sizeof(*ha->val));
+    if (!ha->idx || !ha->val) {
+        hier_args_free(ha);
+        return GCOLL_ERR_NOMEM;
+    }
+    if (nnz) { /* a nonblocking caller may reuse its arrays at once */
+        memcpy(ha->idx, idx, nnz * sizeof(*idx));
+        memcpy(ha->val, val, nnz * sizeof(*val));
+    }
+    gcoll_args_t a = {.recvbuf = out, .count = dense_count, .dtype = GCOLL_FLOAT32, .op = op};
+    return submit(comm, "gcoll_sparse_allreduce (hierarchical)", &a, ha, req_p);
+}
+
+gcoll_status_t gcoll_hier_icompressed(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
+                                      const float *grad, float *out, size_t count, gcoll_op_t op,
+                                      gcoll_request_t **req_p)
+{
+    /* NaN/Inf is this caller's error before anything is queued (the flat form's rule for
+     * a nonblocking call, here for both) */
+    size_t bad = count ? gcoll_kernels()->first_bad(grad, count) : 0;
+    GCOLL_CHECK(gcoll_comm_check_args(comm, "gcoll_compressed_allreduce", bad >= count,
+                                      "grad[%zu] is NaN or infinite", bad));
+    hier_args_t *ha = calloc(1, sizeof(*ha));
+    if (!ha)
+        return GCOLL_ERR_NOMEM;
+    ha->kind = HK_COMPRESSED;
+    ha->state = state;
+    gcoll_args_t a = {
+        .sendbuf = grad, .recvbuf = out, .count = count, .dtype = GCOLL_FLOAT32, .op = op};
+    return submit(comm, "gcoll_compressed_allreduce (hierarchical)", &a, ha, req_p);
+}
