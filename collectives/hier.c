@@ -154,7 +154,7 @@ void gcoll_hier_estimate(const gcoll_hier_model_t *m, size_t bytes, double *flat
     double inter = 2 * (H - 1) * m->alpha_inter + 2 * (H - 1) / H * wire / m->bw_inter;
     double intra;
     if (m->uniform)
-        intra = 4 * (L - 1) * m->alpha_intra + 2 * 2 * (L - 1) / L * n / m->bw_intra;
+        intra = 4 * (L - 1) * m->alpha_intra + 2 * (L - 1) / L * n / m->bw_intra;
     else
         intra = 4 * (L - 1) * m->alpha_intra + 3 * n / m->bw_intra;
     double enc = (m->uniform ? n / L : n) * m->encode_s_per_byte;

@@ -95,8 +95,9 @@ static void wait_one(gcoll_request_t **r, gcoll_status_t *st)
 typedef struct {
     gcoll_hier_t *h;
     uint8_t *buf;
-    size_t esz, chunk; /* elements per chunk (a multiple of L) */
-    size_t body;       /* elements the chunks cover; the tail goes through the leaders */
+    const uint8_t *src; /* the input (== buf in place): the first step reads it there */
+    size_t esz, chunk;  /* elements per chunk (a multiple of L) */
+    size_t body;        /* elements the chunks cover; the tail goes through the leaders */
     gcoll_dtype_t dtype;
     gcoll_op_t op;
 } dense_t;
@@ -108,18 +109,19 @@ static gcoll_status_t dense_stage(const dense_t *d, int s, size_t c, gcoll_reque
     size_t off = c * d->chunk;
     size_t n = d->body - off < d->chunk ? d->body - off : d->chunk;
     uint8_t *p = d->buf + off * d->esz;
+    const uint8_t *in = d->src + off * d->esz;
     *r = NULL;
     if (h->uniform) {
         size_t part = n / (size_t)h->local_size;
         uint8_t *mine = p + (size_t)h->local_rank * part * d->esz;
         if (s == 0)
-            return gcoll_ireduce_scatter(h->local, p, mine, part, d->dtype, d->op, r);
+            return gcoll_ireduce_scatter(h->local, in, mine, part, d->dtype, d->op, r);
         if (s == 1)
             return gcoll_iallreduce(h->rail, mine, mine, part, d->dtype, d->op, r);
         return gcoll_iallgather(h->local, mine, p, part, d->dtype, r);
     }
     if (s == 0)
-        return gcoll_iallreduce(h->local, p, p, n, d->dtype, d->op, r);
+        return gcoll_iallreduce(h->local, in, p, n, d->dtype, d->op, r);
     if (s == 1)
         return h->rail ? gcoll_iallreduce(h->rail, p, p, n, d->dtype, d->op, r) : GCOLL_OK;
     return gcoll_ibroadcast(h->local, p, n, d->dtype, 0, r);
@@ -158,17 +160,28 @@ static gcoll_status_t dense_pipeline(const dense_t *d, size_t nc)
     return st;
 }
 
-/* The elements no chunk covers (fewer than L, or all of them on uneven hosts' small
- * tensors): allreduce inside, among the leaders, broadcast from the leader. */
-static gcoll_status_t leaders_allreduce(gcoll_hier_t *h, void *p, size_t n, gcoll_dtype_t dtype,
-                                        gcoll_op_t op)
+/* The elements no part covers (fewer than L): allreduce inside, among the leaders,
+ * broadcast from the leader. Run on n + 1 elements even when n is 0, so that ranks whose
+ * counts differ only here fail with GCOLL_ERR_MISMATCH (the count is in every message's
+ * signature) instead of waiting for a step the others do not take. */
+static gcoll_status_t tail_allreduce(gcoll_hier_t *h, const void *in, void *p, size_t n,
+                                     gcoll_dtype_t dtype, gcoll_op_t op)
 {
-    if (!n)
-        return GCOLL_OK;
-    GCOLL_CHECK(gcoll_allreduce(h->local, p, p, n, dtype, op));
-    if (h->local_rank == 0)
-        GCOLL_CHECK(gcoll_allreduce(h->rail, p, p, n, dtype, op));
-    return gcoll_broadcast(h->local, p, n, dtype, 0);
+    size_t esz = gcoll_dtype_size(dtype);
+    uint8_t *t = calloc(n + 1, esz);
+    if (!t)
+        return GCOLL_ERR_NOMEM;
+    if (n)
+        memcpy(t, in, n * esz);
+    gcoll_status_t st = gcoll_allreduce(h->local, t, t, n + 1, dtype, op);
+    if (st == GCOLL_OK && h->local_rank == 0)
+        st = gcoll_allreduce(h->rail, t, t, n + 1, dtype, op);
+    if (st == GCOLL_OK)
+        st = gcoll_broadcast(h->local, t, n + 1, dtype, 0);
+    if (st == GCOLL_OK && n)
+        memcpy(p, t, n * esz);
+    free(t);
+    return st;
 }
 
 static gcoll_status_t run_dense(gcoll_comm_t *comm, const gcoll_args_t *a)
@@ -179,8 +192,7 @@ static gcoll_status_t run_dense(gcoll_comm_t *comm, const gcoll_args_t *a)
                  .esz = gcoll_dtype_size(a->dtype),
                  .dtype = a->dtype,
                  .op = a->op == GCOLL_AVG ? GCOLL_SUM : a->op};
-    if (a->sendbuf != a->recvbuf && a->count)
-        memcpy(a->recvbuf, a->sendbuf, a->count * d.esz);
+    d.src = a->sendbuf;
     const size_t L = h->uniform ? (size_t)h->local_size : 1;
     d.chunk = HIER_CHUNK_BYTES / d.esz / L * L;
     if (d.chunk < L)
@@ -190,7 +202,8 @@ static gcoll_status_t run_dense(gcoll_comm_t *comm, const gcoll_args_t *a)
     gcoll_status_t st = dense_pipeline(&d, nc);
     if (st != GCOLL_OK)
         return fail(comm, st, "a step of the dense pipeline");
-    st = leaders_allreduce(h, d.buf + d.body * d.esz, a->count - d.body, a->dtype, d.op);
+    st = tail_allreduce(h, d.src + d.body * d.esz, d.buf + d.body * d.esz, a->count - d.body,
+                        a->dtype, d.op);
     if (st != GCOLL_OK)
         return fail(comm, st, "the tail");
     gcoll_reduce_finish(a->recvbuf, a->count, a->dtype, a->op, comm->size);
@@ -226,6 +239,68 @@ static gcoll_status_t nonzeros(const float *x, size_t n, uint32_t **idx_p, float
     return GCOLL_OK;
 }
 
+/* The allgather inside the host of parts that are mostly zeros: every local rank's part
+ * (out[lr * part, (lr + 1) * part), complete on its owner) travels as (index, value)
+ * pairs, an allgather of the counts and one of the pairs, and every rank writes them into
+ * its zeroed out[0, L * part): the same values on every rank as a dense allgather (a
+ * -0.0 becomes +0.0). */
+static gcoll_status_t allgather_sparse_parts(gcoll_hier_t *h, float *out, size_t part)
+{
+    const int L = h->local_size;
+    const float *mine = out + (size_t)h->local_rank * part;
+    int64_t k = 0, *ks = calloc((size_t)L, sizeof(*ks));
+    size_t *counts = calloc((size_t)L, sizeof(*counts)),
+           *displs = calloc((size_t)L, sizeof(*displs));
+    uint32_t *pk = NULL, *all = NULL;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!ks || !counts || !displs)
+        goto out;
+    for (size_t i = 0; i < part; i++)
+        k += mine[i] != 0.0f;
+    if (!(pk = malloc(((size_t)k + 1) * 2 * sizeof(*pk))))
+        goto out;
+    size_t j = 0, base = (size_t)h->local_rank * part;
+    for (size_t i = 0; i < part; i++)
+        if (mine[i] != 0.0f) {
+            pk[2 * j] = (uint32_t)(base + i);
+            memcpy(&pk[2 * j + 1], &mine[i], sizeof(float));
+            j++;
+        }
+    if ((st = gcoll_allgather(h->local, &k, ks, 1, GCOLL_INT64)) != GCOLL_OK)
+        goto out;
+    size_t total = 0;
+    for (int r = 0; r < L; r++) {
+        if (ks[r] < 0 || (size_t)ks[r] > part) { /* a peer's count off the wire */
+            st = GCOLL_ERR_INTERNAL;
+            goto out;
+        }
+        counts[r] = 2 * (size_t)ks[r];
+        displs[r] = total;
+        total += counts[r];
+    }
+    st = GCOLL_ERR_NOMEM;
+    if (!(all = malloc((total + 2) * sizeof(*all))))
+        goto out;
+    st = gcoll_allgatherv(h->local, pk, 2 * (size_t)k, all, counts, displs, GCOLL_INT32);
+    if (st != GCOLL_OK)
+        goto out;
+    memset(out, 0, (size_t)L * part * sizeof(float));
+    for (int r = 0; r < L; r++)
+        for (size_t i = displs[r]; i < displs[r] + counts[r]; i += 2) {
+            uint32_t idx = all[i];
+            size_t lo = (size_t)r * part; /* a pair outside its owner's part is not written */
+            if (idx >= lo && idx < lo + part)
+                memcpy(&out[idx], &all[i + 1], sizeof(float));
+        }
+out:
+    free(ks);
+    free(counts);
+    free(displs);
+    free(pk);
+    free(all);
+    return st;
+}
+
 /* Exact sparse sum inside the host (dense result on every local rank), then this rank's
  * part's nonzeros across hosts, an allgather inside. */
 static gcoll_status_t run_sparse(gcoll_comm_t *comm, const gcoll_args_t *a)
@@ -253,7 +328,7 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, const gcoll_args_t *a)
             return fail(comm, st, "the sparse allreduce across hosts");
     }
     if (h->uniform)
-        st = gcoll_allgather(h->local, mine, out, part, GCOLL_FLOAT32);
+        st = allgather_sparse_parts(h, out, part);
     else
         st = gcoll_broadcast(h->local, out, a->count, GCOLL_FLOAT32, 0);
     if (st != GCOLL_OK)
@@ -297,17 +372,16 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
 {
     gcoll_hier_t *h = comm->hier;
     const hier_args_t *ha = a->ext;
+    const float *grad = a->sendbuf;
     float *out = a->recvbuf;
-    if (a->sendbuf != a->recvbuf && a->count)
-        memcpy(out, a->sendbuf, a->count * sizeof(float));
     const size_t L = h->uniform ? (size_t)h->local_size : 1;
     const size_t part = a->count / L, body = part * L;
     float *mine = out + (size_t)(h->uniform ? h->local_rank : 0) * part;
     gcoll_status_t st;
     if (h->uniform)
-        st = gcoll_reduce_scatter(h->local, out, mine, part, GCOLL_FLOAT32, GCOLL_SUM);
+        st = gcoll_reduce_scatter(h->local, grad, mine, part, GCOLL_FLOAT32, GCOLL_SUM);
     else
-        st = gcoll_allreduce(h->local, out, out, a->count, GCOLL_FLOAT32, GCOLL_SUM);
+        st = gcoll_allreduce(h->local, grad, out, a->count, GCOLL_FLOAT32, GCOLL_SUM);
     if (st != GCOLL_OK)
         return fail(comm, st, "the sum inside the host");
     if (h->rail) {
@@ -318,15 +392,18 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
         if (st != GCOLL_OK)
             return fail(comm, st, "the compressed allreduce across hosts");
     }
-    if (h->uniform)
+    /* a sparsifier's sum across hosts has at most k nonzeros per host: pairs, not parts */
+    int sparse = (gcoll_compressor_flags(ha->state->c) & GCOLL_CODEC_SPARSE) != 0;
+    if (h->uniform && sparse)
+        st = allgather_sparse_parts(h, out, part);
+    else if (h->uniform)
         st = gcoll_allgather(h->local, mine, out, part, GCOLL_FLOAT32);
     else
         st = gcoll_broadcast(h->local, out, a->count, GCOLL_FLOAT32, 0);
     if (st != GCOLL_OK)
         return fail(comm, st, "the allgather inside the host");
-    /* fewer than L elements that no part holds: exact, through the leaders */
-    if (a->count > body && (st = leaders_allreduce(h, out + body, a->count - body, GCOLL_FLOAT32,
-                                                   GCOLL_SUM)) != GCOLL_OK)
+    st = tail_allreduce(h, grad + body, out + body, a->count - body, GCOLL_FLOAT32, GCOLL_SUM);
+    if (st != GCOLL_OK)
         return fail(comm, st, "the tail");
     ha->state->step++;
     gcoll_reduce_finish(out, a->count, GCOLL_FLOAT32, a->op, comm->size);
