@@ -138,9 +138,9 @@ void gcoll_hier_model_defaults(gcoll_hier_model_t *m, double probe_bw)
  * whose busiest host link carries ring_cross of the ring's edges, each 2(P-1)/P of the
  * bytes, and a latency-bound tree (2 log2 P whole-vector steps). Hierarchical, uniform
  * hosts (Horovod's and NCCL's two-level scheme): reduce-scatter and allgather inside the
- * host, 2(L-1)/L of the bytes each rank, and L rings across hosts on 1/L of the bytes,
- * which share the host link: 2(H-1)/H of the bytes on it; uneven hosts: allreduce and
- * broadcast inside the host, one ring among the leaders. Codec time scales with the
+ * host, (L-1)/L of the bytes each rank each (a sparsifier's result as pairs), and L rings across
+ * hosts on 1/L of the bytes, which share the host link: 2(H-1)/H of the bytes on it; uneven hosts:
+ * allreduce and broadcast inside the host, one ring among the leaders. Codec time scales with the
  * elements each rank encodes (all of them flat, 1/L of them hierarchical). */
 void gcoll_hier_estimate(const gcoll_hier_model_t *m, size_t bytes, double *flat_s, double *hier_s)
 {
@@ -154,7 +154,8 @@ void gcoll_hier_estimate(const gcoll_hier_model_t *m, size_t bytes, double *flat
     double inter = 2 * (H - 1) * m->alpha_inter + 2 * (H - 1) / H * wire / m->bw_inter;
     double intra;
     if (m->uniform)
-        intra = 4 * (L - 1) * m->alpha_intra + 2 * (L - 1) / L * n / m->bw_intra;
+        intra = 4 * (L - 1) * m->alpha_intra +
+                (L - 1) / L * n * (1 + (m->sparse_result ? m->wire_ratio : 1)) / m->bw_intra;
     else
         intra = 4 * (L - 1) * m->alpha_intra + 3 * n / m->bw_intra;
     double enc = (m->uniform ? n / L : n) * m->encode_s_per_byte;
@@ -221,7 +222,7 @@ static gcoll_status_t make_children(gcoll_comm_t *comm, gcoll_hier_t *h)
 }
 
 gcoll_status_t gcoll_hier_use(gcoll_comm_t *comm, const char *what, size_t bytes, double wire_ratio,
-                              double encode_s_per_byte, int *use_p)
+                              double encode_s_per_byte, int sparse_result, int *use_p)
 {
     *use_p = 0;
     /* GCOLL_HIER=0 costs nothing: no exchange, no children */
@@ -238,6 +239,7 @@ gcoll_status_t gcoll_hier_use(gcoll_comm_t *comm, const char *what, size_t bytes
     m.ring_cross = h->ring_cross;
     m.wire_ratio = wire_ratio;
     m.encode_s_per_byte = encode_s_per_byte;
+    m.sparse_result = sparse_result;
     char why[256];
     int use = gcoll_hier_decide(comm->cfg.hier, &m, bytes, why, sizeof(why));
     GCOLL_INFO(GCOLL_SUBSYS_COLL, "%s of %zu bytes: %s, because %s", what, bytes,

@@ -33,6 +33,8 @@ typedef struct {
     double alpha_op;                 /* seconds per child collective a hierarchical run adds */
     double wire_ratio;               /* bytes on the inter-host wire per dense byte (1 dense) */
     double encode_s_per_byte;        /* codec time per dense input byte (0 dense) */
+    int sparse_result;               /* the result inside the host travels as pairs, at
+                                      * wire_ratio of the dense bytes (sparsifiers) */
 } gcoll_hier_model_t;
 
 /* The model's defaults: a 10 Gbit/s host link (or the GCOLL_PROBE bandwidth), 5 GB/s
@@ -60,7 +62,7 @@ gcoll_status_t gcoll_hier_layout(gcoll_comm_t *comm, gcoll_hier_t **h_p);
  * runs hierarchically on comm; makes the layout and the children when it does (collective:
  * every rank of comm decides the same and calls in the same order). *use_p = 0 or 1. */
 gcoll_status_t gcoll_hier_use(gcoll_comm_t *comm, const char *what, size_t bytes, double wire_ratio,
-                              double encode_s_per_byte, int *use_p);
+                              double encode_s_per_byte, int sparse_result, int *use_p);
 
 /* The hierarchical forms, queued on comm like the flat ones (arguments already checked). */
 gcoll_status_t gcoll_hier_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,

@@ -87,7 +87,7 @@ gcoll_status_t gcoll_sparse_submit(gcoll_comm_t *comm, const uint32_t *idx, cons
     if (!(flags & GCOLL_SPARSE_NOCHECK)) {
         int hier = 0; /* the wire carries about the pairs (8 bytes each) of every rank */
         double ratio = dense_count ? 2.0 * (double)nnz / (double)dense_count : 0;
-        GCOLL_CHECK(gcoll_hier_use(comm, what, dense_count * sizeof(float), ratio, 0, &hier));
+        GCOLL_CHECK(gcoll_hier_use(comm, what, dense_count * sizeof(float), ratio, 0, 1, &hier));
         if (hier)
             return gcoll_hier_isparse(comm, idx, val, nnz, dense_count, out, op, req_p);
     }
