@@ -225,8 +225,10 @@ gcoll_status_t gcoll_hier_use(gcoll_comm_t *comm, const char *what, size_t bytes
                               double encode_s_per_byte, int sparse_result, int *use_p)
 {
     *use_p = 0;
-    /* GCOLL_HIER=0 costs nothing: no exchange, no children */
-    if (comm->size < 3 || comm->cfg.hier == 1 || comm->broken != GCOLL_OK)
+    /* GCOLL_HIER=0 costs nothing: no exchange, no children; nor does auto below
+     * GCOLL_HIER_AUTO_MIN, where three child collectives cost more than a flat tree */
+    if (comm->size < 3 || comm->cfg.hier == 1 || comm->broken != GCOLL_OK ||
+        (comm->cfg.hier == 0 && bytes < GCOLL_HIER_AUTO_MIN))
         return GCOLL_OK;
     gcoll_hier_t *h;
     GCOLL_CHECK(gcoll_hier_layout(comm, &h));

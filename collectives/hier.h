@@ -7,6 +7,7 @@
 #include "comm.h"
 
 #define GCOLL_HIER_HOSTLEN 64 /* bytes of a host name exchanged (NUL included) */
+#define GCOLL_HIER_AUTO_MIN ((size_t)256 << 10) /* GCOLL_HIER=auto: flat below this */
 
 /* A communicator's host layout (learned once, collectively) and its child communicators
  * (made at the first hierarchical call). */

@@ -378,12 +378,14 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
     const size_t part = a->count / L, body = part * L;
     float *mine = out + (size_t)(h->uniform ? h->local_rank : 0) * part;
     gcoll_status_t st;
+    uint64_t t0 = gcoll_time_ns(), t1 = t0, t2 = t0;
     if (h->uniform)
         st = gcoll_reduce_scatter(h->local, grad, mine, part, GCOLL_FLOAT32, GCOLL_SUM);
     else
         st = gcoll_allreduce(h->local, grad, out, a->count, GCOLL_FLOAT32, GCOLL_SUM);
     if (st != GCOLL_OK)
         return fail(comm, st, "the sum inside the host");
+    t1 = gcoll_time_ns();
     if (h->rail) {
         gcoll_tensor_state_t *ps;
         if ((st = part_state(ha->state, part, &ps)) != GCOLL_OK)
@@ -392,6 +394,7 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
         if (st != GCOLL_OK)
             return fail(comm, st, "the compressed allreduce across hosts");
     }
+    t2 = gcoll_time_ns();
     /* a sparsifier's sum across hosts has at most k nonzeros per host: pairs, not parts */
     int sparse = (gcoll_compressor_flags(ha->state->c) & GCOLL_CODEC_SPARSE) != 0;
     if (h->uniform && sparse)
@@ -406,6 +409,10 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
     if (st != GCOLL_OK)
         return fail(comm, st, "the tail");
     ha->state->step++;
+    GCOLL_DEBUG(GCOLL_SUBSYS_COLL,
+                "hierarchical compressed allreduce of %zu floats: %.3f s inside, %.3f s "
+                "across hosts, %.3f s back inside",
+                a->count, (t1 - t0) * 1e-9, (t2 - t1) * 1e-9, (gcoll_time_ns() - t2) * 1e-9);
     gcoll_reduce_finish(out, a->count, GCOLL_FLOAT32, a->op, comm->size);
     return GCOLL_OK;
 }

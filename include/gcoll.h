@@ -201,7 +201,12 @@ GCOLL_EXPORT gcoll_status_t gcoll_comm_probe_bandwidth(const gcoll_comm_t *comm,
  * GCOLL_ERR_PEER, GCOLL_ERR_TIMEOUT, GCOLL_ERR_TRANSPORT, GCOLL_ERR_ABORTED. */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], on every rank. AVG is the sum divided by the
- * rank count (for integers, truncated). fp16/bf16 are accumulated in fp32. Blocks. */
+ * rank count (for integers, truncated). fp16/bf16 are accumulated in fp32. Blocks.
+ * Across hosts (GCOLL_HIER; this, gcoll_sparse_allreduce and gcoll_compressed_allreduce)
+ * it may run hierarchically: a reduce-scatter inside each host, an allreduce of each part
+ * across hosts, an allgather inside (fp16/bf16 rounded between the steps); the first such
+ * call learns the host layout (see gcoll_comm_host_info) and makes the two child
+ * communicators, so it is slower once. */
 GCOLL_EXPORT gcoll_status_t gcoll_allreduce(gcoll_comm_t *comm, const void *sendbuf,
                                             void *recvbuf, size_t count, gcoll_dtype_t dtype,
                                             gcoll_op_t op);
@@ -413,7 +418,11 @@ GCOLL_EXPORT gcoll_status_t gcoll_isparse_allreduce(gcoll_comm_t *comm, const ui
  * (GCOLL_COMPRESSED_ALGO; see gcoll_compressed_scheme); "none" by the dense ring. The result is bit-identical on every rank. Every rank
  * must pass states of the same spec, count and step: GCOLL_ERR_MISMATCH otherwise.
  * GCOLL_ERR_INVALID for NaN/Inf in grad, a count that is not the state's, op other than
- * SUM/AVG. The state must not be used elsewhere until the call completes. Blocks. */
+ * SUM/AVG. The state must not be used elsewhere until the call completes. Blocks.
+ * Hierarchical (GCOLL_HIER, see gcoll_allreduce): the sum inside each host is exact, and
+ * only this rank's part of it is compressed across hosts, with its error feedback in a
+ * second state the call keeps inside state: gcoll_state_residual and gcoll_state_save
+ * then do not show that residual. */
 GCOLL_EXPORT gcoll_status_t gcoll_compressed_allreduce(gcoll_comm_t *comm,
                                                        gcoll_tensor_state_t *state,
                                                        const float *grad, float *out,
