@@ -282,6 +282,7 @@ void gcoll_hier_release(gcoll_comm_t *comm)
     if (h->rail)
         gcoll_comm_destroy(h->rail);
     comm->hier = NULL;
+    gcoll_hier_shm_free(h);
     gcoll_hier_free(h);
 }
 

@@ -6,7 +6,7 @@
 
 #include "comm.h"
 
-#define GCOLL_HIER_HOSTLEN 64 /* bytes of a host name exchanged (NUL included) */
+#define GCOLL_HIER_HOSTLEN 64                   /* bytes of a host name exchanged (NUL included) */
 #define GCOLL_HIER_AUTO_MIN ((size_t)256 << 10) /* GCOLL_HIER=auto: flat below this */
 
 /* A communicator's host layout (learned once, collectively) and its child communicators
@@ -24,6 +24,10 @@ typedef struct gcoll_hier {
                           * per host); else the leaders (local rank 0) only; NULL for
                           * a rank in none */
     int split;           /* the children were made */
+    uint8_t *shm;        /* local_size slots of shm_slot bytes shared by the host's ranks
+                          * (hier_shm.c), NULL before the first use */
+    size_t shm_slot;
+    int shm_off; /* shared memory could not be set up: loopback instead */
 } gcoll_hier_t;
 
 /* What the GCOLL_HIER=auto cost estimate knows. */
@@ -75,6 +79,20 @@ gcoll_status_t gcoll_hier_isparse(gcoll_comm_t *comm, const uint32_t *idx, const
 gcoll_status_t gcoll_hier_icompressed(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
                                       const float *grad, float *out, size_t count, gcoll_op_t op,
                                       gcoll_request_t **req_p);
+
+/* Shared memory inside the host (uniform hosts): makes (collectively over h->local) or
+ * grows the segment to slots of slot_bytes; *ok_p = 0 when it cannot (the same on every
+ * local rank; loopback then). */
+gcoll_status_t gcoll_hier_shm_ensure(gcoll_hier_t *h, size_t slot_bytes, int *ok_p);
+/* Reduce-scatter through the segment: in[0, L * part) of every local rank summed (op) into
+ * out[lr * part, (lr + 1) * part) of local rank lr, in local-rank order. */
+gcoll_status_t gcoll_hier_shm_reduce_scatter(gcoll_hier_t *h, const void *in, void *out,
+                                             size_t part, gcoll_dtype_t dtype, gcoll_op_t op);
+/* Allgather through the segment: every local rank's out[lr * part, (lr + 1) * part) into
+ * every rank's out[0, L * part). */
+gcoll_status_t gcoll_hier_shm_allgather(gcoll_hier_t *h, void *out, size_t part,
+                                        gcoll_dtype_t dtype);
+void gcoll_hier_shm_free(gcoll_hier_t *h);
 
 /* gcoll_hier_release and gcoll_hier_abort are declared in comm.h (comm.c calls them). */
 void gcoll_hier_free(gcoll_hier_t *h);

@@ -379,7 +379,12 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
     float *mine = out + (size_t)(h->uniform ? h->local_rank : 0) * part;
     gcoll_status_t st;
     uint64_t t0 = gcoll_time_ns(), t1 = t0, t2 = t0;
-    if (h->uniform)
+    int shm = 0;
+    if (h->uniform && (st = gcoll_hier_shm_ensure(h, part * L * sizeof(float), &shm)) != GCOLL_OK)
+        return fail(comm, st, "the shared memory inside the host");
+    if (shm)
+        st = gcoll_hier_shm_reduce_scatter(h, grad, out, part, GCOLL_FLOAT32, GCOLL_SUM);
+    else if (h->uniform)
         st = gcoll_reduce_scatter(h->local, grad, mine, part, GCOLL_FLOAT32, GCOLL_SUM);
     else
         st = gcoll_allreduce(h->local, grad, out, a->count, GCOLL_FLOAT32, GCOLL_SUM);
@@ -397,7 +402,9 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
     t2 = gcoll_time_ns();
     /* a sparsifier's sum across hosts has at most k nonzeros per host: pairs, not parts */
     int sparse = (gcoll_compressor_flags(ha->state->c) & GCOLL_CODEC_SPARSE) != 0;
-    if (h->uniform && sparse)
+    if (shm)
+        st = gcoll_hier_shm_allgather(h, out, part, GCOLL_FLOAT32);
+    else if (h->uniform && sparse)
         st = allgather_sparse_parts(h, out, part);
     else if (h->uniform)
         st = gcoll_allgather(h->local, mine, out, part, GCOLL_FLOAT32);
