@@ -160,6 +160,57 @@ static gcoll_status_t dense_pipeline(const dense_t *d, size_t nc)
     return st;
 }
 
+/* The same pipeline with the steps inside the host in shared memory: every input is
+ * copied into its slot once; then, chunk by chunk, each rank reduces its part from every
+ * slot and starts that part across hosts while it reduces the next; each result is
+ * published in slot 0 (whose part lr only rank lr reads) and copied out at the end. */
+static gcoll_status_t dense_shm(const dense_t *d, size_t nc)
+{
+    gcoll_hier_t *h = d->h;
+    const size_t L = (size_t)h->local_size, lr = (size_t)h->local_rank, esz = d->esz;
+    gcoll_request_t **r = calloc(nc + 1, sizeof(*r));
+    if (!r)
+        return GCOLL_ERR_NOMEM;
+    memcpy(h->shm + lr * h->shm_slot, d->src, d->body * esz);
+    gcoll_status_t st = gcoll_barrier(h->local);
+    for (size_t c = 0; c <= nc && st == GCOLL_OK; c++) {
+        if (c < nc) {
+            size_t off = c * d->chunk, n = d->body - off < d->chunk ? d->body - off : d->chunk;
+            size_t part = n / L, at = (off + lr * part) * esz;
+            memcpy(d->buf + at, h->shm + at, part * esz);
+            for (size_t j = 1; j < L; j++)
+                gcoll_reduce(d->buf + at, h->shm + j * h->shm_slot + at, part, d->dtype, d->op);
+            st = gcoll_iallreduce(h->rail, d->buf + at, d->buf + at, part, d->dtype, d->op, &r[c]);
+        }
+        if (st == GCOLL_OK && c > 0) {
+            size_t off = (c - 1) * d->chunk;
+            size_t n = d->body - off < d->chunk ? d->body - off : d->chunk;
+            size_t part = n / L, at = (off + lr * part) * esz;
+            wait_one(&r[c - 1], &st);
+            if (st == GCOLL_OK)
+                memcpy(h->shm + at, d->buf + at, part * esz);
+        }
+    }
+    if (st == GCOLL_OK)
+        st = gcoll_barrier(h->local); /* every part is published */
+    for (size_t c = 0; c < nc && st == GCOLL_OK; c++) {
+        size_t off = c * d->chunk, n = d->body - off < d->chunk ? d->body - off : d->chunk;
+        size_t part = n / L;
+        for (size_t j = 0; j < L; j++)
+            if (j != lr)
+                memcpy(d->buf + (off + j * part) * esz, h->shm + (off + j * part) * esz,
+                       part * esz);
+    }
+    if (st == GCOLL_OK)
+        st = gcoll_barrier(h->local); /* read by all before anyone's next input */
+    if (st != GCOLL_OK)
+        abort_children(h);
+    for (size_t c = 0; c < nc; c++)
+        wait_one(&r[c], &st);
+    free(r);
+    return st;
+}
+
 /* The elements no part covers (fewer than L): allreduce inside, among the leaders,
  * broadcast from the leader. Run on n + 1 elements even when n is 0, so that ranks whose
  * counts differ only here fail with GCOLL_ERR_MISMATCH (the count is in every message's
@@ -199,7 +250,12 @@ static gcoll_status_t run_dense(gcoll_comm_t *comm, const gcoll_args_t *a)
         d.chunk = L;
     d.body = a->count / L * L;
     size_t nc = (d.body + d.chunk - 1) / d.chunk;
-    gcoll_status_t st = dense_pipeline(&d, nc);
+    int shm = 0;
+    gcoll_status_t st = GCOLL_OK;
+    if (h->uniform && d.body)
+        st = gcoll_hier_shm_ensure(h, d.body * d.esz, &shm);
+    if (st == GCOLL_OK)
+        st = shm ? dense_shm(&d, nc) : dense_pipeline(&d, nc);
     if (st != GCOLL_OK)
         return fail(comm, st, "a step of the dense pipeline");
     st = tail_allreduce(h, d.src + d.body * d.esz, d.buf + d.body * d.esz, a->count - d.body,
