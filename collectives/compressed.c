@@ -518,8 +518,8 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
         int hier = 0;
         double ratio = (double)gcoll_compressor_bound(state->c, count) / (4.0 * (double)count);
         double enc = (gcoll_compressor_flags(state->c) & GCOLL_CODEC_LOSSLESS) ? 0 : 0.25e-9;
-        int sparse = (gcoll_compressor_flags(state->c) & GCOLL_CODEC_SPARSE) != 0;
-        GCOLL_CHECK(gcoll_hier_use(comm, what, count * sizeof(float), ratio, enc, sparse, &hier));
+        /* the result goes back inside the host dense (through the shared memory) */
+        GCOLL_CHECK(gcoll_hier_use(comm, what, count * sizeof(float), ratio, enc, 0, &hier));
         if (hier)
             return gcoll_hier_icompressed(comm, state, grad, out, count, op, req_p);
     }
