@@ -206,8 +206,12 @@ static gcoll_status_t make_children(gcoll_comm_t *comm, gcoll_hier_t *h)
         return st;
     int color = h->uniform ? h->local_rank : (h->local_rank == 0 ? 0 : GCOLL_SPLIT_NOCOLOR);
     st = gcoll_comm_split(comm, color, h->host, &h->rail);
-    if (st != GCOLL_OK)
+    if (st != GCOLL_OK) { /* the next call starts again from nothing */
+        gcoll_comm_abort(h->local);
+        gcoll_comm_destroy(h->local);
+        h->local = NULL;
         return st;
+    }
     /* the children run their collectives flat (index 1 of "auto|0|1") */
     h->local->cfg.hier = 1;
     if (h->rail)
