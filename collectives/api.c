@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "hier.h"
 #include "reduce.h"
 #include "util.h"
 
@@ -80,6 +81,10 @@ gcoll_status_t gcoll_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *r
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, op_ok(op), "unknown op %d", (int)op));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || (sendbuf && recvbuf),
                                       "NULL buffer with count %zu", count));
+    int hier = 0;
+    GCOLL_CHECK(gcoll_hier_use(comm, what, count * gcoll_dtype_size(dtype), 1.0, 0.0, 0, &hier));
+    if (hier)
+        return gcoll_hier_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, req_p);
     gcoll_args_t a = {.sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype,
                       .op = op};
     gcoll_request_t *req = gcoll_request_new(comm, what, run_allreduce, &a);

@@ -12,6 +12,7 @@
 #include "coll.h"
 #include "compress/compress.h"
 #include "compressed.h"
+#include "hier.h"
 #include "compress/kernels.h"
 #include "reduce.h"
 #include "sparse.h"
@@ -511,6 +512,17 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
                                       "op %s: only sum and avg", gcoll_op_name(op)));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || (grad && out),
                                       "NULL buffer with count %zu", count));
+    if (!shard_only && count) {
+        /* the estimate's wire: the codec's worst-case bytes per dense byte; its time:
+         * about a nanosecond per element encoded (gcoll-codec-bench's order for top-k) */
+        int hier = 0;
+        double ratio = (double)gcoll_compressor_bound(state->c, count) / (4.0 * (double)count);
+        double enc = (gcoll_compressor_flags(state->c) & GCOLL_CODEC_LOSSLESS) ? 0 : 0.25e-9;
+        /* the result goes back inside the host dense (through the shared memory) */
+        GCOLL_CHECK(gcoll_hier_use(comm, what, count * sizeof(float), ratio, enc, 0, &hier));
+        if (hier)
+            return gcoll_hier_icompressed(comm, state, grad, out, count, op, req_p);
+    }
     /* a nonblocking call checks for NaN/Inf now, so that the caller learns of it before it
      * queues another call (which would otherwise take this one's place among the peers'
      * calls); a blocking one checks as it runs (run_compressed) */

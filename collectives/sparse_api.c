@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "compress/kernels.h"
+#include "hier.h"
 #include "sparse.h"
 #include "util.h"
 
@@ -82,6 +83,13 @@ gcoll_status_t gcoll_sparse_submit(gcoll_comm_t *comm, const uint32_t *idx, cons
         size_t bad = nnz ? gcoll_kernels()->first_bad(val, nnz) : 0;
         GCOLL_CHECK(gcoll_comm_check_args(comm, what, bad >= nnz, "val[%zu] is NaN or infinite",
                                           bad));
+    }
+    if (!(flags & GCOLL_SPARSE_NOCHECK)) {
+        int hier = 0; /* the wire carries about the pairs (8 bytes each) of every rank */
+        double ratio = dense_count ? 2.0 * (double)nnz / (double)dense_count : 0;
+        GCOLL_CHECK(gcoll_hier_use(comm, what, dense_count * sizeof(float), ratio, 0, 1, &hier));
+        if (hier)
+            return gcoll_hier_isparse(comm, idx, val, nnz, dense_count, out, op, req_p);
     }
     /* inputs are copied: a nonblocking caller may reuse them at once */
     sparse_args_t *sa = calloc(1, sizeof(*sa));

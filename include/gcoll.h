@@ -148,6 +148,24 @@ GCOLL_EXPORT gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int 
 /* gcoll_comm_split(comm, 0, rank, newcomm_p): the same ranks in the same order. */
 GCOLL_EXPORT gcoll_status_t gcoll_comm_dup(gcoll_comm_t *comm, gcoll_comm_t **newcomm_p);
 
+/* Hosts: ranks are grouped by the name of their host, GCOLL_HOSTNAME if set, else
+ * gethostname(); hosts are numbered in the order of their first rank, local ranks in rank
+ * order. The names are exchanged over comm at the first of these calls, or at the first
+ * allreduce that GCOLL_HIER lets consider the hierarchy: that first call is collective
+ * (every rank must make it at the same point among its collectives) and blocks; later
+ * ones only read. Errors: those of gcoll_allgather, GCOLL_ERR_INVALID for NULL. The int
+ * getters return -1 on error. */
+typedef struct {
+    int host_count; /* distinct hosts among comm's ranks */
+    int host_index; /* this rank's host, 0 .. host_count-1 */
+    int local_rank; /* this rank among the ranks of its host */
+    int local_size; /* ranks on this rank's host */
+} gcoll_host_info_t;
+GCOLL_EXPORT gcoll_status_t gcoll_comm_host_info(gcoll_comm_t *comm, gcoll_host_info_t *info_p);
+GCOLL_EXPORT int gcoll_comm_local_rank(gcoll_comm_t *comm);
+GCOLL_EXPORT int gcoll_comm_local_size(gcoll_comm_t *comm);
+GCOLL_EXPORT int gcoll_comm_host_count(gcoll_comm_t *comm);
+
 GCOLL_EXPORT int gcoll_comm_rank(const gcoll_comm_t *comm);
 GCOLL_EXPORT int gcoll_comm_size(const gcoll_comm_t *comm);
 
@@ -183,7 +201,12 @@ GCOLL_EXPORT gcoll_status_t gcoll_comm_probe_bandwidth(const gcoll_comm_t *comm,
  * GCOLL_ERR_PEER, GCOLL_ERR_TIMEOUT, GCOLL_ERR_TRANSPORT, GCOLL_ERR_ABORTED. */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], on every rank. AVG is the sum divided by the
- * rank count (for integers, truncated). fp16/bf16 are accumulated in fp32. Blocks. */
+ * rank count (for integers, truncated). fp16/bf16 are accumulated in fp32. Blocks.
+ * Across hosts (GCOLL_HIER; this, gcoll_sparse_allreduce and gcoll_compressed_allreduce)
+ * it may run hierarchically: a reduce-scatter inside each host, an allreduce of each part
+ * across hosts, an allgather inside (fp16/bf16 rounded between the steps); the first such
+ * call learns the host layout (see gcoll_comm_host_info) and makes the two child
+ * communicators, so it is slower once. */
 GCOLL_EXPORT gcoll_status_t gcoll_allreduce(gcoll_comm_t *comm, const void *sendbuf,
                                             void *recvbuf, size_t count, gcoll_dtype_t dtype,
                                             gcoll_op_t op);
@@ -395,7 +418,11 @@ GCOLL_EXPORT gcoll_status_t gcoll_isparse_allreduce(gcoll_comm_t *comm, const ui
  * (GCOLL_COMPRESSED_ALGO; see gcoll_compressed_scheme); "none" by the dense ring. The result is bit-identical on every rank. Every rank
  * must pass states of the same spec, count and step: GCOLL_ERR_MISMATCH otherwise.
  * GCOLL_ERR_INVALID for NaN/Inf in grad, a count that is not the state's, op other than
- * SUM/AVG. The state must not be used elsewhere until the call completes. Blocks. */
+ * SUM/AVG. The state must not be used elsewhere until the call completes. Blocks.
+ * Hierarchical (GCOLL_HIER, see gcoll_allreduce): the sum inside each host is exact, and
+ * only this rank's part of it is compressed across hosts, with its error feedback in a
+ * second state the call keeps inside state: gcoll_state_residual and gcoll_state_save
+ * then do not show that residual. */
 GCOLL_EXPORT gcoll_status_t gcoll_compressed_allreduce(gcoll_comm_t *comm,
                                                        gcoll_tensor_state_t *state,
                                                        const float *grad, float *out,

@@ -771,6 +771,7 @@ gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm)
     if (!comm)
         return GCOLL_ERR_INVALID;
     stop_thread(comm); /* runs what is queued first */
+    gcoll_hier_release(comm);
     if (comm->size > 1 && comm->tp && comm->broken == GCOLL_OK && !comm->abort_requested) {
         gcoll_args_t a = {0};
         gcoll_request_t *req = gcoll_request_new(comm, "gcoll_comm_destroy", run_close, &a);
@@ -792,6 +793,7 @@ gcoll_status_t gcoll_comm_abort(gcoll_comm_t *comm)
     if (!comm)
         return GCOLL_ERR_INVALID;
     comm->abort_requested = 1;
+    gcoll_hier_abort(comm);
     uint64_t one = 1;
     if (write(comm->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
         GCOLL_WARN("gcoll_comm_abort: cannot wake the progress thread: %s", strerror(errno));

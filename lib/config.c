@@ -146,6 +146,14 @@ static const param_t params[] = {
      "at init, time a short exchange with every rank (two 1 MiB-per-rank allgathers, the "
      "first warming the connections) and start adaptation's bandwidth estimate from it",
      OFF(probe), F_MUST_MATCH, NULL},
+    {"GCOLL_HOSTNAME", P_STRING, "",
+     "the host this rank counts as for hierarchical collectives (default: gethostname())",
+     OFF(hostname), 0, NULL},
+    {"GCOLL_HIER", P_ENUM, "auto",
+     "allreduce across hosts: 1 hierarchical (reduce inside each host, allreduce across "
+     "hosts, allgather or broadcast inside), 0 flat, auto (hierarchical when ranks share "
+     "hosts and the cost estimate favours it)",
+     OFF(hier), F_MUST_MATCH, "auto|0|1"},
     {"GCOLL_LIBRARY", P_STRING, "",
      "Python binding: path of the libgcoll.so to load (default: the build tree, then the system)",
      OFF(library), 0, NULL},

@@ -48,6 +48,8 @@ typedef struct gcoll_config {
     long adapt_half_life;
     int probe;             /* GCOLL_PROBE: time an exchange at init */
     char *library; /* read by the Python binding only */
+    char *hostname; /* GCOLL_HOSTNAME: the host for hierarchical collectives, or NULL */
+    int hier;       /* GCOLL_HIER: 0 auto, 1 flat ("0"), 2 hierarchical ("1") */
     size_t ucx_cma_min;   /* ucx: single-copy (CMA) from this many bytes; 0: off */
     size_t ucx_shm_max;   /* ucx: shared-memory mailbox up to this many bytes; 0: off */
     /* verbs transport (GCOLL_IB_*) */

@@ -86,6 +86,7 @@ GCOLL_EXPORT void gcoll_state_destroy(gcoll_tensor_state_t *s)
     if (!s)
         return;
     gcoll_state_destroy(s->server);
+    gcoll_state_destroy(s->hier_part);
     gcoll_scratch_free(&s->sc);
     free(s->e);
     free(s->spare);

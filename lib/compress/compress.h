@@ -130,6 +130,8 @@ struct gcoll_tensor_state {
     /* compressed allreduce: residual of the reduced chunk this rank re-compresses (the
      * "server" side of 1-bit Adam's scheme), created on first use, freed with the state */
     struct gcoll_tensor_state *server;
+    /* hierarchical allreduce: the state of this rank's part of the step across hosts */
+    struct gcoll_tensor_state *hier_part;
     /* clip=C over the whole tensor: a collective that encodes it chunk by chunk sets the
      * factor of the whole (gcoll_codec_clip_factor) for the call, else each encode
      * scales its range by the range's own norm */
