@@ -10,106 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapt.h"
-#include "bucket_plan.h"
-#include "comm.h"
-#include "compress/compress.h"
+#include "bucketer_int.h"
 #include "compress/kernels.h"
-#include "policy.h"
 #include "reduce.h"
 #include "sparse.h"
 #include "util.h"
 
-typedef struct {
-    char *name;
-    float *grad;
-    size_t count;
-    gcoll_dtype_t dtype;
-    char *spec; /* explicit, or NULL: the policy decides */
-    const char *chosen; /* the spec it gets (explicit, a rule's, the default or "none") */
-    int rule;           /* the policy rule that chose it; -1 the default, -2 explicit/dtype */
-    int bucket; /* its first bucket */
-    int seg0, nseg; /* its pieces: segments [seg0, seg0 + nseg), in consecutive buckets */
-    int ready;
-    double t_ready; /* since the step's first ready(), this rank's clock */
-} tensor_t;
 
-/* Elements [toff, toff + n) of tensor t at foff in its bucket's fused buffer. */
-typedef struct {
-    int t, bucket;
-    size_t toff, n, foff;
-} seg_t;
-
-typedef struct {
-    int seg0, n; /* segments [seg0, seg0 + n) */
-    size_t count;
-    gcoll_dtype_t dtype;
-    char *spec;
-    char label[160];
-    gcoll_compressor_t *comp;
-    gcoll_tensor_state_t *state;
-    size_t *ends; /* per-tensor selection: each tensor's end in the fused buffer */
-    float *fused;
-    float *acc; /* local accumulation across GCOLL_ACCUMULATE_STEPS (NULL when 1) */
-    int nready;
-    int launched, ran; /* this step: complete here (queued); reduced (progress thread) */
-    gcoll_request_t *req;
-    gcoll_bucketer_t *b;
-    /* adaptation: measured on the progress thread during the bucket's run */
-    int adaptive; /* the codec has a density to tune */
-    int check_after; /* adaptive, with bandwidth adaptation, and another adaptive bucket
-                      * after it: the mid-step check runs after this one */
-    gcoll_density_ctl_t ctl;
-    gcoll_bw_est_t bw; /* this bucket's own wire rate, for the mid-step check */
-    double base_density; /* the spec's */
-    double t_launch, run_s, comp_s, bytes, norm2;
-    double copy_s; /* gathering into the fused buffer and scattering back */
-    double wire_s; /* the collective alone (codec and wire), for the layout's link fit */
-    gcoll_status_t st; /* of its run this step */
-} bucket_t;
-
-struct gcoll_bucketer {
-    gcoll_comm_t *comm;
-    gcoll_bucketer_config_t cfg;
-    char *policy_text;
-    char *default_spec;
-    gcoll_policy_t policy;
-    pthread_mutex_t lock;
-    tensor_t *t;
-    int nt, capt;
-    bucket_t *bk;
-    int nb;
-    seg_t *seg;
-    int nseg;
-    int finalized;
-    int autosize;  /* GCOLL_BUCKET_BYTES unset: sized by the model and the link */
-    int priority;  /* GCOLL_BUCKET_PRIORITY: queued buckets run first layers first */
-    int rebuild;   /* GCOLL_BUCKET_REBUILD: boundaries fixed from measured ready times */
-    int rebuilt;
-    int comm_steps; /* communicating steps completed (until the rebuild) */
-    gcoll_plan_link_t link; /* what the layout assumed of the link */
-    gcoll_request_t **tok;  /* priority: one request per launched bucket this step */
-    int32_t *neg;           /* priority: the flags the tokens agree on */
-    int ntok;
-    pthread_cond_t cond;    /* a bucket launched (tokens wait) or reduced (wait_tensor) */
-    double t_first_ready;   /* this step's first ready(), seconds; 0: none yet */
-    int next_launch;
-    long step; /* steps completed */
-    int adapt;  /* GCOLL_ADAPT: bit 0 bandwidth, bit 1 phase */
-    gcoll_phase_t phase;
-    gcoll_bw_est_t bw; /* of all adaptive buckets together */
-    double window;     /* the last agreed backward window, seconds */
-    double mid_scale;  /* this step's mid-step cut of the densities (1: none) */
-    int mid_fired;     /* mid-step checks that found the link slower this step */
-    long adapted;      /* communicating steps adapt() has seen */
-    char err[512];
-};
-
-/* The fixed cost of one bucket's ring allreduce assumed until one is measured: 2(P-1)
- * steps of a TCP round trip's half on a LAN and the progress thread's turn. */
-static double default_msg_s(int size) { return size > 1 ? 50e-6 * 2 * (size - 1) + 100e-6 : 0; }
-
-static void bucket_free(bucket_t *k)
+void gcoll_bk_free(bucket_t *k)
 {
     gcoll_state_destroy(k->state);
     gcoll_compressor_destroy(k->comp);
@@ -128,7 +36,7 @@ GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b)
     for (int i = 0; i < b->nb; i++) {
         if (b->bk[i].req)
             gcoll_wait(b->bk[i].req);
-        bucket_free(&b->bk[i]);
+        gcoll_bk_free(&b->bk[i]);
     }
     for (int i = 0; i < b->nt; i++) {
         free(b->t[i].name);
@@ -173,7 +81,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
     b->autosize = b->cfg.bucket_bytes == 0;
     b->priority = comm->cfg.bucket_priority;
     b->rebuild = comm->cfg.bucket_rebuild;
-    b->link.msg_s = default_msg_s(comm->size);
+    b->link.msg_s = gcoll_bk_default_msg_s(comm->size);
     if (comm->probe_bw > 0 && comm->size > 1) /* a dense ring sends 2(P-1)/P of a bucket */
         b->link.bw = comm->probe_bw * comm->size / (2.0 * (comm->size - 1));
     if (b->cfg.accumulate_steps < 1)
@@ -310,81 +218,8 @@ static void default_warmup(gcoll_compressor_t *c, uint64_t steps)
     gcoll_spec_canon(c);
 }
 
-/* The rule the layout follows: GCOLL_BUCKET_BYTES when set (buckets up to that size,
- * tensors whole), else the automatic one for this model on b->link (bucket_plan.h). */
-static void layout_rule(const gcoll_bucketer_t *b, gcoll_plan_rule_t *r, int timed)
-{
-    if (!b->autosize) {
-        *r = (gcoll_plan_rule_t){.first = b->cfg.bucket_bytes, .target = b->cfg.bucket_bytes};
-        return;
-    }
-    size_t total = 0;
-    for (int i = 0; i < b->nt; i++)
-        total += b->t[i].count * gcoll_dtype_size(b->t[i].dtype);
-    gcoll_plan_rule_auto(total, &b->link, r);
-    if (!timed)
-        r->flush_s = 0;
-}
-
-/* Cuts the tensors, taken in order (NULL: registration order), into buckets by rule r:
- * b->seg, b->bk (their segments, counts and codec specs) and each tensor's pieces. */
-static gcoll_status_t layout(gcoll_bucketer_t *b, const int *order, const gcoll_plan_rule_t *r,
-                             const double *ready)
-{
-    gcoll_plan_tensor_t *pt = calloc((size_t)b->nt + 1, sizeof(*pt));
-    if (!pt)
-        return GCOLL_ERR_NOMEM;
-    for (int i = 0; i < b->nt; i++) {
-        tensor_t *t = &b->t[i];
-        pt[i] = (gcoll_plan_tensor_t){.count = t->count, .esz = gcoll_dtype_size(t->dtype),
-                                      .group = i, .ready = ready ? ready[i] : 0};
-        for (int j = 0; j < i; j++) /* one group per (codec, dtype) */
-            if (b->t[j].dtype == t->dtype && strcmp(b->t[j].chosen, t->chosen) == 0) {
-                pt[i].group = pt[j].group;
-                break;
-            }
-    }
-    gcoll_plan_seg_t *ps = NULL;
-    int ns = gcoll_plan_cut(pt, order, b->nt, r, &ps);
-    free(pt);
-    if (ns < 0)
-        return GCOLL_ERR_NOMEM;
-    b->nb = ns ? ps[ns - 1].bucket + 1 : 0;
-    b->nseg = ns;
-    b->seg = calloc((size_t)ns + 1, sizeof(seg_t));
-    b->bk = calloc((size_t)b->nb + 1, sizeof(bucket_t));
-    b->tok = calloc((size_t)b->nb + 1, sizeof(*b->tok));
-    b->neg = calloc((size_t)b->nb + 1, sizeof(*b->neg));
-    if (!b->seg || !b->bk || !b->tok || !b->neg) {
-        free(ps);
-        return GCOLL_ERR_NOMEM;
-    }
-    for (int s = 0; s < ns; s++) {
-        bucket_t *k = &b->bk[ps[s].bucket];
-        tensor_t *t = &b->t[ps[s].t];
-        if (k->n++ == 0) {
-            k->seg0 = s;
-            k->dtype = t->dtype;
-            k->b = b;
-            if (!(k->spec = strdup(t->chosen))) {
-                free(ps);
-                return GCOLL_ERR_NOMEM;
-            }
-        }
-        b->seg[s] = (seg_t){.t = ps[s].t, .bucket = ps[s].bucket, .toff = ps[s].toff, .n = ps[s].n, .foff = k->count};
-        k->count += ps[s].n;
-        if (ps[s].toff == 0) {
-            t->seg0 = s;
-            t->bucket = ps[s].bucket;
-        }
-        t->nseg++;
-    }
-    free(ps);
-    return GCOLL_OK;
-}
-
 /* A bucket's fused buffer, codec and state. */
-static gcoll_status_t bucket_setup(gcoll_bucketer_t *b, int j)
+gcoll_status_t gcoll_bk_setup(gcoll_bucketer_t *b, int j)
 {
     bucket_t *k = &b->bk[j];
     const seg_t *s0 = &b->seg[k->seg0], *s1 = &b->seg[k->seg0 + k->n - 1];
@@ -420,30 +255,8 @@ static gcoll_status_t bucket_setup(gcoll_bucketer_t *b, int j)
     }
     return GCOLL_OK;
 }
-
-static void log_layout(const gcoll_bucketer_t *b, const char *why)
-{
-    for (int s = 0; s < b->nseg && GCOLL_LOG_ON(GCOLL_LOG_INFO, GCOLL_SUBSYS_COLL); s++) {
-        const seg_t *g = &b->seg[s];
-        const tensor_t *t = &b->t[g->t];
-        char rule[32];
-        if (t->rule >= 0)
-            snprintf(rule, sizeof(rule), "policy rule %d", t->rule + 1);
-        int bk = g->bucket;
-        GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: tensor %d '%s' (layer '%.*s', elements "
-                   "%zu..%zu of %zu) -> bucket %d, %s (%s)", g->t, t->name,
-                   (int)gcoll_policy_layer_len(t->name), t->name, g->toff, g->toff + g->n,
-                   t->count, bk, b->bk[bk].spec,
-                   t->rule >= 0 ? rule : t->rule == -1 ? "default" : t->spec ? "explicit"
-                                                                            : "not float32");
-    }
-    GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: %d tensors in %d buckets (%s; link %.1f MB/s, "
-               "%.0f us per bucket assumed)", b->nt, b->nb, why, b->link.bw / 1e6,
-               b->link.msg_s * 1e6);
-}
-
 /* The mid-step checks run after an adaptive bucket with another adaptive one after it. */
-static void mark_checks(gcoll_bucketer_t *b)
+void gcoll_bk_mark_checks(gcoll_bucketer_t *b)
 {
     for (int j = 0, later = 0; (b->adapt & 1) && j < b->nb; j++) {
         bucket_t *k = &b->bk[b->nb - 1 - j];
@@ -457,15 +270,15 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
 {
     assign_specs(b);
     gcoll_plan_rule_t r;
-    layout_rule(b, &r, 0);
-    GCOLL_CHECK(layout(b, NULL, &r, NULL));
+    gcoll_bk_layout_rule(b, &r, 0);
+    GCOLL_CHECK(gcoll_bk_layout(b, NULL, &r, NULL));
     for (int j = 0; j < b->nb; j++)
-        GCOLL_CHECK(bucket_setup(b, j));
-    mark_checks(b);
+        GCOLL_CHECK(gcoll_bk_setup(b, j));
+    gcoll_bk_mark_checks(b);
     char why[96];
     snprintf(why, sizeof(why), b->autosize ? "automatic, first %zu, then %zu bytes"
                                            : "GCOLL_BUCKET_BYTES %zu bytes", r.first, r.target);
-    log_layout(b, why);
+    gcoll_bk_log_layout(b, why);
     b->finalized = 1;
     return GCOLL_OK;
 }
@@ -553,7 +366,7 @@ static void trace_tensors(const bucket_t *k, uint64_t step)
 }
 
 /* On the progress thread: gather, reduce (compressed for float32), scatter back. */
-static gcoll_status_t run_one(gcoll_comm_t *comm, bucket_t *k)
+gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
 {
     gcoll_bucketer_t *b = k->b;
     size_t esz = gcoll_dtype_size(k->dtype);
@@ -637,130 +450,6 @@ static gcoll_status_t run_one(gcoll_comm_t *comm, bucket_t *k)
     return GCOLL_OK;
 }
 
-/* Bucket k reduced (or failed) this step: wakes gcoll_bucketer_wait_tensor. */
-static void bucket_done(bucket_t *k, gcoll_status_t st)
-{
-    gcoll_bucketer_t *b = k->b;
-    pthread_mutex_lock(&b->lock);
-    k->st = st;
-    k->ran = 1;
-    pthread_cond_broadcast(&b->cond);
-    pthread_mutex_unlock(&b->lock);
-}
-
-/* On the progress thread, buckets in launch order (GCOLL_BUCKET_PRIORITY=0). */
-static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
-{
-    bucket_t *k = req->a.ext;
-    gcoll_status_t st = run_one(comm, k);
-    bucket_done(k, st);
-    return st;
-}
-
-/* Priorities (ByteScheduler, Peng et al. SOSP'19, with Horovod's negotiation of what is
- * ready): each launched bucket queues a token; a token runs the highest-priority bucket
- * that every rank has launched and none has run -- the one latest in backward order, the
- * first layers the next forward pass needs first. The ranks agree on the candidates with a
- * tiny MIN allreduce of launched flags, so all run the same bucket even when their ready()
- * timings differ; the last bucket of a step needs no agreement. */
-#define NEGOTIATE_SUB 0xe0000000u /* tags apart from the bucket's and the mid-step check's */
-static gcoll_status_t run_token(gcoll_comm_t *comm, gcoll_request_t *req)
-{
-    gcoll_bucketer_t *b = req->a.ext;
-    int32_t *f = b->neg;
-    uint64_t give_up = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
-    for (unsigned round = 0;; round++) {
-        int left = 0, only = -1, pick = -1;
-        pthread_mutex_lock(&b->lock);
-        for (int j = 0; j < b->nb; j++) {
-            f[j] = b->bk[j].launched && !b->bk[j].ran;
-            if (!b->bk[j].ran) {
-                left++;
-                only = j;
-            }
-        }
-        pthread_mutex_unlock(&b->lock);
-        if (left == 1) {
-            pick = only;
-        } else {
-            uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, (size_t)b->nb, GCOLL_INT32,
-                                          GCOLL_MIN, 0);
-            GCOLL_CHECK(gcoll_ring_allreduce_at(comm, f, (size_t)b->nb, GCOLL_INT32, GCOLL_MIN,
-                                                sig, NEGOTIATE_SUB + ((round & 0xfffu) << 16)));
-            for (int j = b->nb - 1; j >= 0 && pick < 0; j--)
-                if (f[j])
-                    pick = j;
-        }
-        if (pick >= 0) {
-            gcoll_status_t st = run_one(comm, &b->bk[pick]);
-            bucket_done(&b->bk[pick], st);
-            return st;
-        }
-        /* nothing launched on every rank yet: wait for a launch here (briefly: another
-         * rank's launch is seen only through the next round) */
-        if (gcoll_time_ms() > give_up) {
-            gcoll_comm_set_error(comm, "gcoll_bucketer: no bucket launched on every rank within "
-                                       "GCOLL_TIMEOUT_MS (a tensor not marked ready?)");
-            return GCOLL_ERR_TIMEOUT;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 500000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_mutex_lock(&b->lock);
-        pthread_cond_timedwait(&b->cond, &b->lock, &ts);
-        pthread_mutex_unlock(&b->lock);
-    }
-}
-
-/* Is this a step that communicates (the last of an accumulation cycle)? */
-static int communicating(const gcoll_bucketer_t *b)
-{
-    return (b->step + 1) % b->cfg.accumulate_steps == 0;
-}
-
-static gcoll_status_t submit(gcoll_bucketer_t *b, const char *label, gcoll_run_fn_t fn,
-                             size_t count, gcoll_dtype_t dtype, void *ext,
-                             gcoll_request_t **req_p)
-{
-    gcoll_args_t a = {.count = count, .dtype = dtype, .op = b->cfg.op, .ext = ext};
-    gcoll_request_t *req = gcoll_request_new(b->comm, label, fn, &a);
-    if (!req)
-        return GCOLL_ERR_NOMEM;
-    return gcoll_comm_submit(b->comm, req, req_p);
-}
-
-/* Queues complete buckets. In launch order, each once its predecessors are queued (the same
- * order everywhere); with priorities, each as soon as it is complete, as a token. */
-static gcoll_status_t launch_ready(gcoll_bucketer_t *b, const tensor_t *t)
-{
-    if (b->priority) {
-        for (int j = t->bucket; j < t->bucket + t->nseg; j++) {
-            bucket_t *k = &b->bk[j];
-            if (k->nready != k->n || k->launched)
-                continue;
-            k->launched = 1;
-            k->t_launch = (double)gcoll_time_ns() * 1e-9;
-            GCOLL_CHECK(submit(b, "gcoll_bucketer bucket (by priority)", run_token, 0,
-                               GCOLL_INT32, b, &b->tok[b->ntok]));
-            b->ntok++;
-            pthread_cond_broadcast(&b->cond);
-        }
-        return GCOLL_OK;
-    }
-    while (b->next_launch < b->nb && b->bk[b->next_launch].nready == b->bk[b->next_launch].n) {
-        bucket_t *k = &b->bk[b->next_launch];
-        k->t_launch = (double)gcoll_time_ns() * 1e-9;
-        k->launched = 1;
-        GCOLL_CHECK(submit(b, k->label, run_bucket, k->count, k->dtype, k, &k->req));
-        b->next_launch++;
-    }
-    return GCOLL_OK;
-}
-
 GCOLL_EXPORT gcoll_status_t gcoll_bucketer_ready(gcoll_bucketer_t *b, int id)
 {
     if (!b)
@@ -787,13 +476,13 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_ready(gcoll_bucketer_t *b, int id)
     for (int s = t->seg0; s < t->seg0 + t->nseg; s++) {
         const seg_t *g = &b->seg[s];
         bucket_t *k = &b->bk[g->bucket];
-        if (!communicating(b)) /* accumulate locally; nothing travels this step */
+        if (!gcoll_bk_communicating(b)) /* accumulate locally; nothing travels this step */
             accumulate((uint8_t *)k->acc + g->foff * esz, (const uint8_t *)t->grad + g->toff * esz,
                        g->n, t->dtype);
         k->nready++;
     }
-    if (communicating(b))
-        st = launch_ready(b, t);
+    if (gcoll_bk_communicating(b))
+        st = gcoll_bk_launch(b, t);
 out:
     pthread_mutex_unlock(&b->lock);
     return st;
@@ -950,202 +639,6 @@ GCOLL_EXPORT double gcoll_bucketer_density(const gcoll_bucketer_t *b, int bucket
     return b->bk[bucket].comp->density > 0 ? b->bk[bucket].comp->density : 1.0;
 }
 
-/* Moves what the codec states remember (the residual, DGC's velocity, the step) from the
- * old buckets to the new ones, element by element through the tensors. */
-static void move_states(gcoll_bucketer_t *b, const bucket_t *obk, int onb, const seg_t *oseg,
-                        const int *oseg0, const int *onseg)
-{
-    for (int j = 0; j < b->nb; j++) {
-        bucket_t *k = &b->bk[j];
-        if (!k->state)
-            continue;
-        for (int s = k->seg0; s < k->seg0 + k->n; s++) {
-            const seg_t *g = &b->seg[s];
-            for (int o = oseg0[g->t]; o < oseg0[g->t] + onseg[g->t]; o++) {
-                const seg_t *h = &oseg[o];
-                const bucket_t *ok = &obk[h->bucket];
-                size_t lo = GCOLL_MAX(g->toff, h->toff);
-                size_t hi = GCOLL_MIN(g->toff + g->n, h->toff + h->n);
-                if (lo >= hi || !ok->state || h->bucket >= onb)
-                    continue;
-                k->state->step = ok->state->step;
-                size_t to = g->foff + lo - g->toff, from = h->foff + lo - h->toff;
-                if (k->state->e && ok->state->e)
-                    memcpy(k->state->e + to, ok->state->e + from, (hi - lo) * sizeof(float));
-                if (k->state->u && ok->state->u)
-                    memcpy(k->state->u + to, ok->state->u + from, (hi - lo) * sizeof(float));
-            }
-        }
-    }
-}
-
-/* Whether every old bucket's state can move (compressed allreduce keeps a residual of its
- * reduced chunk, which belongs to no tensor element: such layouts stay). */
-static int states_movable(const gcoll_bucketer_t *b)
-{
-    for (int j = 0; j < b->nb; j++)
-        if (b->bk[j].state && b->bk[j].state->server)
-            return 0;
-    return 1;
-}
-
-static int by_ready(const void *x, const void *y, void *arg)
-{
-    const double *r = arg;
-    int i = *(const int *)x, j = *(const int *)y;
-    return r[i] < r[j] ? -1 : r[i] > r[j] ? 1 : i - j;
-}
-
-/* Insertion sort with a context (qsort_r is not portable); n is the tensor count. */
-static void sort_order(int *order, int n, const double *ready)
-{
-    for (int i = 1; i < n; i++) {
-        int x = order[i], j = i - 1;
-        while (j >= 0 && by_ready(&order[j], &x, (void *)ready) > 0) {
-            order[j + 1] = order[j];
-            j--;
-        }
-        order[j + 1] = x;
-    }
-}
-
-/* Frees a layout's buckets (nb of bk), segments and the priority arrays. */
-static void layout_free(bucket_t *bk, int nb, seg_t *seg, gcoll_request_t **tok, int32_t *neg)
-{
-    for (int j = 0; bk && j < nb; j++)
-        bucket_free(&bk[j]);
-    free(bk);
-    free(seg);
-    free(tok);
-    free(neg);
-}
-
-/* After the second communicating step (the first warms connections and pages): the ranks
- * agree on each tensor's ready time (the latest) and each bucket's collective time (the
- * shortest: the rank that waited least), fit the link from the latter and cut the buckets
- * again in ready order with the time rule. The same agreed numbers give every rank the
- * same layout. */
-static gcoll_status_t rebuild(gcoll_bucketer_t *b)
-{
-    int nt = b->nt, nb = b->nb;
-    double *v = calloc((size_t)(nt + 2 * nb) + 1, sizeof(double));
-    int *order = calloc((size_t)nt + 1, sizeof(int));
-    int *oseg0 = calloc((size_t)nt + 1, sizeof(int)), *onseg = calloc((size_t)nt + 1, sizeof(int));
-    int *obucket = calloc((size_t)nt + 1, sizeof(int));
-    gcoll_status_t st = GCOLL_ERR_NOMEM;
-    if (!v || !order || !oseg0 || !onseg || !obucket)
-        goto out;
-    for (int i = 0; i < nt; i++)
-        v[i] = b->t[i].t_ready;
-    for (int j = 0; j < nb; j++) {
-        v[nt + j] = -b->bk[j].wire_s; /* MAX of the negation: the shortest */
-        v[nt + nb + j] = (double)(b->bk[j].count * gcoll_dtype_size(b->bk[j].dtype));
-    }
-    int movable = states_movable(b);
-    v[nt + 2 * nb] = movable;
-    st = gcoll_allreduce(b->comm, v, v, (size_t)(nt + 2 * nb) + 1, GCOLL_FLOAT64, GCOLL_MAX);
-    if (st != GCOLL_OK)
-        goto out;
-    for (int j = 0; j < nb; j++)
-        v[nt + j] = -v[nt + j];
-    b->rebuilt = 1;
-    gcoll_plan_link_t link = b->link;
-    gcoll_plan_fit_link(v + nt + nb, v + nt, nb, default_msg_s(b->comm->size), &link);
-    if (v[nt + 2 * nb] < 1) { /* some rank's states cannot move: MAX of 0 on all is 0 */
-        GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: layout kept (compressed allreduce states)");
-        st = GCOLL_OK;
-        goto out;
-    }
-    for (int i = 0; i < nt; i++) {
-        order[i] = i;
-        oseg0[i] = b->t[i].seg0;
-        onseg[i] = b->t[i].nseg;
-        obucket[i] = b->t[i].bucket;
-        b->t[i].nseg = 0;
-    }
-    sort_order(order, nt, v);
-    b->link = link;
-    gcoll_plan_rule_t r;
-    layout_rule(b, &r, 1);
-    bucket_t *obk = b->bk;
-    seg_t *oseg = b->seg;
-    gcoll_request_t **otok = b->tok;
-    int32_t *oneg = b->neg;
-    int onb = b->nb, onseg_all = b->nseg;
-    b->bk = NULL;
-    b->nb = 0;
-    st = layout(b, order, &r, v);
-    for (int j = 0; j < b->nb && st == GCOLL_OK; j++)
-        st = bucket_setup(b, j);
-    if (st == GCOLL_OK) {
-        move_states(b, obk, onb, oseg, oseg0, onseg);
-        mark_checks(b);
-        char why[128];
-        snprintf(why, sizeof(why), "rebuilt from measured ready times: first %zu, then %zu "
-                 "bytes, flush after %.1f ms", r.first, r.target, r.flush_s * 1e3);
-        log_layout(b, why);
-        layout_free(obk, onb, oseg, otok, oneg);
-    } else { /* out of memory: the old layout stays */
-        layout_free(b->bk, b->nb, b->seg, b->tok, b->neg);
-        b->bk = obk;
-        b->nb = onb;
-        b->seg = oseg;
-        b->nseg = onseg_all;
-        b->tok = otok;
-        b->neg = oneg;
-        for (int i = 0; i < nt; i++) {
-            b->t[i].seg0 = oseg0[i];
-            b->t[i].nseg = onseg[i];
-            b->t[i].bucket = obucket[i];
-        }
-    }
-out:
-    free(v);
-    free(order);
-    free(oseg0);
-    free(onseg);
-    free(obucket);
-    return st;
-}
-
-GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait_tensor(gcoll_bucketer_t *b, int id)
-{
-    if (!b)
-        return GCOLL_ERR_INVALID;
-    pthread_mutex_lock(&b->lock);
-    gcoll_status_t st = gcoll_comm_check_args(b->comm, "gcoll_bucketer_wait_tensor",
-                                              b->finalized && id >= 0 && id < b->nt,
-                                              "no tensor %d (%d registered, %s)", id, b->nt,
-                                              b->finalized ? "step started" : "no ready() yet");
-    if (st == GCOLL_OK && !communicating(b)) { /* nothing travels this step */
-        pthread_mutex_unlock(&b->lock);
-        return GCOLL_OK;
-    }
-    if (st == GCOLL_OK)
-        st = gcoll_comm_check_args(b->comm, "gcoll_bucketer_wait_tensor", b->t[id].ready,
-                                   "tensor '%s' is not marked ready this step", b->t[id].name);
-    uint64_t give_up = gcoll_time_ms() + (uint64_t)b->comm->cfg.timeout_ms;
-    int j0 = st == GCOLL_OK ? b->t[id].bucket : 0, j1 = st == GCOLL_OK ? j0 + b->t[id].nseg : 0;
-    for (int j = j0; st == GCOLL_OK && j < j1; j++) {
-        while (!b->bk[j].ran && st == GCOLL_OK) {
-            if (gcoll_time_ms() > give_up) {
-                st = gcoll_comm_check_args(b->comm, "gcoll_bucketer_wait_tensor", 0,
-                                           "%s not reduced within GCOLL_TIMEOUT_MS",
-                                           b->bk[j].label);
-                break;
-            }
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&b->cond, &b->lock, &ts);
-        }
-        if (st == GCOLL_OK)
-            st = b->bk[j].st;
-    }
-    pthread_mutex_unlock(&b->lock);
-    return st;
-}
-
 GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
 {
     if (!b)
@@ -1180,12 +673,12 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
         if (st == GCOLL_OK)
             st = s2;
     }
-    if (st == GCOLL_OK && b->adapt && communicating(b))
+    if (st == GCOLL_OK && b->adapt && gcoll_bk_communicating(b))
         st = adapt(b, t_end);
     pthread_mutex_lock(&b->lock);
-    if (st == GCOLL_OK && communicating(b) && b->autosize && b->rebuild && !b->rebuilt &&
+    if (st == GCOLL_OK && gcoll_bk_communicating(b) && b->autosize && b->rebuild && !b->rebuilt &&
         ++b->comm_steps == 2)
-        st = rebuild(b);
+        st = gcoll_bk_rebuild(b);
     for (int i = 0; i < b->nt; i++)
         b->t[i].ready = 0;
     for (int j = 0; j < b->nb; j++)
