@@ -69,17 +69,17 @@ static int place(cut_t *c, const gcoll_plan_tensor_t *t, int i, const gcoll_plan
     if (c->open && (c->group != t->group ||
                     (r->flush_s > 0 && c->bytes >= r->min && t->ready - c->t_first > r->flush_s)))
         close_bucket(c);
-    do {
+    for (;;) {
         size_t lim = c->nb == 0 ? r->first : r->target;
         if (lim < esz)
             lim = esz;
-        if (c->open && c->bytes + left * esz > lim) {
+        if (c->open && c->bytes > 0 && c->bytes + left * esz > lim) {
             close_bucket(c);
             continue;
         }
         size_t n = left;
         if (r->split && left * esz > lim)
-            n = lim / esz; /* a piece of its own bucket (the bucket is empty here) */
+            n = lim / esz; /* a piece of its own bucket (holding no bytes yet) */
         if (!c->open) {
             c->open = 1;
             c->group = t->group;
@@ -90,10 +90,10 @@ static int place(cut_t *c, const gcoll_plan_tensor_t *t, int i, const gcoll_plan
         c->bytes += n * esz;
         toff += n;
         left -= n;
-        if (left > 0)
-            close_bucket(c);
-    } while (left > 0);
-    return 0;
+        if (left == 0)
+            return 0;
+        close_bucket(c);
+    }
 }
 
 int gcoll_plan_cut(const gcoll_plan_tensor_t *t, const int *order, int nt,
