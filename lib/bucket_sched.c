@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "bucketer_int.h"
+#include "log.h"
 #include "coll.h"
 #include "util.h"
 
@@ -13,6 +14,9 @@
 static void bucket_done(bucket_t *k, gcoll_status_t st)
 {
     gcoll_bucketer_t *b = k->b;
+    /* the run order, the same on every rank (tests/integration/test-overlap.sh compares) */
+    GCOLL_DEBUG(GCOLL_SUBSYS_COLL, "bucketer: step %ld ran bucket %d (%s)", b->step,
+                (int)(k - b->bk), gcoll_status_string(st));
     pthread_mutex_lock(&b->lock);
     k->st = st;
     k->ran = 1;
