@@ -102,12 +102,14 @@ void gcoll_bk_log_layout(const gcoll_bucketer_t *b, const char *why)
         char rule[32];
         if (t->rule >= 0)
             snprintf(rule, sizeof(rule), "policy rule %d", t->rule + 1);
-        int bk = g->bucket;
+        char part[96] = ""; /* a split tensor's piece */
+        if (g->n != t->count)
+            snprintf(part, sizeof(part), ", piece %zu..%zu", g->toff, g->toff + g->n);
         GCOLL_INFO(GCOLL_SUBSYS_COLL,
-                   "bucketer: tensor %d '%s' (layer '%.*s', elements "
-                   "%zu..%zu of %zu) -> bucket %d, %s (%s)",
-                   g->t, t->name, (int)gcoll_policy_layer_len(t->name), t->name, g->toff,
-                   g->toff + g->n, t->count, bk, b->bk[bk].spec,
+                   "bucketer: tensor %d '%s' (layer '%.*s', %zu elements%s) -> bucket %d, %s "
+                   "(%s)",
+                   g->t, t->name, (int)gcoll_policy_layer_len(t->name), t->name, t->count, part,
+                   g->bucket, b->bk[g->bucket].spec,
                    t->rule >= 0    ? rule
                    : t->rule == -1 ? "default"
                    : t->spec       ? "explicit"
