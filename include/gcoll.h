@@ -440,7 +440,8 @@ GCOLL_EXPORT const char *gcoll_compressed_scheme(const gcoll_comm_t *comm,
 
 typedef struct gcoll_bucketer gcoll_bucketer_t;
 typedef struct {
-    size_t bucket_bytes;      /* largest fused bucket (0: GCOLL_BUCKET_BYTES) */
+    size_t bucket_bytes;      /* largest fused bucket (0: GCOLL_BUCKET_BYTES; that 0 or unset:
+                               * sized from the model and the link, docs/overlap.md) */
     gcoll_op_t op;            /* GCOLL_AVG (as DDP) or GCOLL_SUM */
     const char *policy;       /* layer policy, GCOLL_LAYER_POLICY syntax (NULL: none) */
     const char *default_spec; /* compressor when no rule matches (NULL: "none") */

@@ -1,9 +1,11 @@
 /* bucketer.c: overlap of gradient reduction with the backward pass. Tensors registered in
- * backward order are fused into buckets (consecutive tensors with the same codec, up to
- * GCOLL_BUCKET_BYTES, as PyTorch DDP's buckets and Horovod's tensor fusion); a bucket is
- * queued on the progress thread as soon as all its tensors are ready, buckets in the same
- * order on every rank, and there it is gathered, compressed, reduced and scattered back
- * while the caller keeps computing. */
+ * backward order are fused into buckets (consecutive tensors with the same codec, sized by
+ * bucket_layout.c: automatically from the model and the link, or up to GCOLL_BUCKET_BYTES,
+ * as PyTorch DDP's buckets and Horovod's tensor fusion); a bucket is queued on the progress
+ * thread as soon as all its tensors are ready (bucket_sched.c: the same buckets in the same
+ * order on every rank), and there it is gathered, compressed, reduced and scattered back
+ * while the caller keeps computing. This file: registration, codecs, one bucket's run, the
+ * step's end and the adaptation of densities. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
