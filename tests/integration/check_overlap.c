@@ -105,8 +105,8 @@ static void ov_dense(size_t bucket_bytes)
             }
     }
     int nb = gcoll_bucketer_num_buckets(b);
-    printf("rank %d: bucket_bytes %zu: %d buckets, %d after the rebuild\n", rank, bucket_bytes,
-           nb0, nb);
+    printf("rank %d: bucket_bytes %zu: %d buckets, %d after the rebuild\n", rank, bucket_bytes, nb0,
+           nb);
     /* before the rebuild (whose sizes follow the measured per-bucket cost): 1/8 of the
      * model per bucket, the large tensor split */
     if (bucket_bytes == 0 && nb0 < 8)
