@@ -467,7 +467,8 @@ GCOLL_EXPORT const char *gcoll_compressed_scheme(const gcoll_comm_t *comm,
 
 typedef struct gcoll_bucketer gcoll_bucketer_t;
 typedef struct {
-    size_t bucket_bytes;      /* largest fused bucket (0: GCOLL_BUCKET_BYTES) */
+    size_t bucket_bytes;      /* largest fused bucket (0: GCOLL_BUCKET_BYTES; that 0 or unset:
+                               * sized from the model and the link, docs/overlap.md) */
     gcoll_op_t op;            /* GCOLL_AVG (as DDP) or GCOLL_SUM */
     const char *policy;       /* layer policy, GCOLL_LAYER_POLICY syntax (NULL: none) */
     const char *default_spec; /* compressor when no rule matches (NULL: "none") */
@@ -498,6 +499,12 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_ready(gcoll_bucketer_t *b, int id);
  * ready is GCOLL_ERR_INVALID here, naming it (the other ranks then time out in its bucket,
  * with an error naming the bucket and its tensors). Blocks. */
 GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b);
+/* Waits until tensor id (marked ready this step) is reduced and written back, while later
+ * buckets may still run: the next forward pass can start on the first layers before
+ * gcoll_bucketer_wait. gcoll_bucketer_wait still ends the step. Returns at once in a
+ * step that only accumulates. GCOLL_ERR_INVALID for an unknown id or one not marked
+ * ready, GCOLL_ERR_TIMEOUT after GCOLL_TIMEOUT_MS. Blocks; thread safe. */
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait_tensor(gcoll_bucketer_t *b, int id);
 GCOLL_EXPORT int gcoll_bucketer_num_buckets(const gcoll_bucketer_t *b);
 /* The density bucket i compresses to now (1 for codecs without one). With GCOLL_ADAPT it
  * changes between steps, identically on every rank. */

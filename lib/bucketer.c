@@ -1,87 +1,25 @@
 /* bucketer.c: overlap of gradient reduction with the backward pass. Tensors registered in
- * backward order are fused into buckets (consecutive tensors with the same codec, up to
- * GCOLL_BUCKET_BYTES, as PyTorch DDP's buckets and Horovod's tensor fusion); a bucket is
- * queued on the progress thread as soon as all its tensors are ready, buckets in the same
- * order on every rank, and there it is gathered, compressed, reduced and scattered back
- * while the caller keeps computing. */
+ * backward order are fused into buckets (consecutive tensors with the same codec, sized by
+ * bucket_layout.c: automatically from the model and the link, or up to GCOLL_BUCKET_BYTES,
+ * as PyTorch DDP's buckets and Horovod's tensor fusion); a bucket is queued on the progress
+ * thread as soon as all its tensors are ready (bucket_sched.c: the same buckets in the same
+ * order on every rank), and there it is gathered, compressed, reduced and scattered back
+ * while the caller keeps computing. This file: registration, codecs, one bucket's run, the
+ * step's end and the adaptation of densities. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapt.h"
-#include "comm.h"
-#include "compress/compress.h"
+#include "bucketer_int.h"
 #include "compress/kernels.h"
-#include "policy.h"
 #include "reduce.h"
 #include "sparse.h"
 #include "util.h"
 
-typedef struct {
-    char *name;
-    float *grad;
-    size_t count;
-    gcoll_dtype_t dtype;
-    char *spec; /* explicit, or NULL: the policy decides */
-    const char *chosen; /* the spec it gets (explicit, a rule's, the default or "none") */
-    int rule;           /* the policy rule that chose it; -1 the default, -2 explicit/dtype */
-    int bucket;
-    size_t off; /* in the bucket's fused buffer */
-    int ready;
-} tensor_t;
 
-typedef struct {
-    int first, n; /* tensors [first, first+n) */
-    size_t count;
-    gcoll_dtype_t dtype;
-    char *spec;
-    char label[160];
-    gcoll_compressor_t *comp;
-    gcoll_tensor_state_t *state;
-    size_t *ends; /* per-tensor selection: each tensor's end in the fused buffer */
-    float *fused;
-    float *acc; /* local accumulation across GCOLL_ACCUMULATE_STEPS (NULL when 1) */
-    int nready;
-    gcoll_request_t *req;
-    gcoll_bucketer_t *b;
-    /* adaptation: measured on the progress thread during the bucket's run */
-    int adaptive; /* the codec has a density to tune */
-    int check_after; /* adaptive, with bandwidth adaptation, and another adaptive bucket
-                      * after it: the mid-step check runs after this one */
-    gcoll_density_ctl_t ctl;
-    gcoll_bw_est_t bw; /* this bucket's own wire rate, for the mid-step check */
-    double base_density; /* the spec's */
-    double t_launch, run_s, comp_s, bytes, norm2;
-    double copy_s; /* gathering into the fused buffer and scattering back */
-} bucket_t;
-
-struct gcoll_bucketer {
-    gcoll_comm_t *comm;
-    gcoll_bucketer_config_t cfg;
-    char *policy_text;
-    char *default_spec;
-    gcoll_policy_t policy;
-    pthread_mutex_t lock;
-    tensor_t *t;
-    int nt, capt;
-    bucket_t *bk;
-    int nb;
-    int finalized;
-    int next_launch;
-    long step; /* steps completed */
-    int adapt;  /* GCOLL_ADAPT: bit 0 bandwidth, bit 1 phase */
-    gcoll_phase_t phase;
-    gcoll_bw_est_t bw; /* of all adaptive buckets together */
-    double window;     /* the last agreed backward window, seconds */
-    double mid_scale;  /* this step's mid-step cut of the densities (1: none) */
-    int mid_fired;     /* mid-step checks that found the link slower this step */
-    long adapted;      /* communicating steps adapt() has seen */
-    char err[512];
-};
-
-static void bucket_free(bucket_t *k)
+void gcoll_bk_free(bucket_t *k)
 {
     gcoll_state_destroy(k->state);
     gcoll_compressor_destroy(k->comp);
@@ -95,10 +33,12 @@ GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b)
 {
     if (!b)
         return;
+    for (int i = 0; i < b->ntok; i++)
+        gcoll_wait(b->tok[i]);
     for (int i = 0; i < b->nb; i++) {
         if (b->bk[i].req)
             gcoll_wait(b->bk[i].req);
-        bucket_free(&b->bk[i]);
+        gcoll_bk_free(&b->bk[i]);
     }
     for (int i = 0; i < b->nt; i++) {
         free(b->t[i].name);
@@ -109,6 +49,10 @@ GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b)
     free(b->default_spec);
     free(b->t);
     free(b->bk);
+    free(b->seg);
+    free(b->tok);
+    free(b->neg);
+    pthread_cond_destroy(&b->cond);
     pthread_mutex_destroy(&b->lock);
     free(b);
 }
@@ -122,6 +66,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
     if (!b)
         return GCOLL_ERR_NOMEM;
     pthread_mutex_init(&b->lock, NULL);
+    pthread_cond_init(&b->cond, NULL);
     b->comm = comm;
     if (cfg) {
         b->cfg = *cfg;
@@ -134,6 +79,13 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
     }
     if (b->cfg.bucket_bytes == 0)
         b->cfg.bucket_bytes = comm->cfg.bucket_bytes;
+    /* GCOLL_BUCKET_BYTES (or the config's) unset: sized from the model and the link */
+    b->autosize = b->cfg.bucket_bytes == 0;
+    b->priority = comm->cfg.bucket_priority;
+    b->rebuild = comm->cfg.bucket_rebuild;
+    b->link.msg_s = gcoll_bk_default_msg_s(comm->size);
+    if (comm->probe_bw > 0 && comm->size > 1) /* a dense ring sends 2(P-1)/P of a bucket */
+        b->link.bw = comm->probe_bw * comm->size / (2.0 * (comm->size - 1));
     if (b->cfg.accumulate_steps < 1)
         b->cfg.accumulate_steps = 1;
     b->adapt = comm->cfg.adapt; /* 1 bandwidth, 2 phase, 3 both */
@@ -268,80 +220,67 @@ static void default_warmup(gcoll_compressor_t *c, uint64_t steps)
     gcoll_spec_canon(c);
 }
 
-/* Assigns codecs by policy and cuts the tensors into buckets. */
-static gcoll_status_t finalize(gcoll_bucketer_t *b)
+/* A bucket's fused buffer, codec and state. */
+gcoll_status_t gcoll_bk_setup(gcoll_bucketer_t *b, int j)
 {
-    b->bk = calloc((size_t)b->nt + 1, sizeof(bucket_t));
-    if (!b->bk)
+    bucket_t *k = &b->bk[j];
+    const seg_t *s0 = &b->seg[k->seg0], *s1 = &b->seg[k->seg0 + k->n - 1];
+    snprintf(k->label, sizeof(k->label), "gcoll_bucketer bucket %d [%s .. %s]", j,
+             b->t[s0->t].name, b->t[s1->t].name);
+    size_t esz = gcoll_dtype_size(k->dtype);
+    k->fused = malloc(k->count * esz + 1);
+    if (!k->fused || (b->cfg.accumulate_steps > 1 && !(k->acc = calloc(k->count + 1, esz))))
         return GCOLL_ERR_NOMEM;
-    assign_specs(b);
-    for (int i = 0; i < b->nt; i++) {
-        tensor_t *t = &b->t[i];
-        const char *spec = t->chosen;
-        bucket_t *k = b->nb ? &b->bk[b->nb - 1] : NULL;
-        size_t esz = gcoll_dtype_size(t->dtype);
-        if (!k || strcmp(k->spec, spec) != 0 || k->dtype != t->dtype ||
-            (k->count > 0 && (k->count + t->count) * esz > b->cfg.bucket_bytes)) {
-            k = &b->bk[b->nb++];
-            k->first = i;
-            k->dtype = t->dtype;
-            k->b = b;
-            if (!(k->spec = strdup(spec)))
-                return GCOLL_ERR_NOMEM;
-        }
-        t->bucket = (int)(k - b->bk);
-        t->off = k->count;
-        k->count += t->count;
-        k->n++;
-        char why[32];
-        if (t->rule >= 0)
-            snprintf(why, sizeof(why), "policy rule %d", t->rule + 1);
-        GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: tensor %d '%s' (layer '%.*s', %zu elements) -> "
-                   "bucket %d, %s (%s)", i, t->name, (int)gcoll_policy_layer_len(t->name),
-                   t->name, t->count, t->bucket, spec,
-                   t->rule >= 0 ? why : t->rule == -1 ? "default" : t->spec ? "explicit"
-                                                                           : "not float32");
-    }
-    for (int j = 0; j < b->nb; j++) {
-        bucket_t *k = &b->bk[j];
-        snprintf(k->label, sizeof(k->label), "gcoll_bucketer bucket %d [%s .. %s]", j,
-                 b->t[k->first].name, b->t[k->first + k->n - 1].name);
-        size_t esz = gcoll_dtype_size(k->dtype);
-        k->fused = malloc(k->count * esz + 1);
-        if (!k->fused || (b->cfg.accumulate_steps > 1 && !(k->acc = calloc(k->count + 1, esz))))
+    if (k->dtype != GCOLL_FLOAT32)
+        return GCOLL_OK;
+    GCOLL_CHECK(gcoll_compressor_create(k->spec, &k->comp));
+    default_warmup(k->comp, b->cfg.warmup_steps);
+    if (b->comm->cfg.layer_select && k->n > 1) {
+        /* top-k and DGC select in each tensor (piece) of the bucket (select.c) */
+        if (!(k->ends = malloc((size_t)k->n * sizeof(size_t))))
             return GCOLL_ERR_NOMEM;
-        if (k->dtype == GCOLL_FLOAT32) {
-            GCOLL_CHECK(gcoll_compressor_create(k->spec, &k->comp));
-            default_warmup(k->comp, b->cfg.warmup_steps);
-            if (b->comm->cfg.layer_select && k->n > 1) {
-                /* top-k and DGC select in each tensor of the bucket (select.c) */
-                if (!(k->ends = malloc((size_t)k->n * sizeof(size_t))))
-                    return GCOLL_ERR_NOMEM;
-                for (int i = 0; i < k->n; i++)
-                    k->ends[i] = b->t[k->first + i].off + b->t[k->first + i].count;
-                k->comp->layer_end = k->ends;
-                k->comp->nlayers = (size_t)k->n;
-            }
-            GCOLL_CHECK(gcoll_state_create(k->comp, k->count, &k->state));
-            k->adaptive = b->adapt && k->comp->density > 0 && k->comp->k_fixed == 0;
-            /* the bandwidth estimate takes the run less compression as wire time, which
-             * the streamed top-k hides under compression: adaptive buckets do not stream */
-            k->state->no_stream = k->adaptive && (b->adapt & 1);
-            if (k->adaptive) {
-                const gcoll_config_t *cf = &b->comm->cfg;
-                k->base_density = k->comp->density;
-                gcoll_ctl_init(&k->ctl, cf->density_min, cf->density_max, k->comp->density);
-                gcoll_bw_init(&k->bw, (double)cf->adapt_half_life);
-            }
-        }
+        for (int i = 0; i < k->n; i++)
+            k->ends[i] = b->seg[k->seg0 + i].foff + b->seg[k->seg0 + i].n;
+        k->comp->layer_end = k->ends;
+        k->comp->nlayers = (size_t)k->n;
     }
+    GCOLL_CHECK(gcoll_state_create(k->comp, k->count, &k->state));
+    k->adaptive = b->adapt && k->comp->density > 0 && k->comp->k_fixed == 0;
+    /* the bandwidth estimate takes the run less compression as wire time, which
+     * the streamed top-k hides under compression: adaptive buckets do not stream */
+    k->state->no_stream = k->adaptive && (b->adapt & 1);
+    if (k->adaptive) {
+        const gcoll_config_t *cf = &b->comm->cfg;
+        k->base_density = k->comp->density;
+        gcoll_ctl_init(&k->ctl, cf->density_min, cf->density_max, k->comp->density);
+        gcoll_bw_init(&k->bw, (double)cf->adapt_half_life);
+    }
+    return GCOLL_OK;
+}
+/* The mid-step checks run after an adaptive bucket with another adaptive one after it. */
+void gcoll_bk_mark_checks(gcoll_bucketer_t *b)
+{
     for (int j = 0, later = 0; (b->adapt & 1) && j < b->nb; j++) {
         bucket_t *k = &b->bk[b->nb - 1 - j];
         k->check_after = k->adaptive && later;
         later |= k->adaptive;
     }
-    GCOLL_INFO(GCOLL_SUBSYS_COLL, "bucketer: %d tensors in %d buckets of up to %zu bytes", b->nt,
-               b->nb, b->cfg.bucket_bytes);
+}
+
+/* Assigns codecs by policy and cuts the tensors into buckets. */
+static gcoll_status_t finalize(gcoll_bucketer_t *b)
+{
+    assign_specs(b);
+    gcoll_plan_rule_t r;
+    gcoll_bk_layout_rule(b, &r, 0);
+    GCOLL_CHECK(gcoll_bk_layout(b, NULL, &r, NULL));
+    for (int j = 0; j < b->nb; j++)
+        GCOLL_CHECK(gcoll_bk_setup(b, j));
+    gcoll_bk_mark_checks(b);
+    char why[96];
+    snprintf(why, sizeof(why), b->autosize ? "automatic, first %zu, then %zu bytes"
+                                           : "GCOLL_BUCKET_BYTES %zu bytes", r.first, r.target);
+    gcoll_bk_log_layout(b, why);
     b->finalized = 1;
     return GCOLL_OK;
 }
@@ -413,25 +352,24 @@ static void trace_tensors(const bucket_t *k, uint64_t step)
 {
     const gcoll_bucketer_t *b = k->b;
     const float *e = gcoll_state_residual(k->state), *u = k->state->u;
-    for (int i = k->first; i < k->first + k->n; i++) {
-        const tensor_t *t = &b->t[i];
-        const float *out = k->fused + t->off;
+    for (int i = k->seg0; i < k->seg0 + k->n; i++) {
+        const seg_t *g = &b->seg[i];
+        const tensor_t *t = &b->t[g->t];
+        const float *out = k->fused + g->foff;
         size_t nz = 0;
-        for (size_t j = 0; j < t->count; j++)
+        for (size_t j = 0; j < g->n; j++)
             nz += out[j] != 0;
         GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "trace step %llu tensor '%s' n %zu density %.6g "
                     "updated %zu grad %.6g residual %.6g velocity %.6g",
-                    (unsigned long long)step, t->name, t->count,
-                    gcoll_codec_density(k->comp, step), nz, norm2(t->grad, t->count),
-                    e ? norm2(e + t->off, t->count) : 0.0,
-                    u ? norm2(u + t->off, t->count) : 0.0);
+                    (unsigned long long)step, t->name, g->n,
+                    gcoll_codec_density(k->comp, step), nz, norm2(t->grad + g->toff, g->n),
+                    e ? norm2(e + g->foff, g->n) : 0.0, u ? norm2(u + g->foff, g->n) : 0.0);
     }
 }
 
 /* On the progress thread: gather, reduce (compressed for float32), scatter back. */
-static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
+gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
 {
-    bucket_t *k = req->a.ext;
     gcoll_bucketer_t *b = k->b;
     size_t esz = gcoll_dtype_size(k->dtype);
     uint8_t *fused = (uint8_t *)k->fused;
@@ -439,21 +377,23 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
     /* float32 without local accumulation: look for NaN/Inf while each block of the copy
      * is in cache, instead of a separate pass over the fused buffer in the encoder */
     const int scan = k->dtype == GCOLL_FLOAT32 && !k->acc;
-    for (int i = k->first; i < k->first + k->n; i++) {
-        tensor_t *t = &b->t[i];
+    for (int i = k->seg0; i < k->seg0 + k->n; i++) {
+        const seg_t *g = &b->seg[i];
+        const tensor_t *t = &b->t[g->t];
+        const uint8_t *src8 = (const uint8_t *)t->grad + g->toff * esz;
         if (!scan) {
-            memcpy(fused + t->off * esz, t->grad, t->count * esz);
+            memcpy(fused + g->foff * esz, src8, g->n * esz);
             continue;
         }
-        float *dst = k->fused + t->off;
-        const float *src = t->grad;
-        for (size_t o = 0; o < t->count; o += 16384) {
-            size_t n = GCOLL_MIN(t->count - o, (size_t)16384);
+        float *dst = k->fused + g->foff;
+        const float *src = (const float *)src8;
+        for (size_t o = 0; o < g->n; o += 16384) {
+            size_t n = GCOLL_MIN(g->n - o, (size_t)16384);
             memcpy(dst + o, src + o, n * sizeof(float));
             size_t bad = gcoll_kernels()->first_bad(dst + o, n);
             if (bad < n) {
                 gcoll_comm_set_error(comm, "%s: tensor '%s' element %zu is NaN or infinite",
-                                     k->label, t->name, o + bad);
+                                     k->label, t->name, g->toff + o + bad);
                 return GCOLL_ERR_INVALID;
             }
         }
@@ -478,6 +418,7 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
             return st;
     }
     uint64_t cstep = k->state ? k->state->step : 0; /* the codec's step of this run */
+    uint64_t w0 = gcoll_time_ns();
     if (k->dtype == GCOLL_FLOAT32) {
         k->state->input_checked = scan;
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
@@ -491,6 +432,7 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
         if (st == GCOLL_OK)
             gcoll_reduce_finish(fused, k->count, k->dtype, b->cfg.op, comm->size);
     }
+    k->wire_s = (double)(gcoll_time_ns() - w0) * 1e-9;
     if (st == GCOLL_OK && k->check_after)
         st = midstep_check(comm, k);
     if (st != GCOLL_OK)
@@ -498,37 +440,15 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
     if (k->dtype == GCOLL_FLOAT32 && GCOLL_LOG_ON(GCOLL_LOG_DEBUG, GCOLL_SUBSYS_COMPRESS))
         trace_tensors(k, cstep);
     double t1 = (double)gcoll_time_ns() * 1e-9;
-    for (int i = k->first; i < k->first + k->n; i++) {
-        tensor_t *t = &b->t[i];
-        memcpy(t->grad, fused + t->off * esz, t->count * esz);
+    for (int i = k->seg0; i < k->seg0 + k->n; i++) {
+        const seg_t *g = &b->seg[i];
+        memcpy((uint8_t *)b->t[g->t].grad + g->toff * esz, fused + g->foff * esz, g->n * esz);
     }
     k->copy_s += (double)gcoll_time_ns() * 1e-9 - t1;
     /* where the time of a step goes: queueing behind earlier buckets, then the run */
     GCOLL_DEBUG(GCOLL_SUBSYS_COLL, "bucketer: step %llu %s: queued %.1f ms, ran %.1f ms "
                 "(compression %.1f ms, %.0f bytes sent)", (unsigned long long)b->step, k->label,
                 (t0 - k->t_launch) * 1e3, k->run_s * 1e3, k->comp_s * 1e3, k->bytes);
-    return GCOLL_OK;
-}
-
-/* Is this a step that communicates (the last of an accumulation cycle)? */
-static int communicating(const gcoll_bucketer_t *b)
-{
-    return (b->step + 1) % b->cfg.accumulate_steps == 0;
-}
-
-/* Queues every complete bucket whose predecessors are queued: the same order everywhere. */
-static gcoll_status_t launch_ready(gcoll_bucketer_t *b)
-{
-    while (b->next_launch < b->nb && b->bk[b->next_launch].nready == b->bk[b->next_launch].n) {
-        bucket_t *k = &b->bk[b->next_launch];
-        gcoll_args_t a = {.count = k->count, .dtype = k->dtype, .op = b->cfg.op, .ext = k};
-        gcoll_request_t *req = gcoll_request_new(b->comm, k->label, run_bucket, &a);
-        if (!req)
-            return GCOLL_ERR_NOMEM;
-        k->t_launch = (double)gcoll_time_ns() * 1e-9;
-        GCOLL_CHECK(gcoll_comm_submit(b->comm, req, &k->req));
-        b->next_launch++;
-    }
     return GCOLL_OK;
 }
 
@@ -550,16 +470,21 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_ready(gcoll_bucketer_t *b, int id)
     if (st != GCOLL_OK)
         goto out;
     t->ready = 1;
-    bucket_t *k = &b->bk[t->bucket];
-    if (!communicating(b)) {
-        /* accumulate locally; nothing travels this step */
-        size_t esz = gcoll_dtype_size(t->dtype);
-        accumulate((uint8_t *)k->acc + t->off * esz, t->grad, t->count, t->dtype);
+    double now = (double)gcoll_time_ns() * 1e-9;
+    if (b->t_first_ready == 0)
+        b->t_first_ready = now;
+    t->t_ready = now - b->t_first_ready;
+    size_t esz = gcoll_dtype_size(t->dtype);
+    for (int s = t->seg0; s < t->seg0 + t->nseg; s++) {
+        const seg_t *g = &b->seg[s];
+        bucket_t *k = &b->bk[g->bucket];
+        if (!gcoll_bk_communicating(b)) /* accumulate locally; nothing travels this step */
+            accumulate((uint8_t *)k->acc + g->foff * esz, (const uint8_t *)t->grad + g->toff * esz,
+                       g->n, t->dtype);
         k->nready++;
-        goto out;
     }
-    k->nready++;
-    st = launch_ready(b);
+    if (gcoll_bk_communicating(b))
+        st = gcoll_bk_launch(b, t);
 out:
     pthread_mutex_unlock(&b->lock);
     return st;
@@ -734,7 +659,14 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
                                        "tensor '%s' (bucket %d) was not marked ready this step",
                                        b->t[i].name, b->t[i].bucket);
     double t_end = (double)gcoll_time_ns() * 1e-9; /* the end of backward */
+    int ntok = b->ntok;
     pthread_mutex_unlock(&b->lock);
+    for (int i = 0; i < ntok; i++) {
+        gcoll_status_t s2 = gcoll_wait(b->tok[i]);
+        b->tok[i] = NULL;
+        if (st == GCOLL_OK)
+            st = s2;
+    }
     for (int j = 0; j < b->nb; j++) {
         if (!b->bk[j].req)
             continue;
@@ -743,13 +675,18 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
         if (st == GCOLL_OK)
             st = s2;
     }
-    if (st == GCOLL_OK && b->adapt && communicating(b))
+    if (st == GCOLL_OK && b->adapt && gcoll_bk_communicating(b))
         st = adapt(b, t_end);
     pthread_mutex_lock(&b->lock);
+    if (st == GCOLL_OK && gcoll_bk_communicating(b) && b->autosize && b->rebuild && !b->rebuilt &&
+        ++b->comm_steps == 2)
+        st = gcoll_bk_rebuild(b);
     for (int i = 0; i < b->nt; i++)
         b->t[i].ready = 0;
     for (int j = 0; j < b->nb; j++)
-        b->bk[j].nready = 0;
+        b->bk[j].nready = b->bk[j].launched = b->bk[j].ran = 0;
+    b->ntok = 0;
+    b->t_first_ready = 0;
     b->next_launch = 0;
     b->mid_scale = 1;
     b->mid_fired = 0;

@@ -110,9 +110,19 @@ static const param_t params[] = {
     {"GCOLL_COMPRESSOR", P_STRING, "none",
      "default compressor spec of the bucketer and the tools (e.g. topk:density=0.01+q8)",
      OFF(compressor), 0, NULL},
-    {"GCOLL_BUCKET_BYTES", P_SIZE, "25mb",
-     "bucketer: largest fused bucket of gradients (as PyTorch DDP's bucket_cap_mb)",
+    {"GCOLL_BUCKET_BYTES", P_SIZE, "0",
+     "bucketer: largest fused bucket of gradients (as PyTorch DDP's bucket_cap_mb); 0: sized "
+     "from the model and the measured link (a 1 MiB first bucket, then about 1/8 of the "
+     "model, 64 KiB to 25 MiB, large tensors split)",
      OFF(bucket_bytes), F_MUST_MATCH, NULL},
+    {"GCOLL_BUCKET_PRIORITY", P_BOOL, "1",
+     "bucketer: when several buckets are queued, reduce the first layers' first (the ranks "
+     "agree on what is ready with a tiny allreduce per bucket); 0: in backward order",
+     OFF(bucket_priority), F_MUST_MATCH, NULL},
+    {"GCOLL_BUCKET_REBUILD", P_BOOL, "1",
+     "bucketer, automatic sizes: after the second step cut the buckets again from the ready "
+     "order and times and the link rate measured (agreed by all ranks), as DDP rebuilds",
+     OFF(bucket_rebuild), F_MUST_MATCH, NULL},
     {"GCOLL_BUCKET_OP", P_ENUM, "avg", "bucketer: average (as DDP) or sum the gradients",
      OFF(bucket_op), F_MUST_MATCH, "avg|sum"},
     {"GCOLL_LAYER_POLICY", P_STRING, "",

@@ -36,7 +36,9 @@ typedef struct gcoll_config {
     size_t ef_spare_max; /* bytes all the spare residuals of the process may take */
     int codec_simd;  /* read by lib/compress/kernels.c at first use */
     char *compressor;      /* default compressor spec of tools and the bucketer */
-    size_t bucket_bytes;
+    size_t bucket_bytes;   /* 0: automatic */
+    int bucket_priority;   /* bucketer: first layers' buckets first */
+    int bucket_rebuild;    /* bucketer: layout again from measured ready times */
     int bucket_op;         /* 0 avg, 1 sum */
     char *layer_policy;
     int layer_select;      /* bucketer: top-k/DGC select per tensor in a fused bucket */

@@ -1,6 +1,7 @@
 /* gcoll-overlap-bench: simulates a backward pass (a real compute loop per layer, not a
- * sleep) over ResNet-50's 161 gradient tensors and calls ready() as each finishes, to
- * measure how much of the communication the bucketer hides behind compute. */
+ * sleep) over ResNet-50's 161 gradient tensors (or N layers of C floats) and calls ready()
+ * as each finishes, to measure how much of the communication the bucketer hides behind
+ * compute, and how soon after backward the first layer's reduced gradient is ready. */
 #include <getopt.h>
 #include <pthread.h>
 #include <sched.h>
@@ -66,6 +67,16 @@ static void resnet50(void)
     add("fc.bias", 1000);
 }
 
+/* N layers of C floats each, forward order. */
+static void uniform_model(int n, size_t count)
+{
+    char name[48];
+    for (int l = 0; l < n; l++) {
+        snprintf(name, sizeof(name), "layer%d.weight", l);
+        add(name, count);
+    }
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -87,6 +98,11 @@ static void compute(double seconds)
 
 typedef enum { MODE_COMPUTE, MODE_COMM, MODE_OVERLAP, MODE_AFTER } mode_t_;
 
+/* Overlapped mode: after the end of backward, the time until the first layer's gradient
+ * (registered last) is reduced, and until every bucket is (summed over iterations). */
+static double first_sum, all_sum;
+static int first_n;
+
 /* One iteration; returns its time. */
 static double iteration(gcoll_bucketer_t *b, float **g, const int *id, mode_t_ mode,
                         double compute_s, size_t total, gcoll_status_t *st)
@@ -107,6 +123,17 @@ static double iteration(gcoll_bucketer_t *b, float **g, const int *id, mode_t_ m
     if (mode == MODE_COMM || mode == MODE_AFTER)
         for (int k = 0; k < nlayers && *st == GCOLL_OK; k++)
             *st = gcoll_bucketer_ready(b, id[k]);
+    if (mode == MODE_OVERLAP && *st == GCOLL_OK) {
+        double t_end = now();
+        *st = gcoll_bucketer_wait_tensor(b, id[nlayers - 1]);
+        double t_first = now();
+        if (*st == GCOLL_OK)
+            *st = gcoll_bucketer_wait(b);
+        first_sum += t_first - t_end;
+        all_sum += now() - t_end;
+        first_n++;
+        return now() - t0;
+    }
     if (mode != MODE_COMPUTE && *st == GCOLL_OK)
         *st = gcoll_bucketer_wait(b);
     return now() - t0;
@@ -116,19 +143,27 @@ int main(int argc, char **argv)
 {
     double compute_ms = 200;
     int iters = 5, steps = 0;
-    const char *spec = NULL;
+    const char *spec = NULL, *model = "resnet50";
     int c;
-    int compute_cpu = -1, list = 0;
-    while ((c = getopt(argc, argv, "c:n:z:s:C:Lh")) != -1) {
+    int compute_cpu = -1, list = 0, match = 0;
+    while ((c = getopt(argc, argv, "c:n:z:s:C:m:Lh")) != -1) {
         switch (c) {
         case 'L': list = 1; break;
         case 'C': compute_cpu = atoi(optarg); break;
         case 's': steps = atoi(optarg); break;
-        case 'c': compute_ms = atof(optarg); break;
+        case 'm': model = optarg; break;
+        case 'c':
+            match = strcmp(optarg, "match") == 0;
+            compute_ms = match ? 0 : atof(optarg);
+            break;
         case 'n': iters = atoi(optarg); break;
         case 'z': spec = optarg; break;
         default:
-            printf("usage: gcoll-overlap-bench [-c COMPUTE_MS] [-n ITERS] [-z SPEC] [-s STEPS] [-C CPU] [-L]\n"
+            printf("usage: gcoll-overlap-bench [-c COMPUTE_MS|match] [-n ITERS] [-z SPEC] [-s STEPS] [-C CPU]\n"
+                   "       [-m resnet50|NxCOUNT] [-L]\n"
+                   "  -m NxCOUNT: N layers of COUNT floats instead of ResNet-50 (e.g. 24x250000)\n"
+                   "  -c match: compute for as long as the communication alone takes (measured\n"
+                   "  first, the slowest rank's best)\n"
                    "  -L: list each tensor (forward order), its size and the compressor spec the\n"
                    "  bucketer gives it under GCOLL_LAYER_POLICY, then exit\n"
                    "  -C CPU: pin the compute loop (this thread) to CPU, e.g. with\n"
@@ -138,12 +173,25 @@ int main(int argc, char **argv)
                    "  iteration time and the densities the bucketer chose (for GCOLL_ADAPT runs),\n"
                    "  after two steps of compute alone (the reference, printed first)\n"
                    "  simulates ResNet-50's backward pass (161 tensors, 25.5M floats) taking\n"
+                   "  (or the -m model's)\n"
                    "  COMPUTE_MS per iteration (default 200) and reduces the gradients through\n"
                    "  the bucketer with compressor SPEC (default GCOLL_COMPRESSOR, else none)\n");
             return c == 'h' ? 0 : 2;
         }
     }
-    resnet50();
+    char model_name[64] = "ResNet-50";
+    int mn = 0;
+    size_t mc = 0;
+    if (strcmp(model, "resnet50") == 0) {
+        resnet50();
+    } else if (sscanf(model, "%dx%zu", &mn, &mc) == 2 && mn > 0 && mn <= 200 && mc > 0) {
+        uniform_model(mn, mc);
+        snprintf(model_name, sizeof(model_name), "%d layers of %zu floats", mn, mc);
+    } else {
+        fprintf(stderr, "gcoll-overlap-bench: -m %s: expected resnet50 or NxCOUNT (N 1..200)\n",
+                model);
+        return 2;
+    }
     gcoll_comm_t *comm;
     if (gcoll_comm_init(&comm) != GCOLL_OK)
         return 1;
@@ -232,8 +280,22 @@ int main(int argc, char **argv)
     static const char *const names[4] = {"compute alone", "communication alone",
                                          "bucketer, overlapped", "all after backward"};
     gcoll_status_t st = GCOLL_OK;
+    if (match) { /* compute as long as the communication alone (its slowest rank's best) */
+        double best = 1e30;
+        for (int it = 0; it < iters + 2 && st == GCOLL_OK; it++) { /* 2 warm-ups */
+            double x = iteration(b, g, id, MODE_COMM, 0, total, &st);
+            best = it >= 2 && x < best ? x : best;
+        }
+        if (st == GCOLL_OK)
+            st = gcoll_allreduce(comm, &best, &s, 1, GCOLL_FLOAT64, GCOLL_MAX);
+        compute_ms = s * 1e3;
+    }
     for (int m = 0; m < 4 && st == GCOLL_OK; m++) {
         iteration(b, g, id, (mode_t_)m, s, total, &st); /* warm-up */
+        if (m == MODE_OVERLAP) {
+            first_sum = all_sum = 0;
+            first_n = 0;
+        }
         double best = 1e30;
         for (int it = 0; it < iters && st == GCOLL_OK; it++) {
             double x = iteration(b, g, id, (mode_t_)m, s, total, &st);
@@ -243,21 +305,32 @@ int main(int argc, char **argv)
         if (st == GCOLL_OK)
             st = gcoll_allreduce(comm, &best, &t[m], 1, GCOLL_FLOAT64, GCOLL_MAX);
     }
+    /* the slowest rank's mean times from the end of backward */
+    double after[2] = {first_n ? first_sum / first_n : 0, first_n ? all_sum / first_n : 0};
+    if (st == GCOLL_OK)
+        st = gcoll_allreduce(comm, after, after, 2, GCOLL_FLOAT64, GCOLL_MAX);
     if (st != GCOLL_OK) {
         fprintf(stderr, "gcoll-overlap-bench: %s\n", gcoll_comm_last_error(comm));
         return 1;
     }
     if (rank == 0) {
-        printf("# gcoll-overlap-bench: ResNet-50 gradients (%d tensors, %.1fM floats) in %d "
-               "buckets, %d ranks over %s, compressor %s, best of %d\n", nlayers,
+        const char *pr = getenv("GCOLL_BUCKET_PRIORITY");
+        printf("# gcoll-overlap-bench: %s gradients (%d tensors, %.1fM floats) in %d "
+               "buckets, %d ranks over %s, compressor %s, best of %d\n", model_name, nlayers,
                (double)total / 1e6, gcoll_bucketer_num_buckets(b), gcoll_comm_size(comm),
                gcoll_comm_transport(comm), spec ? spec : (getenv("GCOLL_COMPRESSOR") ? getenv("GCOLL_COMPRESSOR") : "none"), iters);
+        printf("# compute loops %.1f ms per iteration%s\n", compute_ms,
+               match ? " (-c match: the communication alone, measured first)" : "");
         for (int m = 0; m < 4; m++)
             printf("%-24s %9.1f ms\n", names[m], t[m] * 1e3);
         double hidden = t[0] + t[1] - t[2], lo = t[0] < t[1] ? t[0] : t[1];
         printf("overlap efficiency       %9.2f   ((compute + comm - overlapped) / min(compute, comm))\n",
                lo > 0 ? hidden / lo : 0);
         printf("speedup over after-backward %6.2fx\n", t[3] / t[2]);
+        printf("first layer ready        %9.1f ms after backward (mean, overlapped; "
+               "GCOLL_BUCKET_PRIORITY=%s)\n", after[0] * 1e3, pr && *pr ? pr : "1");
+        printf("all buckets reduced      %9.1f ms after backward (mean, overlapped)\n",
+               after[1] * 1e3);
     }
     gcoll_bucketer_destroy(b);
     for (int l = 0; l < nlayers; l++)

@@ -39,6 +39,7 @@ double expected(size_t i, gcoll_dtype_t dt, gcoll_op_t op);
 int run_sparse(void);               /* check_sparse.c */
 int run_compressed(void);           /* check_sparse.c */
 int run_bucketer(void);             /* check_bucketer.c */
+int run_overlap(void);              /* check_overlap.c */
 int run_bucket_layers(void);        /* check_bucketer.c: GCOLL_LAYER_SELECT */
 int run_warmup(void);               /* check_bucketer.c: GCOLL_SPARSE_ALGO=allgather */
 int run_adapt(void);                /* check_bucketer.c */

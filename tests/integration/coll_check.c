@@ -705,6 +705,8 @@ int main(int argc, char **argv)
         bad = run_adapt();
     else if (strcmp(mode, "bucketer") == 0)
         bad = run_bucketer();
+    else if (strcmp(mode, "overlap") == 0)
+        bad = run_overlap();
     else if (strcmp(mode, "warmup") == 0)
         bad = run_warmup();
     else if (strcmp(mode, "bucket_layers") == 0)

@@ -1,0 +1,124 @@
+/* bucketer_int.h: the bucketer's state, shared by bucketer.c (registration, runs, steps),
+ * bucket_layout.c (cutting and rebuilding buckets) and bucket_sched.c (launch order and
+ * priorities). Internal. */
+#ifndef GCOLL_BUCKETER_INT_H
+#define GCOLL_BUCKETER_INT_H
+
+#include <pthread.h>
+
+#include "adapt.h"
+#include "bucket_plan.h"
+#include "comm.h"
+#include "compress/compress.h"
+#include "policy.h"
+
+typedef struct {
+    char *name;
+    float *grad;
+    size_t count;
+    gcoll_dtype_t dtype;
+    char *spec;         /* explicit, or NULL: the policy decides */
+    const char *chosen; /* the spec it gets (explicit, a rule's, the default or "none") */
+    int rule;           /* the policy rule that chose it; -1 the default, -2 explicit/dtype */
+    int bucket;         /* its first bucket */
+    int seg0, nseg;     /* its pieces: segments [seg0, seg0 + nseg), in consecutive buckets */
+    int ready;
+    double t_ready; /* since the step's first ready(), this rank's clock */
+} tensor_t;
+
+/* Elements [toff, toff + n) of tensor t at foff in its bucket's fused buffer. */
+typedef struct {
+    int t, bucket;
+    size_t toff, n, foff;
+} seg_t;
+
+typedef struct {
+    int seg0, n; /* segments [seg0, seg0 + n) */
+    size_t count;
+    gcoll_dtype_t dtype;
+    char *spec;
+    char label[160];
+    gcoll_compressor_t *comp;
+    gcoll_tensor_state_t *state;
+    size_t *ends; /* per-tensor selection: each tensor's end in the fused buffer */
+    float *fused;
+    float *acc; /* local accumulation across GCOLL_ACCUMULATE_STEPS (NULL when 1) */
+    int nready;
+    int launched, ran; /* this step: complete here (queued); reduced (progress thread) */
+    gcoll_request_t *req;
+    gcoll_bucketer_t *b;
+    /* adaptation: measured on the progress thread during the bucket's run */
+    int adaptive;    /* the codec has a density to tune */
+    int check_after; /* adaptive, with bandwidth adaptation, and another adaptive bucket
+                      * after it: the mid-step check runs after this one */
+    gcoll_density_ctl_t ctl;
+    gcoll_bw_est_t bw;   /* this bucket's own wire rate, for the mid-step check */
+    double base_density; /* the spec's */
+    double t_launch, run_s, comp_s, bytes, norm2;
+    double copy_s;     /* gathering into the fused buffer and scattering back */
+    double wire_s;     /* the collective alone (codec and wire), for the layout's link fit */
+    gcoll_status_t st; /* of its run this step */
+} bucket_t;
+
+struct gcoll_bucketer {
+    gcoll_comm_t *comm;
+    gcoll_bucketer_config_t cfg;
+    char *policy_text;
+    char *default_spec;
+    gcoll_policy_t policy;
+    pthread_mutex_t lock;
+    tensor_t *t;
+    int nt, capt;
+    bucket_t *bk;
+    int nb;
+    seg_t *seg;
+    int nseg;
+    int finalized;
+    int autosize; /* GCOLL_BUCKET_BYTES unset: sized by the model and the link */
+    int priority; /* GCOLL_BUCKET_PRIORITY: queued buckets run first layers first */
+    int rebuild;  /* GCOLL_BUCKET_REBUILD: boundaries fixed from measured ready times */
+    int rebuilt;
+    int comm_steps;         /* communicating steps completed (until the rebuild) */
+    gcoll_plan_link_t link; /* what the layout assumed of the link */
+    gcoll_request_t **tok;  /* priority: one request per launched bucket this step */
+    int32_t *neg;           /* priority: the flags the tokens agree on */
+    int ntok;
+    pthread_cond_t cond;  /* a bucket launched (tokens wait) or reduced (wait_tensor) */
+    double t_first_ready; /* this step's first ready(), seconds; 0: none yet */
+    int next_launch;
+    long step; /* steps completed */
+    int adapt; /* GCOLL_ADAPT: bit 0 bandwidth, bit 1 phase */
+    gcoll_phase_t phase;
+    gcoll_bw_est_t bw; /* of all adaptive buckets together */
+    double window;     /* the last agreed backward window, seconds */
+    double mid_scale;  /* this step's mid-step cut of the densities (1: none) */
+    int mid_fired;     /* mid-step checks that found the link slower this step */
+    long adapted;      /* communicating steps adapt() has seen */
+    char err[512];
+};
+
+/* Is this a step that communicates (the last of an accumulation cycle)? */
+static inline int gcoll_bk_communicating(const gcoll_bucketer_t *b)
+{
+    return (b->step + 1) % b->cfg.accumulate_steps == 0;
+}
+
+/* bucketer.c */
+void gcoll_bk_free(bucket_t *k);
+gcoll_status_t gcoll_bk_setup(gcoll_bucketer_t *b, int j);
+void gcoll_bk_mark_checks(gcoll_bucketer_t *b);
+/* On the progress thread: gather, reduce (compressed for float32), scatter back. */
+gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k);
+
+/* bucket_layout.c */
+double gcoll_bk_default_msg_s(int size);
+void gcoll_bk_layout_rule(const gcoll_bucketer_t *b, gcoll_plan_rule_t *r, int timed);
+gcoll_status_t gcoll_bk_layout(gcoll_bucketer_t *b, const int *order, const gcoll_plan_rule_t *r,
+                               const double *ready);
+void gcoll_bk_log_layout(const gcoll_bucketer_t *b, const char *why);
+gcoll_status_t gcoll_bk_rebuild(gcoll_bucketer_t *b);
+
+/* bucket_sched.c: queues the complete buckets among those holding tensor t. */
+gcoll_status_t gcoll_bk_launch(gcoll_bucketer_t *b, const tensor_t *t);
+
+#endif
