@@ -203,9 +203,7 @@ uint64_t gcoll_budget_split(int n, const double *w, const uint64_t *lo, const ui
         shi += hi[j] > lo[j] ? hi[j] : lo[j];
     }
     total = total < slo ? slo : total > shi ? shi : total;
-    /* water-filling on real shares: a bucket whose share falls outside its bounds is fixed
-     * at the bound, and the others share the rest; at most n rounds */
-    double *x = n > 0 ? malloc((size_t)n * (sizeof(double) + 1)) : NULL;
+    double *x = n > 0 ? malloc((size_t)n * 2 * sizeof(double)) : NULL;
     if (!x) { /* no memory (or no buckets): the lower bounds, then fill in order; exact */
         uint64_t left = total;
         for (int j = 0; j < n; j++) {
@@ -220,39 +218,33 @@ uint64_t gcoll_budget_split(int n, const double *w, const uint64_t *lo, const ui
         }
         return total;
     }
-    unsigned char *fixed = (unsigned char *)(x + n);
-    memset(fixed, 0, (size_t)n);
-    for (int round = 0; round <= n; round++) {
-        double left = (double)total, wsum = 0;
-        for (int j = 0; j < n; j++) {
-            if (fixed[j])
-                left -= x[j];
-            else
-                wsum += w[j] > 0 ? w[j] : 0;
-        }
-        int changed = 0;
-        for (int j = 0; j < n; j++) {
-            if (fixed[j])
-                continue;
-            double wj = w[j] > 0 ? w[j] : 0;
-            int free_n = 0;
-            for (int i = 0; i < n; i++)
-                free_n += !fixed[i];
-            x[j] = wsum > 0 ? left * wj / wsum : left / free_n;
-        }
-        for (int j = 0; j < n; j++) {
-            if (fixed[j])
-                continue;
-            double h = (double)(hi[j] > lo[j] ? hi[j] : lo[j]);
-            if (x[j] < (double)lo[j] || x[j] > h) {
-                x[j] = x[j] < (double)lo[j] ? (double)lo[j] : h;
-                fixed[j] = 1;
-                changed = 1;
-            }
-        }
-        if (!changed)
+    /* x_j = clamp(lambda w_j, lo_j, hi_j) with lambda such that the x_j sum to total (a
+     * monotone function of lambda: bisection); weights all zero count as equal */
+    double wsum = 0, *wt = (double *)(x + n);
+    for (int j = 0; j < n; j++)
+        wsum += w[j] > 0 ? w[j] : 0;
+    for (int j = 0; j < n; j++)
+        wt[j] = wsum > 0 ? (w[j] > 0 ? w[j] / wsum : 0) : 1.0 / n;
+    double lam_lo = 0, lam_hi = 1;
+    for (int it = 0; it < 200; it++) { /* grow until it reaches the total */
+        double sum = 0;
+        for (int j = 0; j < n; j++)
+            sum += fmin((double)(hi[j] > lo[j] ? hi[j] : lo[j]), fmax((double)lo[j], lam_hi * wt[j]));
+        if (sum >= (double)total)
             break;
+        lam_hi *= 2;
     }
+    for (int it = 0; it < 200; it++) {
+        double mid = 0.5 * (lam_lo + lam_hi), sum = 0;
+        for (int j = 0; j < n; j++)
+            sum += fmin((double)(hi[j] > lo[j] ? hi[j] : lo[j]), fmax((double)lo[j], mid * wt[j]));
+        if (sum < (double)total)
+            lam_lo = mid;
+        else
+            lam_hi = mid;
+    }
+    for (int j = 0; j < n; j++)
+        x[j] = fmin((double)(hi[j] > lo[j] ? hi[j] : lo[j]), fmax((double)lo[j], lam_hi * wt[j]));
     /* integer parts, then the remainder to the largest fractions (ties: lower index) */
     uint64_t given = 0;
     for (int j = 0; j < n; j++) {
@@ -265,7 +257,7 @@ uint64_t gcoll_budget_split(int n, const double *w, const uint64_t *lo, const ui
     }
     while (given < total) {
         int best = -1;
-        double bf = -1;
+        double bf = -HUGE_VAL;
         for (int j = 0; j < n; j++) {
             uint64_t h = hi[j] > lo[j] ? hi[j] : lo[j];
             double f = x[j] - (double)k[j];

@@ -91,8 +91,9 @@ double gcoll_stage_update(gcoll_stage_t *st, double global_sq);
 double gcoll_phase_boost(double p, int critical);
 
 /* Splits a budget of `total` selected elements over n buckets: bucket j gets k[j] in
- * [lo[j], hi[j]], in proportion to w[j] (water-filling: buckets that hit a bound keep it,
- * the rest share what is left), rounded by largest remainder so that the k[j] sum to
+ * [lo[j], hi[j]], in proportion to w[j] (k_j = clamp(lambda w_j, lo_j, hi_j), lambda found
+ * by bisection: buckets at a bound keep it, the rest share what is left), rounded by
+ * largest remainder so that the k[j] sum to
  * total exactly. total is clamped to [sum lo, sum hi] first; returns the total given.
  * CGX (Markov et al. 2022) assigns its per-layer compression by such a statistic. */
 uint64_t gcoll_budget_split(int n, const double *w, const uint64_t *lo, const uint64_t *hi,
