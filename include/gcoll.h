@@ -526,7 +526,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_adapt_create(gcoll_comm_t *comm, const char *r
  * gcoll_compressed_allreduce on it, the state encodes with the controller's own copy of
  * its compressor at the chosen density (top-k, random-k, DGC) or width (qsgd, q8), and
  * after each call the ranks agree on the measurements in one small allreduce (the sampled
- * gradient values of 32 coordinates, bytes, wire time), so every rank
+ * gradient values of 16 coordinates, bytes, wire time), so every rank
  * decides alike. Every rank must attach alike. GCOLL_ERR_INVALID for a state already
  * attached, a codec with nothing to adapt, or a controller already attached. */
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_attach(gcoll_adapt_t *a, gcoll_tensor_state_t *state);

@@ -105,8 +105,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_adapt_attach(gcoll_adapt_t *a, gcoll_tensor_st
     gcoll_comm_t *comm = a->comm;
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, !a->s, "the controller is already attached"));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, !s->adapt, "the state has a controller"));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, s->mode == GCOLL_STATE_WORKER,
-                                      "not a worker state"));
+    GCOLL_CHECK(
+        gcoll_comm_check_args(comm, what, s->mode == GCOLL_STATE_WORKER, "not a worker state"));
     int quant = gcoll_adapt_is_quant(s->c);
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, quant || gcoll_adapt_has_density(s->c),
                                       "codec '%s' has no density or bit width to adapt",
@@ -116,9 +116,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_adapt_attach(gcoll_adapt_t *a, gcoll_tensor_st
         return GCOLL_ERR_NOMEM;
     *c = *s->c;
     const gcoll_config_t *cf = &comm->cfg;
-    gcoll_sig_init(&a->sig, a->rules, cf->density_min, cf->density_max,
-                   quant ? 0 : c->density, quant ? gcoll_adapt_bits_of(c) : 0,
-                   (double)cf->adapt_stat_half_life);
+    gcoll_sig_init(&a->sig, a->rules, cf->density_min, cf->density_max, quant ? 0 : c->density,
+                   quant ? gcoll_adapt_bits_of(c) : 0, (double)cf->adapt_stat_half_life);
     gcoll_phase_init(&a->phase, 0.5, 2);
     gcoll_bw_init(&a->bw, (double)cf->adapt_half_life);
     gcoll_ctl_init(&a->ctl, cf->density_min, cf->density_max, quant ? 1 : c->density);
@@ -202,9 +201,10 @@ static void decide(gcoll_adapt_t *a, int P, double bytes, double wire, double wi
                                      bwr ? window : 0);
         if (b != now)
             gcoll_adapt_set_bits(c, b, a->orig->vs.fmt == GCOLL_VF_Q8);
-        GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT, "controller step %ld: noise share %.3f stage %.3f "
-                    "boost %.2f window %.2f ms wire %.2f ms: bits %u -> %u", a->steps,
-                    gcoll_snr_noise_share(&a->sig.snr, P), a->sig.stage.stage, a->boost,
+        GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT,
+                    "controller step %ld: noise share %.3f stage %.3f "
+                    "boost %.2f window %.2f ms wire %.2f ms: bits %u -> %u",
+                    a->steps, gcoll_snr_noise_share(&a->sig.snr, P), a->sig.stage.stage, a->boost,
                     window * 1e3, wire * 1e3, now, b);
         return;
     }
@@ -215,7 +215,8 @@ static void decide(gcoll_adapt_t *a, int P, double bytes, double wire, double wi
         cap = gcoll_ctl_step(&a->ctl, window, 0, a->bw.bw, full, 0);
     }
     double d = gcoll_adapt_combine(cap, need, a->sig.dmax, a->boost);
-    GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT, "controller step %ld: noise share %.3f stage %.3f boost "
+    GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT,
+                "controller step %ld: noise share %.3f stage %.3f boost "
                 "%.2f critical %d; bandwidth %.1f MB/s cap %g need %g: density %g -> %g",
                 a->steps, gcoll_snr_noise_share(&a->sig.snr, P), a->sig.stage.stage, a->boost,
                 critical, a->bw.bw / 1e6, cap, need, c->density, d);
@@ -242,8 +243,8 @@ gcoll_status_t gcoll_adapt_after(gcoll_comm_t *comm, gcoll_tensor_state_t *s, si
     row[GCOLL_SNR_SAMPLE] = (double)(comm->counters.bytes_sent - a->sent0);
     row[GCOLL_SNR_SAMPLE + 1] = -(double)(comm->counters.ns_wire - a->wire0) * 1e-9;
     row[GCOLL_SNR_SAMPLE + 2] = a->t_end_prev > 0 ? -(a->t_begin - a->t_end_prev) : 0;
-    uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, (size_t)P * AGREE_W, GCOLL_FLOAT64,
-                                  GCOLL_MAX, 0);
+    uint32_t sig =
+        gcoll_call_sig(GCOLL_KIND_ALLREDUCE, (size_t)P * AGREE_W, GCOLL_FLOAT64, GCOLL_MAX, 0);
     gcoll_status_t st = gcoll_ring_allreduce_at(comm, v, (size_t)P * AGREE_W, GCOLL_FLOAT64,
                                                 GCOLL_MAX, sig, ADAPT_SUB);
     if (st == GCOLL_OK) {
@@ -256,8 +257,7 @@ gcoll_status_t gcoll_adapt_after(gcoll_comm_t *comm, gcoll_tensor_state_t *s, si
         }
         double loc = 0, glob = 0;
         if (a->m)
-            gcoll_snr_from_samples(P, a->m, AGREE_W, v, (double)count / (double)a->m, &loc,
-                                   &glob);
+            gcoll_snr_from_samples(P, a->m, AGREE_W, v, (double)count / (double)a->m, &loc, &glob);
         decide(a, P, bytes, wire, window, loc, glob);
         a->steps++;
     }

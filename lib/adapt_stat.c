@@ -12,8 +12,10 @@
 static const struct {
     const char *name;
     unsigned bit;
-} rule_names[] = {{"bandwidth", GCOLL_AR_BANDWIDTH}, {"phase", GCOLL_AR_PHASE},
-                  {"snr", GCOLL_AR_SNR},             {"stage", GCOLL_AR_STAGE},
+} rule_names[] = {{"bandwidth", GCOLL_AR_BANDWIDTH},
+                  {"phase", GCOLL_AR_PHASE},
+                  {"snr", GCOLL_AR_SNR},
+                  {"stage", GCOLL_AR_STAGE},
                   {"budget", GCOLL_AR_BUDGET}};
 #define NRULES (sizeof(rule_names) / sizeof(rule_names[0]))
 
@@ -129,8 +131,14 @@ void gcoll_snr_update(gcoll_snr_t *e, int P, double local_sq_mean, double global
     e->n++;
 }
 
-double gcoll_snr_g2(const gcoll_snr_t *e) { return e->w > 0 ? e->g2 / e->w : 0; }
-double gcoll_snr_s(const gcoll_snr_t *e) { return e->w > 0 ? e->s / e->w : 0; }
+double gcoll_snr_g2(const gcoll_snr_t *e)
+{
+    return e->w > 0 ? e->g2 / e->w : 0;
+}
+double gcoll_snr_s(const gcoll_snr_t *e)
+{
+    return e->w > 0 ? e->s / e->w : 0;
+}
 
 double gcoll_snr_noise_scale(const gcoll_snr_t *e)
 {
@@ -229,7 +237,8 @@ uint64_t gcoll_budget_split(int n, const double *w, const uint64_t *lo, const ui
     for (int it = 0; it < 200; it++) { /* grow until it reaches the total */
         double sum = 0;
         for (int j = 0; j < n; j++)
-            sum += fmin((double)(hi[j] > lo[j] ? hi[j] : lo[j]), fmax((double)lo[j], lam_hi * wt[j]));
+            sum +=
+                fmin((double)(hi[j] > lo[j] ? hi[j] : lo[j]), fmax((double)lo[j], lam_hi * wt[j]));
         if (sum >= (double)total)
             break;
         lam_hi *= 2;
@@ -290,7 +299,10 @@ uint64_t gcoll_budget_split(int n, const double *w, const uint64_t *lo, const ui
     return total;
 }
 
-double gcoll_bits_need(double x) { return gcoll_adapt_interp(2, 8, x); }
+double gcoll_bits_need(double x)
+{
+    return gcoll_adapt_interp(2, 8, x);
+}
 
 unsigned gcoll_pick_bits(double need, double wire_s, unsigned bits_now, double budget_s)
 {
@@ -378,8 +390,8 @@ double gcoll_adapt_combine(double cap, double need, double hi, double p)
     return p > 0 && hi > d ? gcoll_adapt_interp(d, hi, p) : d;
 }
 
-void gcoll_adapt_budget(int n, const size_t *count, const double *energy, double dmin,
-                        double dmax, double *d)
+void gcoll_adapt_budget(int n, const size_t *count, const double *energy, double dmin, double dmax,
+                        double *d)
 {
     if (n <= 0)
         return;

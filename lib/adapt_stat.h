@@ -27,7 +27,7 @@ void gcoll_adapt_rules_name(unsigned mask, char *buf, size_t len);
 /* Coordinates sampled per tensor for the noise estimate (all of them when it has fewer):
  * each rank sends their values with the step's agreement, so that the mean gradient on
  * them is exact even when the codec is lossy. */
-#define GCOLL_SNR_SAMPLE 32
+#define GCOLL_SNR_SAMPLE 16
 
 /* The sampled coordinates of step `step` of a tensor of n elements (m = min(n,
  * GCOLL_SNR_SAMPLE) of them, evenly spaced from an offset drawn from (step, salt): the
@@ -106,8 +106,6 @@ unsigned gcoll_pick_bits(double need, double wire_s, unsigned bits_now, double b
 /* The statistical need in bits: interp(2, 8, x). */
 double gcoll_bits_need(double x);
 
-#endif /* GCOLL_ADAPT_STAT_H */
-
 /* One tensor's (or bucket's) statistical controller: its signals and the rule that turns
  * them into a density or a bit width (docs/adaptation.md, "The statistical rules"). */
 typedef struct {
@@ -142,6 +140,7 @@ double gcoll_sig_energy(const gcoll_adapt_sig_t *g);
  * by w_j = sqrt(count_j * energy_j) (energy: the smoothed mean squared norm of the bucket's
  * gradient; 0 unknown: w_j = count_j), each k_j within [dmin, dmax] of its bucket, the
  * total kept exactly; d[j] = k_j / count_j. */
-void gcoll_adapt_budget(int n, const size_t *count, const double *energy, double dmin,
-                        double dmax, double *d);
+void gcoll_adapt_budget(int n, const size_t *count, const double *energy, double dmin, double dmax,
+                        double *d);
 
+#endif /* GCOLL_ADAPT_STAT_H */

@@ -32,9 +32,10 @@ static int same_everywhere(double x)
 
 /* g_i = G + sb xi_i, |G_c| = a: B_noise = sb^2 / a^2 per-rank batches. With the smoothing's
  * half-life far past the run (GCOLL_ADAPT_STAT_HALF_LIFE, set by the script) the estimate
- * is the mean of T per-step estimates on 32 sampled coordinates, whose relative sds are
- * sqrt(2 / (32 (P-1) T)) for tr(Sigma) and, for |G|^2,
- * sqrt((4 a^2 sb^2 / P + 2 sb^4 / (P (P-1))) / (32 T)) / a^2 (test_adapt_stat.c). */
+ * is the mean of T per-step estimates on M = 16 sampled coordinates (GCOLL_SNR_SAMPLE),
+ * whose relative sds are sqrt(2 / (M (P-1) T)) for tr(Sigma) and, for |G|^2,
+ * sqrt((4 a^2 sb^2 / P + 2 sb^4 / (P (P-1))) / (M T)) / a^2 (test_adapt_stat.c). */
+#define M 16.0
 static int check_ctl(const char *spec, int T)
 {
     const size_t n = 50000;
@@ -69,9 +70,10 @@ static int check_ctl(const char *spec, int T)
                  st.density, st.bits);
     }
     double P = size, bn = sb * sb / (a * a);
-    double rel = 4.5 * (sqrt(2 / (32 * (P - 1) * T)) +
-                        sqrt((4 * a * a * sb * sb / P + 2 * pow(sb, 4) / (P * (P - 1))) /
-                             (32.0 * T)) / (a * a));
+    double rel =
+        4.5 *
+        (sqrt(2 / (M * (P - 1) * T)) +
+         sqrt((4 * a * a * sb * sb / P + 2 * pow(sb, 4) / (P * (P - 1))) / (M * T)) / (a * a));
     if (size > 1 && fabs(st.noise_scale / bn - 1) > rel)
         FAIL("%s: noise scale %g per-rank batches, closed form %g (tolerance %.3g)", spec,
              st.noise_scale, bn, rel);
@@ -106,8 +108,7 @@ static int check_stream(int T)
     checks++;
     if (!g || !ref || gcoll_bucketer_create(comm, &cfg, &b) != GCOLL_OK ||
         gcoll_bucketer_add_tensor(b, "w", g, n, GCOLL_FLOAT32, NULL, &id) != GCOLL_OK ||
-        gcoll_compressor_create(spec, &c) != GCOLL_OK ||
-        gcoll_state_create(c, n, &s) != GCOLL_OK) {
+        gcoll_compressor_create(spec, &c) != GCOLL_OK || gcoll_state_create(c, n, &s) != GCOLL_OK) {
         FAIL("stream: setup: %s", gcoll_comm_last_error(comm));
         goto out;
     }
@@ -133,7 +134,8 @@ static int check_stream(int T)
         FAIL("stream: %ld elements differ from the unadapted call", diff);
     else
         printf("rank %d: adapted bucketer bit-identical to the unadapted call over %d steps "
-               "(reference scheme: %s)\n", rank, T, scheme);
+               "(reference scheme: %s)\n",
+               rank, T, scheme);
 out:
     gcoll_bucketer_destroy(b);
     gcoll_state_destroy(s);
@@ -151,4 +153,7 @@ int run_adapt_ctl(void)
     return failures;
 }
 
-int run_adapt_stream(void) { return check_stream(8); }
+int run_adapt_stream(void)
+{
+    return check_stream(8);
+}

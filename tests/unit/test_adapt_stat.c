@@ -73,8 +73,9 @@ static void snr_case(int P, size_t n, double a, double sb, int T)
     double m = (double)(n < GCOLL_SNR_SAMPLE ? n : GCOLL_SNR_SAMPLE), nn = (double)n;
     double s_true = nn * sb * sb, g2_true = nn * a * a;
     double sd_s = sqrt(2 * nn * nn * pow(sb, 4) / (m * (P - 1)) / T);
-    double sd_g2 = (nn / m) * sqrt((4 * m * a * a * sb * sb / P +
-                                    2 * m * pow(sb, 4) / ((double)P * (P - 1))) / T);
+    double sd_g2 =
+        (nn / m) *
+        sqrt((4 * m * a * a * sb * sb / P + 2 * m * pow(sb, 4) / ((double)P * (P - 1))) / T);
     double mean_s = sum_s / T, mean_g2 = sum_g2 / T;
     if (fabs(mean_s - s_true) > 4.5 * sd_s || fabs(mean_g2 - g2_true) > 4.5 * sd_g2)
         fail_msg("P=%d n=%zu: S %g (true %g, sd %g), |G|^2 %g (true %g, sd %g)", P, n, mean_s,
@@ -112,12 +113,12 @@ static void test_sample_unbiased(void **state)
         for (size_t i = 0; i < m; i++)
             hits[idx[i]]++;
     }
-    /* stride 31: the first 31 * 32 = 992 coordinates, each with probability 1/31 */
-    double p = 1.0 / 31, mean = T * p, sd = sqrt(T * p * (1 - p));
-    for (int i = 0; i < 992; i++)
+    /* stride N / m: the first stride * m coordinates, each with probability 1 / stride */
+    const int stride = N / GCOLL_SNR_SAMPLE;
+    double p = 1.0 / stride, mean = T * p, sd = sqrt(T * p * (1 - p));
+    for (int i = 0; i < stride * GCOLL_SNR_SAMPLE; i++)
         if (fabs(hits[i] - mean) > 5 * sd)
-            fail_msg("coordinate %d sampled %u times, expected %.0f +- %.0f", i, hits[i], mean,
-                     sd);
+            fail_msg("coordinate %d sampled %u times, expected %.0f +- %.0f", i, hits[i], mean, sd);
 }
 
 static void test_budget_sums(void **state)
