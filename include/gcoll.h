@@ -530,9 +530,12 @@ GCOLL_EXPORT gcoll_status_t gcoll_adapt_create(gcoll_comm_t *comm, const char *r
  * decides alike. Every rank must attach alike. GCOLL_ERR_INVALID for a state already
  * attached, a codec with nothing to adapt, or a controller already attached. */
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_attach(gcoll_adapt_t *a, gcoll_tensor_state_t *state);
+/* What the controller measured and decided so far; read it between calls (not while a
+ * nonblocking call on its state is in flight). Does not block. */
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_stats(const gcoll_adapt_t *a,
                                               gcoll_adapt_stats_t *stats_p);
-/* Detaches (the state goes back to its own compressor) and frees. */
+/* Detaches (the state goes back to its own compressor) and frees. Call it after the last
+ * call on the state completed and before gcoll_state_destroy of that state. */
 GCOLL_EXPORT void gcoll_adapt_destroy(gcoll_adapt_t *a);
 
 /* The bucketer's controller (GCOLL_ADAPT): bucket i's statistics, or with bucket -1 those

@@ -417,8 +417,18 @@ void gcoll_adapt_budget(int n, const size_t *count, const double *energy, double
         w[j] = energy[j] > 0 ? sqrt(c * energy[j]) : c;
     }
     gcoll_budget_split(n, w, lo, hi, total, k);
-    for (int j = 0; j < n; j++)
-        d[j] = count[j] ? (double)k[j] / (double)count[j] : d[j];
+    for (int j = 0; j < n; j++) {
+        if (!count[j])
+            continue;
+        /* k_j / n_j, or the bound nearest to it that still gives k_j (a tensor of 10 takes
+         * k = 1 at any density up to 0.1: reported as GCOLL_DENSITY_MAX, not 0.1) */
+        double c = (double)count[j], dj = (double)k[j] / c;
+        if (dj > dmax && (uint64_t)fmax(1, ceil(dmax * c * (1 - 1e-12))) == k[j])
+            dj = dmax;
+        if (dj < dmin && (uint64_t)fmax(1, ceil(dmin * c * (1 - 1e-12))) == k[j])
+            dj = dmin;
+        d[j] = dj;
+    }
     free(buf);
     free(w);
 }
