@@ -518,7 +518,9 @@ typedef struct {
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_parse(const char *rules, unsigned *mask_p);
 
 /* A controller for gcoll_compressed_allreduce callers. rules NULL reads GCOLL_ADAPT; the
- * bounds are GCOLL_DENSITY_MIN/MAX. Not collective; does not block. */
+ * bounds are GCOLL_DENSITY_MIN/MAX. "budget" splits a total over several tensors and does
+ * nothing for the one state a controller drives. GCOLL_ERR_INVALID for an unknown rule.
+ * Not collective; does not block. */
 typedef struct gcoll_adapt gcoll_adapt_t;
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_create(gcoll_comm_t *comm, const char *rules,
                                                gcoll_adapt_t **a_p);
