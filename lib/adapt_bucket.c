@@ -132,16 +132,85 @@ static double bw_cap(gcoll_bucketer_t *b, bucket_t *k, double target, double win
     return gcoll_ctl_step(&k->ctl, window, comp_all, 0, 0, 0);
 }
 
+/* Per bucket in the step's agreement: run, compression, bytes, squared norm, launch
+ * offset, gather and scatter copies, wire (negated: the shortest). */
+#define NV 7
+
+/* This rank's part of the agreement: its measurements, and its row of every bucket's
+ * sampled values (the other rows at -inf, so that the MAX gives each row exactly). */
+static void fill_agreement(gcoll_bucketer_t *b, double *v, double *samp, size_t nsamp, double first)
+{
+    const size_t P = (size_t)b->comm->size, r = (size_t)b->comm->rank;
+    for (size_t i = 0; i < nsamp; i++)
+        samp[i] = -HUGE_VAL;
+    for (int j = 0; j < b->nb; j++) {
+        bucket_t *k = &b->bk[j];
+        double *x = v + (size_t)j * NV;
+        /* a streamed top-k run hides the wire under its selection pass: the link's share is
+         * the time the run waited on the wire, not the run less compression */
+        double wire = k->streamed ? k->wire_busy : k->run_s - k->comp_s;
+        x[0] = k->run_s;
+        x[1] = k->comp_s;
+        x[2] = k->bytes;
+        x[3] = k->adaptive ? k->norm2 : 0;
+        x[4] = k->t_launch - first;
+        x[5] = k->copy_s;
+        x[6] = -wire;
+        double *row = samp + ((size_t)j * P + r) * GCOLL_SNR_SAMPLE;
+        for (size_t i = 0; nsamp && k->adaptive && i < k->m; i++)
+            row[i] = k->sample[i];
+    }
+}
+
+/* The budget split over the nd density buckets (dens: their densities; count, energy:
+ * their sizes and energies as doubles), then every adaptive bucket's codec set: densities,
+ * and the quantizers' widths within their share of the window's slack. */
+static gcoll_status_t apply_decisions(gcoll_bucketer_t *b, const double *v, double *dens,
+                                      const double *count, const double *energy, int nd,
+                                      double window, double qwire, double fixed_all)
+{
+    const int P = b->comm->size;
+    gcoll_status_t st = GCOLL_OK;
+    if ((b->adapt & GCOLL_AR_BUDGET) && nd > 0) {
+        size_t *cnt = malloc((size_t)nd * sizeof(size_t));
+        if (cnt) { /* the same total k, spread by the buckets' energies */
+            for (int i = 0; i < nd; i++)
+                cnt[i] = (size_t)count[i];
+            gcoll_adapt_budget(nd, cnt, energy, b->comm->cfg.density_min, b->comm->cfg.density_max,
+                               dens);
+            free(cnt);
+        }
+    }
+    for (int j = 0, i = 0; j < b->nb && st == GCOLL_OK; j++) {
+        bucket_t *k = &b->bk[j];
+        if (!k->adaptive)
+            continue;
+        if (k->quant) {
+            double wj = b->bw.bw > 0 ? v[(size_t)j * NV + 2] / b->bw.bw : -v[(size_t)j * NV + 6];
+            st = decide_bits(b, k, wj, qwire > 0 ? (window - fixed_all) * wj / qwire : 0);
+            continue;
+        }
+        double d = dens[i++];
+        GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT,
+                    "adapt: step %ld bucket %d density %.6g noise_share "
+                    "%.4f noise_scale %.4g stage %.4f boost %.2f",
+                    b->step, j, d, gcoll_snr_noise_share(&k->sig.snr, P),
+                    gcoll_snr_noise_scale(&k->sig.snr), k->sig.stage.stage, b->boost);
+        k->dens_now = d;
+        if (d != k->comp->density)
+            st = gcoll_bucket_set_density(k, d);
+    }
+    return st;
+}
+
 /* After a communicating step: agree on the measurements (the slowest rank's times and
  * launch offsets, the shortest wire times and window, the gradient norms, the sampled
  * gradient values), then let each adaptive bucket's rules pick its density or width.
- * Every rank runs the same rules on the same numbers, so all decide alike. */
+ * Every rank runs the same rules on the same numbers, so all decide alike. Longer than
+ * most: the estimates' updates and the fit read the same agreed vector in one pass each, in
+ * the order the bandwidth rule's jumps depend on. */
 gcoll_status_t gcoll_bucketer_adapt(gcoll_bucketer_t *b, double t_end)
 {
-    enum {
-        NV = 7
-    }; /* per bucket: run, compression, bytes, squared norm, launch offset,
-        * gather and scatter copies, wire (negated: the shortest) */
     const int P = b->comm->size;
     int na = 0;
     double first = 1e300;
@@ -163,25 +232,7 @@ gcoll_status_t gcoll_bucketer_adapt(gcoll_bucketer_t *b, double t_end)
     double *samp = v + nred, *off = samp + nsamp, *fixed = off + b->nb, *wfull = fixed + b->nb;
     double *dens = wfull + b->nb;
     double window = t_end - first, norm2 = 0;
-    for (size_t i = 0; i < nsamp; i++)
-        samp[i] = -HUGE_VAL;
-    for (int j = 0; j < b->nb; j++) {
-        bucket_t *k = &b->bk[j];
-        double *x = v + (size_t)j * NV;
-        /* a streamed top-k run hides the wire under its selection pass: the link's share is
-         * the time the run waited on the wire, not the run less compression */
-        double wire = k->streamed ? k->wire_busy : k->run_s - k->comp_s;
-        x[0] = k->run_s;
-        x[1] = k->comp_s;
-        x[2] = k->bytes;
-        x[3] = k->adaptive ? k->norm2 : 0;
-        x[4] = k->t_launch - first;
-        x[5] = k->copy_s;
-        x[6] = -wire;
-        double *row = samp + ((size_t)j * (size_t)P + (size_t)b->comm->rank) * GCOLL_SNR_SAMPLE;
-        for (size_t i = 0; k->adaptive && i < k->m; i++)
-            row[i] = k->sample[i];
-    }
+    fill_agreement(b, v, samp, nsamp, first);
     v[(size_t)b->nb * NV] = -window; /* MAX of the negation: the shortest window */
     gcoll_status_t st = gcoll_allreduce(b->comm, v, v, nred + nsamp, GCOLL_FLOAT64, GCOLL_MAX);
     if (st != GCOLL_OK)
@@ -278,35 +329,7 @@ gcoll_status_t gcoll_bucketer_adapt(gcoll_bucketer_t *b, double t_end)
                     k->comp->density, dens[nd - 1], v[(size_t)j * NV + 2],
                     -v[(size_t)j * NV + 6] * 1e3, v[(size_t)j * NV + 1] * 1e3);
     }
-    if ((b->adapt & GCOLL_AR_BUDGET) && nd > 0) {
-        size_t *cnt = malloc((size_t)nd * sizeof(size_t));
-        if (cnt) { /* the same total k, spread by the buckets' energies */
-            for (int i = 0; i < nd; i++)
-                cnt[i] = (size_t)off[i];
-            gcoll_adapt_budget(nd, cnt, fixed, b->comm->cfg.density_min, b->comm->cfg.density_max,
-                               dens);
-            free(cnt);
-        }
-    }
-    for (int j = 0, i = 0; j < b->nb && st == GCOLL_OK; j++) {
-        bucket_t *k = &b->bk[j];
-        if (!k->adaptive)
-            continue;
-        if (k->quant) {
-            double wj = b->bw.bw > 0 ? v[(size_t)j * NV + 2] / b->bw.bw : -v[(size_t)j * NV + 6];
-            st = decide_bits(b, k, wj, qwire > 0 ? (window - fixed_all) * wj / qwire : 0);
-            continue;
-        }
-        double d = dens[i++];
-        GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT,
-                    "adapt: step %ld bucket %d density %.6g noise_share "
-                    "%.4f noise_scale %.4g stage %.4f boost %.2f",
-                    b->step, j, d, gcoll_snr_noise_share(&k->sig.snr, P),
-                    gcoll_snr_noise_scale(&k->sig.snr), k->sig.stage.stage, b->boost);
-        k->dens_now = d;
-        if (d != k->comp->density)
-            st = gcoll_bucket_set_density(k, d);
-    }
+    st = apply_decisions(b, v, dens, off, fixed, nd, window, qwire, fixed_all);
 out:
     free(v);
     return st;
