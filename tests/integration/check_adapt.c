@@ -70,10 +70,9 @@ static int check_ctl(const char *spec, int T)
                  st.density, st.bits);
     }
     double P = size, bn = sb * sb / (a * a);
-    double rel =
-        4.5 *
-        (sqrt(2 / (M * (P - 1) * T)) +
-         sqrt((4 * a * a * sb * sb / P + 2 * pow(sb, 4) / (P * (P - 1))) / (M * T)) / (a * a));
+    double rel = 4.5 * (sqrt(2 / (M * (P - 1) * T)) +
+                        sqrt((4 * a * a * sb * sb / P + 2 * pow(sb, 4) / (P * (P - 1))) / (M * T)) /
+                            (a * a));
     if (size > 1 && fabs(st.noise_scale / bn - 1) > rel)
         FAIL("%s: noise scale %g per-rank batches, closed form %g (tolerance %.3g)", spec,
              st.noise_scale, bn, rel);
