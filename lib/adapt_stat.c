@@ -379,8 +379,11 @@ double gcoll_sig_need_density(gcoll_adapt_sig_t *g, int P)
 double gcoll_sig_need_bits(gcoll_adapt_sig_t *g, int P)
 {
     double x = sig_x(g, P);
+    /* the spec's width is the statistics' floor, as GCOLL_DENSITY_MIN is the density's:
+     * measured on gcoll-train, snr's low noise share of the velocity took QSGD to 2 bits,
+     * which does not train (test accuracy 0.10); only the bandwidth cap goes below it */
     if (x >= 0)
-        return gcoll_bits_need(x);
+        return gcoll_adapt_interp(g->base_bits ? g->base_bits : 2, 8, x);
     return (g->rules & GCOLL_AR_BANDWIDTH) ? 8 : (double)(g->base_bits ? g->base_bits : 8);
 }
 

@@ -127,7 +127,8 @@ void gcoll_sig_update(gcoll_adapt_sig_t *g, int P, double local_sq_mean, double 
  * and the stage (stage); the spec's density when no statistical rule is on or the noise is
  * not known yet (one rank) and only bandwidth decides; dmax with bandwidth alone. */
 double gcoll_sig_need_density(gcoll_adapt_sig_t *g, int P);
-/* The same exponent in bits: interp(2, 8, x); the spec's width without one. */
+/* The same exponent in bits: interp(spec's width, 8, x); the spec's width without one (8
+ * with bandwidth alone). */
 double gcoll_sig_need_bits(gcoll_adapt_sig_t *g, int P);
 /* The combination: min(bandwidth cap, need), then raised towards the maximum by the phase
  * boost p: interp(min(cap, need), hi, p). cap <= 0: no bandwidth rule. */

@@ -148,7 +148,7 @@ int run_adapt_ctl(void)
 {
     check_ctl("topk:density=0.01", 60);
     check_ctl("randomk:density=0.01", 20);
-    check_ctl("qsgd:bits=8", 20);
+    check_ctl("qsgd:bits=4", 20);
     return failures;
 }
 
