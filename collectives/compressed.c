@@ -12,6 +12,7 @@
 #include "coll.h"
 #include "compress/compress.h"
 #include "compressed.h"
+#include "adapt.h"
 #include "hier.h"
 #include "compress/kernels.h"
 #include "reduce.h"
@@ -489,10 +490,14 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
     }
     s->input_checked = !fold;
     s->fold_check = fold;
+    if (s->adapt) /* gcoll_adapt_attach: sample the input before an in-place call */
+        gcoll_adapt_before(comm, s, a->sendbuf, count);
     gcoll_status_t st = run_scheme(comm, s, a->sendbuf, a->recvbuf, count, a->op,
                                    ca->shard_only, sc, why);
     s->input_checked = 0;
     s->fold_check = 0;
+    if (st == GCOLL_OK && s->adapt)
+        st = gcoll_adapt_after(comm, s, count);
     return st;
 }
 

@@ -521,6 +521,66 @@ GCOLL_EXPORT const char *gcoll_bucketer_tensor_spec(gcoll_bucketer_t *b, int id)
 GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b);
 
 /* ------------------------------------------------------------------------ */
+/* Adaptation: the density or bit width of a tensor's codec chosen every step from the    */
+/* link (bandwidth), the gradient's noise scale (snr), the convergence stage (stage),     */
+/* ACCORDION's critical phase (phase) and a per-bucket budget (budget); docs/adaptation.md */
+
+#define GCOLL_ADAPT_BANDWIDTH 1u
+#define GCOLL_ADAPT_PHASE 2u
+#define GCOLL_ADAPT_SNR 4u
+#define GCOLL_ADAPT_STAGE 8u
+#define GCOLL_ADAPT_BUDGET 16u
+
+/* What a controller measured and decided, the same on every rank. */
+typedef struct {
+    long steps;          /* decisions taken */
+    double noise_scale;  /* B_noise = tr(Sigma) / |G|^2, in per-rank batches (multiply by the
+                          * per-rank batch size for examples); 0 unknown (one rank) */
+    double grad_sq;      /* smoothed estimate of |G|^2, the true gradient's squared norm */
+    double noise_sq;     /* smoothed estimate of tr(Sigma) / b, one rank's batch noise */
+    double noise_share;  /* tr(Sigma)/(P b) over |G|^2 + tr(Sigma)/(P b): the noise's share
+                          * of the reduced gradient's energy, 0..1; -1 unknown */
+    double stage;        /* convergence stage, 1 (start) falling towards 0 */
+    double phase_boost;  /* ACCORDION ramp, 0..1 */
+    double bandwidth;    /* bytes per second of the wire estimate; 0 none */
+    double density;      /* density in force (1 for codecs without one) */
+    unsigned bits;       /* bit width in force for qsgd / q8 codecs, else 0 */
+} gcoll_adapt_stats_t;
+
+/* Parses GCOLL_ADAPT syntax ("off", "bandwidth", "snr+bandwidth", "both" = bandwidth+phase)
+ * into a GCOLL_ADAPT_* mask. GCOLL_ERR_INVALID for an unknown rule. */
+GCOLL_EXPORT gcoll_status_t gcoll_adapt_parse(const char *rules, unsigned *mask_p);
+
+/* A controller for gcoll_compressed_allreduce callers. rules NULL reads GCOLL_ADAPT; the
+ * bounds are GCOLL_DENSITY_MIN/MAX. "budget" splits a total over several tensors and does
+ * nothing for the one state a controller drives. GCOLL_ERR_INVALID for an unknown rule.
+ * Not collective; does not block. */
+typedef struct gcoll_adapt gcoll_adapt_t;
+GCOLL_EXPORT gcoll_status_t gcoll_adapt_create(gcoll_comm_t *comm, const char *rules,
+                                               gcoll_adapt_t **a_p);
+/* Attaches the controller to a state (one state per controller): from the next call of
+ * gcoll_compressed_allreduce on it, the state encodes with the controller's own copy of
+ * its compressor at the chosen density (top-k, random-k, DGC) or width (qsgd, q8), and
+ * after each call the ranks agree on the measurements in one small allreduce (the sampled
+ * gradient values of 16 coordinates, bytes, wire time), so every rank
+ * decides alike. Every rank must attach alike. GCOLL_ERR_INVALID for a state already
+ * attached, a codec with nothing to adapt, or a controller already attached. */
+GCOLL_EXPORT gcoll_status_t gcoll_adapt_attach(gcoll_adapt_t *a, gcoll_tensor_state_t *state);
+/* What the controller measured and decided so far; read it between calls (not while a
+ * nonblocking call on its state is in flight). Does not block. */
+GCOLL_EXPORT gcoll_status_t gcoll_adapt_stats(const gcoll_adapt_t *a,
+                                              gcoll_adapt_stats_t *stats_p);
+/* Detaches (the state goes back to its own compressor) and frees. Call it after the last
+ * call on the state completed and before gcoll_state_destroy of that state. */
+GCOLL_EXPORT void gcoll_adapt_destroy(gcoll_adapt_t *a);
+
+/* The bucketer's controller (GCOLL_ADAPT): bucket i's statistics, or with bucket -1 those
+ * of all adaptive buckets together (their norms summed; density the mean weighted by
+ * size). GCOLL_ERR_INVALID for a bad bucket. Read between steps. */
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_stats(const gcoll_bucketer_t *b, int bucket,
+                                                 gcoll_adapt_stats_t *stats_p);
+
+/* ------------------------------------------------------------------------ */
 /* Local SGD with compressed deltas (Qsparse-local-SGD, Basu et al. 2019)   */
 
 /* Every rank takes local optimizer steps on its own data; every H-th step the model delta

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "gcoll.h"
+
 /* Bandwidth estimate: an EWMA with a half-life in samples, robust to outliers (a sample
  * more than 4x away from the estimate moves it by at most 4x, and only at the EWMA rate),
  * that follows a change of regime at once: when the median of the last three samples is
@@ -100,5 +102,24 @@ typedef struct {
 void gcoll_phase_init(gcoll_phase_t *p, double eta, int lag);
 /* Records this step's gradient norm; returns 1 in a critical regime. */
 int gcoll_phase_update(gcoll_phase_t *p, double grad_norm);
+
+/* Codec edits of adaptation (adapt_ctl.c). A quantizer with a width to choose: qsgd or q8
+ * without a sparsifier. */
+struct gcoll_compressor;
+struct gcoll_tensor_state;
+struct gcoll_comm;
+int gcoll_adapt_is_quant(const struct gcoll_compressor *c);
+/* A sparsifier with a density to choose (top-k, random-k, DGC; not k=K). */
+int gcoll_adapt_has_density(const struct gcoll_compressor *c);
+unsigned gcoll_adapt_bits_of(const struct gcoll_compressor *c);
+/* Sets c's width (spec rewritten): q8 at 8 bits when the codec was q8, else QSGD levels. */
+void gcoll_adapt_set_bits(struct gcoll_compressor *c, unsigned bits, int orig_q8);
+
+/* The compressed allreduce's hooks for a state with a controller attached: before the
+ * call (on the progress thread: samples grad), and after a successful one (the agreement
+ * allreduce and the next decision). */
+void gcoll_adapt_before(struct gcoll_comm *comm, struct gcoll_tensor_state *s,
+                        const float *grad, size_t count);
+gcoll_status_t gcoll_adapt_after(struct gcoll_comm *comm, struct gcoll_tensor_state *s, size_t count);
 
 #endif /* GCOLL_ADAPT_H */

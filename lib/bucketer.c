@@ -12,8 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adapt.h"
+#include "adapt_stat.h"
 #include "bucketer_int.h"
 #include "compress/kernels.h"
+#include "compressed.h"
 #include "reduce.h"
 #include "sparse.h"
 #include "util.h"
@@ -88,7 +91,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
         b->link.bw = comm->probe_bw * comm->size / (2.0 * (comm->size - 1));
     if (b->cfg.accumulate_steps < 1)
         b->cfg.accumulate_steps = 1;
-    b->adapt = comm->cfg.adapt; /* 1 bandwidth, 2 phase, 3 both */
+    b->adapt = comm->cfg.adapt; /* GCOLL_AR_* */
     b->mid_scale = 1;
     gcoll_phase_init(&b->phase, 0.5, 2);
     gcoll_bw_init(&b->bw, (double)comm->cfg.adapt_half_life);
@@ -245,15 +248,21 @@ gcoll_status_t gcoll_bk_setup(gcoll_bucketer_t *b, int j)
         k->comp->nlayers = (size_t)k->n;
     }
     GCOLL_CHECK(gcoll_state_create(k->comp, k->count, &k->state));
-    k->adaptive = b->adapt && k->comp->density > 0 && k->comp->k_fixed == 0;
-    /* the bandwidth estimate takes the run less compression as wire time, which
-     * the streamed top-k hides under compression: adaptive buckets do not stream */
-    k->state->no_stream = k->adaptive && (b->adapt & 1);
+    k->quant = b->adapt && gcoll_adapt_is_quant(k->comp);
+    k->adaptive = b->adapt && (gcoll_adapt_has_density(k->comp) || k->quant);
+    /* a streamed top-k bucket measures its wire by the time the run waited on it
+     * (gcoll_bk_run_one), so adaptive buckets keep the streamed scheme */
     if (k->adaptive) {
         const gcoll_config_t *cf = &b->comm->cfg;
-        k->base_density = k->comp->density;
-        gcoll_ctl_init(&k->ctl, cf->density_min, cf->density_max, k->comp->density);
+        k->base_density = k->quant ? 1 : k->comp->density;
+        k->dens_now = k->base_density;
+        k->orig_q8 = k->comp->vs.fmt == GCOLL_VF_Q8;
+        gcoll_ctl_init(&k->ctl, cf->density_min, cf->density_max, k->base_density);
         gcoll_bw_init(&k->bw, (double)cf->adapt_half_life);
+        gcoll_sig_init(&k->sig, (unsigned)b->adapt, cf->density_min, cf->density_max,
+                       k->quant ? 0 : k->comp->density,
+                       k->quant ? gcoll_adapt_bits_of(k->comp) : 0,
+                       (double)cf->adapt_stat_half_life);
     }
     return GCOLL_OK;
 }
@@ -262,8 +271,8 @@ void gcoll_bk_mark_checks(gcoll_bucketer_t *b)
 {
     for (int j = 0, later = 0; (b->adapt & 1) && j < b->nb; j++) {
         bucket_t *k = &b->bk[b->nb - 1 - j];
-        k->check_after = k->adaptive && later;
-        later |= k->adaptive;
+        k->check_after = k->adaptive && !k->quant && later;
+        later |= k->adaptive && !k->quant;
     }
 }
 
@@ -291,49 +300,6 @@ static void accumulate(void *dst, const void *src, size_t n, gcoll_dtype_t dtype
     gcoll_reduce(dst, src, n, dtype, GCOLL_SUM);
 }
 
-/* Swaps a bucket's compressor for a copy at another density; the residuals stay. */
-static gcoll_status_t set_density(bucket_t *k, double d)
-{
-    gcoll_compressor_t *c = malloc(sizeof(*c));
-    if (!c)
-        return GCOLL_ERR_NOMEM;
-    *c = *k->comp;
-    c->density = d;
-    gcoll_spec_canon(c);
-    k->state->c = c;
-    if (k->state->server)
-        k->state->server->c = c;
-    gcoll_compressor_destroy(k->comp);
-    k->comp = c;
-    return GCOLL_OK;
-}
-
-/* Mid-step, after an adaptive bucket (on the progress thread, where every rank runs the
- * buckets in the same order): the ranks agree on its wire time (the shortest: the rank that
- * waited least for the others) and bytes with one tiny allreduce, and when the link turned
- * out much slower than the step was planned for, the buckets not yet started in this step
- * run at a density cut in proportion; the next decision at the end of the step restores the
- * controller's density. The same agreed numbers on every rank: the same cut everywhere. */
-#define MIDSTEP_SUB 0xf0000000u /* message tags far above the bucket's own collective's */
-static gcoll_status_t midstep_check(gcoll_comm_t *comm, bucket_t *k)
-{
-    gcoll_bucketer_t *b = k->b;
-    double x[2] = {-(k->run_s - k->comp_s), k->bytes};
-    uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, 2, GCOLL_FLOAT64, GCOLL_MAX, 0);
-    GCOLL_CHECK(gcoll_ring_allreduce_at(comm, x, 2, GCOLL_FLOAT64, GCOLL_MAX, sig, MIDSTEP_SUB));
-    /* against this bucket's own rate in the steps before: buckets differ (the first ones
-     * share the CPU with the busiest part of backward) */
-    if (k->bw.n < 2)
-        return GCOLL_OK; /* one sample is not a history to compare with */
-    double s = gcoll_midstep_scale(k->bw.bw, x[1], -x[0], b->window, b->mid_scale);
-    b->mid_fired += s < 1;
-    if (s < 1 || b->mid_scale < 1)
-        GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT, "step %ld %s: %.0f bytes in %.1f ms of wire, %.1f MB/s "
-                    "before: later buckets at %.3g of their density", b->step, k->label, x[1],
-                    -x[0] * 1e3, k->bw.bw / 1e6, s);
-    b->mid_scale = s;
-    return GCOLL_OK;
-}
 
 static double norm2(const float *x, size_t n)
 {
@@ -406,26 +372,39 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
     double t0 = (double)gcoll_time_ns() * 1e-9;
     k->copy_s = t0 - tc;
     uint64_t sent0 = comm->counters.bytes_sent, comp0 = comm->counters.ns_compress;
+    uint64_t wire0 = comm->counters.ns_wire;
+    k->m = 0;
+    if (k->adaptive && (b->adapt & (GCOLL_AR_STAT | GCOLL_AR_BUDGET))) {
+        /* the statistics' coordinates, before the in-place run */
+        size_t idx[GCOLL_SNR_SAMPLE];
+        k->m = gcoll_snr_sample_idx(k->count, b->step, (uint64_t)(k - b->bk), idx);
+        for (size_t i = 0; i < k->m; i++)
+            k->sample[i] = k->fused[idx[i]];
+    }
     if (k->adaptive && (b->adapt & 2)) {
         double n2 = 0;
         for (size_t i = 0; i < k->count; i++)
             n2 += (double)k->fused[i] * k->fused[i];
         k->norm2 = n2;
     }
-    if (k->adaptive && b->mid_scale < 1) {
-        double d = fmax(k->ctl.dmin, k->ctl.density * b->mid_scale);
-        if (d != k->comp->density && (st = set_density(k, d)) != GCOLL_OK)
+    if (k->adaptive && !k->quant && b->mid_scale < 1) {
+        double d = fmax(k->ctl.dmin, k->dens_now * b->mid_scale);
+        if (d != k->comp->density && (st = gcoll_bucket_set_density(k, d)) != GCOLL_OK)
             return st;
     }
     uint64_t cstep = k->state ? k->state->step : 0; /* the codec's step of this run */
     uint64_t w0 = gcoll_time_ns();
     if (k->dtype == GCOLL_FLOAT32) {
+        k->streamed = gcoll_topk_stream_eligible(
+            comm, k->comp, k->state->e != NULL, k->count,
+            gcoll_codec_k(k->comp, k->count, k->state->step));
         k->state->input_checked = scan;
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
         k->state->input_checked = 0;
         k->run_s = (double)gcoll_time_ns() * 1e-9 - t0;
         k->comp_s = (double)(comm->counters.ns_compress - comp0) * 1e-9;
         k->bytes = (double)(comm->counters.bytes_sent - sent0);
+        k->wire_busy = (double)(comm->counters.ns_wire - wire0) * 1e-9;
     } else {
         uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, k->count, k->dtype, b->cfg.op, 0);
         st = gcoll_ring_allreduce(comm, fused, k->count, k->dtype, b->cfg.op, sig);
@@ -434,7 +413,7 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
     }
     k->wire_s = (double)(gcoll_time_ns() - w0) * 1e-9;
     if (st == GCOLL_OK && k->check_after)
-        st = midstep_check(comm, k);
+        st = gcoll_bucket_midstep(comm, k);
     if (st != GCOLL_OK)
         return st;
     if (k->dtype == GCOLL_FLOAT32 && GCOLL_LOG_ON(GCOLL_LOG_DEBUG, GCOLL_SUBSYS_COMPRESS))
@@ -490,150 +469,6 @@ out:
     return st;
 }
 
-/* After a communicating step: agree on the measurements (the slowest rank's times and
- * launch offsets, the shortest wire times and window, the gradient norms), then let each
- * adaptive bucket's controller pick its density. Every rank runs the same controller on the
- * same numbers, so all decide alike. */
-static gcoll_status_t adapt(gcoll_bucketer_t *b, double t_end)
-{
-    enum { NV = 7 }; /* per bucket: run, compression, bytes, squared norm, launch offset,
-                      * gather and scatter copies, wire (negated: the shortest) */
-    int na = 0;
-    double first = 1e300;
-    for (int j = 0; j < b->nb; j++) {
-        na += b->bk[j].adaptive;
-        if (b->bk[j].t_launch > 0)
-            first = b->bk[j].t_launch < first ? b->bk[j].t_launch : first;
-    }
-    if (na == 0)
-        return GCOLL_OK;
-    double *v = calloc((size_t)b->nb * (NV + 3) + 1, sizeof(double));
-    if (!v)
-        return GCOLL_ERR_NOMEM;
-    double *off = v + (size_t)b->nb * NV + 1, *fixed = off + b->nb, *wfull = fixed + b->nb;
-    double window = t_end - first, norm2 = 0;
-    for (int j = 0; j < b->nb; j++) {
-        bucket_t *k = &b->bk[j];
-        double *x = v + (size_t)j * NV;
-        x[0] = k->run_s;
-        x[1] = k->comp_s;
-        x[2] = k->bytes;
-        x[3] = k->adaptive ? k->norm2 : 0;
-        x[4] = k->t_launch - first;
-        x[5] = k->copy_s;
-        x[6] = -(k->run_s - k->comp_s);
-    }
-    v[(size_t)b->nb * NV] = -window; /* MAX of the negation: the shortest window */
-    gcoll_status_t st = gcoll_allreduce(b->comm, v, v, (size_t)b->nb * NV + 1, GCOLL_FLOAT64,
-                                        GCOLL_MAX);
-    if (st == GCOLL_OK) {
-        window = -v[(size_t)b->nb * NV];
-        b->window = window;
-        double comp_all = 0, wire_all = 0, bytes_all = 0;
-        for (int j = 0; j < b->nb; j++) {
-            const double *x = v + (size_t)j * NV;
-            if (!b->bk[j].adaptive)
-                continue;
-            norm2 += x[3];
-            if (b->adapted == 0)
-                continue; /* the first step warms up (page faults, connections): not a rate */
-            /* two mid-step checks of this step saw the link slow down: the step's own
-             * samples below half the estimates are the new regime, not a stall */
-            if (b->mid_fired >= 2 && x[2] / fmax(-x[6], 1e-9) < b->bk[j].bw.bw / 2)
-                gcoll_bw_jump(&b->bk[j].bw, x[2], -x[6]);
-            else
-                gcoll_bw_update(&b->bk[j].bw, x[2], -x[6]);
-            comp_all += x[1];
-            wire_all += -x[6] > 1e-6 ? -x[6] : 1e-6;
-            bytes_all += x[2];
-        }
-        int critical = (b->adapt & 2) ? gcoll_phase_update(&b->phase, sqrt(norm2)) : 0;
-        long jumps = b->bw.jumps;
-        double bw_before = b->bw.bw;
-        int mid_jump = 0; /* the mid-step checks saw the link slow down */
-        if (b->adapted++ > 0) {
-            if (b->mid_fired >= 2 && bytes_all / wire_all < b->bw.bw / 2) {
-                gcoll_bw_jump(&b->bw, bytes_all, wire_all);
-                mid_jump = 1;
-            } else {
-                gcoll_bw_update(&b->bw, bytes_all, wire_all);
-            }
-        }
-        /* The buckets share one progress thread and run in launch order: bucket j starts
-         * at its launch or when the one before it ends, then compresses and sends. What
-         * must end by the end of backward is the last of them; the density that makes
-         * it (the same for every adaptive bucket) accounts for buckets launched late,
-         * whose communication would otherwise be left after backward. */
-        double dmin = 1, dmax = 0;
-        for (int j = 0; j < b->nb; j++) {
-            const double *x = v + (size_t)j * NV;
-            bucket_t *k = &b->bk[j];
-            off[j] = x[4];
-            if (k->adaptive && b->bw.bw > 0) {
-                gcoll_bucket_cost(x[0], -x[6], x[1], x[5], x[2], k->comp->density, b->bw.bw,
-                                  &fixed[j], &wfull[j]);
-                dmin = fmin(dmin, k->ctl.dmin);
-                dmax = fmax(dmax, k->ctl.dmax);
-            } else {
-                fixed[j] = x[0] + x[5];
-                wfull[j] = 0;
-            }
-        }
-        double target = dmax >= dmin ? gcoll_fit_density(b->nb, off, fixed, wfull, window,
-                                                         dmin, dmax)
-                                     : 0;
-        for (int j = 0; j < b->nb && st == GCOLL_OK; j++) {
-            bucket_t *k = &b->bk[j];
-            if (!k->adaptive)
-                continue;
-            double old = k->ctl.density;
-            /* the estimate jumped: the fits from before say nothing of the new regime. A
-             * link the mid-step checks saw slow down acts at once, without the hold;
-             * other jumps keep it: a faster link (a run of small transfers that passed
-             * at the burst rate looks like one), and a slower estimate without that
-             * evidence (GCOLL_PROBE's link rate giving way to the buckets' own, which
-             * cut 0.1 to 0.041 at 10 Gbit/s in one run) cuts after two fits in a row */
-            if (b->bw.jumps != jumps) {
-                k->ctl.nfit = 0;
-                if (mid_jump && b->bw.bw < bw_before) {
-                    k->ctl.held = k->ctl.min_hold;
-                    k->ctl.slower = 1;
-                }
-            }
-            /* Only GCOLL_PROBE's estimate allows a fit after the first step, whose
-             * compression and copies ran through first-touch page faults: it may raise
-             * the density, never cut it (measured: a fit of 0.006 from 0.01 at 10 Gbit/s);
-             * a fit that would cut is not one (not kept among the fits a rise waits for) */
-            int warmup_cut = b->adapted == 1 && target > 0 && target < k->ctl.density &&
-                             !critical;
-            double d;
-            if (!(b->adapt & 1)) { /* phase only: the spec's, or the maximum when critical */
-                d = critical ? k->ctl.dmax : k->base_density;
-            } else if (warmup_cut) {
-                k->ctl.held++;
-                d = k->ctl.density;
-            } else if (target > 0) {
-                d = gcoll_ctl_apply(&k->ctl, target, critical);
-            } else {
-                d = gcoll_ctl_step(&k->ctl, window, comp_all, 0, 0, critical);
-            }
-            GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT,
-                        "bucket %d: launched at +%.1f ms of a %.1f ms window; all adaptive "
-                        "buckets: wire %.1f ms, compress %.1f ms, %.0f bytes, bandwidth "
-                        "%.1f MB/s; fitted density %g; critical %d: density %g -> %g; this "
-                        "bucket: %.0f bytes, wire %.1f ms, compress %.1f ms",
-                        j, off[j] * 1e3, window * 1e3, wire_all * 1e3, comp_all * 1e3,
-                        bytes_all, b->bw.bw / 1e6, target, critical, old, d,
-                        v[(size_t)j * NV + 2], -v[(size_t)j * NV + 6] * 1e3,
-                        v[(size_t)j * NV + 1] * 1e3);
-            if (d != k->comp->density)
-                st = set_density(k, d);
-        }
-    }
-    free(v);
-    return st;
-}
-
 GCOLL_EXPORT double gcoll_bucketer_density(const gcoll_bucketer_t *b, int bucket)
 {
     if (!b || bucket < 0 || bucket >= b->nb || !b->bk[bucket].comp)
@@ -676,7 +511,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
             st = s2;
     }
     if (st == GCOLL_OK && b->adapt && gcoll_bk_communicating(b))
-        st = adapt(b, t_end);
+        st = gcoll_bucketer_adapt(b, t_end);
     pthread_mutex_lock(&b->lock);
     if (st == GCOLL_OK && gcoll_bk_communicating(b) && b->autosize && b->rebuild && !b->rebuilt &&
         ++b->comm_steps == 2)

@@ -1,12 +1,14 @@
 /* bucketer_int.h: the bucketer's state, shared by bucketer.c (registration, runs, steps),
- * bucket_layout.c (cutting and rebuilding buckets) and bucket_sched.c (launch order and
- * priorities). Internal. */
+ * bucket_layout.c (cutting and rebuilding buckets), bucket_sched.c (launch order and
+ * priorities) and adapt_bucket.c (the adaptation of each bucket's codec between steps).
+ * Internal. */
 #ifndef GCOLL_BUCKETER_INT_H
 #define GCOLL_BUCKETER_INT_H
 
 #include <pthread.h>
 
 #include "adapt.h"
+#include "adapt_stat.h"
 #include "bucket_plan.h"
 #include "comm.h"
 #include "compress/compress.h"
@@ -58,6 +60,14 @@ typedef struct {
     double copy_s;     /* gathering into the fused buffer and scattering back */
     double wire_s;     /* the collective alone (codec and wire), for the layout's link fit */
     gcoll_status_t st; /* of its run this step */
+    int quant;             /* adaptive in bit width (qsgd, q8), not density */
+    int orig_q8;           /* the spec's format was q8 */
+    int streamed;          /* this run took the streamed top-k scheme */
+    double wire_busy;      /* the time this run waited on the wire (the ns_wire counter) */
+    double dens_now;       /* the density decided for this step (before mid-step cuts) */
+    gcoll_adapt_sig_t sig; /* noise scale, stage, energy */
+    double sample[GCOLL_SNR_SAMPLE]; /* this rank's gradient at the sampled coordinates */
+    size_t m;
 } bucket_t;
 
 struct gcoll_bucketer {
@@ -87,8 +97,9 @@ struct gcoll_bucketer {
     double t_first_ready; /* this step's first ready(), seconds; 0: none yet */
     int next_launch;
     long step; /* steps completed */
-    int adapt; /* GCOLL_ADAPT: bit 0 bandwidth, bit 1 phase */
+    int adapt; /* GCOLL_ADAPT: GCOLL_AR_* bits */
     gcoll_phase_t phase;
+    double boost;      /* the phase's ramp (gcoll_phase_boost) */
     gcoll_bw_est_t bw; /* of all adaptive buckets together */
     double window;     /* the last agreed backward window, seconds */
     double mid_scale;  /* this step's mid-step cut of the densities (1: none) */
@@ -121,4 +132,11 @@ gcoll_status_t gcoll_bk_rebuild(gcoll_bucketer_t *b);
 /* bucket_sched.c: queues the complete buckets among those holding tensor t. */
 gcoll_status_t gcoll_bk_launch(gcoll_bucketer_t *b, const tensor_t *t);
 
-#endif
+/* adapt_bucket.c. Swaps a bucket's compressor for a copy at density d; the residuals stay. */
+gcoll_status_t gcoll_bucket_set_density(bucket_t *k, double d);
+/* Mid-step check after adaptive bucket k (on the progress thread). */
+gcoll_status_t gcoll_bucket_midstep(gcoll_comm_t *comm, bucket_t *k);
+/* After a communicating step: the agreement and every adaptive bucket's next decision. */
+gcoll_status_t gcoll_bucketer_adapt(gcoll_bucketer_t *b, double t_end);
+
+#endif /* GCOLL_BUCKETER_INT_H */

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "adapt_stat.h"
 #include "log.h"
 
 extern char **environ;
@@ -141,10 +142,11 @@ static const param_t params[] = {
      "progress thread placement: a CPU number, none, or auto (with two cores per local rank, a "
      "free core near the NIC, apart from the compute cores)",
      OFF(progress_cpu), 0, NULL},
-    {"GCOLL_ADAPT", P_ENUM, "off",
-     "bucketer: adapt each bucket's density to measured bandwidth (bandwidth), to the "
-     "training phase (phase: ACCORDION's gradient-norm signal), both, or off",
-     OFF(adapt), F_MUST_MATCH, "off|bandwidth|phase|both"},
+    {"GCOLL_ADAPT", P_STRING, "off",
+     "adaptation rules joined by '+': bandwidth (the link), phase (ACCORDION's gradient-norm "
+     "signal), snr (gradient noise scale), stage (convergence), budget (per-bucket split of "
+     "the total k); e.g. snr+bandwidth; both = bandwidth+phase; off",
+     OFF(adapt_s), F_MUST_MATCH, NULL},
     {"GCOLL_DENSITY_MIN", P_STRING, "0.0001", "adaptation: lowest density it may choose",
      OFF(density_min_s), F_MUST_MATCH, NULL},
     {"GCOLL_DENSITY_MAX", P_STRING, "0.1", "adaptation: highest density it may choose",
@@ -152,6 +154,9 @@ static const param_t params[] = {
     {"GCOLL_ADAPT_HALF_LIFE", P_INT, "4",
      "adaptation: half-life in steps of the bandwidth estimate (EWMA)", OFF(adapt_half_life),
      F_MUST_MATCH, "1:1000"},
+    {"GCOLL_ADAPT_STAT_HALF_LIFE", P_INT, "20",
+     "adaptation: half-life in steps of the smoothed noise-scale, stage and budget statistics",
+     OFF(adapt_stat_half_life), F_MUST_MATCH, "1:100000"},
     {"GCOLL_PROBE", P_BOOL, "0",
      "at init, time a short exchange with every rank (two 1 MiB-per-rank allgathers, the "
      "first warming the connections) and start adaptation's bandwidth estimate from it",
@@ -453,6 +458,15 @@ static gcoll_status_t load(gcoll_config_t *cfg, char *err, size_t errlen, int de
         gcoll_config_free(cfg);
         return GCOLL_ERR_INVALID;
     }
+    unsigned rules = 0;
+    if (!cfg->adapt_s || gcoll_adapt_rules_parse(cfg->adapt_s, &rules) != 0) {
+        snprintf(err, errlen, "GCOLL_ADAPT='%s' is invalid: expected off, both, or rules "
+                 "joined by '+' from bandwidth, phase, snr, stage, budget",
+                 cfg->adapt_s ? cfg->adapt_s : "");
+        gcoll_config_free(cfg);
+        return GCOLL_ERR_INVALID;
+    }
+    cfg->adapt = (int)rules;
     if (cfg->log_subsys) {
         unsigned mask;
         if (gcoll_log_parse_subsys(cfg->log_subsys, &mask) != 0) {

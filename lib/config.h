@@ -44,7 +44,9 @@ typedef struct gcoll_config {
     int layer_select;      /* bucketer: top-k/DGC select per tensor in a fused bucket */
     long accumulate_steps;
     char *progress_cpu;    /* "auto", "none" or a CPU number */
-    int adapt;             /* 0 off, 1 bandwidth, 2 phase, 3 both */
+    int adapt;             /* GCOLL_ADAPT parsed: GCOLL_AR_* bits (1 bandwidth, 2 phase) */
+    char *adapt_s;
+    long adapt_stat_half_life;
     double density_min, density_max;
     char *density_min_s, *density_max_s;
     long adapt_half_life;

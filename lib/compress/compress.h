@@ -149,6 +149,7 @@ struct gcoll_tensor_state {
     /* collectives: keep top-k's selection pass off the wire (the streamed scheme); the
      * bucketer's bandwidth adaptation times the wire after the codec */
     int no_stream;
+    struct gcoll_adapt *adapt; /* gcoll_adapt_attach's controller, or NULL */
 };
 
 /* Whether an encode of all count elements with s (fold_check set, input_checked not) finds

@@ -43,6 +43,8 @@ int run_overlap(void);              /* check_overlap.c */
 int run_bucket_layers(void);        /* check_bucketer.c: GCOLL_LAYER_SELECT */
 int run_warmup(void);               /* check_bucketer.c: GCOLL_SPARSE_ALGO=allgather */
 int run_adapt(void);                /* check_bucketer.c */
+int run_adapt_ctl(void);            /* check_adapt.c: gcoll_adapt on compressed allreduce */
+int run_adapt_stream(void);         /* check_adapt.c: streamed top-k under adaptation */
 int run_bucket_missing(int victim);
 int run_bucket_nan(int victim, int accumulate); /* check_bucketer.c */
 int run_efmean(int argc, char **argv); /* check_ef.c */

@@ -703,6 +703,10 @@ int main(int argc, char **argv)
         bad = run_all();
     else if (strcmp(mode, "adapt") == 0)
         bad = run_adapt();
+    else if (strcmp(mode, "adapt_ctl") == 0)
+        bad = run_adapt_ctl();
+    else if (strcmp(mode, "adapt_stream") == 0)
+        bad = run_adapt_stream();
     else if (strcmp(mode, "bucketer") == 0)
         bad = run_bucketer();
     else if (strcmp(mode, "overlap") == 0)

@@ -78,7 +78,7 @@ for tr in $(transports); do
     done
     # bandwidth starts from the init probe (GCOLL_PROBE=1; the check wants the same
     # positive figure on every rank), both from its first step (and no probe figure)
-    for mode in bandwidth both; do
+    for mode in bandwidth both snr+stage+budget+phase snr+bandwidth; do
         out="$TMP/adapt-$tr-$mode.log"
         probe=0
         [ "$mode" = bandwidth ] && probe=1
@@ -92,6 +92,30 @@ for tr in $(transports); do
             tail -n 30 "$out"
         fi
     done
+    # the gcoll_adapt controller on compressed allreduce (2 and 3 ranks; the noise scale
+    # against its closed form needs the smoothing to average the whole run), then the
+    # streamed top-k under the bucketer's adaptation against an unadapted call
+    for np in 2 3; do
+        out="$TMP/adapt-ctl-$tr-$np.log"
+        if timeout 300 "$gcoll_run" -n $np --timeout 250 -x GCOLL_TRANSPORT="$tr" \
+            -x GCOLL_ADAPT_STAT_HALF_LIFE=100000 -- "$CHECK" adapt_ctl >"$out" 2>&1; then
+            pass "$tr: gcoll_adapt controller on $np ranks: same decisions everywhere, noise scale within its bound"
+        else
+            fail "$tr: gcoll_adapt controller on $np ranks"
+            tail -n 30 "$out"
+        fi
+    done
+    out="$TMP/adapt-stream-$tr.log"
+    if timeout 300 "$gcoll_run" -n 3 --timeout 250 -x GCOLL_TRANSPORT="$tr" \
+        -x GCOLL_ADAPT=bandwidth -x GCOLL_DENSITY_MIN=0.01 -x GCOLL_DENSITY_MAX=0.01 \
+        -x GCOLL_TOPK_STREAM=1024 -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=COMPRESS \
+        -- "$CHECK" adapt_stream >"$out" 2>&1 &&
+        [ "$(grep -c 'streamed top-k:' "$out")" -ge 48 ]; then
+        pass "$tr: streamed top-k under adaptation: streamed, bit-identical to the unadapted call"
+    else
+        fail "$tr: streamed top-k under adaptation ($(grep -c 'streamed top-k:' "$out") streamed runs)"
+        tail -n 30 "$out"
+    fi
     # every codec under the default scheme choice, then over the pipelined ring that
     # re-quantizes at every hop, with segments small enough that every chunk is cut into
     # several (the simulation in the check follows the same cut; the log shows the ring ran),

@@ -452,3 +452,24 @@ out:
     free(idx);
     return rc;
 }
+
+void train_adapt_report(FILE *out, int csv, const gcoll_bucketer_t *b, int epoch)
+{
+    gcoll_adapt_stats_t st;
+    if (!out || gcoll_bucketer_stats(b, -1, &st) != GCOLL_OK || st.steps == 0)
+        return;
+    fprintf(out, "%sadapt: epoch %d noise_scale %.4g noise_share %.4f stage %.4f boost %.2f "
+            "bandwidth_MBps %.1f density %.6g buckets", csv ? "# " : "", epoch + 1,
+            st.noise_scale, st.noise_share, st.stage, st.phase_boost, st.bandwidth / 1e6,
+            st.density);
+    for (int j = 0; j < gcoll_bucketer_num_buckets(b); j++) {
+        gcoll_adapt_stats_t bs;
+        gcoll_bucketer_stats(b, j, &bs);
+        if (bs.bits)
+            fprintf(out, "%s%ub", j ? "," : " ", bs.bits);
+        else
+            fprintf(out, "%s%.6g", j ? "," : " ", gcoll_bucketer_density(b, j));
+    }
+    fprintf(out, "\n");
+    fflush(out);
+}

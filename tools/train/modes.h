@@ -100,6 +100,10 @@ void train_mode_evaluate(train_mlp_t *m, const train_split_t *t, size_t n, int r
  * rank 0 (out not NULL), prints its line, as CSV with csv set. */
 void train_epoch_done(FILE *out, int csv, train_result_t *res, int epoch, const double v[5],
                       size_t examples, size_t ntest, double secs, double wait_s);
+/* With GCOLL_ADAPT: one line after the epoch's ("adapt: epoch E ..."; "# " before it in
+ * CSV) with the bucketer's noise scale, noise share, stage, phase boost and each bucket's
+ * density (or width); nothing without adaptation or when out is NULL. */
+void train_adapt_report(FILE *out, int csv, const gcoll_bucketer_t *b, int epoch);
 /* keep_params: copies every parameter into res->params (0, or -1 out of memory). */
 int train_keep_params(const train_mlp_t *m, int rank, train_result_t *res);
 

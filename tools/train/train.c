@@ -320,6 +320,7 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
         }
         train_epoch_done(out, o->csv, res, e, v, steps * (size_t)size, ntest, train_now_s() - t0,
                          wait_s);
+        train_adapt_report(out, o->csv, b, e);
     }
     if (out) {
         fprintf(out, "final test accuracy: %.4f\n", res->final_acc);
