@@ -8,7 +8,8 @@
 #   sudo bench/ddp-tta.sh [BUILD_DIR]        (BUILD_DIR: the build tree, default .)
 # Environment: MODELS ("cnn mlp"), ROWS ("gloo gcoll fp16 topk dgc powersgd"), RATE (1gbit),
 # STEPS_cnn (300), STEPS_mlp (200), TARGET_cnn (0.80), TARGET_mlp (0.78), WIDTH (2048),
-# BATCH (32 per rank), OUT (directory for the data and the plot, default bench-ddp-tta).
+# BATCH (32 per rank; BATCH_cnn, BATCH_mlp for one model), EVAL_EVERY (25 steps), OUT (directory for the data and the plot,
+# default bench-ddp-tta). All rows of a model run in one job, one after the other.
 # Needs root, iproute2, tc, Debian's /usr/bin/python3 with torch, dataset-fashion-mnist;
 # skips with a message where it cannot run. Removes its namespaces on exit.
 set -u
@@ -33,7 +34,9 @@ PYTHONPATH="$HERE/../bindings/python" GCOLL_LIBRARY="$BUILD/.libs/libgcoll.so" $
     'import torch, gcoll.torch as gt; assert gt.backend_available()' 2>/dev/null ||
     skip "$PY cannot import torch and gcoll.torch with the gcoll backend"
 
+pids=""
 cleanup() {
+    [ -n "$pids" ] && kill $pids 2>/dev/null
     for i in $(seq 0 $((N - 1))); do ip netns del "$NS$i" 2>/dev/null; done
     ip netns del "${NS}br" 2>/dev/null
 }
@@ -61,25 +64,24 @@ mkdir -p "$OUT"
 echo "# ddp-tta: $N ranks, links $RATE per direction; load: $(uptime | sed 's/.*load/load/')"
 for model in $MODELS; do
     eval steps=\${STEPS_$model:-$([ "$model" = cnn ] && echo 300 || echo 200)}
+    eval batch=\${BATCH_$model:-${BATCH:-32}}
     eval target=\${TARGET_$model:-$([ "$model" = cnn ] && echo 0.80 || echo 0.78)}
-    for row in $ROWS; do
-        pids=""
-        for i in $(seq 0 $((N - 1))); do
-            ip netns exec "$NS$i" env RANK="$i" WORLD_SIZE=$N MASTER_ADDR=10.79.0.1 \
-                MASTER_PORT=$PORT GLOO_SOCKET_IFNAME="gt$i" GCOLL_TIMEOUT_MS=120s \
-                PYTHONPATH="$HERE/../bindings/python" GCOLL_LIBRARY="$BUILD/.libs/libgcoll.so" \
-                OMP_NUM_THREADS=1 timeout 900 $PY "$HERE/ddp_tta.py" --row "$row" --model "$model" \
-                --width "${WIDTH:-2048}" --batch "${BATCH:-32}" --steps "$steps" \
-                --out "$OUT/$model-$row.dat" >"$OUT/$model-$row.rank$i.log" 2>&1 &
-            pids="$pids $!"
-        done
-        ok=0
-        for p in $pids; do wait "$p" || ok=1; done
-        PORT=$((PORT + 3))
-        [ "$ok" -eq 0 ] || { echo "ddp-tta: $model $row failed:"; tail -5 "$OUT/$model-$row".rank*.log; }
+    pids=""
+    for i in $(seq 0 $((N - 1))); do
+        ip netns exec "$NS$i" env RANK="$i" WORLD_SIZE=$N MASTER_ADDR=10.79.0.1 \
+            MASTER_PORT=$PORT GLOO_SOCKET_IFNAME="gt$i" GCOLL_TIMEOUT_MS=120s \
+            PYTHONPATH="$HERE/../bindings/python" GCOLL_LIBRARY="$BUILD/.libs/libgcoll.so" \
+            OMP_NUM_THREADS=1 timeout 3000 $PY "$HERE/ddp_tta.py" --rows "$(echo $ROWS | tr ' ' ,)" \
+            --model "$model" --width "${WIDTH:-2048}" --batch "$batch" --steps "$steps" \
+            --eval-every "${EVAL_EVERY:-25}" --out "$OUT" >"$OUT/$model.rank$i.log" 2>&1 &
+        pids="$pids $!"
     done
+    ok=0
+    for p in $pids; do wait "$p" || ok=1; done
+    PORT=$((PORT + 10))
+    [ "$ok" -eq 0 ] || { echo "ddp-tta: $model failed:"; tail -5 "$OUT/$model".rank*.log; }
     printf '\n## %s, %d steps of %d x %d samples, target test accuracy %s\n' "$model" "$steps" \
-        $N "${BATCH:-32}" "$target"
+        $N "$batch" "$target"
     printf '| row | time to %s (s) | vs DDP+Gloo | final accuracy | train time (s) | KB sent/step/rank | ranks identical |\n' "$target"
     printf '| --- | --- | --- | --- | --- | --- | --- |\n'
     base=$(awk -v t="$target" '$1 != "final" && $3 >= t {print $2; exit}' "$OUT/$model-gloo.dat" 2>/dev/null)
