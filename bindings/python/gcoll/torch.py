@@ -12,12 +12,15 @@ built by configure when it finds libtorch; importing this module registers it ei
 (init_process_group then says why it cannot run).
 
 DDP hands the hook one flattened gradient bucket at a time, as backward produces them.
-The hook starts gcoll_icompressed_allreduce on it (averaging over ranks, error feedback
-kept per set of parameters across steps) and returns a torch.futures.Future at once; a
-helper thread completes the future when gcoll's request finishes, so the reduction runs
-on gcoll's progress thread while backward goes on. Buckets that are not float32 take
-gcoll's dense allreduce. A NaN/Inf on any rank raises on every rank or reaches every
-rank's result (nonfinite=), agreed through the process group.
+The hook (gcoll/_hook.py) starts gcoll's reductions of it and returns a
+torch.futures.Future at once; a helper thread completes the future when gcoll's requests
+finish, so the reduction runs on gcoll's progress thread while backward goes on. With the
+model known, every parameter has its own spec (GCOLL_LAYER_POLICY over GCOLL_COMPRESSOR,
+as the C bucketer picks them) and its own error-feedback state, keyed by name, so the
+states survive DDP's bucket rebuild and checkpoints; float16/bfloat16 gradients are
+compressed from a float32 copy; accumulation and warm-up as the bucketer's. A NaN/Inf on
+any rank raises on every rank or reaches every rank's result (nonfinite=), agreed
+through the process group.
 
 The hook's gcoll communicator is its own: rank and size are the process group's, the
 rendezvous address is root=, else GCOLL_ROOT, else MASTER_ADDR with MASTER_PORT + 1.
