@@ -63,5 +63,6 @@ if "GCOLL" not in dist.Backend._plugins:
 
 
 GcollError = _lib.GcollError
-__all__ = ["LocalSGD", "ParameterServer", "GcollHookState", "NonFiniteError", "comm_hook", "register", "default_root",
-           "GcollError", "backend_available"]
+__all__ = ["LocalSGD", "ParameterServer", "GcollHookState", "NonFiniteError", "comm_hook",
+           "register", "default_root", "resolve_specs", "with_warmup", "GcollError",
+           "backend_available"]
