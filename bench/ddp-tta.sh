@@ -79,7 +79,7 @@ for model in $MODELS; do
     ok=0
     for p in $pids; do wait "$p" || ok=1; done
     PORT=$((PORT + 10))
-    [ "$ok" -eq 0 ] || { echo "ddp-tta: $model failed:"; tail -5 "$OUT/$model".rank*.log; }
+    [ "$ok" -eq 0 ] || { echo "ddp-tta: $model failed:"; tail -n 5 "$OUT/$model".rank*.log; }
     printf '\n## %s, %d steps of %d x %d samples, target test accuracy %s\n' "$model" "$steps" \
         $N "$batch" "$target"
     printf '| row | time to %s (s) | vs DDP+Gloo | final accuracy | train time (s) | KB sent/step/rank | ranks identical |\n' "$target"
@@ -90,8 +90,12 @@ for model in $MODELS; do
         [ -s "$f" ] || { echo "| $row | failed | | | | | |"; continue; }
         awk -v t="$target" -v base="${base:-}" -v row="$row" '
             $1 != "final" && $3 >= t && tt == "" {tt = $2}
-            $1 == "final" {acc = $4; secs = $3; kb = $5 / 1000; same = $6}
+            $1 == "final" {acc = $4; secs = $3; kb = $5 / 1000; same = $6; div = $7 == "diverged"; at = $2}
             END {
+                if (div) {
+                    printf "| %s | diverged at step %d | | | %.1f | %.1f | |\n", row, at, secs, kb
+                    exit
+                }
                 sub("identical=", "", same)
                 speed = (tt != "" && base != "") ? sprintf("%.2fx", base / tt) : "-"
                 printf "| %s | %s | %s | %.4f | %.1f | %.1f | %s |\n", row,

@@ -4,7 +4,8 @@
 gradients (--rows, in turn, from the same initial weights and data order), and writes, on
 rank 0, OUT/MODEL-ROW.dat: one line per evaluation, "step seconds accuracy
 bytes_per_step", seconds being training time only (the clock stops while the ranks
-evaluate), then "final step seconds accuracy bytes_per_step identical=0|1". The process
+evaluate), then "final step seconds accuracy bytes_per_step identical=0|1" (accuracy nan and
+"diverged" at the end when a gradient became NaN/Inf at that step). The process
 group is the gcoll backend, with a Gloo group beside it for the Gloo rows.
 
 Rows:
@@ -12,8 +13,9 @@ Rows:
   gcoll     DDP on the "gcoll" backend, no hook
   fp16      the gcoll hook with fp16 (on the gcoll backend)
   topk      the gcoll hook with topk:density=0.01 (error feedback)
-  dgc       the gcoll hook with dgc:density=0.001,momentum=0.9 (the optimizer then runs
-            without momentum: DGC's momentum correction replaces it)
+  dgc       the gcoll hook with dgc:density=0.001,momentum=0.9 and a warm-up of
+            --dgc-warmup steps (the optimizer then runs without momentum: DGC's momentum
+            correction replaces it)
   powersgd  torch's PowerSGD hook (rank 4, error feedback, warm start) on Gloo
 
 Models (--model): cnn (2 conv layers, 0.1M parameters) or mlp (784-W-W-10, W=--width).
@@ -94,7 +96,7 @@ def run(args, model_kind, row, index, data, gloo):
     hook = None
     if row in ("fp16", "topk", "dgc"):
         spec = {"fp16": "fp16", "topk": "topk:density=0.01",
-                "dgc": "dgc:density=0.001,momentum=0.9"}[row]
+                "dgc": "dgc:density=0.001,momentum=0.9,warmup_steps=%d" % args.dgc_warmup}[row]
         root = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1 + index)
         hook = gt.register(model, spec, root=root)
         if row == "dgc":
@@ -142,7 +144,13 @@ def run(args, model_kind, row, index, data, gloo):
         x, y = batch(step)
         b0, t0 = sent(), time.perf_counter()
         opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
+        try:
+            nn.functional.cross_entropy(model(x), y).backward()
+        except gt.NonFiniteError:  # raised on every rank alike: the row diverged
+            lines.append("final %d %.3f nan %.0f identical=1 diverged" % (
+                step, train_s, nbytes / max(1, step - 1)))
+            hook.close()
+            return lines
         opt.step()
         train_s += time.perf_counter() - t0
         nbytes += sent() - b0
@@ -173,6 +181,8 @@ def main():
     ap.add_argument("--eval-samples", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--dgc-warmup", type=int, default=50,
+                    help="DGC's density warm-up in steps (exponential, as Lin et al. 2018)")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--out", default=".", help="directory of rank 0's MODEL-ROW.dat files")
     args = ap.parse_args()
