@@ -2,7 +2,8 @@
 # test-python.sh: the Python binding and the PyTorch DDP hook, on Debian's /usr/bin/python3.
 #
 # Runs bindings/python/tests: the codec round trips in one process, then the collectives
-# (test_comm.py) and the DDP hook (test_hook.py) on 2 ranks through gcoll-run; with the
+# (test_comm.py) and the DDP hook (test_hook.py, test_hook_features.py) on 2 ranks through
+# gcoll-run; with the
 # torch.distributed backend built, its collectives on 2 and 3 ranks (test_backend.py),
 # DDP on it alone (test_ddp_backend.py), and the hook's checkpoint round trip over two
 # jobs and its non-finite modes (test_hook_state.py). Exits 77
@@ -62,6 +63,11 @@ run comm "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s -- \
     "$PY" "$TESTS_DIR/test_comm.py"
 run ddp-hook "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s \
     -x GCOLL_TEST_STORE="$TMP/gloo-store" -- "$PY" "$TESTS_DIR/test_hook.py"
+# policy, default spec, warm-up, accumulation, half-precision buckets, bucket rebuild: on
+# the gcoll backend when built (MASTER_PORT), else on Gloo (bfloat16 then skipped)
+[ -n "$BACKEND_SO" ] && hookf_port="-x MASTER_PORT=$(free_port)" || hookf_port=""
+run ddp-hook-features "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s \
+    -x GCOLL_TEST_STORE="$TMP/gloo-store-f" $hookf_port -- "$PY" "$TESTS_DIR/test_hook_features.py"
 
 if [ -z "$BACKEND_SO" ]; then
     note "SKIP: test-python: the torch.distributed backend is not built (configure did not" \

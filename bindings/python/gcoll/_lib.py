@@ -119,6 +119,19 @@ class Counters(ctypes.Structure):
         return "Counters(%s)" % ", ".join("%s=%d" % kv for kv in self.as_dict().items())
 
 
+class BucketerConfig(ctypes.Structure):
+    """gcoll_bucketer_config_t."""
+
+    _fields_ = [
+        ("bucket_bytes", ctypes.c_size_t),
+        ("op", ctypes.c_int),
+        ("policy", ctypes.c_char_p),
+        ("default_spec", ctypes.c_char_p),
+        ("accumulate_steps", ctypes.c_int),
+        ("warmup_steps", ctypes.c_uint64),
+    ]
+
+
 _PROTOS = {
     "gcoll_version": (ctypes.c_char_p, []),
     "gcoll_status_string": (ctypes.c_char_p, [_st]),
@@ -163,6 +176,11 @@ _PROTOS = {
     "gcoll_decode": (_st, [_p, _p, _sz, _p, _sz, ctypes.c_int]),
     "gcoll_decode_info": (_st, [_p, _sz, _psz, _psz]),
     "gcoll_decode_pairs": (_st, [_p, _p, _sz, _sz, _p, _p, _sz, _psz]),
+    "gcoll_bucketer_create": (_st, [_p, ctypes.POINTER(BucketerConfig), _pp]),
+    "gcoll_bucketer_add_tensor": (_st, [_p, ctypes.c_char_p, _p, _sz, ctypes.c_int,
+                                        ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
+    "gcoll_bucketer_tensor_spec": (ctypes.c_char_p, [_p, ctypes.c_int]),
+    "gcoll_bucketer_destroy": (None, [_p]),
 }
 
 for _name, (_res, _args) in _PROTOS.items():

@@ -88,9 +88,12 @@ class TestHookState(unittest.TestCase):
                 hook = gt.register(model, spec, comm=self.comm)
                 train(model, opt, range(SAVE_AT))
                 sd = hook.state_dict()
-                self.assertEqual(len(sd["buckets"]), 3)  # the rebuilt layout only
+                # one state per parameter, by name, whatever DDP's buckets were
+                self.assertEqual(sorted(e["name"] for e in sd["params"]),
+                                 sorted(n for n, _ in model.named_parameters()))
                 self.assertEqual(sd["step"], SAVE_AT)
-                self.assertTrue(all(b["step"] == SAVE_AT - 1 for b in sd["buckets"]))
+                self.assertTrue(all(hook.states[e["name"]].step == SAVE_AT
+                                    for e in sd["params"]))
                 torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "hook": sd},
                            path("ckpt", name))
                 train(model, opt, range(SAVE_AT, SAVE_AT + MORE))
@@ -108,8 +111,8 @@ class TestHookState(unittest.TestCase):
                 model.load_state_dict(ck["model"])
                 opt.load_state_dict(ck["opt"])
                 hook.load_state_dict(ck["hook"])
-                # DDP's first step here has one bucket of everything: the hook runs the
-                # three saved states over it, as the uninterrupted job ran its buckets
+                # DDP's first step here has one bucket of everything, the uninterrupted
+                # job's buckets were the rebuilt three: the states are per parameter
                 train(model, opt, range(SAVE_AT, SAVE_AT + MORE))
                 ref = torch.load(path("ref", name))
                 self.assertTrue(torch.equal(weights(model), ref),
@@ -124,18 +127,23 @@ class TestHookState(unittest.TestCase):
         hook = gt.register(model, "dgc:density=0.05,momentum=0.9", comm=self.comm)
         train(model, opt, range(3))
         sd = hook.state_dict()
-        before = [b["state"] for b in sd["buckets"]]
+        before = [e["state"] for e in sd["params"]]
         with self.assertRaisesRegex(ValueError, "job of 5 ranks, this one has %d" % SIZE):
             hook.load_state_dict(dict(sd, world_size=5))
         with self.assertRaisesRegex(ValueError, "rank"):
             hook.load_state_dict(dict(sd, rank=RANK + 1))
         with self.assertRaisesRegex(ValueError, "compressor"):
             hook.load_state_dict(dict(sd, spec="topk:density=0.5"))
-        broken = dict(sd, buckets=[dict(b, state=b["state"][:-4]) for b in sd["buckets"]])
+        broken = dict(sd, params=[dict(e, state=e["state"][:-4]) for e in sd["params"]])
         with self.assertRaises(gcoll.GcollError):
             hook.load_state_dict(broken)
         # nothing changed
-        self.assertEqual([b["state"] for b in hook.state_dict()["buckets"]], before)
+        self.assertEqual([e["state"] for e in hook.state_dict()["params"]], before)
+        with self.assertRaisesRegex(ValueError, "accumulate_steps"):
+            hook.load_state_dict(dict(sd, accumulate_steps=2))
+        renamed = dict(sd, params=[dict(e, name="x" + e["name"]) for e in sd["params"]])
+        with self.assertRaisesRegex(ValueError, "saved for parameters"):
+            hook.load_state_dict(renamed)
         other = gt.GcollHookState("topk:density=0.05", comm=self.comm)
         with self.assertRaisesRegex(ValueError, "keyed by parameter"):
             other.load_state_dict(dict(sd, spec=other.spec))
@@ -168,13 +176,16 @@ class TestHookState(unittest.TestCase):
         self.assertFalse(bool(torch.isfinite(bias.grad).all()), bias.grad)
         self.assertEqual(hook.nonfinite_steps, 1)
         after = {i: ts.save() for i, ts in hook.states.items()}
-        self.assertEqual(after[0], saved[0])  # bucket 0: residual, velocity, step untouched
-        self.assertNotEqual(after[1], saved[1])  # finite buckets ran as usual
+        # the last layer (DDP's bucket 0): residual, velocity, step untouched
+        for name in ("module.4.weight", "module.4.bias"):
+            self.assertEqual(after[name], saved[name])
+        self.assertNotEqual(after["module.0.weight"], saved["module.0.weight"])  # finite
+        # buckets ran as usual
         for p in list(model.parameters())[:2]:  # the first layer, in the last bucket
             self.assertTrue(bool(torch.isfinite(p.grad).all()))
         # the next step is finite again and runs normally
         train(model, opt, range(4, 6))
-        self.assertNotEqual(hook.states[0].save(), saved[0])
+        self.assertNotEqual(hook.states["module.4.bias"].save(), saved["module.4.bias"])
         w = weights(model)
         self.assertTrue(bool(torch.isfinite(w).all()))  # the Inf step was skipped here
         everyone = [torch.empty_like(w) for _ in range(SIZE)]
