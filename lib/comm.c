@@ -351,19 +351,16 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
 }
 
 /* GCOLL_PROGRESS_CPU: a CPU number, none, or auto (lib/topo.h): a free core near the NIC
- * (TCP's: GCOLL_TCP_IFNAME, else the interface that routes to the root) apart from the
+ * the transport names (ops->nic; TCP's: GCOLL_TCP_IFNAME, else the route to the root) apart from the
  * compute cores, and only when there are two cores per local rank, as pinning on an
  * oversubscribed machine would only take a core away from compute. */
 static void place_progress_thread(gcoll_comm_t *comm, const char *root)
 {
     const char *want = comm->cfg.progress_cpu ? comm->cfg.progress_cpu : "auto";
     char nic[IF_NAMESIZE + 1] = "", why[1536];
-    if (strcmp(want, "auto") == 0 && strcmp(comm->tops->name, "tcp") == 0) {
-        if (comm->cfg.tcp_ifname && *comm->cfg.tcp_ifname)
-            snprintf(nic, sizeof(nic), "%s", comm->cfg.tcp_ifname);
-        else if (root && *root && gcoll_topo_route_ifname(root, nic, sizeof(nic)) != 0)
-            nic[0] = '\0';
-    }
+    if (strcmp(want, "auto") == 0 && comm->tops->nic &&
+        comm->tops->nic(&comm->cfg, root, nic, sizeof(nic)) != 0)
+        nic[0] = '\0';
     int cpu = gcoll_topo_progress_cpu(want, *nic ? nic : NULL, comm->cfg.local_rank,
                                       comm->cfg.local_size, why, sizeof(why));
     if (cpu < 0) {
@@ -483,17 +480,12 @@ static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, 
 {
     const char *want = gcoll_transport_names[cfg->transport];
     if (cfg->transport == GCOLL_TRANSPORT_AUTO) {
-#ifdef GCOLL_HAVE_UCX
-        /* ucx when UCX reports an RDMA device (rc, dc, ud); declared in transports/ucx.h */
-        extern int gcoll_ucx_rdma_capable(char *desc, size_t desclen);
         char desc[256];
-        if (gcoll_ucx_rdma_capable(desc, sizeof(desc))) {
-            GCOLL_INFO(GCOLL_SUBSYS_INIT, "GCOLL_TRANSPORT=auto: ucx, UCX offers RDMA (%s)",
-                       desc);
-            return &gcoll_ucx_ops;
-        }
-#endif
-        return &gcoll_tcp_ops;
+        const gcoll_transport_ops_t *ops = gcoll_transport_auto(desc, sizeof(desc));
+        if (*desc)
+            GCOLL_INFO(GCOLL_SUBSYS_INIT, "GCOLL_TRANSPORT=auto: %s, which offers RDMA here (%s)",
+                       ops->name, desc);
+        return ops;
     }
     const gcoll_transport_ops_t *ops = gcoll_transport_find(want);
     if (!ops) {
