@@ -465,7 +465,7 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
     gcoll_status_t st;
     double t0 = (double)gcoll_time_ns() * 1e-9;
     k->copy_s = t0 - tc;
-    uint64_t sent0 = comm->counters.bytes_sent, comp0 = comm->counters.ns_compress;
+    uint64_t sent0 = comm->chan.counters.bytes_sent, comp0 = comm->chan.counters.ns_compress;
     if (k->adaptive && (b->adapt & 2)) {
         double n2 = 0;
         for (size_t i = 0; i < k->count; i++)
@@ -483,8 +483,8 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
         k->state->input_checked = 0;
         k->run_s = (double)gcoll_time_ns() * 1e-9 - t0;
-        k->comp_s = (double)(comm->counters.ns_compress - comp0) * 1e-9;
-        k->bytes = (double)(comm->counters.bytes_sent - sent0);
+        k->comp_s = (double)(comm->chan.counters.ns_compress - comp0) * 1e-9;
+        k->bytes = (double)(comm->chan.counters.bytes_sent - sent0);
     } else {
         uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, k->count, k->dtype, b->cfg.op, 0);
         st = gcoll_ring_allreduce(comm, fused, k->count, k->dtype, b->cfg.op, sig);

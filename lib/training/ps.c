@@ -479,7 +479,7 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
             st = GCOLL_ERR_ABORTED;
             goto out;
         }
-        GCOLL_CHECK_GOTO(comm->tops->progress(comm->tp, 0), st, out);
+        GCOLL_CHECK_GOTO(gcoll_net_progress(comm, 0), st, out);
         /* peers' messages: handle, then receive the next on that channel */
         for (int p = 0; p < P; p++) {
             for (int ch = CH_REQ; ch <= CH_REP && p != me; ch++) {
@@ -535,7 +535,7 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
             struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
         } else {
-            GCOLL_CHECK_GOTO(comm->tops->progress(comm->tp, 1), st, out);
+            GCOLL_CHECK_GOTO(gcoll_net_progress(comm, 1), st, out);
         }
     }
 out:
