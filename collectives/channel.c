@@ -18,27 +18,6 @@ void gcoll_channel_setup(gcoll_channel_t *ch, int64_t timeout_ms, uint64_t spin_
     ch->errlen = errlen;
 }
 
-void gcoll_channel_begin(gcoll_channel_t *ch, uint64_t t0_ns)
-{
-    ch->seq++;
-    ch->deadline_ms = t0_ns / 1000000ull + (uint64_t)ch->timeout_ms;
-    ch->deadline_stale = 0;
-    ch->spin_from_ns = 0; /* an operation that failed mid-wait left it set */
-    ch->hot_skip = 0;
-}
-
-void gcoll_channel_end(gcoll_channel_t *ch, uint64_t t0_ns, int ok)
-{
-    ch->counters.ns_total += gcoll_time_ns() - t0_ns;
-    if (ok)
-        ch->counters.ops++;
-}
-
-void gcoll_channel_undo(gcoll_channel_t *ch)
-{
-    ch->seq--;
-}
-
 void gcoll_channel_set_error(gcoll_channel_t *ch, const char *fmt, ...)
 {
     if (ch->err[0])

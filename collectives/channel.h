@@ -10,6 +10,7 @@
 
 #include "gcoll.h"
 #include "transport.h"
+#include "util.h"
 
 typedef struct gcoll_channel {
     const gcoll_transport_ops_t *ops;
@@ -37,10 +38,25 @@ void gcoll_channel_setup(gcoll_channel_t *ch, int64_t timeout_ms, uint64_t spin_
 /* An operation starts at t0_ns (its sequence number, a fresh deadline, no polling state);
  * ends (its time counted, and whether it succeeded); is undone before it sent or consumed
  * anything (its sequence number goes back, for the caller's next call to pair with the
- * peers' calls still waiting for this one). */
-void gcoll_channel_begin(gcoll_channel_t *ch, uint64_t t0_ns);
-void gcoll_channel_end(gcoll_channel_t *ch, uint64_t t0_ns, int ok);
-void gcoll_channel_undo(gcoll_channel_t *ch);
+ * peers' calls still waiting for this one). Inline: they run on every call. */
+static inline void gcoll_channel_begin(gcoll_channel_t *ch, uint64_t t0_ns)
+{
+    ch->seq++;
+    ch->deadline_ms = t0_ns / 1000000ull + (uint64_t)ch->timeout_ms;
+    ch->deadline_stale = 0;
+    ch->spin_from_ns = 0; /* an operation that failed mid-wait left it set */
+    ch->hot_skip = 0;
+}
+static inline void gcoll_channel_end(gcoll_channel_t *ch, uint64_t t0_ns, int ok)
+{
+    ch->counters.ns_total += gcoll_time_ns() - t0_ns;
+    if (ok)
+        ch->counters.ops++;
+}
+static inline void gcoll_channel_undo(gcoll_channel_t *ch)
+{
+    ch->seq--;
+}
 
 /* Records why the running operation failed (first message wins). */
 void gcoll_channel_set_error(gcoll_channel_t *ch, const char *fmt, ...)
