@@ -68,7 +68,7 @@ static gcoll_status_t run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
         break;
     }
     gcoll_reduce_finish(a->recvbuf, a->count, a->dtype, a->op, comm->size);
-    comm->counters.bytes_raw += bytes;
+    comm->chan.counters.bytes_raw += bytes;
     return GCOLL_OK;
 }
 
@@ -105,7 +105,7 @@ static gcoll_status_t run_broadcast(gcoll_comm_t *comm, gcoll_request_t *req)
     size_t bytes = a->count * gcoll_dtype_size(a->dtype);
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_BROADCAST, a->count, a->dtype, 0, a->root);
     GCOLL_CHECK(gcoll_bcast_run(comm, a->recvbuf, bytes, a->root, sig, 0));
-    comm->counters.bytes_raw += bytes;
+    comm->chan.counters.bytes_raw += bytes;
     return GCOLL_OK;
 }
 

@@ -88,7 +88,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         rtot += gcoll_codec_bound(c, mine.len);
     }
     s->clip_preset = 0;
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     /* 2. chunk j goes to rank j */
     size_t rc = gcoll_codec_bound(c, mine.len);
     size_t *rcap = calloc((size_t)P, sizeof(size_t));
@@ -121,7 +121,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     sstore = rstore = NULL;
     if (shard_only) {
         memcpy(out, acc, mine.len * sizeof(float));
-        comm->counters.ns_compress += gcoll_time_ns() - t0;
+        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
         goto out;
     }
     /* 4. server: re-compress the reduced chunk with its own residual */
@@ -134,7 +134,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s->server, 0, acc, mine.len, s->step, smsg, mcap,
                                               &mlen), st, out);
     s->server->step++;
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     /* 5. everyone gathers every compressed chunk and decodes it in place (the reduced
      * chunk is done with: freed before the gather's buffers are taken) */
     free(acc);
@@ -167,7 +167,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
             goto out;
         }
     }
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
 out:
     free(smsg);
     free(acc);
@@ -221,7 +221,7 @@ static gcoll_status_t gather_and_sum(gcoll_comm_t *comm, const gcoll_compressor_
     int bad = 0;
     st = gcoll_codec_sum(c, (const uint8_t *const *)rbuf, rlen, P, out, count,
                          op == GCOLL_AVG ? (float)P : 1.0f, &bad);
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     if (st == GCOLL_ERR_INVALID)
         gcoll_comm_set_error(comm, "the compressed message of rank %d is malformed", bad);
 out:
@@ -268,13 +268,13 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     uint64_t t0 = gcoll_time_ns();
     GCOLL_CHECK_GOTO(encode_first(comm, s, grad, count, msg, cap, &len), st, out);
     if (gather_direct(comm, c, count)) {
-        comm->counters.ns_compress += gcoll_time_ns() - t0;
+        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
         st = gather_and_sum(comm, c, msg, len, out, count, op, sig);
         goto out;
     }
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &nnz), st, out);
     pairs.n = nnz; /* decoded from msg only if the plan needs the pairs */
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     gcoll_sparse_call_t call = {.codec = c, .pairs = &pairs, .msg = msg, .msglen = len,
                                 .count = count, .out = out, .op = op,
                                 .kind = GCOLL_KIND_COMPRESSED, .sig = sig};
@@ -308,7 +308,7 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     if (!idx || !val)
         goto out;
     GCOLL_CHECK_GOTO(gcoll_codec_decode_pairs(c, msg, len, count, idx, val, k, &k), st, out);
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     GCOLL_CHECK_GOTO(gcoll_ring_allreduce_at(comm, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig,
                                              PHASE(0)), st, out);
     /* out: the k sums at their (ascending) indices, zeros elsewhere, through the merged
@@ -317,7 +317,7 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     gcoll_sum_src_t src = {.idx = idx, .val = val, .n = k};
     st = gcoll_sum_sources(c, &src, 1, out, count, op == GCOLL_AVG ? (float)comm->size : 1.0f,
                            NULL);
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
 out:
     free(idx);
     free(val);
@@ -448,7 +448,7 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
         s->server->c = orig;
     if (st == GCOLL_OK) {
         gcoll_state_advance(s);
-        comm->counters.bytes_raw += count * sizeof(float);
+        comm->chan.counters.bytes_raw += count * sizeof(float);
     }
     return st;
 }
@@ -472,7 +472,7 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
      * vectorized scan (the codec's kernel) before anything is sent, or none where the
      * codec checks in its feedback pass, also before anything is sent (encode_first);
      * either way the state is untouched and nothing sent (comm->op_local) */
-    comm->counters.ns_compress += ca->scan_ns;
+    comm->chan.counters.ns_compress += ca->scan_ns;
     char why[160];
     scheme_t sc = pick_scheme(comm, s->c, s, count, ca->shard_only, why, sizeof(why));
     int fold = !ca->checked && comm->cfg.ef_spare && (sc == S_SPARSE || sc == S_RANDOMK) &&
@@ -481,7 +481,7 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
     if (!fold && !ca->checked && count) {
         uint64_t t0 = gcoll_time_ns();
         size_t bad = gcoll_kernels()->first_bad(a->sendbuf, count);
-        comm->counters.ns_compress += gcoll_time_ns() - t0;
+        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
         if (bad < count) {
             comm->op_local = 1;
             gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);

@@ -186,7 +186,7 @@ static gcoll_status_t partial_sum(ring_t *R, const gcoll_compressor_t *c, size_t
     }
     for (size_t i = 0; i < sg.len; i++)
         dst[i] += grad[sg.off + i];
-    R->comm->counters.ns_compress += gcoll_time_ns() - t0;
+    R->comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     if (R->ag && R->P > 1 && k < nseg_of(&R->g, chunk_at(R, t, 1).len))
         GCOLL_CHECK(ring_recv(R, AG, t, k));
     return GCOLL_OK;
@@ -205,8 +205,8 @@ static gcoll_status_t forward_ready(ring_t *R, int poll)
         return GCOLL_OK;
     if (poll) {
         uint64_t t0 = gcoll_time_ns();
-        gcoll_status_t st = R->comm->tops->progress(R->comm->tp, 0);
-        R->comm->counters.ns_wire += gcoll_time_ns() - t0;
+        gcoll_status_t st = gcoll_net_progress(R->comm, 0);
+        R->comm->chan.counters.ns_wire += gcoll_time_ns() - t0;
         GCOLL_CHECK(st);
     }
     for (size_t t = 0; t + 1 < R->steps; t++) {
@@ -228,7 +228,7 @@ static gcoll_status_t decode_out(ring_t *R, const gcoll_compressor_t *c, gcoll_s
     gcoll_span_t sg = seg_of(&R->g, ch, k);
     uint64_t t0 = gcoll_time_ns();
     gcoll_status_t st = gcoll_codec_decode(c, msg, len, out + sg.off, sg.len, GCOLL_DECODE_SET);
-    R->comm->counters.ns_compress += gcoll_time_ns() - t0;
+    R->comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     if (st != GCOLL_OK)
         gcoll_comm_set_error(R->comm, "the compressed chunk at %zu forwarded by rank %d is "
                              "malformed", ch.off, from);
@@ -265,7 +265,7 @@ static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const floa
     if (R->ag)
         st = gcoll_codec_encode_range(c, s->server, sg.off - mine.off, a, sg.len, s->step, msg,
                                       R->g.segcap, &ownlen[k]);
-    R->comm->counters.ns_compress += gcoll_time_ns() - t0;
+    R->comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     if (st != GCOLL_OK || !R->ag)
         return st;
     if (R->P > 1)
@@ -344,7 +344,7 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
                 st = gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, msg,
                                               R.g.segcap, &len);
                 s->input_checked = checked;
-                comm->counters.ns_compress += gcoll_time_ns() - t0;
+                comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
                 if (st != GCOLL_OK) {
                     gcoll_comm_set_error(comm, "compressing the partial sum of elements "
                                          "[%zu, %zu) failed (overflow to Inf?)", sg.off,

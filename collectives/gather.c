@@ -96,7 +96,7 @@ static gcoll_status_t run_allgatherv(gcoll_comm_t *comm, gcoll_request_t *req)
                               .sig = table_sig(a->kind, v->rcounts, P, a->dtype)};
     gcoll_status_t st = gcoll_ring_run(comm, &plan);
     free(seg);
-    comm->counters.bytes_raw += total;
+    comm->chan.counters.bytes_raw += total;
     return st;
 }
 
@@ -216,7 +216,7 @@ static gcoll_status_t run_reduce_scatter(gcoll_comm_t *comm, gcoll_request_t *re
                                     comm->cfg.ring_chunk / esz, (size_t)1)), (size_t)1));
     }
     gcoll_reduce_finish(recv, n, a->dtype, a->op, comm->size);
-    comm->counters.bytes_raw += P * n * esz;
+    comm->chan.counters.bytes_raw += P * n * esz;
     st = GCOLL_OK;
 out:
     free(seg);
@@ -296,7 +296,7 @@ static gcoll_status_t run_alltoallv(gcoll_comm_t *comm, gcoll_request_t *req)
     for (int i = 0; i < P; i++) {
         sp[i] = (gcoll_span_t){v->sdispls[i] * esz, v->scounts[i] * esz};
         rp[i] = (gcoll_span_t){v->rdispls[i] * esz, v->rcounts[i] * esz};
-        comm->counters.bytes_raw += sp[i].len;
+        comm->chan.counters.bytes_raw += sp[i].len;
     }
     gcoll_status_t st = gcoll_alltoall_run(comm, a->sendbuf, sp, a->recvbuf, rp,
                                            gcoll_call_sig(a->kind, 0, a->dtype, 0, 0));

@@ -499,10 +499,10 @@ static gcoll_status_t run_hier(gcoll_comm_t *comm, gcoll_request_t *req)
         st = run_sparse(comm, a);
     else
         st = run_compressed(comm, a);
-    counters_add(&comm->counters, h->local, &lc);
-    counters_add(&comm->counters, h->rail, &rc);
+    counters_add(&comm->chan.counters, h->local, &lc);
+    counters_add(&comm->chan.counters, h->rail, &rc);
     if (st == GCOLL_OK)
-        comm->counters.bytes_raw += a->count * gcoll_dtype_size(a->dtype);
+        comm->chan.counters.bytes_raw += a->count * gcoll_dtype_size(a->dtype);
     return st;
 }
 

@@ -137,7 +137,7 @@ static gcoll_status_t sum_messages(gcoll_comm_t *comm, const gcoll_sparse_call_t
     int bad = 0;
     gcoll_status_t st = gcoll_codec_sum(codec, msg, len, comm->size, c->out, c->count,
                                         c->op == GCOLL_AVG ? (float)comm->size : 1.0f, &bad);
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     if (st == GCOLL_ERR_INVALID)
         gcoll_comm_set_error(comm, "the %s of rank %d is malformed", what, bad);
     return st;
@@ -319,7 +319,7 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
             pval[m++] = acc[k];
         }
     free(touched);
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     /* 3. everyone gathers every reduced piece */
     size_t plen = gcoll_codec_pairs_bound(NULL, m, c->count);
     st = GCOLL_ERR_NOMEM;
@@ -368,14 +368,14 @@ static gcoll_status_t plan_dense(gcoll_comm_t *comm, const gcoll_sparse_call_t *
     memset(c->out, 0, c->count * sizeof(float));
     for (size_t i = 0; i < c->pairs->n; i++)
         c->out[c->pairs->idx[i]] += c->pairs->val[i];
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     GCOLL_CHECK(gcoll_ring_allreduce_at(comm, c->out, c->count, GCOLL_FLOAT32, GCOLL_SUM, sig,
                                         PHASE(5)));
     if (c->op == GCOLL_AVG) {
         t0 = gcoll_time_ns();
         for (size_t i = 0; i < c->count; i++)
             c->out[i] /= (float)comm->size;
-        comm->counters.ns_compress += gcoll_time_ns() - t0;
+        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     }
     return GCOLL_OK;
 }
@@ -457,7 +457,7 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
                                                              c->count, own.idx, own.val,
                                                              c->pairs->n, &own.n)
                                 : GCOLL_ERR_NOMEM;
-        comm->counters.ns_compress += gcoll_time_ns() - t0;
+        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
         if (st != GCOLL_OK)
             goto out;
         cc.pairs = &own;

@@ -40,13 +40,13 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_request_t *req)
     if (msg)
         st = gcoll_codec_encode_pairs(NULL, pairs.idx, pairs.val, pairs.n, wire_count, msg, cap,
                                       &len);
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     if (st == GCOLL_OK) {
         gcoll_sparse_call_t call = {.pairs = &pairs, .msg = msg, .msglen = len,
                                     .count = a->count, .out = a->recvbuf, .op = a->op,
                                     .kind = GCOLL_KIND_SPARSE};
         st = gcoll_sparse_run(comm, &call, NULL);
-        comm->counters.bytes_raw += a->count * sizeof(float);
+        comm->chan.counters.bytes_raw += a->count * sizeof(float);
     }
     free(msg);
     gcoll_pairs_free(&pairs);

@@ -213,7 +213,7 @@ static void on_segment(void *arg, size_t s, const uint32_t *idx, const float *va
     t->st = send_segment(t, s, idx, val, n);
     uint64_t t0 = gcoll_time_ns();
     if (t->st == GCOLL_OK)
-        t->st = t->comm->tops->progress(t->comm->tp, 0);
+        t->st = gcoll_net_progress(t->comm, 0);
     if (t->st == GCOLL_OK)
         t->st = advance(t, NULL);
     t->ns_net += gcoll_time_ns() - t0;
@@ -259,8 +259,8 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, msgcap, &len);
     s->sc.stream = NULL;
     uint64_t dt = gcoll_time_ns() - t0;
-    comm->counters.ns_compress += dt - GCOLL_MIN(dt, t.ns_net);
-    comm->counters.ns_wire += t.ns_net;
+    comm->chan.counters.ns_compress += dt - GCOLL_MIN(dt, t.ns_net);
+    comm->chan.counters.ns_wire += t.ns_net;
     if (st == GCOLL_OK)
         st = t.st;
     if (st == GCOLL_OK)
@@ -341,7 +341,7 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     if (st == GCOLL_ERR_INVALID)
         gcoll_comm_set_error(comm, "rank %d sent a malformed streamed top-k selection (its "
                              "segments or its trailer)", bad);
-    comm->counters.ns_compress += gcoll_time_ns() - t0;
+    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
 out:
     if (st != GCOLL_OK) {
         gcoll_net_cancel(comm, t.tx, t.ntx);

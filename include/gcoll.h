@@ -88,6 +88,10 @@ typedef struct {
 } gcoll_param_info_t;
 GCOLL_EXPORT size_t gcoll_param_count(void);
 GCOLL_EXPORT gcoll_status_t gcoll_param_get(size_t i, gcoll_param_info_t *info_p);
+/* The component entry i belongs to, as a heading: its short name, a colon and what it
+ * covers ("tcp: TCP transport"); entries of one component are consecutive. NULL when i is
+ * out of range. Thread safe; never blocks. */
+GCOLL_EXPORT const char *gcoll_param_component(size_t i);
 
 /* Checks every GCOLL_* variable in the environment: returns GCOLL_ERR_INVALID with the
  * message in errbuf (if not NULL) when one does not parse. Unknown names only warn. */

@@ -174,8 +174,8 @@ void gcoll_adapt_before(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float
         a->sample[i] = grad[idx[i]];
     if (s->server)
         s->server->c = a->mine;
-    a->sent0 = comm->counters.bytes_sent;
-    a->wire0 = comm->counters.ns_wire;
+    a->sent0 = comm->chan.counters.bytes_sent;
+    a->wire0 = comm->chan.counters.ns_wire;
     a->t_begin = (double)gcoll_time_ns() * 1e-9;
 }
 
@@ -240,8 +240,8 @@ gcoll_status_t gcoll_adapt_after(gcoll_comm_t *comm, gcoll_tensor_state_t *s, si
     double *row = v + (size_t)r * AGREE_W;
     for (size_t i = 0; i < GCOLL_SNR_SAMPLE; i++)
         row[i] = i < a->m ? a->sample[i] : 0;
-    row[GCOLL_SNR_SAMPLE] = (double)(comm->counters.bytes_sent - a->sent0);
-    row[GCOLL_SNR_SAMPLE + 1] = -(double)(comm->counters.ns_wire - a->wire0) * 1e-9;
+    row[GCOLL_SNR_SAMPLE] = (double)(comm->chan.counters.bytes_sent - a->sent0);
+    row[GCOLL_SNR_SAMPLE + 1] = -(double)(comm->chan.counters.ns_wire - a->wire0) * 1e-9;
     row[GCOLL_SNR_SAMPLE + 2] = a->t_end_prev > 0 ? -(a->t_begin - a->t_end_prev) : 0;
     uint32_t sig =
         gcoll_call_sig(GCOLL_KIND_ALLREDUCE, (size_t)P * AGREE_W, GCOLL_FLOAT64, GCOLL_MAX, 0);

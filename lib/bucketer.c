@@ -371,8 +371,8 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
     gcoll_status_t st;
     double t0 = (double)gcoll_time_ns() * 1e-9;
     k->copy_s = t0 - tc;
-    uint64_t sent0 = comm->counters.bytes_sent, comp0 = comm->counters.ns_compress;
-    uint64_t wire0 = comm->counters.ns_wire;
+    uint64_t sent0 = comm->chan.counters.bytes_sent, comp0 = comm->chan.counters.ns_compress;
+    uint64_t wire0 = comm->chan.counters.ns_wire;
     k->m = 0;
     if (k->adaptive && (b->adapt & (GCOLL_AR_STAT | GCOLL_AR_BUDGET))) {
         /* the statistics' coordinates, before the in-place run */
@@ -402,9 +402,9 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
         k->state->input_checked = 0;
         k->run_s = (double)gcoll_time_ns() * 1e-9 - t0;
-        k->comp_s = (double)(comm->counters.ns_compress - comp0) * 1e-9;
-        k->bytes = (double)(comm->counters.bytes_sent - sent0);
-        k->wire_busy = (double)(comm->counters.ns_wire - wire0) * 1e-9;
+        k->comp_s = (double)(comm->chan.counters.ns_compress - comp0) * 1e-9;
+        k->bytes = (double)(comm->chan.counters.bytes_sent - sent0);
+        k->wire_busy = (double)(comm->chan.counters.ns_wire - wire0) * 1e-9;
     } else {
         uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, k->count, k->dtype, b->cfg.op, 0);
         st = gcoll_ring_allreduce(comm, fused, k->count, k->dtype, b->cfg.op, sig);

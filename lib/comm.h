@@ -1,11 +1,12 @@
-/* comm.h: the communicator, its operation queue and progress thread, and the helpers
- * collectives use to talk to the transport with deadlines. Internal. */
+/* comm.h: the communicator, its operation queue and progress thread, and the channel of
+ * its running operation (collectives/channel.h). Internal. */
 #ifndef GCOLL_COMM_H
 #define GCOLL_COMM_H
 
 #include <pthread.h>
 #include <stdint.h>
 
+#include "channel.h"
 #include "config.h"
 #include "gcoll.h"
 #include "transport.h"
@@ -42,8 +43,7 @@ struct gcoll_comm {
     gcoll_config_t cfg;
     char *keybuf;
     gcoll_key_t key;
-    const gcoll_transport_ops_t *tops;
-    gcoll_transport_t *tp;
+    gcoll_channel_t chan; /* the transport, as the running operation reaches it */
     int wake_fd;
     /* queue and completion, under lock */
     pthread_mutex_t lock;
@@ -68,17 +68,8 @@ struct gcoll_comm {
     /* owned by the running operation */
     void *scratch; /* reused temporary of the algorithms (grown, never shrunk) */
     size_t scratch_len;
-    uint32_t seq;
-    uint64_t deadline_ms;
-    int deadline_stale; /* a request completed: the next poll moves the deadline out */
-    uint64_t spin_ns; /* blocking waits poll this long before sleeping (GCOLL_SPIN_US) */
-    uint64_t spin_from_ns; /* start of the current polling, 0: none (gcoll_net_poll) */
-    uint64_t poll_prev_ns; /* clock at the last polling round (gcoll_net_poll) */
-    unsigned hot_skip;     /* polling rounds left before the next clock read */
-    int hot_unclocked;     /* rounds ran since the last clock read */
     size_t algo_memo_bytes; /* allreduce: the last size the cost model chose for, and */
     int algo_memo;          /* its choice (-1: none yet) */
-    gcoll_counters_t counters;
     double probe_bw; /* GCOLL_PROBE: bytes/s per rank the slowest rank saw at init; 0: none */
     char local_ip[64]; /* this rank's address for transports (a split's new instance) */
     struct gcoll_hier *hier; /* host layout and hierarchy children (collectives/hier.c) */
@@ -115,38 +106,47 @@ gcoll_status_t gcoll_comm_check_args(gcoll_comm_t *comm, const char *what, int o
 void gcoll_comm_set_error(gcoll_comm_t *comm, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* ---- transport helpers for collectives (call only from the running operation) ---- */
+/* ---- the running operation's channel, for code written against the communicator ---- */
 
-/* Tag of message `sub` within the running collective. */
 static inline uint64_t gcoll_tag(const gcoll_comm_t *comm, uint32_t sub)
 {
-    return ((uint64_t)comm->seq << 32) | sub;
+    return gcoll_channel_tag(&comm->chan, sub);
 }
-
-/* Whether the peer last ran on the caller's CPU: 1, 0 (another CPU), -1 (unknown: the
- * transport cannot tell). */
-int gcoll_net_peer_shares_cpu(const gcoll_comm_t *comm, int peer);
-
-gcoll_status_t gcoll_net_isend(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, uint32_t sub,
-                               uint32_t sig, const void *buf, size_t len);
-gcoll_status_t gcoll_net_irecv(gcoll_comm_t *comm, gcoll_treq_t *r, int peer, uint32_t sub,
-                               uint32_t sig, void *buf, size_t len, unsigned flags);
-/* One round of progress: a poll while the wait is young (GCOLL_SPIN_US), else a sleep of
- * up to the deadline until something happens. Returns
- * GCOLL_ERR_TIMEOUT past the deadline (naming `waiting` if not NULL), GCOLL_ERR_ABORTED on
- * gcoll_comm_abort. Call gcoll_net_done after each round to fold completions in. */
-gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting);
-/* Whether r completed; a failed completion returns its status (< 0) and records it.
- * Every completion pushes the deadline out (from the next poll): the timeout measures
- * silence, not duration. */
-gcoll_status_t gcoll_net_done(gcoll_comm_t *comm, gcoll_treq_t *r, int *done_p);
-/* Waits for all of reqs[0..n) (NULL entries skipped). */
-gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n);
-/* Withdraws every incomplete request of reqs[0..n) before their memory goes away. */
-void gcoll_net_cancel(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n);
-
-/* 32-bit signature of a collective call, compared by the receiving side of every message
- * so that ranks calling different collectives or counts fail with GCOLL_ERR_MISMATCH. */
-uint32_t gcoll_call_sig(int kind, size_t count, int dtype, int op, int root);
+static inline int gcoll_net_peer_shares_cpu(const gcoll_comm_t *comm, int peer)
+{
+    return gcoll_channel_peer_shares_cpu(&comm->chan, peer);
+}
+static inline gcoll_status_t gcoll_net_isend(gcoll_comm_t *comm, gcoll_treq_t *r, int peer,
+                                             uint32_t sub, uint32_t sig, const void *buf,
+                                             size_t len)
+{
+    return gcoll_channel_isend(&comm->chan, r, peer, sub, sig, buf, len);
+}
+static inline gcoll_status_t gcoll_net_irecv(gcoll_comm_t *comm, gcoll_treq_t *r, int peer,
+                                             uint32_t sub, uint32_t sig, void *buf, size_t len,
+                                             unsigned flags)
+{
+    return gcoll_channel_irecv(&comm->chan, r, peer, sub, sig, buf, len, flags);
+}
+static inline gcoll_status_t gcoll_net_poll(gcoll_comm_t *comm, const gcoll_treq_t *waiting)
+{
+    return gcoll_channel_poll(&comm->chan, waiting);
+}
+static inline gcoll_status_t gcoll_net_progress(gcoll_comm_t *comm, int timeout_ms)
+{
+    return gcoll_channel_progress(&comm->chan, timeout_ms);
+}
+static inline gcoll_status_t gcoll_net_done(gcoll_comm_t *comm, gcoll_treq_t *r, int *done_p)
+{
+    return gcoll_channel_done(&comm->chan, r, done_p);
+}
+static inline gcoll_status_t gcoll_net_waitall(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n)
+{
+    return gcoll_channel_waitall(&comm->chan, reqs, n);
+}
+static inline void gcoll_net_cancel(gcoll_comm_t *comm, gcoll_treq_t *reqs, int n)
+{
+    gcoll_channel_cancel(&comm->chan, reqs, n);
+}
 
 #endif /* GCOLL_COMM_H */

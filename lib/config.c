@@ -34,8 +34,10 @@ typedef struct {
 
 #define OFF(f) offsetof(gcoll_config_t, f)
 
-/* Every GCOLL_* variable gcoll reads. gcoll-info prints this; README.md documents it. */
-static const param_t params[] = {
+/* The GCOLL_* variables gcoll reads, one table per component (as UCX declares its
+ * components' tables), in the order gcoll-info prints them under their headings;
+ * docs/tuning.md documents every one. Offsets are into the one gcoll_config_t snapshot. */
+static const param_t core_params[] = {
     {"GCOLL_RANK", P_INT, "", "rank of this process (else OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)",
      OFF(rank), 0, "0:1048575"},
     {"GCOLL_SIZE", P_INT, "", "number of ranks (else OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, PMI_SIZE)",
@@ -65,6 +67,13 @@ static const param_t params[] = {
      OFF(log_file), 0, NULL},
     {"GCOLL_TRANSPORT", P_ENUM, "auto", "transport: tcp, ucx, verbs or auto (best usable)",
      OFF(transport), F_MUST_MATCH, "auto|tcp|ucx|verbs"},
+    {"GCOLL_PROGRESS_CPU", P_STRING, "auto",
+     "progress thread placement: a CPU number, none, or auto (with two cores per local rank, a "
+     "free core near the NIC, apart from the compute cores)",
+     OFF(progress_cpu), 0, NULL},
+};
+
+static const param_t tcp_params[] = {
     {"GCOLL_TCP_NSOCKS", P_INT, "2", "TCP sockets per peer; large messages are striped over them",
      OFF(tcp_nsocks), F_MUST_MATCH, "1:16"},
     {"GCOLL_TCP_IFNAME", P_STRING, "",
@@ -72,12 +81,18 @@ static const param_t params[] = {
      OFF(tcp_ifname), 0, NULL},
     {"GCOLL_TCP_STRIPE_MIN", P_SIZE, "256kb", "messages at least this large are striped over the sockets",
      OFF(tcp_stripe_min), F_MUST_MATCH, NULL},
+};
+
+static const param_t coll_params[] = {
     {"GCOLL_RING_CHUNK", P_SIZE, "512kb", "pipelining chunk of ring algorithms", OFF(ring_chunk),
      F_MUST_MATCH, NULL},
     {"GCOLL_RING_DEPTH", P_INT, "-1",
      "pipelining depth of ring algorithms: chunks in flight to the right neighbour at a time "
      "(0: every chunk of a step at once; -1: 1 when the host's ranks outnumber its CPUs, "
      "else 0)", OFF(ring_depth), 0, "-1:1048576"},
+    {"GCOLL_RING_SLICE", P_SIZE, "64mb",
+     "largest piece a ring reduces in one pass (bounds its temporary memory)", OFF(ring_slice),
+     F_MUST_MATCH, NULL},
     {"GCOLL_ALGO", P_ENUM, "auto",
      "allreduce algorithm: ring, rhd (recursive halving-doubling), tree, rd (recursive "
      "doubling), or auto (cost model)",
@@ -90,6 +105,21 @@ static const param_t params[] = {
      "candidates go on the wire while the pass goes on (tensors of 16 segments or more); "
      "0: encode first, then send",
      OFF(topk_stream), F_MUST_MATCH, NULL},
+    {"GCOLL_COMPRESSED_ALGO", P_ENUM, "auto",
+     "compressed allreduce of quantizers: alltoall (1-bit Adam's scheme), ring (pipelined, "
+     "re-quantizing the partial sum at every hop), or auto (cost model)",
+     OFF(compressed_algo), F_MUST_MATCH, "auto|alltoall|ring"},
+    {"GCOLL_HOSTNAME", P_STRING, "",
+     "the host this rank counts as for hierarchical collectives (default: gethostname())",
+     OFF(hostname), 0, NULL},
+    {"GCOLL_HIER", P_ENUM, "auto",
+     "allreduce across hosts: 1 hierarchical (reduce inside each host, allreduce across "
+     "hosts, allgather or broadcast inside), 0 flat, auto (hierarchical when ranks share "
+     "hosts and the cost estimate favours it)",
+     OFF(hier), F_MUST_MATCH, "auto|0|1"},
+};
+
+static const param_t compress_params[] = {
     {"GCOLL_EF_SPARE", P_BOOL, "1",
      "compressed allreduce of top-k (sparse scheme) and random-k: keep a second residual "
      "buffer per tensor so that the feedback pass checks the gradient for NaN/Inf as it "
@@ -101,16 +131,15 @@ static const param_t params[] = {
      "tensors together: a tensor whose buffer does not fit in what is left keeps one "
      "residual plus O(k) scratch and its gradient is scanned first",
      OFF(ef_spare_max), 0, NULL},
-    {"GCOLL_COMPRESSED_ALGO", P_ENUM, "auto",
-     "compressed allreduce of quantizers: alltoall (1-bit Adam's scheme), ring (pipelined, "
-     "re-quantizing the partial sum at every hop), or auto (cost model)",
-     OFF(compressed_algo), F_MUST_MATCH, "auto|alltoall|ring"},
     {"GCOLL_CODEC_SIMD", P_ENUM, "auto",
      "compression kernels: auto (AVX2 where the CPU has it), generic (portable), avx2",
      OFF(codec_simd), 0, "auto|generic|avx2"},
     {"GCOLL_COMPRESSOR", P_STRING, "none",
      "default compressor spec of the bucketer and the tools (e.g. topk:density=0.01+q8)",
      OFF(compressor), 0, NULL},
+};
+
+static const param_t bucket_params[] = {
     {"GCOLL_BUCKET_BYTES", P_SIZE, "0",
      "bucketer: largest fused bucket of gradients (as PyTorch DDP's bucket_cap_mb); 0: sized "
      "from the model and the measured link (a 1 MiB first bucket, then about 1/8 of the "
@@ -138,10 +167,9 @@ static const param_t params[] = {
     {"GCOLL_ACCUMULATE_STEPS", P_INT, "1",
      "bucketer: sum gradients locally over N steps and communicate on the Nth",
      OFF(accumulate_steps), F_MUST_MATCH, "1:1000000"},
-    {"GCOLL_PROGRESS_CPU", P_STRING, "auto",
-     "progress thread placement: a CPU number, none, or auto (with two cores per local rank, a "
-     "free core near the NIC, apart from the compute cores)",
-     OFF(progress_cpu), 0, NULL},
+};
+
+static const param_t adapt_params[] = {
     {"GCOLL_ADAPT", P_STRING, "off",
      "adaptation rules joined by '+': bandwidth (the link), phase (ACCORDION's gradient-norm "
      "signal), snr (gradient noise scale), stage (convergence), budget (per-bucket split of "
@@ -161,21 +189,26 @@ static const param_t params[] = {
      "at init, time a short exchange with every rank (two 1 MiB-per-rank allgathers, the "
      "first warming the connections) and start adaptation's bandwidth estimate from it",
      OFF(probe), F_MUST_MATCH, NULL},
-    {"GCOLL_HOSTNAME", P_STRING, "",
-     "the host this rank counts as for hierarchical collectives (default: gethostname())",
-     OFF(hostname), 0, NULL},
-    {"GCOLL_HIER", P_ENUM, "auto",
-     "allreduce across hosts: 1 hierarchical (reduce inside each host, allreduce across "
-     "hosts, allgather or broadcast inside), 0 flat, auto (hierarchical when ranks share "
-     "hosts and the cost estimate favours it)",
-     OFF(hier), F_MUST_MATCH, "auto|0|1"},
+};
+
+static const param_t python_params[] = {
     {"GCOLL_LIBRARY", P_STRING, "",
      "Python binding: path of the libgcoll.so to load (default: the build tree, then the system)",
      OFF(library), 0, NULL},
-    {"GCOLL_RING_SLICE", P_SIZE, "64mb",
-     "largest piece a ring reduces in one pass (bounds its temporary memory)", OFF(ring_slice),
-     F_MUST_MATCH, NULL},
-    /* verbs transport */
+};
+
+static const param_t ucx_params[] = {
+    {"GCOLL_UCX_CMA_MIN", P_SIZE, "128kb",
+     "ucx: messages at least this large to a rank on the same host are read by the receiver "
+     "straight from the sender's buffer (one copy, process_vm_readv); 0: off",
+     OFF(ucx_cma_min), 0, NULL},
+    {"GCOLL_UCX_SHM_MAX", P_SIZE, "4kb",
+     "ucx: messages up to this large to a rank on the same host go through gcoll's own "
+     "shared-memory mailbox instead of UCX (capped at 16kb); 0: off",
+     OFF(ucx_shm_max), 0, NULL},
+};
+
+static const param_t verbs_params[] = {
     {"GCOLL_IB_HCA", P_STRING, "",
      "verbs: devices and ports to use, NCCL-style 'mlx5_0:1,mlx5_1' (first usable wins; "
      "default: the first active port)", OFF(ib_hca), 0, NULL},
@@ -193,14 +226,6 @@ static const param_t params[] = {
      0, "1:31"},
     {"GCOLL_IB_RETRY_CNT", P_INT, "7", "verbs: transport retries before a send fails",
      OFF(ib_retry_cnt), 0, "0:7"},
-    {"GCOLL_UCX_CMA_MIN", P_SIZE, "128kb",
-     "ucx: messages at least this large to a rank on the same host are read by the receiver "
-     "straight from the sender's buffer (one copy, process_vm_readv); 0: off",
-     OFF(ucx_cma_min), 0, NULL},
-    {"GCOLL_UCX_SHM_MAX", P_SIZE, "4kb",
-     "ucx: messages up to this large to a rank on the same host go through gcoll's own "
-     "shared-memory mailbox instead of UCX (capped at 16kb); 0: off",
-     OFF(ucx_shm_max), 0, NULL},
     {"GCOLL_IB_EAGER_SLOTS", P_INT, "16",
      "verbs: pre-registered receive slots per peer (the credits a sender holds)",
      OFF(ib_eager_slots), 0, "2:4096"},
@@ -214,6 +239,25 @@ static const param_t params[] = {
      "verbs: user-buffer registrations kept for reuse (0: register per message; enable only "
      "if buffers are not freed and reallocated while the communicator lives)",
      OFF(ib_reg_cache), 0, "0:65536"},
+};
+
+typedef struct {
+    const char *name; /* heading gcoll-info prints: "tcp: TCP transport" */
+    const param_t *params;
+    size_t count;
+} param_table_t;
+
+#define TABLE(name, t) {name, t, sizeof(t) / sizeof(t[0])}
+static const param_table_t tables[] = {
+    TABLE("core: identity, rendezvous, waits, logging, transport, progress thread", core_params),
+    TABLE("tcp: TCP transport", tcp_params),
+    TABLE("collectives: collective algorithms", coll_params),
+    TABLE("compression: codecs and error feedback", compress_params),
+    TABLE("bucketer: fused buckets overlapping the backward pass", bucket_params),
+    TABLE("adaptation: density chosen from bandwidth and training phase", adapt_params),
+    TABLE("python: Python binding", python_params),
+    TABLE("ucx: UCX transport", ucx_params),
+    TABLE("verbs: InfiniBand verbs transport (GCOLL_IB_*)", verbs_params),
 };
 
 uint64_t gcoll_hash64(const void *data, size_t len, uint64_t seed)
@@ -386,13 +430,37 @@ static void expectation(const param_t *p, char *buf, size_t len)
     }
 }
 
-#define NPARAMS (sizeof(params) / sizeof(params[0]))
+#define NTABLES (sizeof(tables) / sizeof(tables[0]))
+
+static size_t nparams(void)
+{
+    size_t n = 0;
+    for (size_t t = 0; t < NTABLES; t++)
+        n += tables[t].count;
+    return n;
+}
+#define NPARAMS nparams()
+
+/* Entry i of the tables taken in order (NULL past the end), and its table's heading. */
+static const param_t *param_at(size_t i, const char **table_p)
+{
+    for (size_t t = 0; t < NTABLES; i -= tables[t++].count) {
+        if (i < tables[t].count) {
+            if (table_p)
+                *table_p = tables[t].name;
+            return &tables[t].params[i];
+        }
+    }
+    return NULL;
+}
 
 static int is_known(const char *name, size_t len)
 {
-    for (size_t i = 0; i < NPARAMS; i++)
-        if (strlen(params[i].name) == len && strncmp(params[i].name, name, len) == 0)
+    for (size_t i = 0, np = NPARAMS; i < np; i++) {
+        const param_t *p = param_at(i, NULL);
+        if (strlen(p->name) == len && strncmp(p->name, name, len) == 0)
             return 1;
+    }
     return 0;
 }
 
@@ -416,8 +484,8 @@ static gcoll_status_t load(gcoll_config_t *cfg, char *err, size_t errlen, int de
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->rank = cfg->size = cfg->local_rank = cfg->local_size = -1;
-    for (size_t i = 0; i < NPARAMS; i++) {
-        const param_t *p = &params[i];
+    for (size_t i = 0, np = NPARAMS; i < np; i++) {
+        const param_t *p = param_at(i, NULL);
         if (*p->deflt && parse_one(p, p->deflt, cfg) != 0) {
             snprintf(err, errlen, "internal: default of %s does not parse", p->name);
             gcoll_config_free(cfg);
@@ -488,9 +556,10 @@ gcoll_status_t gcoll_config_load(gcoll_config_t *cfg, char *err, size_t errlen)
 
 void gcoll_config_free(gcoll_config_t *cfg)
 {
-    for (size_t i = 0; i < NPARAMS; i++) {
-        if (params[i].type == P_STRING) {
-            char **f = (char **)((char *)cfg + params[i].offset);
+    for (size_t i = 0, np = NPARAMS; i < np; i++) {
+        const param_t *p = param_at(i, NULL);
+        if (p->type == P_STRING) {
+            char **f = (char **)((char *)cfg + p->offset);
             free(*f);
             *f = NULL;
         }
@@ -519,12 +588,13 @@ void gcoll_config_match_string(const gcoll_config_t *cfg, char *buf, size_t len)
 {
     size_t o = 0;
     buf[0] = '\0';
-    for (size_t i = 0; i < NPARAMS && o < len; i++) {
-        if (!(params[i].flags & F_MUST_MATCH))
+    for (size_t i = 0, np = NPARAMS; i < np && o < len; i++) {
+        const param_t *p = param_at(i, NULL);
+        if (!(p->flags & F_MUST_MATCH))
             continue;
         char v[256];
-        format_value(&params[i], cfg, v, sizeof(v));
-        int n = snprintf(buf + o, len - o, "%s%s=%s", o ? " " : "", params[i].name, v);
+        format_value(p, cfg, v, sizeof(v));
+        int n = snprintf(buf + o, len - o, "%s%s=%s", o ? " " : "", p->name, v);
         if (n < 0)
             break;
         o += (size_t)n;
@@ -544,7 +614,7 @@ gcoll_status_t gcoll_param_get(size_t i, gcoll_param_info_t *info_p)
 {
     if (i >= NPARAMS || info_p == NULL)
         return GCOLL_ERR_INVALID;
-    const param_t *p = &params[i];
+    const param_t *p = param_at(i, NULL);
     const char *val = getenv(p->name);
     info_p->name = p->name;
     info_p->type = type_name(p->type);
@@ -552,6 +622,12 @@ gcoll_status_t gcoll_param_get(size_t i, gcoll_param_info_t *info_p)
     info_p->help = p->help;
     info_p->value = (val && (p->flags & F_SECRET)) ? "(set, hidden)" : val;
     return GCOLL_OK;
+}
+
+const char *gcoll_param_component(size_t i)
+{
+    const char *name = NULL;
+    return param_at(i, &name) ? name : NULL;
 }
 
 gcoll_status_t gcoll_param_check(char *errbuf, size_t errlen)

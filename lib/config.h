@@ -7,8 +7,10 @@
 
 #include "gcoll.h"
 
-/* Parsed configuration, one snapshot per communicator (read at init). */
+/* Parsed configuration, one snapshot per communicator (read at init), in the sections of
+ * config.c's per-component tables. */
 typedef struct gcoll_config {
+    /* core: identity, rendezvous, waits, logging, transport, progress thread */
     long rank;            /* -1 when unset */
     long size;            /* -1 when unset */
     char *root;           /* "host:port" or NULL */
@@ -21,9 +23,12 @@ typedef struct gcoll_config {
     char *log_subsys;
     char *log_file;
     int transport;        /* index into gcoll_transport_names */
+    char *progress_cpu;   /* "auto", "none" or a CPU number */
+    /* tcp transport */
     long tcp_nsocks;
     char *tcp_ifname;
     size_t tcp_stripe_min;
+    /* collectives */
     size_t ring_chunk;
     long ring_depth; /* chunks a ring step keeps in flight to its right neighbour; 0: all;
                       * -1 (auto) is resolved at init (comm.c) */
@@ -32,10 +37,12 @@ typedef struct gcoll_config {
     int sparse_algo; /* 0 auto, else gcoll_sparse_plan_t + 1 */
     int compressed_algo; /* 0 auto, 1 alltoall, 2 ring */
     size_t topk_stream;  /* elements per streamed segment of top-k (0: off) */
+    /* compression */
     int ef_spare;        /* top-k, random-k: fold the NaN/Inf scan into the feedback pass */
     size_t ef_spare_max; /* bytes all the spare residuals of the process may take */
     int codec_simd;  /* read by lib/compress/kernels.c at first use */
     char *compressor;      /* default compressor spec of tools and the bucketer */
+    /* bucketer */
     size_t bucket_bytes;   /* 0: automatic */
     int bucket_priority;   /* bucketer: first layers' buckets first */
     int bucket_rebuild;    /* bucketer: layout again from measured ready times */
@@ -43,7 +50,7 @@ typedef struct gcoll_config {
     char *layer_policy;
     int layer_select;      /* bucketer: top-k/DGC select per tensor in a fused bucket */
     long accumulate_steps;
-    char *progress_cpu;    /* "auto", "none" or a CPU number */
+    /* adaptation */
     int adapt;             /* GCOLL_ADAPT parsed: GCOLL_AR_* bits (1 bandwidth, 2 phase) */
     char *adapt_s;
     long adapt_stat_half_life;
@@ -51,9 +58,11 @@ typedef struct gcoll_config {
     char *density_min_s, *density_max_s;
     long adapt_half_life;
     int probe;             /* GCOLL_PROBE: time an exchange at init */
+    /* python */
     char *library; /* read by the Python binding only */
     char *hostname; /* GCOLL_HOSTNAME: the host for hierarchical collectives, or NULL */
     int hier;       /* GCOLL_HIER: 0 auto, 1 flat ("0"), 2 hierarchical ("1") */
+    /* ucx transport */
     size_t ucx_cma_min;   /* ucx: single-copy (CMA) from this many bytes; 0: off */
     size_t ucx_shm_max;   /* ucx: shared-memory mailbox up to this many bytes; 0: off */
     /* verbs transport (GCOLL_IB_*) */

@@ -39,7 +39,7 @@ static gcoll_status_t child_create(gcoll_comm_t *parent, int size, int rank, gco
         return st;
     c->rank = rank;
     c->size = size;
-    c->tops = parent->tops;
+    c->chan.ops = parent->chan.ops;
     snprintf(c->local_ip, sizeof(c->local_ip), "%s", parent->local_ip);
     GCOLL_CHECK(gcoll_comm_set_key(c, parent->keybuf));
     gcoll_transport_params_t tp = {.rank = rank,
@@ -48,15 +48,15 @@ static gcoll_status_t child_create(gcoll_comm_t *parent, int size, int rank, gco
                                    .local_ip = c->local_ip,
                                    .key = c->key,
                                    .wake_fd = c->wake_fd};
-    st = c->tops->create(&tp, &c->tp);
+    st = c->chan.ops->create(&tp, &c->chan.tp);
     if (st != GCOLL_OK) {
-        snprintf(err, errlen, "cannot create the %s transport on %s", c->tops->name, c->local_ip);
+        snprintf(err, errlen, "cannot create the %s transport on %s", c->chan.ops->name, c->local_ip);
         return st;
     }
     size_t len = BLOB_MAX;
-    st = c->tops->address(c->tp, blob, &len);
+    st = c->chan.ops->address(c->chan.tp, blob, &len);
     if (st != GCOLL_OK) {
-        snprintf(err, errlen, "%s", c->tops->last_error(c->tp));
+        snprintf(err, errlen, "%s", c->chan.ops->last_error(c->chan.tp));
         return st;
     }
     *blen_p = len; /* sent padded with zeros to whole 4-byte words */
@@ -135,11 +135,11 @@ gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key, gcoll_co
         blens[i] = (size_t)lens[m[i].rank];
     }
     uint64_t deadline = gcoll_time_ms() + (uint64_t)child->cfg.timeout_ms;
-    st = child->tops->connect(child->tp, blobs, blens, deadline);
+    st = child->chan.ops->connect(child->chan.tp, blobs, blens, deadline);
     free(blobs);
     free(blens);
     if (st != GCOLL_OK) {
-        snprintf(err, sizeof(err), "%s", child->tops->last_error(child->tp));
+        snprintf(err, sizeof(err), "%s", child->chan.ops->last_error(child->chan.tp));
         goto out;
     }
     st = gcoll_comm_start(child, NULL, err, sizeof(err));

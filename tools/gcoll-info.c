@@ -30,10 +30,15 @@ static void print_transports(void)
 static void print_config(void)
 {
     printf("# configuration (environment variables)\n");
+    const char *last = NULL;
     for (size_t i = 0; i < gcoll_param_count(); i++) {
         gcoll_param_info_t p;
         if (gcoll_param_get(i, &p) != GCOLL_OK)
             continue;
+        const char *component = gcoll_param_component(i);
+        if (component && (!last || strcmp(component, last) != 0))
+            printf("# %s\n", component);
+        last = component;
         printf("%s=%s\n", p.name, p.value ? p.value : p.deflt);
         printf("    %s; type %s; default '%s'%s\n", p.help, p.type, p.deflt,
                p.value ? "; set in the environment" : "");

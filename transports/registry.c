@@ -24,6 +24,18 @@ const gcoll_transport_ops_t *gcoll_transport_find(const char *name)
     return NULL;
 }
 
+const gcoll_transport_ops_t *gcoll_transport_auto(char *desc, size_t desclen)
+{
+    if (desclen)
+        desc[0] = '\0';
+    for (size_t i = 0; i < NBUILTIN; i++)
+        if (builtin[i]->rdma_capable && builtin[i]->rdma_capable(desc, desclen))
+            return builtin[i];
+    if (desclen)
+        desc[0] = '\0';
+    return &gcoll_tcp_ops;
+}
+
 const char *gcoll_transports_built(void)
 {
     static char list[64];

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "tcp_int.h"
+#include "topo.h"
 
 static const char *tcp_last_error(gcoll_transport_t *t) { return t->errmsg; }
 
@@ -35,6 +36,16 @@ static void tcp_mem_dereg(gcoll_transport_t *t, void *handle)
 
 /* ---------------------------------------------------------------------------------- */
 /* Setup                                                                                */
+
+/* GCOLL_TCP_IFNAME, else the interface the kernel routes the root's address through. */
+static int tcp_nic(const gcoll_config_t *cfg, const char *root, char *ifname, size_t len)
+{
+    if (cfg->tcp_ifname && *cfg->tcp_ifname) {
+        snprintf(ifname, len, "%s", cfg->tcp_ifname);
+        return 0;
+    }
+    return root && *root ? gcoll_topo_route_ifname(root, ifname, len) : -1;
+}
 
 static gcoll_status_t tcp_probe(char *why, size_t whylen)
 {
@@ -337,4 +348,5 @@ const gcoll_transport_ops_t gcoll_tcp_ops = {
     .mem_reg = tcp_mem_reg,
     .mem_dereg = tcp_mem_dereg,
     .destroy = tcp_destroy,
+    .nic = tcp_nic,
 };

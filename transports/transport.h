@@ -86,6 +86,15 @@ typedef struct gcoll_transport_ops {
      * 1 yes, 0 on another one, -1 unknown. Waits use it to choose between polling (the
      * peer runs elsewhere) and yielding the CPU (the peer needs it). Never blocks. */
     int (*peer_shares_cpu)(gcoll_transport_t *t, int peer);
+    /* Optional (NULL: never). Whether this transport reaches peers over RDMA here; desc
+     * receives what it found. GCOLL_TRANSPORT=auto takes the first built transport that
+     * answers 1, else tcp. Called before any instance exists; never blocks for long. */
+    int (*rdma_capable)(char *desc, size_t desclen);
+    /* Optional (NULL: unknown). The network interface this transport's traffic leaves by,
+     * from its settings in cfg or the route to root (host:port, may be NULL), into ifname;
+     * GCOLL_PROGRESS_CPU=auto places the progress thread near it. 0 when found, else -1.
+     * Called before an instance exists; never blocks. */
+    int (*nic)(const gcoll_config_t *cfg, const char *root, char *ifname, size_t len);
 } gcoll_transport_ops_t;
 
 extern const gcoll_transport_ops_t gcoll_tcp_ops;
@@ -110,5 +119,8 @@ int gcoll_treq_list_remove(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_
 
 /* Looks up a built transport by name; NULL if not built. */
 const gcoll_transport_ops_t *gcoll_transport_find(const char *name);
+/* GCOLL_TRANSPORT=auto: the first built transport whose rdma_capable answers 1 (desc
+ * receives what it found), else tcp (desc ""). */
+const gcoll_transport_ops_t *gcoll_transport_auto(char *desc, size_t desclen);
 
 #endif /* GCOLL_TRANSPORT_H */

@@ -780,4 +780,5 @@ const gcoll_transport_ops_t gcoll_ucx_ops = {
     .mem_dereg = gcoll_ucx_mem_dereg,
     .destroy = gcoll_ucx_destroy,
     .peer_shares_cpu = gcoll_ucx_shm_peer_cpu,
+    .rdma_capable = gcoll_ucx_rdma_capable,
 };

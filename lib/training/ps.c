@@ -236,7 +236,7 @@ static gcoll_status_t server_nap(gcoll_ps_t *ps, gcoll_comm_t *comm)
     pthread_mutex_unlock(&ps->lock);
     if (!sleep)
         return GCOLL_OK;
-    gcoll_status_t st = comm->tops->progress(comm->tp, PS_NAP_MS);
+    gcoll_status_t st = gcoll_net_progress(comm, PS_NAP_MS);
     pthread_mutex_lock(&ps->lock);
     ps->server_asleep = 0;
     pthread_mutex_unlock(&ps->lock);
@@ -513,7 +513,7 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
             st = GCOLL_ERR_ABORTED;
             goto out;
         }
-        GCOLL_CHECK_GOTO(comm->tops->progress(comm->tp, 0), st, out);
+        GCOLL_CHECK_GOTO(gcoll_net_progress(comm, 0), st, out);
         /* peers' messages: handle, then receive the next on that channel */
         for (int p = 0; p < P; p++) {
             for (int ch = CH_REQ; ch <= CH_REP && p != me; ch++) {
