@@ -30,12 +30,13 @@ from ._lib import (AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, 
 from ._lib import path as library_path
 from .comm import Comm, Request
 from .compress import (CODEC_LOSSLESS, CODEC_NEEDS_STATE, CODEC_QUANTIZED, CODEC_RANDOMK,
-                       CODEC_SPARSE, CODEC_STOCHASTIC, Compressor, TensorState, check_spec)
+                       CODEC_SPARSE, CODEC_STOCHASTIC, Adapt, Compressor, TensorState,
+                       adapt_rules, check_spec)
 
 __version__ = version()
 
 __all__ = [
-    "Comm", "Request", "Compressor", "TensorState", "GcollError", "Counters", "check_spec",
+    "Comm", "Request", "Compressor", "TensorState", "Adapt", "adapt_rules", "GcollError", "Counters", "check_spec",
     "version", "status_string", "transports_built", "library_path", "STATUS_NAMES",
     "SUM", "AVG", "MIN", "MAX", "PROD",
     "FLOAT32", "FLOAT16", "BFLOAT16", "FLOAT64", "INT32", "INT64",

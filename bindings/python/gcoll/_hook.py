@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from . import _lib
 from .comm import Comm
-from .compress import Compressor, TensorState, check_spec
+from .compress import Adapt, Compressor, TensorState, adapt_rules, check_spec
 
 DEFAULT_SPEC = "topk:density=0.01"
 STATE_DICT_FORMAT = "gcoll-hook-state"
@@ -122,10 +122,11 @@ class _Param:
     """One parameter's compression: name, count, spec (as resolved), the compressor and
     TensorState (None for "none"), the local accumulation (float32, accumulate_steps > 1)."""
 
-    __slots__ = ("name", "count", "spec", "comp", "ts", "acc")
+    __slots__ = ("name", "count", "spec", "comp", "ts", "acc", "ctl")
 
     def __init__(self, name, count, spec, comp, accumulate):
         self.name, self.count, self.spec, self.comp = name, count, spec, comp
+        self.ctl = None  # its adaptation controller (GCOLL_ADAPT), if any
         self.ts = TensorState(comp, count) if comp is not None else None
         self.acc = torch.zeros(count, dtype=torch.float32) if accumulate > 1 else None
 
@@ -159,17 +160,16 @@ class GcollHookState:
     """
 
     def __init__(self, spec=None, comm=None, root=None, op="avg", process_group=None,
-                 model=None, nonfinite="raise", policy=None, accumulate_steps=None, warmup=0):
+                 model=None, nonfinite="raise", policy=None, accumulate_steps=None, warmup=0,
+                 adapt=None):
         if op not in ("avg", "sum"):
             raise ValueError("GcollHookState: op must be 'avg' or 'sum', got %r" % (op,))
         if nonfinite not in ("raise", "propagate"):
             raise ValueError("GcollHookState: nonfinite must be 'raise' or 'propagate', got %r"
                              % (nonfinite,))
-        adapt = os.environ.get("GCOLL_ADAPT", "off") or "off"
-        if adapt != "off":
-            raise ValueError("GcollHookState: GCOLL_ADAPT=%s: the DDP hook does not adapt "
-                             "densities (the controller is the C bucketer's); unset "
-                             "GCOLL_ADAPT for the hook" % adapt)
+        if adapt is None:
+            adapt = os.environ.get("GCOLL_ADAPT", "off") or "off"
+        adapt_rules(adapt)  # ValueError for an unknown rule
         if spec is None:
             spec = os.environ.get("GCOLL_COMPRESSOR") or DEFAULT_SPEC
         if policy is None:
@@ -181,6 +181,9 @@ class GcollHookState:
                              % (accumulate_steps,))
         if not isinstance(warmup, int) or warmup < 0:
             raise ValueError("GcollHookState: warmup must be an int >= 0, got %r" % (warmup,))
+        if model is None and adapt != "off":
+            raise ValueError("GcollHookState: adaptation (GCOLL_ADAPT=%s) needs model= "
+                             "(one controller per parameter)" % adapt)
         if model is None and (policy or accumulate_steps > 1 or warmup):
             raise ValueError("GcollHookState: a layer policy, accumulate_steps and warmup "
                              "need model= (parameter names); GCOLL_LAYER_POLICY=%r, "
@@ -188,6 +191,7 @@ class GcollHookState:
                                                                  warmup))
         self.compressor = Compressor(with_warmup(spec, warmup))
         self.policy, self.accumulate_steps, self.warmup = policy, accumulate_steps, warmup
+        self.adapt = adapt
         self.op = op
         self.nonfinite = nonfinite
         self.process_group = process_group
@@ -255,6 +259,30 @@ class GcollHookState:
         self._close_states()
         self._params = params
         self._names = {id(p): n for n, p in named}
+        if self.adapt != "off":
+            self._attach_controllers()
+
+    def _attach_controllers(self):
+        """One controller per compressed parameter whose codec has a density (top-k,
+        random-k, DGC) or a bit width (qsgd, q8) to choose, as the bucketer has one per
+        bucket; every rank attaches alike, so every rank decides alike."""
+        for p in self._params.values():
+            head = p.spec.split("+")[0].split(":")[0]
+            if p.ts is None or head not in ("topk", "randomk", "dgc", "qsgd", "q8"):
+                continue
+            ctl = Adapt(self.comm, self.adapt)
+            try:
+                ctl.attach(p.ts)
+            except Exception:
+                ctl.close()
+                raise
+            p.ctl = ctl
+
+    def adapt_stats(self):
+        """{parameter name: what its controller measured and decided} (Adapt.stats()),
+        for the parameters GCOLL_ADAPT drives; read between steps."""
+        self._flush()
+        return {n: p.ctl.stats() for n, p in self._params.items() if p.ctl is not None}
 
     def counters(self):
         """gcoll's counters of this state's communicator (bytes_sent, ...)."""
@@ -345,6 +373,11 @@ class GcollHookState:
         between steps (after optimizer.step()). Each rank saves its own: the residuals are
         per rank."""
         self._flush()
+        if self.adapt != "off":
+            raise ValueError("GcollHookState.state_dict: the adaptation controllers' state "
+                             "(GCOLL_ADAPT=%s) is not saved, so a restored run would not "
+                             "continue bit-identically; checkpoint with GCOLL_ADAPT=off"
+                             % self.adapt)
         sd = {"format": STATE_DICT_FORMAT, "version": STATE_DICT_VERSION,
               "spec": self.spec, "policy": self.policy,
               "accumulate_steps": self.accumulate_steps, "warmup": self.warmup,
@@ -396,6 +429,9 @@ class GcollHookState:
         size is refused (ValueError): each rank's residual is what that rank did not send,
         and with another number of ranks there is no rank to give it to. Nothing changes
         when it raises."""
+        if self.adapt != "off":
+            raise ValueError("GcollHookState.load_state_dict: not with adaptation "
+                             "(GCOLL_ADAPT=%s): its controllers' state is not saved" % self.adapt)
         self._check_compatible(sd)
         if self._names is not None:
             self._load_params(sd["params"])
@@ -460,6 +496,9 @@ class GcollHookState:
 
     def _close_states(self):
         for p in self._params.values():
+            if p.ctl is not None:
+                p.ctl.close()
+                p.ctl = None
             if p.ts is not None:
                 p.ts.close()
         for r in self._records.values():

@@ -119,6 +119,16 @@ class Counters(ctypes.Structure):
         return "Counters(%s)" % ", ".join("%s=%d" % kv for kv in self.as_dict().items())
 
 
+class AdaptStats(ctypes.Structure):
+    """gcoll_adapt_stats_t."""
+
+    _fields_ = [("steps", ctypes.c_long), ("noise_scale", ctypes.c_double),
+                ("grad_sq", ctypes.c_double), ("noise_sq", ctypes.c_double),
+                ("noise_share", ctypes.c_double), ("stage", ctypes.c_double),
+                ("phase_boost", ctypes.c_double), ("bandwidth", ctypes.c_double),
+                ("density", ctypes.c_double), ("bits", ctypes.c_uint)]
+
+
 class BucketerConfig(ctypes.Structure):
     """gcoll_bucketer_config_t."""
 
@@ -181,6 +191,11 @@ _PROTOS = {
                                         ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
     "gcoll_bucketer_tensor_spec": (ctypes.c_char_p, [_p, ctypes.c_int]),
     "gcoll_bucketer_destroy": (None, [_p]),
+    "gcoll_adapt_parse": (_st, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint)]),
+    "gcoll_adapt_create": (_st, [_p, ctypes.c_char_p, _pp]),
+    "gcoll_adapt_attach": (_st, [_p, _p]),
+    "gcoll_adapt_stats": (_st, [_p, ctypes.POINTER(AdaptStats)]),
+    "gcoll_adapt_destroy": (None, [_p]),
 }
 
 for _name, (_res, _args) in _PROTOS.items():

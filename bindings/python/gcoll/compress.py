@@ -254,3 +254,57 @@ class TensorState:
 
     def __repr__(self):
         return "gcoll.TensorState(%r, count=%d)" % (self.compressor.spec, self.count)
+
+
+class Adapt:
+    """gcoll_adapt_create(): a controller that chooses, every call, the density (top-k,
+    random-k, DGC) or bit width (qsgd, q8) of one TensorState's codec from GCOLL_ADAPT's
+    rules ("bandwidth", "snr", "stage", "phase", combined with '+'), identically on every
+    rank (docs/adaptation.md). rules None reads GCOLL_ADAPT. attach(state) once, then run
+    comm.compressed_allreduce on that state as usual; stats() reads what it decided.
+    close() before the state is closed."""
+
+    def __init__(self, comm, rules=None):
+        self._ptr = None
+        self.comm = comm
+        h = ctypes.c_void_p()
+        _lib.check(lib.gcoll_adapt_create(comm._live(), None if rules is None else
+                                          rules.encode(), ctypes.byref(h)),
+                   "gcoll_adapt_create")
+        self._ptr = h.value
+        self.state = None
+
+    def attach(self, state):
+        """Drives state's codec from the next compressed allreduce on it (every rank alike).
+        GcollError (GCOLL_ERR_INVALID) for a codec with nothing to adapt."""
+        if not self._ptr:
+            raise ValueError("gcoll adaptation controller is closed")
+        _lib.check(lib.gcoll_adapt_attach(self._ptr, state._live()), "gcoll_adapt_attach")
+        self.state = state
+
+    def stats(self):
+        """{steps, noise_scale, grad_sq, noise_sq, noise_share, stage, phase_boost,
+        bandwidth, density, bits}: gcoll_adapt_stats_t, the same on every rank."""
+        if not self._ptr:
+            raise ValueError("gcoll adaptation controller is closed")
+        st = _lib.AdaptStats()
+        _lib.check(lib.gcoll_adapt_stats(self._ptr, ctypes.byref(st)), "gcoll_adapt_stats")
+        return {name: getattr(st, name) for name, _ in _lib.AdaptStats._fields_}
+
+    def close(self):
+        if self._ptr:
+            ptr, self._ptr = self._ptr, None
+            lib.gcoll_adapt_destroy(ptr)
+
+    def __del__(self):
+        if getattr(self, "_ptr", None):
+            self.close()
+
+
+def adapt_rules(rules):
+    """The GCOLL_ADAPT_* mask of a rule string ("off" is 0); ValueError when unknown."""
+    m = ctypes.c_uint(0)
+    if lib.gcoll_adapt_parse(rules.encode(), ctypes.byref(m)) != _lib.OK:
+        raise ValueError("GCOLL_ADAPT=%r: not a combination of bandwidth, phase, snr, stage "
+                         "and budget joined by '+' (or off, both)" % (rules,))
+    return m.value

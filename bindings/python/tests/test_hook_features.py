@@ -125,12 +125,18 @@ class TestHookFeatures(unittest.TestCase):
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
 
-    def replay(self, log, model, specs, accumulate=1):
-        """Recomputes every logged bucket per parameter with fresh states of specs[name];
-        asserts bit equality. Returns the steps' bucket layouts."""
+    def replay(self, log, model, specs, accumulate=1, adapt=None, adapted=()):
+        """Recomputes every logged bucket per parameter with fresh states of specs[name]
+        (those named in adapted each with its own controller of rules adapt); asserts bit
+        equality.
+        Returns the steps' bucket layouts."""
         sizes = {n: p.numel() for n, p in model.named_parameters()}
         comps = {s: gcoll.Compressor(s) for s in set(specs.values()) if s != "none"}
         fresh = {n: comps[s].state(sizes[n]) for n, s in specs.items() if s != "none"}
+        ctls = []
+        for n in sorted(adapted):
+            ctls.append(gcoll.Adapt(self.comm, adapt))
+            ctls[-1].attach(fresh[n])
         acc = {n: torch.zeros(sizes[n]) for n in specs}
         layouts = {}
         for step, params, inp, out in log:
@@ -156,6 +162,8 @@ class TestHookFeatures(unittest.TestCase):
                 off += sizes[n]
         for n, st in fresh.items():
             self.assertEqual(self.hook.states[n].step, st.step, n)
+        for c in ctls:
+            c.close()
         return layouts
 
     def assert_same_weights(self, model):
@@ -294,12 +302,50 @@ class TestHookFeatures(unittest.TestCase):
             gt.GcollHookState("sign", comm=self.comm, accumulate_steps=2)
         with self.assertRaisesRegex(ValueError, "accumulate_steps"):
             gt.GcollHookState("sign", comm=self.comm, model=model, accumulate_steps=0)
+        with self.assertRaisesRegex(ValueError, "GCOLL_ADAPT='nonsense'"):
+            gt.GcollHookState("sign", comm=self.comm, model=model, adapt="nonsense")
         os.environ["GCOLL_ADAPT"] = "bandwidth"
         try:
-            with self.assertRaisesRegex(ValueError, "GCOLL_ADAPT=bandwidth"):
-                gt.GcollHookState("sign", comm=self.comm, model=model)
+            with self.assertRaisesRegex(ValueError, "GCOLL_ADAPT=bandwidth.*needs model="):
+                gt.GcollHookState("sign", comm=self.comm)
         finally:
             del os.environ["GCOLL_ADAPT"]
+
+    def test_adaptation(self):
+        """GCOLL_ADAPT reaches the hook: a controller per compressed parameter whose codec
+        has a density; its decisions are the same on every rank and the results are bit for
+        bit those of compressed_allreduce with a controller of the same rules."""
+        model = make_model()
+        rules = "snr+stage"
+        os.environ["GCOLL_ADAPT"] = rules
+        try:
+            self.hook = gt.GcollHookState("topk:density=0.05", comm=self.comm, model=model,
+                                          policy="*bias*=none;last=fp16")
+        finally:
+            del os.environ["GCOLL_ADAPT"]
+        specs = self.hook.specs
+        log = self.capture(model, self.hook)
+        steps = 8
+        self.train(model, steps)
+        stats = self.hook.adapt_stats()
+        # fp16 (the last layer) and the dense biases have nothing to adapt
+        self.assertEqual(sorted(stats), ["module.0.weight", "module.2.weight"])
+        dens = []
+        for n in sorted(stats):
+            self.assertEqual(stats[n]["steps"], steps, n)
+            self.assertTrue(0 < stats[n]["density"] <= 1, stats[n])
+            dens.append(stats[n]["density"])
+        mine = torch.tensor(dens, dtype=torch.float64)
+        everyone = torch.empty(SIZE * mine.numel(), dtype=torch.float64)
+        self.comm.allgather(mine, everyone)
+        for q in range(SIZE):
+            self.assertTrue(torch.equal(everyone[q * mine.numel():(q + 1) * mine.numel()],
+                                        mine), "rank %d decided other densities" % q)
+        self.replay(log, model, specs, adapt=rules, adapted=stats)
+        self.assert_same_weights(model)
+        with self.assertRaisesRegex(ValueError, "not saved"):
+            self.hook.state_dict()
+        self.hook.close()
 
 
 if __name__ == "__main__":
