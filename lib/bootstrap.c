@@ -394,6 +394,51 @@ static gcoll_status_t send_reply(int fd, gcoll_status_t status, const char *msg,
     return st;
 }
 
+/* The next "NAME=value" token of a space-separated, unterminated list: [*p, *p + n). */
+static int next_setting(const char **p, const char *end, const char **tok, size_t *n)
+{
+    while (*p < end && **p == ' ')
+        (*p)++;
+    if (*p >= end)
+        return 0;
+    *tok = *p;
+    while (*p < end && **p != ' ')
+        (*p)++;
+    *n = (size_t)(*p - *tok);
+    return 1;
+}
+
+/* Names the must-match settings on which rank i's list (b) differs from rank 0's (a). */
+static void describe_mismatch(const gcoll_bs_hello_t *a, const gcoll_bs_hello_t *b, int i,
+                              char *msg, size_t len)
+{
+    size_t off = (size_t)snprintf(msg, len, "ranks disagree on settings that must match:");
+    int any = 0;
+    const char *pa = a->match, *ea = a->match + a->mlen, *ta;
+    size_t na;
+    while (off < len && next_setting(&pa, ea, &ta, &na)) {
+        const char *eq = memchr(ta, '=', na);
+        size_t kl = eq ? (size_t)(eq - ta) + 1 : na; /* the name with its '=' */
+        const char *pb = b->match, *eb = b->match + b->mlen, *tb, *found = NULL;
+        size_t nb, nf = 0;
+        while (next_setting(&pb, eb, &tb, &nb))
+            if (nb >= kl && memcmp(tb, ta, kl) == 0) {
+                found = tb;
+                nf = nb;
+                break;
+            }
+        if (found && nf == na && memcmp(found, ta, na) == 0)
+            continue;
+        off += (size_t)snprintf(msg + off, len - off, "%s rank 0 has %.*s, rank %d has %.*s",
+                                any ? ";" : "", (int)na, ta, i, found ? (int)nf : 5,
+                                found ? found : "unset");
+        any = 1;
+    }
+    if (!any && off < len) /* same names and values, other hash: show both lists */
+        snprintf(msg + off, len - off, " rank 0 has [%.*s], rank %d has [%.*s]",
+                 (int)a->mlen, a->match, i, (int)b->mlen, b->match);
+}
+
 /* Everyone must run the same library with the same must-match settings. */
 static gcoll_status_t check_agreement(const hello_t *all, int size, char *msg, size_t len)
 {
@@ -411,8 +456,7 @@ static gcoll_status_t check_agreement(const hello_t *all, int size, char *msg, s
             return GCOLL_ERR_MISMATCH;
         }
         if (h->hash != h0->hash) {
-            snprintf(msg, len, "ranks disagree on settings that must match: rank 0 has [%.*s], "
-                     "rank %d has [%.*s]", (int)h0->mlen, h0->match, i, (int)h->mlen, h->match);
+            describe_mismatch(h0, h, i, msg, len);
             return GCOLL_ERR_MISMATCH;
         }
     }

@@ -114,9 +114,10 @@ static gcoll_status_t qsgd_put_span(const gcoll_vspec_t *vs, const float *x, siz
         float scale, f;
         if (vs->contract) { /* with error feedback: levels max|x| / s apart, nearest */
             scale = k->absmax(x + (i - lo), bend - i);
-            if (!isfinite(scale)) {
-                GCOLL_WARN("compress: qsgd: non-finite value in bucket %zu (elements %zu..%zu)", b,
-                           i, bend - 1);
+            if (!(scale <= 3.4028234e38f / 2)) { /* the decoder's bound on scales */
+                GCOLL_WARN("compress: qsgd: non-finite value or a value beyond 1.7e38 in "
+                           "bucket %zu (elements %zu..%zu)",
+                           b, i, bend - 1);
                 return GCOLL_ERR_INVALID;
             }
         } else {
