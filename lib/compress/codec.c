@@ -469,7 +469,8 @@ float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_
 
 gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
                                         size_t off, const float *in, size_t n, uint64_t step,
-                                        void *out, size_t cap, size_t *len_p)
+                                        const gcoll_encode_opts_t *opt, void *out, size_t cap,
+                                        size_t *len_p)
 {
     if (!c || !out || !len_p || (n > 0 && !in)) {
         GCOLL_WARN("compress: encode: NULL compressor, input, output or length pointer");
@@ -506,21 +507,23 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     pending_t pend = {NULL, NULL, NULL, 1.0f, 0};
     size_t zeroed_n = 0; /* selected elements of e the selection zeroed (restored on error) */
     sc->zeroed = 0;
+    const gcoll_nancheck_t check = opt ? opt->check : GCOLL_NANCHECK_SCAN;
     /* The input scan folded into top-k's and random-k's feedback pass (the caller's
-     * choice, s->fold_check, made with the same gcoll_codec_folds_check): the pass writes
+     * choice, GCOLL_NANCHECK_FOLD, made with the same gcoll_codec_folds_check): the pass writes
      * e + a*g into the spare buffer and catches NaN/Inf in the sum as it goes (top-k's
      * compare above any threshold; random-k's pass collects only them), so e is as it was
      * on any failure; on success the two buffers swap. One read of the input instead of
      * two. */
-    int fold = feedback && !dgc && !s->input_checked && s->fold_check && off == 0 &&
+    int fold = feedback && !dgc && check == GCOLL_NANCHECK_FOLD && off == 0 &&
                gcoll_codec_folds_check(c, s, n);
     if (fold && !spare_get(s)) {
         GCOLL_WARN("compress: cannot allocate the spare residual (%zu elements)", s->count);
         return GCOLL_ERR_NOMEM; /* nothing touched yet */
     }
+    sc->stream = opt ? opt->stream : NULL; /* for this call only (select.h); out_free resets */
     float *ew = fold ? s->spare : feedback ? s->e + off : NULL; /* where e_new goes */
 
-    if ((feedback || clip) && !(s && s->input_checked) && !fold) {
+    if ((feedback || clip) && check != GCOLL_NANCHECK_DONE && !fold) {
         /* check before touching the state: a NaN in the residual would never leave */
         size_t i = k->first_bad(in, n);
         if (i < n) {
@@ -632,6 +635,7 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
         s->e = ew;
     }
 out_free:
+    sc->stream = NULL;
     if (st != GCOLL_OK && zeroed_n && !fold) /* nothing sent: e back to e_old + g (above) */
         for (size_t j = 0; j < zeroed_n; j++)
             ew[sc->idx[j]] = sc->val[j];
