@@ -48,7 +48,6 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                     float *out, size_t count, gcoll_op_t op, int shard_only,
                                     gcoll_nancheck_t check, uint32_t sig)
 {
-    const gcoll_encode_opts_t opt = {.check = check};
     const int P = comm->size, r = comm->rank;
     const gcoll_compressor_t *c = s->c;
     const gcoll_span_t mine = chunk(count, P, r);
@@ -72,23 +71,23 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
      * by the norm of the whole gradient (not each chunk's own) */
     uint64_t t0 = gcoll_time_ns();
     gcoll_state_set_salt(s, (uint64_t)r);
-    s->clip_factor = gcoll_codec_clip_factor(c, grad, count, 1, s->nranks);
-    s->clip_preset = 1;
+    const gcoll_encode_opts_t opt = {
+        .check = check,
+        .clip_preset = 1,
+        .clip_factor = gcoll_codec_clip_factor(c, grad, count, 1, s->nranks),
+    };
     stot = rtot = 0;
     for (int j = 0; j < P; j++) {
         gcoll_span_t ch = chunk(count, P, j);
         sbuf[j] = sstore + stot;
         st = gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step, &opt, sbuf[j],
                                       cap[j], &len[j]);
-        if (st != GCOLL_OK) {
-            s->clip_preset = 0;
+        if (st != GCOLL_OK)
             goto out;
-        }
         stot += cap[j];
         rbuf[j] = rstore + rtot;
         rtot += gcoll_codec_bound(c, mine.len);
     }
-    s->clip_preset = 0;
     comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     /* 2. chunk j goes to rank j */
     size_t rc = gcoll_codec_bound(c, mine.len);

@@ -544,8 +544,8 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     if (clip && c->clip > 0) {
         /* gradient clipping by l2 norm, as DGC applies before accumulation: by the factor
          * the collective computed over the whole tensor when it cuts it into chunks */
-        a = s && s->clip_preset ? s->clip_factor
-                                 : gcoll_codec_clip_factor(c, in, n, 0, s ? s->nranks : 0);
+        a = opt && opt->clip_preset ? opt->clip_factor
+                                    : gcoll_codec_clip_factor(c, in, n, 0, s ? s->nranks : 0);
     }
     if (dgc) {
         k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);

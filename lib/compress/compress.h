@@ -132,11 +132,6 @@ struct gcoll_tensor_state {
     struct gcoll_tensor_state *server;
     /* hierarchical allreduce: the state of this rank's part of the step across hosts */
     struct gcoll_tensor_state *hier_part;
-    /* clip=C over the whole tensor: a collective that encodes it chunk by chunk sets the
-     * factor of the whole (gcoll_codec_clip_factor) for the call, else each encode
-     * scales its range by the range's own norm */
-    int clip_preset;
-    float clip_factor;
     float *clamped;        /* clip_value: the clamped input, the tensor's size, or NULL */
     size_t spare_reserved; /* bytes of the spare budget this state holds (0: none yet) */
     int spare_refused;     /* the budget had no room for it (logged once) */
@@ -162,6 +157,11 @@ typedef struct gcoll_encode_opts {
     gcoll_nancheck_t check;
     /* top-k's collecting pass streamed to this sink (select.h), or NULL */
     struct gcoll_select_stream *stream;
+    /* clip=C over the whole tensor: a collective that encodes it chunk by chunk passes
+     * the factor of the whole (gcoll_codec_clip_factor), else each encode scales its
+     * range by the range's own norm */
+    int clip_preset;
+    float clip_factor;
 } gcoll_encode_opts_t;
 
 /* Whether an encode of all count elements with s (GCOLL_NANCHECK_FOLD) finds
