@@ -44,9 +44,9 @@ gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n)
 
 
 /* Quantizers: all-to-all of worker-compressed chunks, reduce, re-compress, gather. */
-static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
-                                    const float *grad, float *out, size_t count, gcoll_op_t op,
-                                    int shard_only, uint32_t sig)
+static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+                                    float *out, size_t count, gcoll_op_t op, int shard_only,
+                                    gcoll_nancheck_t check, uint32_t sig)
 {
     const int P = comm->size, r = comm->rank;
     const gcoll_compressor_t *c = s->c;
@@ -71,23 +71,23 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
      * by the norm of the whole gradient (not each chunk's own) */
     uint64_t t0 = gcoll_time_ns();
     gcoll_state_set_salt(s, (uint64_t)r);
-    s->clip_factor = gcoll_codec_clip_factor(c, grad, count, 1, s->nranks);
-    s->clip_preset = 1;
+    const gcoll_encode_opts_t opt = {
+        .check = check,
+        .clip_preset = 1,
+        .clip_factor = gcoll_codec_clip_factor(c, grad, count, 1, s->nranks),
+    };
     stot = rtot = 0;
     for (int j = 0; j < P; j++) {
         gcoll_span_t ch = chunk(count, P, j);
         sbuf[j] = sstore + stot;
-        st = gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step, sbuf[j],
+        st = gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step, &opt, sbuf[j],
                                       cap[j], &len[j]);
-        if (st != GCOLL_OK) {
-            s->clip_preset = 0;
+        if (st != GCOLL_OK)
             goto out;
-        }
         stot += cap[j];
         rbuf[j] = rstore + rtot;
         rtot += gcoll_codec_bound(c, mine.len);
     }
-    s->clip_preset = 0;
     comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     /* 2. chunk j goes to rank j */
     size_t rc = gcoll_codec_bound(c, mine.len);
@@ -131,8 +131,9 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     st = GCOLL_ERR_NOMEM;
     if (!(smsg = malloc(mcap)))
         goto out;
-    GCOLL_CHECK_GOTO(gcoll_codec_encode_range(c, s->server, 0, acc, mine.len, s->step, smsg, mcap,
-                                              &mlen), st, out);
+    GCOLL_CHECK_GOTO(
+        gcoll_codec_encode_range(c, s->server, 0, acc, mine.len, s->step, NULL, smsg, mcap, &mlen),
+        st, out);
     s->server->step++;
     comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     /* 5. everyone gathers every compressed chunk and decodes it in place (the reduced
@@ -232,16 +233,17 @@ out:
 }
 
 /* The whole tensor's encode, before anything is sent. Where the codec checks for NaN/Inf
- * in its feedback pass (fold_check, set by run_compressed only), any failure leaves the
+ * in its feedback pass (GCOLL_NANCHECK_FOLD, chosen by run_compressed only), any failure leaves the
  * state as it was, so it is this rank's call's alone, as a bad argument would be
  * (comm->op_local); on other paths a failure may come after the residual took g. */
 static gcoll_status_t encode_first(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
-                                   const float *grad, size_t count, uint8_t *msg, size_t cap,
-                                   size_t *len_p)
+                                   gcoll_nancheck_t check, const float *grad, size_t count,
+                                   uint8_t *msg, size_t cap, size_t *len_p)
 {
-    gcoll_status_t st = gcoll_codec_encode_range(s->c, s, 0, grad, count, s->step, msg, cap,
-                                                 len_p);
-    if (st == GCOLL_OK || !s->fold_check)
+    const gcoll_encode_opts_t opt = {.check = check};
+    gcoll_status_t st =
+        gcoll_codec_encode_range(s->c, s, 0, grad, count, s->step, &opt, msg, cap, len_p);
+    if (st == GCOLL_OK || check != GCOLL_NANCHECK_FOLD)
         return st;
     comm->op_local = 1;
     if (st == GCOLL_ERR_INVALID) {
@@ -256,7 +258,8 @@ static gcoll_status_t encode_first(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
 
 /* Sparsifiers: encode once, then the sparse allreduce of what was sent. */
 static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                 float *out, size_t count, gcoll_op_t op, uint32_t sig)
+                                 float *out, size_t count, gcoll_op_t op, gcoll_nancheck_t check,
+                                 uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
     size_t cap = gcoll_codec_bound(c, count), len = 0, nnz = 0;
@@ -266,7 +269,7 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(encode_first(comm, s, grad, count, msg, cap, &len), st, out);
+    GCOLL_CHECK_GOTO(encode_first(comm, s, check, grad, count, msg, cap, &len), st, out);
     if (gather_direct(comm, c, count)) {
         comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
         st = gather_and_sum(comm, c, msg, len, out, count, op, sig);
@@ -287,8 +290,8 @@ out:
 
 /* Random-k with a shared seed: every rank picked the same indices, so only the k values
  * are reduced, densely. */
-static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
-                                  const float *grad, float *out, size_t count, gcoll_op_t op,
+static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+                                  float *out, size_t count, gcoll_op_t op, gcoll_nancheck_t check,
                                   uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
@@ -300,7 +303,7 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(encode_first(comm, s, grad, count, msg, cap, &len), st, out);
+    GCOLL_CHECK_GOTO(encode_first(comm, s, check, grad, count, msg, cap, &len), st, out);
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &k), st, out);
     idx = malloc((k + 1) * sizeof(uint32_t));
     val = malloc((k + 1) * sizeof(float));
@@ -352,7 +355,7 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
             return S_RANDOMK;
         size_t k = gcoll_codec_k(c, count, s ? s->step : UINT64_MAX);
         int ef = s ? s->e != NULL && s->mode == GCOLL_STATE_WORKER : c->ef;
-        if ((s && s->no_stream) || !gcoll_topk_stream_eligible(comm, c, ef, count, k))
+        if (!gcoll_topk_stream_eligible(comm, c, ef, count, k))
             return S_SPARSE;
         snprintf(why, len, "top-k of %zu in %zu floats, selection pass sent in segments of %zu",
                  k, count, gcoll_topk_stream_segment(comm, count));
@@ -391,10 +394,10 @@ const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compre
 }
 
 /* The compressed allreduce (or reduce-scatter) by scheme sc, which pick_scheme chose for
- * the reason why. */
+ * the reason why; check: the call's NaN/Inf policy (run_compressed). */
 static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
                                  float *out, size_t count, gcoll_op_t op, int shard_only,
-                                 scheme_t sc, const char *why)
+                                 gcoll_nancheck_t check, scheme_t sc, const char *why)
 {
     /* a quantizer's bit-width warm-up: this step's messages and the server's are those of
      * a copy at this step's width (every rank at the same step picks the same) */
@@ -423,19 +426,19 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
             gcoll_reduce_finish(out, count, GCOLL_FLOAT32, op, comm->size);
         break;
     case S_RING:
-        st = gcoll_compressed_ring(comm, s, grad, out, count, op, shard_only, sig);
+        st = gcoll_compressed_ring(comm, s, grad, out, count, op, shard_only, check, sig);
         break;
     case S_ALLTOALL:
-        st = run_quantized(comm, s, grad, out, count, op, shard_only, sig);
+        st = run_quantized(comm, s, grad, out, count, op, shard_only, check, sig);
         break;
     case S_RANDOMK:
-        st = run_randomk(comm, s, grad, out, count, op, sig);
+        st = run_randomk(comm, s, grad, out, count, op, check, sig);
         break;
     case S_STREAM:
-        st = gcoll_topk_stream_run(comm, s, grad, out, count, op, sig);
+        st = gcoll_topk_stream_run(comm, s, grad, out, count, op, check, sig);
         break;
     default:
-        st = run_sparse(comm, s, grad, out, count, op, sig);
+        st = run_sparse(comm, s, grad, out, count, op, check, sig);
     }
     if (sc == S_RING || sc == S_ALLTOALL || sc == S_STREAM)
         GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme (%s)",
@@ -453,13 +456,17 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     return st;
 }
 
-gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
-                                    const float *grad, float *out, size_t count, gcoll_op_t op,
-                                    int shard_only)
+gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+                                    float *out, size_t count, gcoll_op_t op, int shard_only,
+                                    gcoll_nancheck_t check)
 {
     char why[160];
     scheme_t sc = pick_scheme(comm, s->c, s, count, shard_only, why, sizeof(why));
-    return run_scheme(comm, s, grad, out, count, op, shard_only, sc, why);
+    /* folding needs the spare's reservation and the scheme's failure handling: only
+     * run_compressed chooses it */
+    if (check == GCOLL_NANCHECK_FOLD)
+        check = GCOLL_NANCHECK_SCAN;
+    return run_scheme(comm, s, grad, out, count, op, shard_only, check, sc, why);
 }
 
 static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
@@ -488,14 +495,10 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
             return GCOLL_ERR_INVALID;
         }
     }
-    s->input_checked = !fold;
-    s->fold_check = fold;
     if (s->adapt) /* gcoll_adapt_attach: sample the input before an in-place call */
         gcoll_adapt_before(comm, s, a->sendbuf, count);
-    gcoll_status_t st = run_scheme(comm, s, a->sendbuf, a->recvbuf, count, a->op,
-                                   ca->shard_only, sc, why);
-    s->input_checked = 0;
-    s->fold_check = 0;
+    gcoll_status_t st = run_scheme(comm, s, a->sendbuf, a->recvbuf, count, a->op, ca->shard_only,
+                                   fold ? GCOLL_NANCHECK_FOLD : GCOLL_NANCHECK_DONE, sc, why);
     if (st == GCOLL_OK && s->adapt)
         st = gcoll_adapt_after(comm, s, count);
     return st;

@@ -263,8 +263,8 @@ static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const floa
     gcoll_status_t st = GCOLL_OK;
     uint8_t *msg = own + k * R->g.segcap;
     if (R->ag)
-        st = gcoll_codec_encode_range(c, s->server, sg.off - mine.off, a, sg.len, s->step, msg,
-                                      R->g.segcap, &ownlen[k]);
+        st = gcoll_codec_encode_range(c, s->server, sg.off - mine.off, a, sg.len, s->step, NULL,
+                                      msg, R->g.segcap, &ownlen[k]);
     R->comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     if (st != GCOLL_OK || !R->ag)
         return st;
@@ -273,9 +273,9 @@ static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const floa
     return decode_out(R, c, mine, k, msg, ownlen[k], out, R->r);
 }
 
-gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
-                                     const float *grad, float *out, size_t count, gcoll_op_t op,
-                                     int shard_only, uint32_t sig)
+gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+                                     float *out, size_t count, gcoll_op_t op, int shard_only,
+                                     gcoll_nancheck_t check, uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
     ring_t R = {.comm = comm, .count = count, .P = comm->size, .r = comm->rank, .sig = sig};
@@ -305,7 +305,6 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     gcoll_treq_t *reqs = calloc(4 * nmsg + 1, sizeof(gcoll_treq_t));
     size_t *ownlen = calloc(nmine + R.steps + 1, sizeof(size_t));
     gcoll_status_t st = GCOLL_ERR_NOMEM;
-    const int checked = s->input_checked;
     if (!acc || !reqs || !ownlen)
         goto out;
     R.fk = ownlen + nmine;
@@ -332,18 +331,18 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
                     continue;
                 gcoll_span_t sg = seg_of(&R.g, cs, k);
                 const float *in = grad + sg.off;
+                gcoll_encode_opts_t opt = {.check = check};
                 if (u > 0) {
                     /* the partial sum of this segment arrived at the previous step */
                     GCOLL_CHECK_GOTO(partial_sum(&R, c, u - 1, k, sg, grad, x), st, out);
                     in = x;
-                    s->input_checked = 0; /* a sum may overflow: the encoder checks it */
+                    opt.check = GCOLL_NANCHECK_SCAN; /* a sum may overflow: the encoder checks it */
                 }
                 uint64_t t0 = gcoll_time_ns();
                 uint8_t *msg = R.sstore + slot(&R, u, k) * R.g.segcap;
                 size_t len = 0;
-                st = gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, msg,
+                st = gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, &opt, msg,
                                               R.g.segcap, &len);
-                s->input_checked = checked;
                 comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
                 if (st != GCOLL_OK) {
                     gcoll_comm_set_error(comm, "compressing the partial sum of elements "
@@ -380,7 +379,6 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     for (int ph = 0; ph < 2; ph++)
         GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq[ph], (int)nmsg), st, out);
 out:
-    s->input_checked = checked;
     if (st != GCOLL_OK && reqs)
         for (int ph = 0; ph < 2; ph++) {
             gcoll_net_cancel(comm, R.rreq[ph], (int)nmsg);

@@ -41,10 +41,11 @@ void gcoll_pairs_free(gcoll_pairs_t *p);
 gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *call,
                                 gcoll_sparse_plan_t *plan_p);
 
-/* Compressed allreduce (shard_only: reduce-scatter) from inside a running operation. */
-gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
-                                    const float *grad, float *out, size_t count, gcoll_op_t op,
-                                    int shard_only);
+/* Compressed allreduce (shard_only: reduce-scatter) from inside a running operation;
+ * check: GCOLL_NANCHECK_DONE where the caller verified grad is finite, else GCOLL_NANCHECK_SCAN. */
+gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+                                    float *out, size_t count, gcoll_op_t op, int shard_only,
+                                    gcoll_nancheck_t check);
 
 /* Internal entry with switches for tests of a misbehaving peer: GCOLL_SPARSE_NOCHECK skips
  * the local argument checks, GCOLL_SPARSE_BADCOUNT announces a wrong dense size on the

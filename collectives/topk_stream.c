@@ -219,9 +219,9 @@ static void on_segment(void *arg, size_t s, const uint32_t *idx, const float *va
     t->ns_net += gcoll_time_ns() - t0;
 }
 
-gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
-                                     const float *grad, float *out, size_t count, gcoll_op_t op,
-                                     uint32_t sig)
+gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+                                     float *out, size_t count, gcoll_op_t op,
+                                     gcoll_nancheck_t check, uint32_t sig)
 {
     const int P = comm->size, r = comm->rank;
     const gcoll_compressor_t *c = s->c;
@@ -254,10 +254,9 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     }
     /* the selection pass, sending as it goes */
     t.rule = (gcoll_select_stream_t){.seg = t.seg, .emit = on_segment, .arg = &t};
-    s->sc.stream = &t.rule;
+    const gcoll_encode_opts_t opt = {.check = check, .stream = &t.rule};
     uint64_t t0 = gcoll_time_ns();
-    st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, msg, msgcap, &len);
-    s->sc.stream = NULL;
+    st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, &opt, msg, msgcap, &len);
     uint64_t dt = gcoll_time_ns() - t0;
     comm->chan.counters.ns_compress += dt - GCOLL_MIN(dt, t.ns_net);
     comm->chan.counters.ns_wire += t.ns_net;

@@ -398,9 +398,8 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
         k->streamed = gcoll_topk_stream_eligible(
             comm, k->comp, k->state->e != NULL, k->count,
             gcoll_codec_k(k->comp, k->count, k->state->step));
-        k->state->input_checked = scan;
-        st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0);
-        k->state->input_checked = 0;
+        st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0,
+                                  scan ? GCOLL_NANCHECK_DONE : GCOLL_NANCHECK_SCAN);
         k->run_s = (double)gcoll_time_ns() * 1e-9 - t0;
         k->comp_s = (double)(comm->chan.counters.ns_compress - comp0) * 1e-9;
         k->bytes = (double)(comm->chan.counters.bytes_sent - sent0);

@@ -117,7 +117,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_encode(gcoll_compressor_t *c, gcoll_tensor_sta
         GCOLL_WARN("compress: encode of %zu elements with a state for %zu", count, s->count);
         return GCOLL_ERR_INVALID;
     }
-    GCOLL_CHECK(gcoll_codec_encode_range(c, s, 0, in, count, s ? s->step : 0, out, cap, len_p));
+    GCOLL_CHECK(
+        gcoll_codec_encode_range(c, s, 0, in, count, s ? s->step : 0, NULL, out, cap, len_p));
     if (s)
         s->step++;
     return GCOLL_OK;
@@ -127,7 +128,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_encode_chunk(gcoll_compressor_t *c, gcoll_tens
                                                size_t offset, const float *in, size_t count,
                                                void *out, size_t cap, size_t *len_p)
 {
-    return gcoll_codec_encode_range(c, s, offset, in, count, s ? s->step : 0, out, cap, len_p);
+    return gcoll_codec_encode_range(c, s, offset, in, count, s ? s->step : 0, NULL, out, cap,
+                                    len_p);
 }
 
 GCOLL_EXPORT gcoll_status_t gcoll_decode(const gcoll_compressor_t *c, const void *in,

@@ -467,9 +467,39 @@ float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_
     return norm > lim ? (float)(lim / norm) : 1.0f;
 }
 
+/* The call's NaN/Inf policy (opt->check; NULL: scan), decided here and nowhere else in
+ * the codec. *fold_p: the check folded into top-k's and random-k's feedback pass (the
+ * caller's GCOLL_NANCHECK_FOLD, made with the same gcoll_codec_folds_check; can_fold:
+ * error feedback, not DGC): the pass writes e + a*g into the spare buffer, made ready
+ * here, and catches NaN/Inf in the sum as it goes (top-k's compare above any threshold;
+ * random-k's pass collects only them), so e is as it was on any failure; on success the
+ * two buffers swap. One read of the input instead of two. Otherwise the input is scanned
+ * here where something reads it into the state or scales it (needs_finite), unless the
+ * caller verified it (GCOLL_NANCHECK_DONE). Nothing is touched when this fails. */
+static gcoll_status_t nan_policy(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
+                                 const gcoll_encode_opts_t *opt, size_t off, const float *in,
+                                 size_t n, int can_fold, int needs_finite, int *fold_p)
+{
+    const gcoll_nancheck_t check = opt ? opt->check : GCOLL_NANCHECK_SCAN;
+    *fold_p =
+        can_fold && check == GCOLL_NANCHECK_FOLD && off == 0 && gcoll_codec_folds_check(c, s, n);
+    if (*fold_p && !spare_get(s)) {
+        GCOLL_WARN("compress: cannot allocate the spare residual (%zu elements)", s->count);
+        return GCOLL_ERR_NOMEM;
+    }
+    if (needs_finite && check != GCOLL_NANCHECK_DONE && !*fold_p) {
+        /* check before touching the state: a NaN in the residual would never leave */
+        size_t i = gcoll_kernels()->first_bad(in, n);
+        if (i < n)
+            return bad_nonfinite(in, n, i);
+    }
+    return GCOLL_OK;
+}
+
 gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
                                         size_t off, const float *in, size_t n, uint64_t step,
-                                        void *out, size_t cap, size_t *len_p)
+                                        const gcoll_encode_opts_t *opt, void *out, size_t cap,
+                                        size_t *len_p)
 {
     if (!c || !out || !len_p || (n > 0 && !in)) {
         GCOLL_WARN("compress: encode: NULL compressor, input, output or length pointer");
@@ -506,28 +536,11 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     pending_t pend = {NULL, NULL, NULL, 1.0f, 0};
     size_t zeroed_n = 0; /* selected elements of e the selection zeroed (restored on error) */
     sc->zeroed = 0;
-    /* The input scan folded into top-k's and random-k's feedback pass (the caller's
-     * choice, s->fold_check, made with the same gcoll_codec_folds_check): the pass writes
-     * e + a*g into the spare buffer and catches NaN/Inf in the sum as it goes (top-k's
-     * compare above any threshold; random-k's pass collects only them), so e is as it was
-     * on any failure; on success the two buffers swap. One read of the input instead of
-     * two. */
-    int fold = feedback && !dgc && !s->input_checked && s->fold_check && off == 0 &&
-               gcoll_codec_folds_check(c, s, n);
-    if (fold && !spare_get(s)) {
-        GCOLL_WARN("compress: cannot allocate the spare residual (%zu elements)", s->count);
-        return GCOLL_ERR_NOMEM; /* nothing touched yet */
-    }
+    int fold = 0;
+    GCOLL_CHECK(nan_policy(c, s, opt, off, in, n, feedback && !dgc, feedback || clip, &fold));
+    sc->stream = opt ? opt->stream : NULL; /* for this call only (select.h); out_free resets */
     float *ew = fold ? s->spare : feedback ? s->e + off : NULL; /* where e_new goes */
 
-    if ((feedback || clip) && !(s && s->input_checked) && !fold) {
-        /* check before touching the state: a NaN in the residual would never leave */
-        size_t i = k->first_bad(in, n);
-        if (i < n) {
-            st = bad_nonfinite(in, n, i);
-            goto out_free;
-        }
-    }
     if (clip && c->clip_value > 0) {
         /* value clipping: the encoders read the input more than once, so a clamped copy */
         clamped = s ? clamp_buf(s) : malloc((n ? n : 1) * sizeof(float));
@@ -541,8 +554,8 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     if (clip && c->clip > 0) {
         /* gradient clipping by l2 norm, as DGC applies before accumulation: by the factor
          * the collective computed over the whole tensor when it cuts it into chunks */
-        a = s && s->clip_preset ? s->clip_factor
-                                 : gcoll_codec_clip_factor(c, in, n, 0, s ? s->nranks : 0);
+        a = opt && opt->clip_preset ? opt->clip_factor
+                                    : gcoll_codec_clip_factor(c, in, n, 0, s ? s->nranks : 0);
     }
     if (dgc) {
         k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);
@@ -632,6 +645,7 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
         s->e = ew;
     }
 out_free:
+    sc->stream = NULL;
     if (st != GCOLL_OK && zeroed_n && !fold) /* nothing sent: e back to e_old + g (above) */
         for (size_t j = 0; j < zeroed_n; j++)
             ew[sc->idx[j]] = sc->val[j];

@@ -107,7 +107,7 @@ typedef struct gcoll_scratch {
     float *tmp;
     size_t cap_tmp;
     int zeroed; /* the last selection left e = 0 at the indices it returned (see select.h) */
-    struct gcoll_select_stream *stream; /* set by a streaming collective (select.h), or NULL */
+    struct gcoll_select_stream *stream; /* the call's gcoll_encode_opts_t.stream, or NULL */
     struct gcoll_scratch *layer; /* per-layer selection: one layer's pairs (select.c) */
 } gcoll_scratch_t;
 
@@ -119,7 +119,7 @@ struct gcoll_tensor_state {
     uint64_t step;
     gcoll_state_mode_t mode;
     float *e;             /* error-feedback residual; for DGC the accumulation v */
-    float *spare;         /* second residual buffer of a folded check (fold_check), or NULL */
+    float *spare;         /* second residual buffer of a folded check (GCOLL_NANCHECK_FOLD) */
     float *u;             /* DGC velocity (worker mode only) */
     uint32_t reuse_thr;   /* select=reuse: |x| bit pattern of the last threshold */
     uint64_t reuse_at;    /* step the threshold was computed at */
@@ -132,27 +132,39 @@ struct gcoll_tensor_state {
     struct gcoll_tensor_state *server;
     /* hierarchical allreduce: the state of this rank's part of the step across hosts */
     struct gcoll_tensor_state *hier_part;
-    /* clip=C over the whole tensor: a collective that encodes it chunk by chunk sets the
-     * factor of the whole (gcoll_codec_clip_factor) for the call, else each encode
-     * scales its range by the range's own norm */
-    int clip_preset;
-    float clip_factor;
-    float *clamped; /* clip_value: the clamped input, the tensor's size, or NULL */
-    /* the caller already verified the input is finite (skip the encoder's own scan) */
-    int input_checked;
-    /* the caller did not scan the input and lets top-k or random-k fold the check into
-     * the feedback pass, at the price of a second residual buffer (set only where
-     * gcoll_codec_folds_check holds: every failure then leaves the state as it was) */
-    int fold_check;
+    float *clamped;        /* clip_value: the clamped input, the tensor's size, or NULL */
     size_t spare_reserved; /* bytes of the spare budget this state holds (0: none yet) */
     int spare_refused;     /* the budget had no room for it (logged once) */
-    /* collectives: keep top-k's selection pass off the wire (the streamed scheme); the
-     * bucketer's bandwidth adaptation times the wire after the codec */
-    int no_stream;
     struct gcoll_adapt *adapt; /* gcoll_adapt_attach's controller, or NULL */
 };
 
-/* Whether an encode of all count elements with s (fold_check set, input_checked not) finds
+/* How one call handles NaN/Inf in its input. The caller of a collective decides once
+ * (collectives/compressed.c, run_compressed) and passes the decision down. */
+typedef enum {
+    /* the encoder scans the input first (where feedback or clipping needs it) */
+    GCOLL_NANCHECK_SCAN = 0,
+    /* the caller verified the input is finite: no scan */
+    GCOLL_NANCHECK_DONE,
+    /* top-k / random-k find NaN/Inf in their feedback pass (only where
+     * gcoll_codec_folds_check holds: every failure then leaves the state as it was);
+     * elsewhere as SCAN */
+    GCOLL_NANCHECK_FOLD,
+} gcoll_nancheck_t;
+
+/* Per-call options of an encode (NULL: GCOLL_NANCHECK_SCAN, no streaming). The tensor state
+ * keeps only what persists across steps. */
+typedef struct gcoll_encode_opts {
+    gcoll_nancheck_t check;
+    /* top-k's collecting pass streamed to this sink (select.h), or NULL */
+    struct gcoll_select_stream *stream;
+    /* clip=C over the whole tensor: a collective that encodes it chunk by chunk passes
+     * the factor of the whole (gcoll_codec_clip_factor), else each encode scales its
+     * range by the range's own norm */
+    int clip_preset;
+    float clip_factor;
+} gcoll_encode_opts_t;
+
+/* Whether an encode of all count elements with s (GCOLL_NANCHECK_FOLD) finds
  * NaN/Inf in its feedback pass instead of scanning the input first, with e as it was on a
  * failure: top-k (sampled or exact threshold, not reuse) and random-k with error
  * feedback, no clipping. The residual then moves to the other buffer on every success
@@ -208,10 +220,12 @@ size_t gcoll_codec_bound(const gcoll_compressor_t *c, size_t n);
  * the given step. With s, error feedback / DGC use the state's buffers at [off, off+n);
  * the state's step is NOT advanced (call gcoll_state_advance, public, once per step).
  * s == NULL: no feedback (dgc then fails: it needs its buffers). This is what a
- * collective calls per chunk; gcoll_encode is encode_range(off=0, n=count, s->step). */
+ * collective calls per chunk; gcoll_encode is encode_range(off=0, n=count, s->step).
+ * opt: the call's options (NULL: defaults). */
 gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
                                         size_t off, const float *in, size_t n, uint64_t step,
-                                        void *out, size_t cap, size_t *len_p);
+                                        const gcoll_encode_opts_t *opt, void *out, size_t cap,
+                                        size_t *len_p);
 
 typedef enum { GCOLL_DECODE_SET = 0, GCOLL_DECODE_ADD = 1, GCOLL_DECODE_SUB = 2 } gcoll_dmode_t;
 

@@ -522,8 +522,8 @@ static void test_fused_nonfinite(void **unused)
     free(g), free(e0), free(e), free(val), free(od), free(idx);
 }
 
-/* The input check folded into top-k's and random-k's feedback pass (fold_check, as the compressed
- * allreduce asks): the same bytes and residual as the scan-first encode, step after step
+/* The input check folded into top-k's and random-k's feedback pass (GCOLL_NANCHECK_FOLD, as the
+ * compressed allreduce asks): the same bytes and residual as the scan-first encode, step after step
  * (the residual then lives in the other buffer: the swap), and on NaN/Inf anywhere an
  * error with the residual as it was, in place. */
 static void test_folded_check(void **unused)
@@ -536,6 +536,7 @@ static void test_folded_check(void **unused)
     const float bad[] = {NAN, INFINITY, -INFINITY};
     const size_t n = 200003, pos[] = {0, 7, 100001, n - 1};
     float *x = malloc(n * 4), *e = malloc(n * 4);
+    const gcoll_encode_opts_t fold = {.check = GCOLL_NANCHECK_FOLD};
     FOR_EACH_SIMD(lvl)
     for (size_t sp = 0; sp < sizeof(specs) / sizeof(*specs); sp++) {
         gcoll_compressor_t *c = mk(specs[sp]);
@@ -548,11 +549,9 @@ static void test_folded_check(void **unused)
         for (uint64_t step = 0; step < 3; step++) {
             fill(x, n, 40 + step);
             const float *before = gcoll_state_residual(sf);
-            sf->fold_check = 1;
-            assert_int_equal(gcoll_codec_encode_range(c, sf, 0, x, n, step, bf, cap, &lf),
+            assert_int_equal(gcoll_codec_encode_range(c, sf, 0, x, n, step, &fold, bf, cap, &lf),
                              GCOLL_OK);
-            sf->fold_check = 0;
-            assert_int_equal(gcoll_codec_encode_range(c, sp_, 0, x, n, step, bp, cap, &lp),
+            assert_int_equal(gcoll_codec_encode_range(c, sp_, 0, x, n, step, NULL, bp, cap, &lp),
                              GCOLL_OK);
             assert_int_equal(lf, lp);
             assert_memory_equal(bf, bp, lf);
@@ -565,10 +564,8 @@ static void test_folded_check(void **unused)
                 x[pos[pi]] = bad[bi];
                 const float *before = gcoll_state_residual(sf);
                 memcpy(e, before, n * 4);
-                sf->fold_check = 1;
-                assert_int_equal(gcoll_codec_encode_range(c, sf, 0, x, n, 3, bf, cap, &lf),
+                assert_int_equal(gcoll_codec_encode_range(c, sf, 0, x, n, 3, &fold, bf, cap, &lf),
                                  GCOLL_ERR_INVALID);
-                sf->fold_check = 0;
                 assert_ptr_equal(gcoll_state_residual(sf), before);
                 assert_memory_equal(e, before, n * 4);
             }

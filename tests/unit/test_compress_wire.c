@@ -489,9 +489,9 @@ static gcoll_tensor_state_t *encode_streamed(gcoll_compressor_t *c, const float 
     assert_int_equal(gcoll_state_create(c, n, &s), GCOLL_OK);
     *sink = (seg_sink_t){.count = n};
     *rule = (gcoll_select_stream_t){.seg = seg, .emit = sink_emit, .arg = sink};
-    s->sc.stream = rule;
-    assert_int_equal(gcoll_encode(c, s, x, n, msg, cap, len), GCOLL_OK);
-    s->sc.stream = NULL;
+    const gcoll_encode_opts_t opt = {.stream = rule};
+    assert_int_equal(gcoll_codec_encode_range(c, s, 0, x, n, 0, &opt, msg, cap, len), GCOLL_OK);
+    s->step++; /* as gcoll_encode */
     return s;
 }
 
