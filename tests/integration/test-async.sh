@@ -91,34 +91,5 @@ expect_error "random-k pulls" "random-k and DGC need a state" 1 --async \
 
 # A killed rank: the survivors' servers see the closed connection and fail, the workers
 # waiting in a pull with them, well within GCOLL_TIMEOUT_MS.
-port=$(free_port)
-export GCOLL_ROOT="127.0.0.1:$port" GCOLL_SIZE=3 GCOLL_JOB_KEY=ps-kill-key GCOLL_TIMEOUT_MS=10s
-pids=""
-for r in 0 1 2; do
-    GCOLL_RANK=$r timeout 60 "$TRAIN" --data "$data" --limit 19200 --test-limit 500 --batch 32 \
-        --epochs 50 --async --staleness 2 >"$TMP/k$r.log" 2>&1 &
-    pids="$pids $!"
-    BG_PIDS="$BG_PIDS $!"
-done
-i=0
-while [ $i -lt 300 ] && ! grep -q '^epoch 1:' "$TMP/k0.log" && ! grep -q 'ERR' "$TMP/k0.log"; do
-    sleep 0.1
-    i=$((i + 1))
-done
-set -- $pids
-pkill -9 -P "$3" # timeout(1)'s child: the rank itself
-start=$(date +%s)
-wait "$1"; s0=$?
-wait "$2"; s1=$?
-took=$(( $(date +%s) - start ))
-if [ $i -ge 300 ]; then
-    fail "killed rank: the job never finished an epoch: $(tail -n 2 "$TMP/k0.log")"
-elif [ "$s0" -ne 0 ] && [ "$s0" -ne 124 ] && [ "$s1" -ne 0 ] && [ "$s1" -ne 124 ] &&
-    [ "$took" -le 10 ] && grep -q 'GCOLL_ERR' "$TMP/k0.log" && grep -q 'GCOLL_ERR' "$TMP/k1.log"; then
-    pass "rank 2 killed: ranks 0 and 1 failed after ${took} s: $(grep -m1 GCOLL_ERR "$TMP/k0.log")"
-else
-    fail "rank 2 killed: exit statuses $s0 $s1 after ${took} s: $(tail -n 1 "$TMP/k0.log")" \
-        "/ $(tail -n 1 "$TMP/k1.log")"
-fi
-unset GCOLL_ROOT GCOLL_SIZE GCOLL_JOB_KEY GCOLL_TIMEOUT_MS
+kill_one_rank ps-kill-key '^epoch 1:' --async --staleness 2
 finish

@@ -98,38 +98,7 @@ expect_error "bad delta codec" "compressor" 2 --local-steps 2 --compressor topk:
 
 # A rank killed in the middle of training: the survivors fail with an error well within
 # the timeout (the transport sees the closed connection), not a hang.
-port=$(free_port)
-export GCOLL_ROOT="127.0.0.1:$port" GCOLL_SIZE=3 GCOLL_JOB_KEY=lsgd-kill-key GCOLL_TIMEOUT_MS=10s
-pids=""
-for r in 0 1 2; do
-    GCOLL_RANK=$r timeout 60 "$TRAIN" --data "$data" --limit 19200 --test-limit 500 --batch 32 \
-        --epochs 50 --local-steps 2 --compressor topk:density=0.01 >"$TMP/k$r.log" 2>&1 &
-    pids="$pids $!"
-    BG_PIDS="$BG_PIDS $!"
-done
-# wait for rank 0's first epoch line, then kill rank 2
-i=0
-while [ $i -lt 300 ] && ! grep -q '^    1 ' "$TMP/k0.log" && ! grep -q 'ERR' "$TMP/k0.log"; do
-    sleep 0.1
-    i=$((i + 1))
-done
-set -- $pids
-# the pids are timeout(1)'s: kill its child, the rank itself
-pkill -9 -P "$3"
-start=$(date +%s)
-wait "$1"; s0=$?
-wait "$2"; s1=$?
-took=$(( $(date +%s) - start ))
-if [ $i -ge 300 ]; then
-    fail "killed rank: the job never printed an epoch line: $(tail -n 2 "$TMP/k0.log")"
-elif [ "$s0" -ne 0 ] && [ "$s0" -ne 124 ] && [ "$s1" -ne 0 ] && [ "$s1" -ne 124 ] &&
-    [ "$took" -le 10 ] && grep -q 'GCOLL_ERR' "$TMP/k0.log" && grep -q 'GCOLL_ERR' "$TMP/k1.log"; then
-    pass "rank 2 killed: ranks 0 and 1 failed after ${took} s: $(grep -m1 GCOLL_ERR "$TMP/k0.log")"
-else
-    fail "rank 2 killed: exit statuses $s0 $s1 after ${took} s: $(tail -n 1 "$TMP/k0.log")" \
-        "/ $(tail -n 1 "$TMP/k1.log")"
-fi
-unset GCOLL_ROOT GCOLL_SIZE GCOLL_JOB_KEY GCOLL_TIMEOUT_MS
+kill_one_rank lsgd-kill-key '^    1 ' --local-steps 2 --compressor topk:density=0.01
 
 # The Python wrapper (gcoll.localsgd.LocalSGD) on 2 ranks, when Debian's python3 has torch
 PY=${GCOLL_TEST_PYTHON:-/usr/bin/python3}

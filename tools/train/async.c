@@ -19,28 +19,16 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
     size_t ntrain = o->limit && o->limit < d->train.n ? o->limit : d->train.n;
     size_t ntest = o->test_limit && o->test_limit < d->test.n ? o->test_limit : d->test.n;
     size_t global = (size_t)o->batch * (size_t)size, steps = ntrain / global;
-    int sizes[TRAIN_MAX_LAYERS + 1];
-    memcpy(sizes, o->sizes, sizeof(sizes));
-    sizes[0] = (int)d->train.dim;
     float momentum = o->momentum >= 0.0f ? o->momentum : 0.9f;
-    int cap = o->batch > 500 ? o->batch : 500;
-    train_sgemm_init();
     int rc = -1;
-    train_mlp_t m;
-    if (train_mlp_init(&m, sizes, o->nsizes, cap, o->seed) != 0) {
-        fprintf(stderr, "gcoll-train: rank %d: cannot create the model (out of memory?)\n", rank);
+    train_work_t w;
+    if (train_work_init(&w, o, d, ntrain, rank) != 0)
         return -1;
-    }
-    float *x = malloc((size_t)cap * d->train.dim * sizeof(float));
-    uint8_t *y = malloc((size_t)cap);
-    uint32_t *perm = malloc(ntrain * sizeof(uint32_t));
-    uint32_t *idx = malloc((size_t)cap * sizeof(uint32_t));
+    float *x = w.x;
+    uint8_t *y = w.y;
+    uint32_t *perm = w.perm, *idx = w.idx;
     gcoll_ps_t *ps = NULL;
     int started = 0;
-    if (!x || !y || !perm || !idx) {
-        fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
-        goto out;
-    }
     gcoll_ps_config_t pc = {.staleness = mo->staleness,
                             .lr = o->lr,
                             .compressor = o->compressor,
@@ -53,13 +41,13 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
         goto out;
     }
     const float *push[2 * TRAIN_MAX_LAYERS];
-    for (int l = 0; l < m.nl && st == GCOLL_OK; l++) {
-        st = gcoll_ps_add_tensor(ps, m.l[l].w, (size_t)m.l[l].in * m.l[l].out, NULL);
+    for (int l = 0; l < w.m.nl && st == GCOLL_OK; l++) {
+        st = gcoll_ps_add_tensor(ps, w.m.l[l].w, (size_t)w.m.l[l].in * w.m.l[l].out, NULL);
         if (st == GCOLL_OK)
-            st = gcoll_ps_add_tensor(ps, m.l[l].b, (size_t)m.l[l].out, NULL);
+            st = gcoll_ps_add_tensor(ps, w.m.l[l].b, (size_t)w.m.l[l].out, NULL);
         /* what is pushed: the momentum buffer, or the gradient without momentum */
-        push[2 * l] = momentum > 0 ? m.l[l].vw : m.l[l].gw;
-        push[2 * l + 1] = momentum > 0 ? m.l[l].vb : m.l[l].gb;
+        push[2 * l] = momentum > 0 ? w.m.l[l].vw : w.m.l[l].gw;
+        push[2 * l + 1] = momentum > 0 ? w.m.l[l].vb : w.m.l[l].gb;
     }
     if (st == GCOLL_OK)
         st = gcoll_ps_start(ps);
@@ -69,17 +57,14 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
     }
     started = 1;
     if (out) {
-        fprintf(out, "gcoll-train: %d rank%s (%s), MLP", size, size == 1 ? "" : "s",
-                gcoll_comm_transport(comm));
-        for (int i = 0; i < o->nsizes; i++)
-            fprintf(out, "%s%d", i ? "-" : " ", sizes[i]);
-        fprintf(out, " (%zu parameters), sgemm %s\n", train_mlp_num_params(&m), train_sgemm_name());
-        fprintf(out, "async SGD: parameter server with staleness bound S=%d, weight %s, push "
-                     "compressor %s, worker momentum %g; batch %d per rank (%zu global), lr %g; "
-                     "%zu steps per epoch on %zu examples, %zu test; seed %llu",
+        train_print_model(out, "", comm, &w);
+        fprintf(out,
+                "async SGD: parameter server with staleness bound S=%d, weight %s, push "
+                "compressor %s, worker momentum %g; batch %d per rank (%zu global), lr %g; "
+                "%zu steps per epoch on %zu examples, %zu test; seed %llu",
                 mo->staleness, mo->weighting == GCOLL_PS_WEIGHT_NONE ? "1" : "1/(1+tau)",
-                o->compressor, (double)momentum, o->batch, global, (double)o->lr,
-                steps, ntrain, ntest, (unsigned long long)o->seed);
+                o->compressor, (double)momentum, o->batch, global, (double)o->lr, steps, ntrain,
+                ntest, (unsigned long long)o->seed);
         if (mo->pull_compressor)
             fprintf(out, "; pull compressor %s", mo->pull_compressor);
         if (mo->dc_lambda > 0)
@@ -109,18 +94,20 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
             int extra = train_straggle_passes(mo, o->seed, gstep, rank, size);
             double loss = 0;
             for (int k = 0; k <= extra; k++) {
-                loss = train_mlp_forward(&m, x, y, o->batch, NULL);
-                train_mlp_backward(&m, y, NULL, NULL);
+                loss = train_mlp_forward(&w.m, x, y, o->batch, NULL);
+                train_mlp_backward(&w.m, y, NULL, NULL);
             }
             if (!isfinite(loss)) {
-                fprintf(stderr, "gcoll-train: rank %d: the loss diverged (%g) at epoch %d step "
-                                "%zu: try a smaller --lr\n", rank, loss, e + 1, s);
+                fprintf(stderr,
+                        "gcoll-train: rank %d: the loss diverged (%g) at epoch %d step "
+                        "%zu: try a smaller --lr\n",
+                        rank, loss, e + 1, s);
                 goto out;
             }
             loss_sum += loss;
             if (momentum > 0)
-                for (int l = 0; l < m.nl; l++) {
-                    train_layer_t *L = &m.l[l];
+                for (int l = 0; l < w.m.nl; l++) {
+                    train_layer_t *L = &w.m.l[l];
                     for (size_t j = 0; j < (size_t)L->in * L->out; j++)
                         L->vw[j] = momentum * L->vw[j] + L->gw[j];
                     for (size_t j = 0; j < (size_t)L->out; j++)
@@ -153,7 +140,7 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
     gcoll_ps_stats(ps, &fs);
     double test_loss = 0.0;
     long correct = 0;
-    train_mode_evaluate(&m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
+    train_mode_evaluate(&w.m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
     double v[2] = {(double)correct, test_loss};
     if ((st = gcoll_allreduce(comm, v, v, 2, GCOLL_FLOAT64, GCOLL_SUM)) != GCOLL_OK) {
         train_mode_fail(comm, "test statistics", st);
@@ -161,8 +148,10 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
     }
     res->final_acc = v[0] / (double)ntest;
     if (out) {
-        fprintf(out, "test loss %.4f after %.2f s of training; staleness histogram (tau: "
-                     "updates):", v[1] / (double)ntest, t_train);
+        fprintf(out,
+                "test loss %.4f after %.2f s of training; staleness histogram (tau: "
+                "updates):",
+                v[1] / (double)ntest, t_train);
         for (int k = 0; k < 9; k++)
             if (fs.hist[k])
                 fprintf(out, " %d%s:%llu", k, k == 8 ? "+" : "", (unsigned long long)fs.hist[k]);
@@ -170,17 +159,13 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
                 res->final_acc, (unsigned long long)fs.max_gap, fs.mean_staleness);
         fflush(out);
     }
-    if (keep_params && train_keep_params(&m, rank, res) != 0)
+    if (keep_params && train_keep_params(&w.m, rank, res) != 0)
         goto out;
     rc = 0;
 out:
     if (started)
         gcoll_comm_abort(comm); /* the server must not wait for this worker */
     gcoll_ps_destroy(ps);
-    train_mlp_free(&m);
-    free(x);
-    free(y);
-    free(perm);
-    free(idx);
+    train_work_free(&w);
     return rc;
 }

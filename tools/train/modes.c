@@ -124,8 +124,10 @@ int train_mode_option(train_mode_opts_t *mo, int c, const char *arg)
         else if (!strcmp(arg, "none"))
             mo->weighting = GCOLL_PS_WEIGHT_NONE;
         else {
-            fprintf(stderr, "gcoll-train: --staleness-weight expects inverse or none, got "
-                            "'%s'\n", arg);
+            fprintf(stderr,
+                    "gcoll-train: --staleness-weight expects inverse or none, got "
+                    "'%s'\n",
+                    arg);
             return -1;
         }
         mo->weighting_set = 1;
@@ -268,6 +270,52 @@ void train_epoch_done(FILE *out, int csv, train_result_t *res, int epoch, const 
     fflush(out);
 }
 
+int train_work_init(train_work_t *w, const train_opts_t *o, const train_data_t *d, size_t ntrain,
+                    int rank)
+{
+    memset(w, 0, sizeof(*w));
+    int sizes[TRAIN_MAX_LAYERS + 1];
+    memcpy(sizes, o->sizes, sizeof(sizes));
+    sizes[0] = (int)d->train.dim;
+    int cap = o->batch > 500 ? o->batch : 500; /* evaluation runs 500 examples at a time */
+    train_sgemm_init();
+    if (train_mlp_init(&w->m, sizes, o->nsizes, cap, o->seed) != 0) {
+        fprintf(stderr, "gcoll-train: rank %d: cannot create the model (out of memory?)\n", rank);
+        return -1;
+    }
+    w->x = malloc((size_t)cap * d->train.dim * sizeof(float));
+    w->y = malloc((size_t)cap);
+    w->perm = malloc(ntrain * sizeof(uint32_t));
+    w->idx = malloc((size_t)cap * sizeof(uint32_t));
+    if (!w->x || !w->y || !w->perm || !w->idx) {
+        fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
+        train_work_free(w);
+        return -1;
+    }
+    return 0;
+}
+
+void train_print_model(FILE *out, const char *prefix, gcoll_comm_t *comm, const train_work_t *w)
+{
+    int size = gcoll_comm_size(comm);
+    fprintf(out, "%sgcoll-train: %d rank%s (%s), MLP", prefix, size, size == 1 ? "" : "s",
+            gcoll_comm_transport(comm));
+    fprintf(out, " %d", w->m.l[0].in);
+    for (int l = 0; l < w->m.nl; l++)
+        fprintf(out, "-%d", w->m.l[l].out);
+    fprintf(out, " (%zu parameters), sgemm %s\n", train_mlp_num_params(&w->m), train_sgemm_name());
+}
+
+void train_work_free(train_work_t *w)
+{
+    train_mlp_free(&w->m);
+    free(w->x);
+    free(w->y);
+    free(w->perm);
+    free(w->idx);
+    memset(w, 0, sizeof(*w));
+}
+
 int train_keep_params(const train_mlp_t *m, int rank, train_result_t *res)
 {
     res->nparams = train_mlp_num_params(m);
@@ -310,30 +358,17 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
     }
     if (mo->async)
         return train_run_async(o, mo, d, comm, out, keep_params, res);
-    int sizes[TRAIN_MAX_LAYERS + 1];
-    memcpy(sizes, o->sizes, sizeof(sizes));
-    sizes[0] = (int)d->train.dim;
     size_t steps = ntrain / global;
     /* DGC's own momentum does not apply to deltas: the optimizer keeps 0.9 unless told */
     float momentum = o->momentum >= 0.0f ? o->momentum : 0.9f;
-    int cap = o->batch > 500 ? o->batch : 500;
-    train_sgemm_init();
-
     int rc = -1;
-    train_mlp_t m;
-    if (train_mlp_init(&m, sizes, o->nsizes, cap, o->seed) != 0) {
-        fprintf(stderr, "gcoll-train: rank %d: cannot create the model (out of memory?)\n", rank);
+    train_work_t w;
+    if (train_work_init(&w, o, d, ntrain, rank) != 0)
         return -1;
-    }
-    float *x = malloc((size_t)cap * d->train.dim * sizeof(float));
-    uint8_t *y = malloc((size_t)cap);
-    uint32_t *perm = malloc(ntrain * sizeof(uint32_t));
-    uint32_t *idx = malloc((size_t)cap * sizeof(uint32_t));
+    float *x = w.x;
+    uint8_t *y = w.y;
+    uint32_t *perm = w.perm, *idx = w.idx;
     gcoll_localsgd_t *ls = NULL;
-    if (!x || !y || !perm || !idx) {
-        fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
-        goto out;
-    }
     gcoll_localsgd_config_t lc = {
         .local_steps = mo->local_steps,
         .warmup_steps = mo->local_warmup,
@@ -346,23 +381,19 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
         goto out;
     }
     /* every rank initialized the model from the same seed: the synced copies agree */
-    for (int l = 0; l < m.nl && st == GCOLL_OK; l++) {
-        st = gcoll_localsgd_add_tensor(ls, m.l[l].w, momentum > 0 ? m.l[l].vw : NULL,
-                                       (size_t)m.l[l].in * m.l[l].out, NULL);
+    for (int l = 0; l < w.m.nl && st == GCOLL_OK; l++) {
+        st = gcoll_localsgd_add_tensor(ls, w.m.l[l].w, momentum > 0 ? w.m.l[l].vw : NULL,
+                                       (size_t)w.m.l[l].in * w.m.l[l].out, NULL);
         if (st == GCOLL_OK)
-            st = gcoll_localsgd_add_tensor(ls, m.l[l].b, momentum > 0 ? m.l[l].vb : NULL,
-                                           (size_t)m.l[l].out, NULL);
+            st = gcoll_localsgd_add_tensor(ls, w.m.l[l].b, momentum > 0 ? w.m.l[l].vb : NULL,
+                                           (size_t)w.m.l[l].out, NULL);
     }
     if (st != GCOLL_OK) {
         train_mode_fail(comm, "gcoll_localsgd_add_tensor", st);
         goto out;
     }
     if (out) {
-        fprintf(out, "gcoll-train: %d rank%s (%s), MLP", size, size == 1 ? "" : "s",
-                gcoll_comm_transport(comm));
-        for (int i = 0; i < o->nsizes; i++)
-            fprintf(out, "%s%d", i ? "-" : " ", sizes[i]);
-        fprintf(out, " (%zu parameters), sgemm %s\n", train_mlp_num_params(&m), train_sgemm_name());
+        train_print_model(out, "", comm, &w);
         fprintf(out,
                 "local SGD: H=%d after %d synchronous steps, delta compressor %s, momentum %g "
                 "(%s at a sync); batch %d per rank (%zu global), lr %g %s; %zu steps per epoch on "
@@ -392,8 +423,8 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
             int extra = train_straggle_passes(mo, o->seed, gstep, rank, size);
             double loss = 0;
             for (int k = 0; k <= extra; k++) {
-                loss = train_mlp_forward(&m, x, y, o->batch, NULL);
-                train_mlp_backward(&m, y, NULL, NULL);
+                loss = train_mlp_forward(&w.m, x, y, o->batch, NULL);
+                train_mlp_backward(&w.m, y, NULL, NULL);
             }
             if (!isfinite(loss)) {
                 fprintf(stderr,
@@ -404,7 +435,7 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
                 goto out;
             }
             loss_sum += loss;
-            train_mlp_sgd(&m, train_lr_at(o, gstep, (size_t)o->epochs * steps), momentum);
+            train_mlp_sgd(&w.m, train_lr_at(o, gstep, (size_t)o->epochs * steps), momentum);
             double tw = train_now_s();
             st = gcoll_localsgd_step(ls, NULL);
             wait_s += train_now_s() - tw;
@@ -424,7 +455,7 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
         gcoll_comm_counters(comm, &c1);
         double test_loss = 0.0;
         long correct = 0;
-        train_mode_evaluate(&m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
+        train_mode_evaluate(&w.m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
         double v[5] = {loss_sum, (double)correct, test_loss,
                        (double)(c1.bytes_sent - c0.bytes_sent),
                        (double)(c1.bytes_raw - c0.bytes_raw)};
@@ -440,16 +471,12 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
         fprintf(out, "final test accuracy: %.4f\n", res->final_acc);
         fflush(out);
     }
-    if (keep_params && train_keep_params(&m, rank, res) != 0)
+    if (keep_params && train_keep_params(&w.m, rank, res) != 0)
         goto out;
     rc = 0;
 out:
     gcoll_localsgd_destroy(ls);
-    train_mlp_free(&m);
-    free(x);
-    free(y);
-    free(perm);
-    free(idx);
+    train_work_free(&w);
     return rc;
 }
 
@@ -458,10 +485,11 @@ void train_adapt_report(FILE *out, int csv, const gcoll_bucketer_t *b, int epoch
     gcoll_adapt_stats_t st;
     if (!out || gcoll_bucketer_stats(b, -1, &st) != GCOLL_OK || st.steps == 0)
         return;
-    fprintf(out, "%sadapt: epoch %d noise_scale %.4g noise_share %.4f stage %.4f boost %.2f "
-            "bandwidth_MBps %.1f density %.6g buckets", csv ? "# " : "", epoch + 1,
-            st.noise_scale, st.noise_share, st.stage, st.phase_boost, st.bandwidth / 1e6,
-            st.density);
+    fprintf(out,
+            "%sadapt: epoch %d noise_scale %.4g noise_share %.4f stage %.4f boost %.2f "
+            "bandwidth_MBps %.1f density %.6g buckets",
+            csv ? "# " : "", epoch + 1, st.noise_scale, st.noise_share, st.stage, st.phase_boost,
+            st.bandwidth / 1e6, st.density);
     for (int j = 0; j < gcoll_bucketer_num_buckets(b); j++) {
         gcoll_adapt_stats_t bs;
         gcoll_bucketer_stats(b, j, &bs);

@@ -11,17 +11,17 @@
 #include "train.h"
 
 typedef struct {
-    int local_steps;     /* H of local SGD; 0: the bucketer's synchronous mode */
-    int local_warmup;    /* synchronous steps before H applies (PostLocalSGD) */
-    int local_momentum;  /* gcoll_lsgd_momentum_t */
-    double straggle;     /* rotating straggler: one rank per step works F times (0: none) */
-    int slow_rank;       /* persistent straggler (-1: none) */
-    double slow_factor;  /* its factor */
-    int async;           /* the bounded-staleness parameter server */
-    int staleness;       /* its S */
+    int local_steps;             /* H of local SGD; 0: the bucketer's synchronous mode */
+    int local_warmup;            /* synchronous steps before H applies (PostLocalSGD) */
+    int local_momentum;          /* gcoll_lsgd_momentum_t */
+    double straggle;             /* rotating straggler: one rank per step works F times (0: none) */
+    int slow_rank;               /* persistent straggler (-1: none) */
+    double slow_factor;          /* its factor */
+    int async;                   /* the bounded-staleness parameter server */
+    int staleness;               /* its S */
     const char *pull_compressor; /* its pull answers' codec (NULL: dense) */
-    double dc_lambda;    /* its DC-ASGD compensation (0: off) */
-    int weighting;       /* its gcoll_ps_weight_t */
+    double dc_lambda;            /* its DC-ASGD compensation (0: off) */
+    int weighting;               /* its gcoll_ps_weight_t */
     int weighting_set;
 } train_mode_opts_t;
 
@@ -44,18 +44,20 @@ enum {
     TRAIN_OPT_STALENESS_WEIGHT,
     TRAIN_MODE_OPT_END
 };
-#define TRAIN_MODE_LONGOPTS                                                               \
-    {"local-steps", required_argument, NULL, TRAIN_OPT_LOCAL_STEPS},                      \
-        {"local-warmup", required_argument, NULL, TRAIN_OPT_LOCAL_WARMUP},                \
-        {"local-momentum", required_argument, NULL, TRAIN_OPT_LOCAL_MOMENTUM},            \
-        {"straggle", required_argument, NULL, TRAIN_OPT_STRAGGLE},                        \
-        {"slow-rank", required_argument, NULL, TRAIN_OPT_SLOW_RANK},                      \
-        {"slow-factor", required_argument, NULL, TRAIN_OPT_SLOW_FACTOR},                  \
-        {"async", no_argument, NULL, TRAIN_OPT_ASYNC},                                    \
-        {"staleness", required_argument, NULL, TRAIN_OPT_STALENESS},                      \
-        {"pull-compressor", required_argument, NULL, TRAIN_OPT_PULL_COMPRESSOR},          \
-        {"dc-lambda", required_argument, NULL, TRAIN_OPT_DC_LAMBDA},                      \
-        {"staleness-weight", required_argument, NULL, TRAIN_OPT_STALENESS_WEIGHT}
+#define TRAIN_MODE_LONGOPTS                                                                        \
+    {"local-steps", required_argument, NULL, TRAIN_OPT_LOCAL_STEPS},                               \
+        {"local-warmup", required_argument, NULL, TRAIN_OPT_LOCAL_WARMUP},                         \
+        {"local-momentum", required_argument, NULL, TRAIN_OPT_LOCAL_MOMENTUM},                     \
+        {"straggle", required_argument, NULL, TRAIN_OPT_STRAGGLE},                                 \
+        {"slow-rank", required_argument, NULL, TRAIN_OPT_SLOW_RANK},                               \
+        {"slow-factor", required_argument, NULL, TRAIN_OPT_SLOW_FACTOR},                           \
+        {"async", no_argument, NULL, TRAIN_OPT_ASYNC},                                             \
+        {"staleness", required_argument, NULL, TRAIN_OPT_STALENESS},                               \
+        {"pull-compressor", required_argument, NULL, TRAIN_OPT_PULL_COMPRESSOR},                   \
+        {"dc-lambda", required_argument, NULL, TRAIN_OPT_DC_LAMBDA},                               \
+    {                                                                                              \
+        "staleness-weight", required_argument, NULL, TRAIN_OPT_STALENESS_WEIGHT                    \
+    }
 extern const char train_mode_usage[];
 
 /* Handles option id c (one of train_mode_longopts) with its argument. Returns 0, or -1
@@ -81,8 +83,8 @@ size_t train_total_steps(const train_opts_t *o, const train_data_t *d, int size)
 
 /* The summary lines scripts parse, on rank 0 (out may be NULL elsewhere):
  * "total wire MB: X" (bytes_sent of this rank since c0) and "steps per second: X". */
-void train_print_summary(FILE *out, gcoll_comm_t *comm, const gcoll_counters_t *c0,
-                         double seconds, size_t steps);
+void train_print_summary(FILE *out, gcoll_comm_t *comm, const gcoll_counters_t *c0, double seconds,
+                         size_t steps);
 
 /* Extra passes of forward and backward (real compute) rank takes at step s under mo. */
 int train_straggle_passes(const train_mode_opts_t *mo, uint64_t seed, uint64_t step, int rank,
@@ -105,6 +107,22 @@ void train_epoch_done(FILE *out, int csv, train_result_t *res, int epoch, const 
  * density (or width); nothing without adaptation or when out is NULL. */
 void train_adapt_report(FILE *out, int csv, const gcoll_bucketer_t *b, int epoch);
 /* keep_params: copies every parameter into res->params (0, or -1 out of memory). */
+/* The model and the batch buffers every mode trains with (x, y and idx hold 500 examples
+ * or a batch, whichever is more: evaluation runs 500 at a time). */
+typedef struct {
+    train_mlp_t m;
+    float *x;
+    uint8_t *y;
+    uint32_t *perm; /* ntrain */
+    uint32_t *idx;
+} train_work_t;
+/* Creates them for o's layer sizes on d's input; -1 after printing why (nothing held). */
+int train_work_init(train_work_t *w, const train_opts_t *o, const train_data_t *d, size_t ntrain,
+                    int rank);
+void train_work_free(train_work_t *w);
+/* The run's first line: "gcoll-train: P ranks (transport), MLP 784-512-256-10 (N
+ * parameters), sgemm NAME", after prefix ("# " in CSV). */
+void train_print_model(FILE *out, const char *prefix, gcoll_comm_t *comm, const train_work_t *w);
 int train_keep_params(const train_mlp_t *m, int rank, train_result_t *res);
 
 #endif

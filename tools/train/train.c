@@ -149,10 +149,7 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
                 rank, global, o->batch, size, ntrain);
         return -1;
     }
-    int sizes[TRAIN_MAX_LAYERS + 1];
-    memcpy(sizes, o->sizes, sizeof(sizes));
-    sizes[0] = (int)d->train.dim;
-    if (o->nsizes < 2 || sizes[o->nsizes - 1] != TRAIN_CLASSES) {
+    if (o->nsizes < 2 || o->sizes[o->nsizes - 1] != TRAIN_CLASSES) {
         fprintf(stderr, "gcoll-train: rank %d: the last layer must have %d outputs\n", rank,
                 TRAIN_CLASSES);
         return -1;
@@ -167,24 +164,14 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
      * none to them (and 0.9 to the others, as the authors' implementation leaves tensors it
      * does not compress to the usual momentum SGD); an explicit --momentum is for all */
     float momentum = o->momentum >= 0.0f ? o->momentum : 0.9f;
-    int cap = o->batch > 500 ? o->batch : 500; /* evaluation runs 500 examples at a time */
-    train_sgemm_init();
-
     int rc = -1;
-    train_mlp_t m;
-    if (train_mlp_init(&m, sizes, o->nsizes, cap, o->seed) != 0) {
-        fprintf(stderr, "gcoll-train: rank %d: cannot create the model (out of memory?)\n", rank);
+    train_work_t w;
+    if (train_work_init(&w, o, d, ntrain, rank) != 0)
         return -1;
-    }
-    float *x = malloc((size_t)cap * d->train.dim * sizeof(float));
-    uint8_t *y = malloc((size_t)cap);
-    uint32_t *perm = malloc(ntrain * sizeof(uint32_t));
-    uint32_t *idx = malloc((size_t)cap * sizeof(uint32_t));
+    float *x = w.x;
+    uint8_t *y = w.y;
+    uint32_t *perm = w.perm, *idx = w.idx;
     gcoll_bucketer_t *b = NULL;
-    if (!x || !y || !perm || !idx) {
-        fprintf(stderr, "gcoll-train: rank %d: out of memory\n", rank);
-        goto out;
-    }
 
     /* One bucket per tensor by default (bucket_bytes 1): each layer's reduction starts as
      * soon as backward has produced it, and each tensor gets its own codec state (DGC
@@ -205,17 +192,17 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
         goto out;
     }
     ready_ctx_t rctx = {.b = b,
-                        .m = &m,
+                        .m = &w.m,
                         .momentum_first =
                             train_momentum_first(o->compressor, policy) ? momentum : 0.0f};
-    for (int l = m.nl - 1; l >= 0; l--) {
+    for (int l = w.m.nl - 1; l >= 0; l--) {
         char name[32];
         snprintf(name, sizeof(name), "fc%d.bias", l + 1);
-        st = gcoll_bucketer_add_tensor(b, name, m.l[l].gb, (size_t)m.l[l].out, GCOLL_FLOAT32, NULL,
-                                       &rctx.id_b[l]);
+        st = gcoll_bucketer_add_tensor(b, name, w.m.l[l].gb, (size_t)w.m.l[l].out, GCOLL_FLOAT32,
+                                       NULL, &rctx.id_b[l]);
         if (st == GCOLL_OK) {
             snprintf(name, sizeof(name), "fc%d.weight", l + 1);
-            st = gcoll_bucketer_add_tensor(b, name, m.l[l].gw, (size_t)m.l[l].in * m.l[l].out,
+            st = gcoll_bucketer_add_tensor(b, name, w.m.l[l].gw, (size_t)w.m.l[l].in * w.m.l[l].out,
                                            GCOLL_FLOAT32, NULL, &rctx.id_w[l]);
         }
         if (st != GCOLL_OK) {
@@ -225,7 +212,7 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
     }
     float mom[2 * TRAIN_MAX_LAYERS];
     int dgc_default = o->momentum < 0.0f && train_uses_dgc(o->compressor, policy);
-    for (int l = 0; l < m.nl; l++) {
+    for (int l = 0; l < w.m.nl; l++) {
         for (int t = 0; t < 2; t++) {
             const char *spec = gcoll_bucketer_tensor_spec(b, t ? rctx.id_b[l] : rctx.id_w[l]);
             mom[2 * l + t] = rctx.momentum_first > 0.0f           ? 0.0f
@@ -236,11 +223,7 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
 
     if (out) {
         const char *c = o->csv ? "# " : "";
-        fprintf(out, "%sgcoll-train: %d rank%s (%s), MLP", c, size, size == 1 ? "" : "s",
-                gcoll_comm_transport(comm));
-        for (int i = 0; i < o->nsizes; i++)
-            fprintf(out, "%s%d", i ? "-" : " ", sizes[i]);
-        fprintf(out, " (%zu parameters), sgemm %s\n", train_mlp_num_params(&m), train_sgemm_name());
+        train_print_model(out, c, comm, &w);
         fprintf(out,
                 "%scompressor %s, policy %s%s, buckets of %zu bytes%s; batch %d per rank (%zu "
                 "global), lr %g%s%s, momentum %g%s; %zu steps per epoch on %zu examples, %zu test; "
@@ -258,8 +241,8 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
                 steps, ntrain, ntest, (unsigned long long)o->seed);
         fprintf(out, "%stensor specs (warm-up of sparsifiers: %llu steps):", c,
                 (unsigned long long)bc.warmup_steps);
-        for (int l = m.nl - 1; l >= 0; l--)
-            fprintf(out, "%s fc%d.bias=%s; fc%d.weight=%s", l == m.nl - 1 ? "" : ";", l + 1,
+        for (int l = w.m.nl - 1; l >= 0; l--)
+            fprintf(out, "%s fc%d.bias=%s; fc%d.weight=%s", l == w.m.nl - 1 ? "" : ";", l + 1,
                     gcoll_bucketer_tensor_spec(b, rctx.id_b[l]), l + 1,
                     gcoll_bucketer_tensor_spec(b, rctx.id_w[l]));
         fprintf(out, "\n");
@@ -282,7 +265,7 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
              * what one rank with the global batch would */
             train_gather(&d->train, perm + s * global + (size_t)rank * o->batch, (size_t)o->batch,
                          x, y);
-            double loss = train_mlp_forward(&m, x, y, o->batch, NULL);
+            double loss = train_mlp_forward(&w.m, x, y, o->batch, NULL);
             if (!isfinite(loss)) {
                 fprintf(stderr,
                         "gcoll-train: rank %d: the loss diverged (%g) at epoch %d step %zu: "
@@ -292,7 +275,7 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
                 goto out;
             }
             loss_sum += loss;
-            if (train_mlp_backward(&m, y, layer_ready, &rctx) != 0) {
+            if (train_mlp_backward(&w.m, y, layer_ready, &rctx) != 0) {
                 train_mode_fail(comm, "gcoll_bucketer_ready", rctx.st);
                 goto out;
             }
@@ -303,13 +286,13 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
                 train_mode_fail(comm, "gcoll_bucketer_wait", st);
                 goto out;
             }
-            train_mlp_sgd_each(&m, train_lr_at(o, (size_t)e * steps + s, (size_t)o->epochs * steps),
-                               mom);
+            train_mlp_sgd_each(
+                &w.m, train_lr_at(o, (size_t)e * steps + s, (size_t)o->epochs * steps), mom);
         }
         gcoll_comm_counters(comm, &c1);
         double test_loss = 0.0;
         long correct = 0;
-        train_mode_evaluate(&m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
+        train_mode_evaluate(&w.m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
         double v[5] = {loss_sum, (double)correct, test_loss,
                        (double)(c1.bytes_sent - c0.bytes_sent),
                        (double)(c1.bytes_raw - c0.bytes_raw)};
@@ -326,15 +309,11 @@ int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, 
         fprintf(out, "final test accuracy: %.4f\n", res->final_acc);
         fflush(out);
     }
-    if (keep_params && train_keep_params(&m, rank, res) != 0)
+    if (keep_params && train_keep_params(&w.m, rank, res) != 0)
         goto out;
     rc = 0;
 out:
     gcoll_bucketer_destroy(b);
-    train_mlp_free(&m);
-    free(x);
-    free(y);
-    free(perm);
-    free(idx);
+    train_work_free(&w);
     return rc;
 }
