@@ -361,7 +361,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_encode_chunk(gcoll_compressor_t *c, gcoll_tens
                                                void *out, size_t cap, size_t *len_p);
 GCOLL_EXPORT void gcoll_state_advance(gcoll_tensor_state_t *s);
 /* Checkpoints: writes everything that decides the state's later encodes (step, residual,
- * DGC velocity, the reused threshold, the compressed allreduce's server residual) and its
+ * DGC velocity, the reused threshold, the compressed allreduce's server residual, the
+ * hierarchical allreduce's residual of this rank's part) and its
  * compressor's canonical spec into buf (cap bytes); *len_p receives the length. buf NULL
  * with cap 0 only sets *len_p. Host byte order (gcoll builds on little-endian hosts only).
  * GCOLL_ERR_INVALID for NULL arguments or a too small cap. */
@@ -425,8 +426,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_isparse_allreduce(gcoll_comm_t *comm, const ui
  * SUM/AVG. The state must not be used elsewhere until the call completes. Blocks.
  * Hierarchical (GCOLL_HIER, see gcoll_allreduce): the sum inside each host is exact, and
  * only this rank's part of it is compressed across hosts, with its error feedback in a
- * second state the call keeps inside state: gcoll_state_residual and gcoll_state_save
- * then do not show that residual. */
+ * second state the call keeps inside state: gcoll_state_residual does not show that
+ * residual; gcoll_state_save and gcoll_state_load carry it. */
 GCOLL_EXPORT gcoll_status_t gcoll_compressed_allreduce(gcoll_comm_t *comm,
                                                        gcoll_tensor_state_t *state,
                                                        const float *grad, float *out,

@@ -9,7 +9,10 @@
  *   "GCST" u32 version u32 speclen spec[speclen] body
  *   body = u64 count u64 step u32 flags u32 reuse_thr u64 reuse_at
  *          [float e[count]] [float u[count]] [body of the server state]
- * flags: 1 e present, 2 u present, 4 server present, 8 reuse threshold valid.
+ *          [body of the hierarchical part's state]
+ * flags: 1 e present, 2 u present, 4 server present, 8 reuse threshold valid, 16 the state
+ * of this rank's part of a hierarchical allreduce's step across hosts present (its own
+ * count; it may hold a server state, never a part of its own).
  * Everything that decides a later encode is here, so a restored state continues bit for
  * bit; the spare buffer and the scratch are rewritten before they are read, and the
  * salt is set by every collective call. */
@@ -19,7 +22,11 @@
 
 #define STATE_MAGIC "GCST"
 #define STATE_VERSION 1u
-enum { F_E = 1, F_U = 2, F_SERVER = 4, F_REUSE = 8 };
+enum { F_E = 1, F_U = 2, F_SERVER = 4, F_REUSE = 8, F_HIER = 16 };
+
+/* What a body belongs to: the caller's state, its server state, or its hierarchical part
+ * (which bounds the nesting: only the top holds a part, and a server holds nothing). */
+enum { K_TOP, K_SERVER, K_HIER };
 
 typedef struct {
     unsigned char *p; /* NULL: only count */
@@ -37,7 +44,7 @@ static void put_body(out_t *o, const gcoll_tensor_state_t *s)
 {
     uint64_t count = s->count, step = s->step, at = s->reuse_at;
     uint32_t flags = (s->e ? F_E : 0) | (s->u ? F_U : 0) | (s->server ? F_SERVER : 0) |
-                     (s->reuse_valid ? F_REUSE : 0);
+                     (s->reuse_valid ? F_REUSE : 0) | (s->hier_part ? F_HIER : 0);
     put(o, &count, 8);
     put(o, &step, 8);
     put(o, &flags, 4);
@@ -49,6 +56,8 @@ static void put_body(out_t *o, const gcoll_tensor_state_t *s)
         put(o, s->u, s->count * sizeof(float));
     if (s->server)
         put_body(o, s->server);
+    if (s->hier_part)
+        put_body(o, s->hier_part);
 }
 
 GCOLL_EXPORT gcoll_status_t gcoll_state_save(const gcoll_tensor_state_t *s, void *buf, size_t cap,
@@ -89,10 +98,47 @@ static int get(in_t *in, void *dst, size_t n)
     return 0;
 }
 
-/* Checks one body against s (apply == 0) or copies it in (apply != 0, after a check).
- * depth bounds the nesting: a worker state has at most one server state. */
+/* The buffers a state of this kind has: a nested state that does not exist yet is checked
+ * against what gcoll_state_create_mode would give it (a server state: e with error feedback,
+ * never u; a hierarchical part: the same as its top state). */
+typedef struct {
+    int e, u;
+    gcoll_state_mode_t mode;
+} want_t;
+
 static gcoll_status_t get_body(in_t *in, gcoll_tensor_state_t *s, const gcoll_compressor_t *c,
-                               int apply, int depth, char *why, size_t whylen)
+                               int apply, int kind, want_t want, char *why, size_t whylen);
+
+/* Reads the nested state that follows a body (a server state or a hierarchical part),
+ * replacing *slot with one of the saved count when the sizes differ. */
+static gcoll_status_t get_nested(in_t *in, gcoll_tensor_state_t **slot, const gcoll_compressor_t *c,
+                                 int apply, int kind, want_t want, char *why, size_t whylen)
+{
+    /* the nested state's size is its own (this rank's chunk or part): read it ahead */
+    uint64_t ncount;
+    if (in->len - in->off < 8) {
+        snprintf(why, whylen, "truncated");
+        return GCOLL_ERR_INVALID;
+    }
+    memcpy(&ncount, in->p + in->off, 8);
+    if (ncount > GCOLL_WIRE_MAX_COUNT) {
+        snprintf(why, whylen, "malformed");
+        return GCOLL_ERR_INVALID;
+    }
+    gcoll_tensor_state_t *n = *slot && (*slot)->count == ncount ? *slot : NULL;
+    if (apply && !n) {
+        gcoll_state_destroy(*slot);
+        *slot = NULL;
+        GCOLL_CHECK(gcoll_state_create_mode(c, (size_t)ncount, want.mode, &n));
+        *slot = n;
+    }
+    return get_body(in, n, c, apply, kind, want, why, whylen);
+}
+
+/* Checks one body against s (apply == 0; s NULL for a nested state not made yet) or copies
+ * it in (apply != 0, after a check). */
+static gcoll_status_t get_body(in_t *in, gcoll_tensor_state_t *s, const gcoll_compressor_t *c,
+                               int apply, int kind, want_t want, char *why, size_t whylen)
 {
     uint64_t count, step, at;
     uint32_t flags, thr;
@@ -101,19 +147,18 @@ static gcoll_status_t get_body(in_t *in, gcoll_tensor_state_t *s, const gcoll_co
         snprintf(why, whylen, "truncated");
         return GCOLL_ERR_INVALID;
     }
-    if (s && count != s->count) {
+    if (kind == K_TOP && count != s->count) {
         snprintf(why, whylen, "saved for %llu elements, the state has %zu",
                  (unsigned long long)count, s->count);
         return GCOLL_ERR_MISMATCH;
     }
-    if (count > GCOLL_WIRE_MAX_COUNT || (flags & ~(uint32_t)(F_E | F_U | F_SERVER | F_REUSE)) ||
-        ((flags & F_SERVER) && depth > 0)) {
+    uint32_t allowed =
+        F_E | F_U | F_REUSE | (kind != K_SERVER ? F_SERVER : 0) | (kind == K_TOP ? F_HIER : 0);
+    if (count > GCOLL_WIRE_MAX_COUNT || (flags & ~allowed)) {
         snprintf(why, whylen, "malformed");
         return GCOLL_ERR_INVALID;
     }
-    /* a state of this compressor has e and u exactly when the saved one had them (a
-     * server state, checked before it exists: e with error feedback, never u) */
-    int want_e = s ? !!s->e : !!c->ef, want_u = s ? !!s->u : 0;
+    int want_e = s ? !!s->e : want.e, want_u = s ? !!s->u : want.u;
     if (!!(flags & F_E) != want_e || !!(flags & F_U) != want_u) {
         snprintf(why, whylen, "the saved state's buffers do not match this compressor's");
         return GCOLL_ERR_MISMATCH;
@@ -139,36 +184,24 @@ static gcoll_status_t get_body(in_t *in, gcoll_tensor_state_t *s, const gcoll_co
         if (s->u)
             memcpy(s->u, u, bytes);
     }
-    if (!(flags & F_SERVER)) {
-        if (apply) {
-            gcoll_state_destroy(s->server);
-            s->server = NULL;
-        }
+    gcoll_tensor_state_t *none = NULL;
+    if (flags & F_SERVER) {
+        want_t w = {.e = !!c->ef, .u = 0, .mode = GCOLL_STATE_SERVER};
+        GCOLL_CHECK(get_nested(in, s ? &s->server : &none, c, apply, K_SERVER, w, why, whylen));
+    } else if (apply) {
+        gcoll_state_destroy(s->server);
+        s->server = NULL;
+    }
+    if (kind != K_TOP)
         return GCOLL_OK;
+    if (flags & F_HIER) {
+        want_t w = {.e = !!s->e, .u = !!s->u, .mode = s->mode};
+        GCOLL_CHECK(get_nested(in, &s->hier_part, c, apply, K_HIER, w, why, whylen));
+    } else if (apply) {
+        gcoll_state_destroy(s->hier_part);
+        s->hier_part = NULL;
     }
-    /* the server state's size is its own (this rank's chunk): read it ahead */
-    uint64_t scount;
-    if (in->len - in->off < 8) {
-        snprintf(why, whylen, "truncated");
-        return GCOLL_ERR_INVALID;
-    }
-    memcpy(&scount, in->p + in->off, 8);
-    if (scount > GCOLL_WIRE_MAX_COUNT) {
-        snprintf(why, whylen, "malformed");
-        return GCOLL_ERR_INVALID;
-    }
-    gcoll_tensor_state_t *srv = NULL;
-    if (apply) {
-        if (s->server && s->server->count == scount) {
-            srv = s->server;
-        } else {
-            gcoll_state_destroy(s->server);
-            s->server = NULL;
-            GCOLL_CHECK(gcoll_state_create_mode(c, (size_t)scount, GCOLL_STATE_SERVER, &srv));
-            s->server = srv;
-        }
-    }
-    return get_body(in, srv, c, apply, depth + 1, why, whylen);
+    return GCOLL_OK;
 }
 
 GCOLL_EXPORT gcoll_status_t gcoll_state_load(gcoll_tensor_state_t *s, const void *buf, size_t len)
@@ -197,7 +230,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_state_load(gcoll_tensor_state_t *s, const void
     in.off += speclen;
     size_t body = in.off;
     /* check everything first, so that a bad buffer leaves the state as it was */
-    if ((st = get_body(&in, s, s->c, 0, 0, why, sizeof(why))) != GCOLL_OK)
+    if ((st = get_body(&in, s, s->c, 0, K_TOP, (want_t){0}, why, sizeof(why))) != GCOLL_OK)
         goto fail;
     if (in.off != in.len) {
         snprintf(why, sizeof(why), "%zu bytes after the state", in.len - in.off);
@@ -205,7 +238,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_state_load(gcoll_tensor_state_t *s, const void
         goto fail;
     }
     in.off = body;
-    if ((st = get_body(&in, s, s->c, 1, 0, why, sizeof(why))) != GCOLL_OK)
+    if ((st = get_body(&in, s, s->c, 1, K_TOP, (want_t){0}, why, sizeof(why))) != GCOLL_OK)
         goto fail;
     return GCOLL_OK;
 fail:
