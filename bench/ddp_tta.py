@@ -15,7 +15,9 @@ Rows:
   topk      the gcoll hook with topk:density=0.01 (error feedback)
   dgc       the gcoll hook with dgc:density=0.001,momentum=0.9 and a warm-up of
             --dgc-warmup steps (the optimizer then runs without momentum: DGC's momentum
-            correction replaces it)
+            correction replaces it), with DGC's layer rule as its layer policy: the last
+            layer and tensors of at most 2/density elements dense (Lin et al. 2018; as
+            gcoll-train does for a DGC compressor)
   powersgd  torch's PowerSGD hook (rank 4, error feedback, warm start) on Gloo
 
 Models (--model): cnn (2 conv layers, 0.1M parameters) or mlp (784-W-W-10, W=--width).
@@ -98,7 +100,10 @@ def run(args, model_kind, row, index, data, gloo):
         spec = {"fp16": "fp16", "topk": "topk:density=0.01",
                 "dgc": "dgc:density=0.001,momentum=0.9,warmup_steps=%d" % args.dgc_warmup}[row]
         root = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1 + index)
-        hook = gt.register(model, spec, root=root)
+        policy = None
+        if row == "dgc":
+            policy = "last=none;size<2001=none;*=" + spec
+        hook = gt.register(model, spec, root=root, policy=policy)
         if row == "dgc":
             momentum = 0.0
     elif row == "powersgd":
