@@ -518,8 +518,13 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             usage(stderr);
             return 2;
         }
-        if (bad)
-            return die("bad value %s for option %s", optarg, argv[optind - 1]);
+        if (bad) {
+            char name[32] = {'-', (char)c, 0};
+            for (int i = 0; lo[i].name; i++)
+                if (lo[i].val == c)
+                    snprintf(name, sizeof(name), "--%s", lo[i].name);
+            return die("bad value %s for %s", optarg, name);
+        }
     }
     return 0;
 }
@@ -782,6 +787,6 @@ int main(int argc, char **argv)
         return cmd_predict(&o);
     if (!strcmp(cmd, "table"))
         return cmd_table(&o);
-    usage(stderr);
-    return die("unknown command %s%s", cmd, "");
+    return die("unknown command %s (fit, check, predict or table; see gcoll-model --help)%s", cmd,
+               "");
 }
