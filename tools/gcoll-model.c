@@ -24,6 +24,8 @@ static void usage(FILE *f)
                "  -S MIN[:MAX]     fit these sizes only, in bytes (K, M, G suffixes)\n"
                "  --cores N        CPUs the measured ranks shared (default 0: one per rank); a\n"
                "                   rank's CPU costs are scaled by max(1, ranks on host / N)\n"
+               "  --load           count the row's load column (the 1-minute load average)\n"
+               "                   as processes sharing the N CPUs, if more than the ranks\n"
                "  --wire-cpu       the link's bytes are CPU copies (default for LINK loopback)\n"
                "  --codec-bench F  gcoll-codec-bench output: each codec's per-element costs\n"
                "  --intra PARAMS   inside-host alpha and beta from another fit (default: this\n"
@@ -222,6 +224,7 @@ typedef struct {
     const char *link;
     int ranks[64], nranks;
     double smin, smax;
+    int use_load; /* take each row's load column into its CPU share */
 } filter_t;
 
 static int keep(const filter_t *flt, const char *link, int P, double bytes)
@@ -258,7 +261,7 @@ static int meas_read(const model_t *m, const char *path, const filter_t *flt, ob
     if (!f)
         return die("cannot open measurements %s: %s", path, strerror(errno));
     char line[1024], *fld[32];
-    int ln = 0, col[6] = {-1, -1, -1, -1, -1, -1}, rc = 0;
+    int ln = 0, col[6] = {-1, -1, -1, -1, -1, -1}, lcol = -1, rc = 0;
     static const char *const names[6] = {"link", "ranks", "algo", "codec", "bytes", "time_us"};
     while (fgets(line, sizeof(line), f) && rc == 0) {
         ln++;
@@ -266,10 +269,17 @@ static int meas_read(const model_t *m, const char *path, const filter_t *flt, ob
             continue;
         int nf = split_csv(line, fld, 32);
         if (col[0] < 0 && col[1] < 0) { /* the header */
-            for (int i = 0; i < nf; i++)
+            for (int i = 0; i < nf; i++) {
                 for (int j = 0; j < 6; j++)
                     if (!strcmp(fld[i], names[j]))
                         col[j] = i;
+                if (!strcmp(fld[i], "load"))
+                    lcol = i;
+            }
+            if (flt->use_load && lcol < 0) {
+                fprintf(stderr, "gcoll-model: %s:%d: --load needs a load column\n", path, ln);
+                rc = 2;
+            }
             for (int j = 0; j < 6; j++)
                 if (col[j] < 0) {
                     fprintf(stderr, "gcoll-model: %s:%d: header has no column %s\n", path, ln,
@@ -299,6 +309,11 @@ static int meas_read(const model_t *m, const char *path, const filter_t *flt, ob
         o.q.bytes = bytes;
         o.q.cores = m->cores;
         o.time = us * 1e-6;
+        if (flt->use_load && (lcol >= nf || parse_num(fld[lcol], &o.q.load, 0))) {
+            fprintf(stderr, "gcoll-model: %s:%d: malformed load\n", path, ln);
+            rc = 2;
+            break;
+        }
         const char *codec = fld[col[3]];
         if (strcmp(codec, "none") && *codec) {
             o.q.codec = model_codec_find(m, codec);
@@ -411,7 +426,8 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         {"intra", 1, 0, 4},    {"alpha-us", 1, 0, 5},   {"beta-ns", 1, 0, 6},
         {"gamma-ns", 1, 0, 7}, {"md", 0, 0, 8},         {"density", 1, 0, 9},
         {"ppn", 1, 0, 10},     {"link-gbit", 1, 0, 11}, {"max-ranks", 1, 0, 12},
-        {"kappa", 1, 0, 13},   {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        {"load", 0, 0, 14},    {"kappa", 1, 0, 13},     {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof(*o));
     o->flt.smax = 1e300;
     o->alpha_us = o->beta_ns = o->gamma_ns = o->kappa = -1;
@@ -511,12 +527,14 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         case 13:
             bad = parse_num(optarg, &o->kappa, 0);
             break;
+        case 14:
+            o->flt.use_load = 1;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
         default:
-            usage(stderr);
-            return 2;
+            return die("bad option (see gcoll-model --help)%s%s", "", "");
         }
         if (bad) {
             char name[32] = {'-', (char)c, 0};
@@ -720,12 +738,12 @@ static int cmd_table(opts_t *o)
         for (int ci = 0; ci < ncounts; ci++) {
             model_t lm = m;
             relink(&lm, o, gbits[g]);
-            printf("\n%s %.0f floats (%.0f MB), link %s%g Gbit/s, alpha %.1f us, %s%s, "
-                   "hierarchical %d ranks per host, time per allreduce in s\n",
+            printf("\n%s %.0f floats (%.0f MB), link %s%g Gbit/s, alpha %.1f us, kappa %.2f; "
+                   "topk: %s, q8: %s; hierarchical: %d ranks per host; time per allreduce in s\n",
                    o->md ? "####" : "#", counts[ci], counts[ci] * 4e-6, gbits[g] ? "" : "fitted ",
-                   lm.beta > 0 ? 8e-9 / lm.beta : 0, lm.alpha * 1e6,
-                   sp ? sp->spec : "no sparsifier", qz ? qz->spec : "", ppn);
-            printf(o->md ? "| ranks |" : "%6s", o->md ? "" : "ranks");
+                   lm.beta > 0 ? 8e-9 / lm.beta : 0, lm.alpha * 1e6, lm.kappa,
+                   sp ? sp->spec : "none", qz ? qz->spec : "none", ppn);
+            printf(o->md ? "| ranks |" : "%6s", o->md ? "" : "#ranks");
             for (int c = 0; c < ncol; c++)
                 printf(o->md ? " %s |" : " %11s", cols[c].name);
             printf(o->md ? " winner |\n|---:|" : " %11s\n", "winner");

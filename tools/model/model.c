@@ -148,6 +148,10 @@ static void comp_terms(model_algo_t a, int P, double n, const model_codec_t *c,
     double k = codec_density(c, q) * N;
     double u = N * (1.0 - pow(1.0 - codec_density(c, q), P)); /* union of independent picks */
     switch (a) {
+    case ALG_RING: /* the sparse plan "dense": a dense ring of the decoded selection */
+        dense_terms(ALG_RING, P, n, t);
+        t->codec += N * (c->enc + c->dec);
+        return;
     case ALG_ALLGATHER: /* each rank's message to every rank; sum P-1 received */
         t->msgs += P - 1;
         t->wbytes += (P - 1) * r * n;
@@ -186,6 +190,9 @@ model_algo_t model_resolve(const model_t *m, const model_query_t *q)
         double N = q->bytes / 4, d = codec_density(c, q), k = d * N;
         double u = N * (1.0 - pow(1.0 - d, q->ranks)), P = q->ranks;
         double ag = (P - 1) * codec_ratio(c, q) * q->bytes, sp = (P - 1) / P * 8 * (k + u);
+        double dense = 2 * (P - 1) / P * q->bytes;
+        if (dense < ag && dense < sp) /* the merged density makes a dense ring cheaper */
+            return ALG_RING;
         return ag <= sp ? ALG_ALLGATHER : ALG_SPLIT;
     }
     if (q->algo == ALG_BEST) {
@@ -238,6 +245,8 @@ static int query_terms(const model_t *m, const model_query_t *q, terms_t *t, dou
             dense_terms(a, H, n, t);
     }
     double on_host = q->ppn > 0 ? q->ppn : P;
+    if (q->load > on_host) /* other jobs' processes share the CPUs too */
+        on_host = q->load;
     *s = q->cores > 0 && on_host > q->cores ? on_host / q->cores : 1.0;
     *sw = m->wire_cpu ? *s : 1.0;
     return 0;

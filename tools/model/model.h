@@ -59,6 +59,7 @@ typedef struct {
     double density;             /* > 0: overrides a sparsifier's density */
     int ppn;                    /* ranks per host; > 1 and < P: hierarchical */
     double cores;               /* CPUs shared by the ranks of a host; 0: one per rank */
+    double load; /* runnable processes on the host, if more than its ranks (load average) */
 } model_query_t;
 
 /* Parses ALGO; returns ALG_COUNT if unknown. */
