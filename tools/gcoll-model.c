@@ -49,6 +49,7 @@ static void usage(FILE *f)
                "  --link-gbit G    link of G Gbit/s (beta = 8/G ns per byte; table: a list)\n"
                "  --alpha-us A     per-message latency instead of the fitted one\n"
                "  --kappa K        codec time scale instead of the fitted one (1: codec alone)\n"
+               "  --gamma-ns G     reduction cost instead of the fitted one\n"
                "  --cores N        CPUs per host shared by its ranks (default 0: one per rank)\n"
                "  --max-ranks P    table: largest rank count (default 4096; from 2 by doubling)\n"
                "  --md             table: Markdown\n");
@@ -667,6 +668,8 @@ static void relink(model_t *m, const opts_t *o, double gbit)
         m->alpha = o->alpha_us * 1e-6;
     if (o->kappa >= 0)
         m->kappa = o->kappa;
+    if (o->gamma_ns >= 0)
+        m->gamma = o->gamma_ns * 1e-9;
 }
 
 static int cmd_predict(opts_t *o)
