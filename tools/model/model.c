@@ -10,9 +10,9 @@
 
 #include "model.h"
 
-const char *const model_algo_names[ALG_COUNT] = {"ring",      "rhd",        "rd",     "tree",
-                                                 "allgather", "split",      "oktopk", "alltoall",
-                                                 "qring",     "compressed", "best"};
+const char *const model_algo_names[ALG_COUNT] = {"ring",      "rhd",      "rd",         "tree",
+                                                 "allgather", "streamed", "split",      "oktopk",
+                                                 "alltoall",  "qring",    "compressed", "best"};
 
 model_algo_t model_algo_parse(const char *s)
 {
@@ -32,6 +32,7 @@ int model_algo_valid(model_algo_t a, const model_codec_t *c)
     case ALG_BEST:
         return c == NULL;
     case ALG_ALLGATHER:
+    case ALG_STREAMED:
     case ALG_SPLIT:
     case ALG_OKTOPK:
         return c != NULL && c->density > 0;
@@ -80,9 +81,11 @@ static int ceil_log2(int p)
     return l;
 }
 
-#define NPAR 4                 /* alpha, beta, gamma, kappa */
-#define BCAST_TREE_MAX 65536.0 /* collectives/bcast.c */
-#define RING_CHUNK 524288.0    /* GCOLL_RING_CHUNK's default */
+#define NPAR 4                      /* alpha, beta, gamma, kappa */
+#define BCAST_TREE_MAX 65536.0      /* collectives/bcast.c */
+#define RING_CHUNK 524288.0         /* GCOLL_RING_CHUNK's default */
+#define STREAM_MIN (16 * 1048576.0) /* 16 segments of GCOLL_TOPK_STREAM's default */
+#define STREAM_PAD 1.22 /* candidates / k of the streamed scheme (topk_stream.c, at 25M) */
 
 /* Dense algorithms on P ranks, n bytes (Thakur et al. 2005, section 4). */
 static void dense_terms(model_algo_t a, int P, double n, terms_t *t)
@@ -157,6 +160,11 @@ static void comp_terms(model_algo_t a, int P, double n, const model_codec_t *c,
         t->wbytes += (P - 1) * r * n;
         t->codec += N * (c->enc + c->dec) + (P - 1) * k * c->acc_nz;
         return;
+    case ALG_STREAMED: /* the same with the sample's padding: STREAM_PAD k candidates */
+        t->msgs += P - 1;
+        t->wbytes += (P - 1) * STREAM_PAD * r * n;
+        t->codec += N * (c->enc + c->dec) + (P - 1) * STREAM_PAD * k * c->acc_nz;
+        return;
     case ALG_SPLIT:  /* reduce-scatter of f32 pairs by index range, gather of the union */
     case ALG_OKTOPK: /* the same, gathering a global top-k of the sum: O(k) */
         if (a == ALG_OKTOPK)
@@ -191,6 +199,12 @@ model_algo_t model_resolve(const model_t *m, const model_query_t *q)
         double u = N * (1.0 - pow(1.0 - d, q->ranks)), P = q->ranks;
         double ag = (P - 1) * codec_ratio(c, q) * q->bytes, sp = (P - 1) / P * 8 * (k + u);
         double dense = 2 * (P - 1) / P * q->bytes;
+        /* top-k with f32 values on 16 or more segments of GCOLL_TOPK_STREAM (1M) elements
+         * streams (collectives/topk_stream.c) while k pairs from all ranks stay under the
+         * dense size */
+        if (!strncmp(c->spec, "topk:", 5) && !strchr(c->spec, '+') && N >= STREAM_MIN &&
+            P * k * 8 < q->bytes)
+            return ALG_STREAMED;
         if (dense < ag && dense < sp) /* the merged density makes a dense ring cheaper */
             return ALG_RING;
         return ag <= sp ? ALG_ALLGATHER : ALG_SPLIT;

@@ -40,6 +40,7 @@ typedef enum {
     ALG_RD,
     ALG_TREE,
     ALG_ALLGATHER,  /* sparse: every rank's pairs to every rank (SparCML SSAR) */
+    ALG_STREAMED,   /* sparse: the allgather streamed during the selection pass */
     ALG_SPLIT,      /* sparse: reduce by index range, gather the union (gcoll's split) */
     ALG_OKTOPK,     /* sparse: split with a global top-k of the sum, O(k) (Ok-Topk) */
     ALG_ALLTOALL,   /* quantizer: all-to-all, reduce, re-compress, gather (1-bit Adam) */
