@@ -47,6 +47,8 @@ static void usage(FILE *f)
                "  -z SPEC          codec (its costs must be in PARAMS)\n"
                "  --density D      a sparsifier's density instead of SPEC's\n"
                "  --ppn L          ranks per host: hierarchical when 1 < L < RANKS\n"
+               "  --nics N         hierarchical: the host's rails share N links (default: one\n"
+               "                   link per rank, as on rail-optimised nodes)\n"
                "  --link-gbit G    link of G Gbit/s (beta = 8/G ns per byte; table: a list)\n"
                "  --alpha-us A     per-message latency instead of the fitted one\n"
                "  --kappa K        codec time scale instead of the fitted one (1: codec alone)\n"
@@ -56,357 +58,15 @@ static void usage(FILE *f)
                "  --md             table: Markdown\n");
 }
 
-static int die(const char *fmt, const char *a, const char *b)
-{
-    fprintf(stderr, "gcoll-model: ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\n");
-    return 2;
-}
-
-/* A size in bytes with an optional K, M or G (powers of 1024) suffix. */
-static int parse_bytes(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0) || !(v < 1e18))
-        return -1;
-    if (*end == 'K' || *end == 'k')
-        v *= 1024, end++;
-    else if (*end == 'M' || *end == 'm')
-        v *= 1048576, end++;
-    else if (*end == 'G' || *end == 'g')
-        v *= 1073741824.0, end++;
-    if (*end)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_num(const char *s, double *out, double min)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !(v >= min) || !(v < 1e18))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* ---- parameters file: "key value" lines, "codec SPEC ratio density enc dec acc acc_nz" */
-
-static int params_write(const model_t *m, const char *path)
-{
-    FILE *f = path ? fopen(path, "w") : stdout;
-    if (!f)
-        return die("cannot write %s: %s", path, strerror(errno));
-    fprintf(f, "# gcoll-model parameters (gcoll-model fit); times in s, sizes in bytes\n");
-    fprintf(f, "link %s\ncores %g\nwire_cpu %d\n", m->link, m->cores, m->wire_cpu);
-    fprintf(f, "alpha %.6e\nbeta %.6e\ngamma %.6e\nkappa %.4f\n", m->alpha, m->beta, m->gamma,
-            m->kappa);
-    fprintf(f, "intra_alpha %.6e\nintra_beta %.6e\n", m->ialpha, m->ibeta);
-    fprintf(f, "fitted %d\nrms_rel_err %.4f\n", m->nfit, m->rms);
-    fprintf(f, "# codec spec ratio density enc dec acc acc_nz (s per element or nonzero)\n");
-    for (int i = 0; i < m->ncodec; i++) {
-        const model_codec_t *c = &m->codec[i];
-        fprintf(f, "codec %s %.6g %.6g %.6e %.6e %.6e %.6e\n", c->spec, c->ratio, c->density,
-                c->enc, c->dec, c->acc, c->acc_nz);
-    }
-    if (path && fclose(f) != 0)
-        return die("cannot write %s: %s", path, strerror(errno));
-    return 0;
-}
-
-static int params_read(model_t *m, const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return die("cannot open parameters %s: %s", path, strerror(errno));
-    memset(m, 0, sizeof(*m));
-    char line[512], key[64];
-    int ln = 0, seen = 0;
-    while (fgets(line, sizeof(line), f)) {
-        ln++;
-        if (line[0] == '#' || line[0] == '\n')
-            continue;
-        double v;
-        model_codec_t c;
-        memset(&c, 0, sizeof(c));
-        if (sscanf(line, "codec %63s %lf %lf %lf %lf %lf %lf", c.spec, &c.ratio, &c.density, &c.enc,
-                   &c.dec, &c.acc, &c.acc_nz) == 7 &&
-            m->ncodec < MODEL_MAX_CODECS) {
-            m->codec[m->ncodec++] = c;
-        } else if (sscanf(line, "link %31s", m->link) == 1) {
-        } else if (sscanf(line, "%63s %lf", key, &v) == 2 && isfinite(v) && v >= 0) {
-            if (!strcmp(key, "alpha"))
-                m->alpha = v, seen |= 1;
-            else if (!strcmp(key, "beta"))
-                m->beta = v, seen |= 2;
-            else if (!strcmp(key, "gamma"))
-                m->gamma = v, seen |= 4;
-            else if (!strcmp(key, "kappa"))
-                m->kappa = v;
-            else if (!strcmp(key, "intra_alpha"))
-                m->ialpha = v;
-            else if (!strcmp(key, "intra_beta"))
-                m->ibeta = v;
-            else if (!strcmp(key, "cores"))
-                m->cores = v;
-            else if (!strcmp(key, "wire_cpu"))
-                m->wire_cpu = v != 0;
-            else if (!strcmp(key, "fitted"))
-                m->nfit = (int)v;
-            else if (!strcmp(key, "rms_rel_err"))
-                m->rms = v;
-        } else {
-            fclose(f);
-            fprintf(stderr, "gcoll-model: %s:%d: malformed line\n", path, ln);
-            return 2;
-        }
-    }
-    fclose(f);
-    if (seen != 7)
-        return die("%s: alpha, beta and gamma are required%s", path, "");
-    return 0;
-}
-
-/* ---- gcoll-codec-bench output: the figures of the largest n for each codec -------- */
-
-static int codec_bench_read(model_t *m, const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return die("cannot open codec figures %s: %s", path, strerror(errno));
-    char line[512];
-    int found = 0;
-    while (fgets(line, sizeof(line), f)) {
-        model_codec_t c;
-        double x[4], ef, dec, acc, enc;
-        char nz[32];
-        memset(&c, 0, sizeof(c));
-        if (sscanf(line, "%63s %lf %lf %lf %lf %lf %lf %lf %lf %lf %31s", c.spec, &c.ratio, &enc,
-                   &x[0], &ef, &x[1], &dec, &x[2], &acc, &x[3], nz) != 11 ||
-            !(ef > 0 && dec > 0 && acc > 0 && c.ratio > 0))
-            continue;
-        c.enc = 4e-9 / ef; /* GB/s of fp32 input -> s per element */
-        c.dec = 4e-9 / dec;
-        c.acc = 4e-9 / acc;
-        c.acc_nz = strcmp(nz, "nan") ? strtod(nz, NULL) * 1e-9 : 0;
-        const char *d = strstr(c.spec, "density=");
-        c.density = d ? strtod(d + 8, NULL) : 0;
-        if (d && !(c.density > 0 && c.density <= 1))
-            continue;
-        found++;
-        int i = 0; /* later blocks are larger tensors: they replace earlier figures */
-        while (i < m->ncodec && strcmp(m->codec[i].spec, c.spec))
-            i++;
-        if (i == MODEL_MAX_CODECS)
-            continue;
-        m->codec[i] = c;
-        if (i == m->ncodec)
-            m->ncodec++;
-    }
-    fclose(f);
-    if (!found)
-        return die("%s: no gcoll-codec-bench rows%s", path, "");
-    return 0;
-}
-
-/* ---- measurements: CSV with a header naming link,ranks,algo,codec,bytes,time_us ----- */
-
-typedef struct {
-    char link[32];
-    model_obs_t *obs;
-    int n, cap;
-} obs_set_t;
-
-typedef struct {
-    const char *link;
-    int ranks[64], nranks;
-    double smin, smax;
-    int use_load; /* take each row's load column into its CPU share */
-    int use_min;  /* repeated runs: the fastest instead of the median */
-} filter_t;
-
-static int keep(const filter_t *flt, const char *link, int P, double bytes)
-{
-    if (flt->link && strcmp(flt->link, link))
-        return 0;
-    if (bytes < flt->smin || bytes > flt->smax)
-        return 0;
-    if (!flt->nranks)
-        return 1;
-    for (int i = 0; i < flt->nranks; i++)
-        if (flt->ranks[i] == P)
-            return 1;
-    return 0;
-}
-
-static int split_csv(char *line, char **fld, int max)
-{
-    int n = 0;
-    line[strcspn(line, "\r\n")] = 0;
-    for (char *p = line; n < max;) {
-        fld[n++] = p;
-        p = strchr(p, ',');
-        if (!p)
-            break;
-        *p++ = 0;
-    }
-    return n;
-}
-
-static int meas_read(const model_t *m, const char *path, const filter_t *flt, obs_set_t *set)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return die("cannot open measurements %s: %s", path, strerror(errno));
-    char line[1024], *fld[32];
-    int ln = 0, col[6] = {-1, -1, -1, -1, -1, -1}, lcol = -1, rc = 0;
-    static const char *const names[6] = {"link", "ranks", "algo", "codec", "bytes", "time_us"};
-    while (fgets(line, sizeof(line), f) && rc == 0) {
-        ln++;
-        if (line[0] == '#' || line[0] == '\n')
-            continue;
-        int nf = split_csv(line, fld, 32);
-        if (col[0] < 0 && col[1] < 0) { /* the header */
-            for (int i = 0; i < nf; i++) {
-                for (int j = 0; j < 6; j++)
-                    if (!strcmp(fld[i], names[j]))
-                        col[j] = i;
-                if (!strcmp(fld[i], "load"))
-                    lcol = i;
-            }
-            if (flt->use_load && lcol < 0) {
-                fprintf(stderr, "gcoll-model: %s:%d: --load needs a load column\n", path, ln);
-                rc = 2;
-            }
-            for (int j = 0; j < 6; j++)
-                if (col[j] < 0) {
-                    fprintf(stderr, "gcoll-model: %s:%d: header has no column %s\n", path, ln,
-                            names[j]);
-                    rc = 2;
-                }
-            continue;
-        }
-        double P, bytes, us;
-        int maxc = 0;
-        for (int j = 0; j < 6; j++)
-            maxc = col[j] > maxc ? col[j] : maxc;
-        if (nf <= maxc || parse_num(fld[col[1]], &P, 1) || P != floor(P) || P > 1 << 20 ||
-            parse_num(fld[col[4]], &bytes, 0) || parse_num(fld[col[5]], &us, 1e-6)) {
-            fprintf(stderr,
-                    "gcoll-model: %s:%d: malformed row (ranks an integer >= 1, bytes >= 0, "
-                    "time_us > 0)\n",
-                    path, ln);
-            rc = 2;
-            break;
-        }
-        if (!keep(flt, fld[col[0]], (int)P, bytes))
-            continue;
-        model_obs_t o;
-        memset(&o, 0, sizeof(o));
-        o.q.ranks = (int)P;
-        o.q.bytes = bytes;
-        o.q.cores = m->cores;
-        o.time = us * 1e-6;
-        if (flt->use_load && (lcol >= nf || parse_num(fld[lcol], &o.q.load, 0))) {
-            fprintf(stderr, "gcoll-model: %s:%d: malformed load\n", path, ln);
-            rc = 2;
-            break;
-        }
-        const char *codec = fld[col[3]];
-        if (strcmp(codec, "none") && *codec) {
-            o.q.codec = model_codec_find(m, codec);
-            if (!o.q.codec) {
-                fprintf(stderr,
-                        "gcoll-model: %s:%d: codec %s has no costs: give --codec-bench with "
-                        "gcoll-codec-bench -c %s\n",
-                        path, ln, codec, codec);
-                rc = 2;
-                break;
-            }
-        }
-        o.q.algo = model_algo_parse(fld[col[2]]);
-        if (o.q.algo == ALG_COUNT || !model_algo_valid(o.q.algo, o.q.codec)) {
-            fprintf(stderr, "gcoll-model: %s:%d: algorithm %s does not apply to codec %s\n", path,
-                    ln, fld[col[2]], codec);
-            rc = 2;
-            break;
-        }
-        if (!set->link[0])
-            snprintf(set->link, sizeof(set->link), "%s", fld[col[0]]);
-        if (set->n == set->cap) {
-            int cap = set->cap ? 2 * set->cap : 256;
-            model_obs_t *p = realloc(set->obs, (size_t)cap * sizeof(*p));
-            if (!p) {
-                rc = die("out of memory%s%s", "", "");
-                break;
-            }
-            set->obs = p;
-            set->cap = cap;
-        }
-        set->obs[set->n++] = o;
-    }
-    if (rc == 0 && col[0] < 0 && col[1] < 0)
-        rc = die("%s: no header line (link,ranks,algo,codec,bytes,time_us)%s", path, "");
-    fclose(f);
-    return rc;
-}
-
-/* Orders by (ranks, algo, codec, bytes), then time. */
-static int obs_cmp(const void *pa, const void *pb)
-{
-    const model_obs_t *a = pa, *b = pb;
-    if (a->q.ranks != b->q.ranks)
-        return a->q.ranks < b->q.ranks ? -1 : 1;
-    if (a->q.algo != b->q.algo)
-        return a->q.algo < b->q.algo ? -1 : 1;
-    if (a->q.codec != b->q.codec)
-        return a->q.codec < b->q.codec ? -1 : 1;
-    if (a->q.bytes != b->q.bytes)
-        return a->q.bytes < b->q.bytes ? -1 : 1;
-    return (a->time > b->time) - (a->time < b->time);
-}
-
-/* Repeated runs of one case become one row: their median time, or with USE_MIN their
- * fastest (the run least disturbed by other jobs); runs[] counts them. */
-static void obs_median(obs_set_t *set, int *runs, int use_min)
-{
-    qsort(set->obs, (size_t)set->n, sizeof(*set->obs), obs_cmp);
-    int out = 0;
-    for (int i = 0; i < set->n;) {
-        int j = i + 1;
-        while (j < set->n && set->obs[j].q.ranks == set->obs[i].q.ranks &&
-               set->obs[j].q.algo == set->obs[i].q.algo &&
-               set->obs[j].q.codec == set->obs[i].q.codec &&
-               set->obs[j].q.bytes == set->obs[i].q.bytes)
-            j++;
-        int k = j - i;
-        model_obs_t o = set->obs[i + k / 2];
-        if (use_min)
-            o = set->obs[i];
-        else if (k % 2 == 0)
-            o.time = 0.5 * (set->obs[i + k / 2 - 1].time + set->obs[i + k / 2].time);
-        if (runs)
-            runs[out] = k;
-        set->obs[out++] = o;
-        i = j;
-    }
-    set->n = out;
-}
-
 /* ---- the subcommands ------------------------------------------------------------------ */
 
 #include <getopt.h>
 
 typedef struct {
     const char *out, *params, *codec_bench, *intra, *spec;
-    filter_t flt;
+    model_filter_t flt;
     double cores, density, alpha_us, beta_ns, gamma_ns, kappa, bytes, count, max_ranks;
-    int cores_set, wire_cpu, md, ranks, ppn, algo;
+    int cores_set, wire_cpu, md, ranks, ppn, nics, algo;
     double gbit[16], counts[16];
     int ngbit, ncounts;
 } opts_t;
@@ -418,7 +78,7 @@ static int parse_list(const char *s, double *v, int max, double min)
     int n = 0;
     snprintf(buf, sizeof(buf), "%s", s);
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n == max || parse_num(t, &v[n], min))
+        if (n == max || model_parse_num(t, &v[n], min))
             return -1;
         n++;
     }
@@ -427,23 +87,13 @@ static int parse_list(const char *s, double *v, int max, double min)
 
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
-    static const struct option lo[] = {{"cores", 1, 0, 1},
-                                       {"wire-cpu", 0, 0, 2},
-                                       {"codec-bench", 1, 0, 3},
-                                       {"intra", 1, 0, 4},
-                                       {"alpha-us", 1, 0, 5},
-                                       {"beta-ns", 1, 0, 6},
-                                       {"gamma-ns", 1, 0, 7},
-                                       {"md", 0, 0, 8},
-                                       {"density", 1, 0, 9},
-                                       {"ppn", 1, 0, 10},
-                                       {"link-gbit", 1, 0, 11},
-                                       {"max-ranks", 1, 0, 12},
-                                       {"load", 0, 0, 14},
-                                       {"fastest", 0, 0, 15},
-                                       {"kappa", 1, 0, 13},
-                                       {"help", 0, 0, 'h'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"cores", 1, 0, 1},    {"wire-cpu", 0, 0, 2},   {"codec-bench", 1, 0, 3},
+        {"intra", 1, 0, 4},    {"alpha-us", 1, 0, 5},   {"beta-ns", 1, 0, 6},
+        {"gamma-ns", 1, 0, 7}, {"md", 0, 0, 8},         {"density", 1, 0, 9},
+        {"ppn", 1, 0, 10},     {"link-gbit", 1, 0, 11}, {"max-ranks", 1, 0, 12},
+        {"load", 0, 0, 14},    {"nics", 1, 0, 16},      {"fastest", 0, 0, 15},
+        {"kappa", 1, 0, 13},   {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
     memset(o, 0, sizeof(*o));
     o->flt.smax = 1e300;
     o->alpha_us = o->beta_ns = o->gamma_ns = o->kappa = -1;
@@ -475,7 +125,8 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             snprintf(buf, sizeof(buf), "%s", optarg);
             if ((colon = strchr(buf, ':')))
                 *colon = 0;
-            bad = parse_bytes(buf, &smin) || (colon && parse_bytes(colon + 1, &o->flt.smax));
+            bad = model_parse_bytes(buf, &smin) ||
+                  (colon && model_parse_bytes(colon + 1, &o->flt.smax));
             o->flt.smin = smin;
             break;
         }
@@ -483,11 +134,11 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             o->params = optarg;
             break;
         case 'n':
-            bad = parse_num(optarg, &v[0], 1) || v[0] > 1 << 24 || v[0] != floor(v[0]);
+            bad = model_parse_num(optarg, &v[0], 1) || v[0] > 1 << 24 || v[0] != floor(v[0]);
             o->ranks = (int)v[0];
             break;
         case 's':
-            bad = parse_bytes(optarg, &o->bytes);
+            bad = model_parse_bytes(optarg, &o->bytes);
             break;
         case 'c':
             o->ncounts = parse_list(optarg, o->counts, 16, 0);
@@ -502,7 +153,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             o->spec = optarg;
             break;
         case 1:
-            bad = parse_num(optarg, &o->cores, 0);
+            bad = model_parse_num(optarg, &o->cores, 0);
             o->cores_set = 1;
             break;
         case 2:
@@ -515,22 +166,22 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             o->intra = optarg;
             break;
         case 5:
-            bad = parse_num(optarg, &o->alpha_us, 0);
+            bad = model_parse_num(optarg, &o->alpha_us, 0);
             break;
         case 6:
-            bad = parse_num(optarg, &o->beta_ns, 0);
+            bad = model_parse_num(optarg, &o->beta_ns, 0);
             break;
         case 7:
-            bad = parse_num(optarg, &o->gamma_ns, 0);
+            bad = model_parse_num(optarg, &o->gamma_ns, 0);
             break;
         case 8:
             o->md = 1;
             break;
         case 9:
-            bad = parse_num(optarg, &o->density, 1e-9) || o->density > 1;
+            bad = model_parse_num(optarg, &o->density, 1e-9) || o->density > 1;
             break;
         case 10:
-            bad = parse_num(optarg, &v[0], 1) || v[0] != floor(v[0]);
+            bad = model_parse_num(optarg, &v[0], 1) || v[0] != floor(v[0]);
             o->ppn = (int)v[0];
             break;
         case 11:
@@ -538,10 +189,10 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             bad = o->ngbit < 0;
             break;
         case 12:
-            bad = parse_num(optarg, &o->max_ranks, 2) || o->max_ranks > 1 << 24;
+            bad = model_parse_num(optarg, &o->max_ranks, 2) || o->max_ranks > 1 << 24;
             break;
         case 13:
-            bad = parse_num(optarg, &o->kappa, 0);
+            bad = model_parse_num(optarg, &o->kappa, 0);
             break;
         case 14:
             o->flt.use_load = 1;
@@ -549,18 +200,22 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         case 15:
             o->flt.use_min = 1;
             break;
+        case 16:
+            bad = model_parse_num(optarg, &v[0], 1) || v[0] != floor(v[0]) || v[0] > 1 << 20;
+            o->nics = (int)v[0];
+            break;
         case 'h':
             usage(stdout);
             exit(0);
         default:
-            return die("bad option (see gcoll-model --help)%s%s", "", "");
+            return model_die("bad option (see gcoll-model --help)%s%s", "", "");
         }
         if (bad) {
             char name[32] = {'-', (char)c, 0};
             for (int i = 0; lo[i].name; i++)
                 if (lo[i].val == c)
                     snprintf(name, sizeof(name), "--%s", lo[i].name);
-            return die("bad value %s for %s", optarg, name);
+            return model_die("bad value %s for %s", optarg, name);
         }
     }
     return 0;
@@ -574,24 +229,24 @@ static int cmd_fit(opts_t *o, int nfiles, char **files)
     m.ialpha = 5e-6; /* a shared-memory step and copy, as collectives/hier.c assumes */
     m.ibeta = 1.0 / 5e9;
     if (nfiles < 1)
-        return die("fit: no measurement files%s%s", "", "");
-    if (o->codec_bench && codec_bench_read(&m, o->codec_bench))
+        return model_die("fit: no measurement files%s%s", "", "");
+    if (o->codec_bench && model_codec_bench_read(&m, o->codec_bench))
         return 2;
     if (o->intra) {
         model_t im;
-        if (params_read(&im, o->intra))
+        if (model_params_read(&im, o->intra))
             return 2;
         m.ialpha = im.alpha;
         m.ibeta = im.beta;
     }
-    obs_set_t set;
+    model_obs_set_t set;
     memset(&set, 0, sizeof(set));
     for (int i = 0; i < nfiles; i++)
-        if (meas_read(&m, files[i], &o->flt, &set)) {
+        if (model_meas_read(&m, files[i], &o->flt, &set)) {
             free(set.obs);
             return 2;
         }
-    obs_median(&set, NULL, o->flt.use_min);
+    model_obs_median(&set, NULL, o->flt.use_min);
     snprintf(m.link, sizeof(m.link), "%s", o->flt.link ? o->flt.link : set.link);
     m.wire_cpu = o->wire_cpu || !strcmp(m.link, "loopback");
     unsigned fixed = 0;
@@ -609,7 +264,7 @@ static int cmd_fit(opts_t *o, int nfiles, char **files)
     int rc = model_fit(&m, set.obs, set.n, fixed, why, sizeof(why));
     free(set.obs);
     if (rc)
-        return die("fit: %s%s", why, "");
+        return model_die("fit: %s%s", why, "");
     if (m.wire_cpu && !o->intra) {
         m.ialpha = m.alpha;
         m.ibeta = m.beta;
@@ -619,22 +274,22 @@ static int cmd_fit(opts_t *o, int nfiles, char **files)
             "ns/B, kappa %.2f, rms relative error %.1f%%\n",
             m.link, m.nfit, m.alpha * 1e6, m.beta * 1e9, m.beta > 0 ? 1e-9 / m.beta : 0,
             m.gamma * 1e9, m.kappa, 100 * m.rms);
-    return params_write(&m, o->out);
+    return model_params_write(&m, o->out);
 }
 
 static int cmd_check(opts_t *o, int nfiles, char **files)
 {
     model_t m;
     if (!o->params)
-        return die("check: -p PARAMS is required%s%s", "", "");
-    if (params_read(&m, o->params))
+        return model_die("check: -p PARAMS is required%s%s", "", "");
+    if (model_params_read(&m, o->params))
         return 2;
     if (o->cores_set)
         m.cores = o->cores;
-    obs_set_t set;
+    model_obs_set_t set;
     memset(&set, 0, sizeof(set));
     for (int i = 0; i < nfiles; i++)
-        if (meas_read(&m, files[i], &o->flt, &set)) {
+        if (model_meas_read(&m, files[i], &o->flt, &set)) {
             free(set.obs);
             return 2;
         }
@@ -642,9 +297,9 @@ static int cmd_check(opts_t *o, int nfiles, char **files)
     if (nfiles < 1 || set.n == 0 || !runs) {
         free(set.obs);
         free(runs);
-        return die("check: no measurements%s%s", "", "");
+        return model_die("check: no measurements%s%s", "", "");
     }
-    obs_median(&set, runs, o->flt.use_min);
+    model_obs_median(&set, runs, o->flt.use_min);
     if (o->md)
         printf("| ranks | algorithm | codec | size (B) | runs | measured (us) | predicted (us) "
                "| error |\n| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
@@ -694,9 +349,9 @@ static int cmd_predict(opts_t *o)
 {
     model_t m;
     if (!o->params || o->ranks < 1 || (o->bytes < 0 && o->count < 0))
-        return die("predict: -p PARAMS, -n RANKS and -s BYTES or -c COUNT are required%s%s", "",
-                   "");
-    if (params_read(&m, o->params))
+        return model_die("predict: -p PARAMS, -n RANKS and -s BYTES or -c COUNT are required%s%s",
+                         "", "");
+    if (model_params_read(&m, o->params))
         return 2;
     relink(&m, o, o->ngbit ? o->gbit[0] : 0);
     model_query_t q;
@@ -705,9 +360,10 @@ static int cmd_predict(opts_t *o)
     q.bytes = o->bytes >= 0 ? o->bytes : 4 * o->count;
     q.density = o->density;
     q.ppn = o->ppn;
+    q.nics = o->nics;
     q.cores = o->cores;
     if (o->spec && !(q.codec = model_codec_find(&m, o->spec)))
-        return die("predict: codec %s has no costs in %s", o->spec, o->params);
+        return model_die("predict: codec %s has no costs in %s", o->spec, o->params);
     for (int a = 0; a < ALG_COUNT; a++) {
         if (o->algo >= 0 ? a != o->algo : (a == ALG_BEST || a == ALG_COMPRESSED))
             continue;
@@ -717,7 +373,7 @@ static int cmd_predict(opts_t *o)
         char why[256];
         double t = model_predict(&m, &q, why, sizeof(why));
         if (t < 0)
-            return die("predict: %s%s", why, "");
+            return model_die("predict: %s%s", why, "");
         printf("%-10s %-20s ranks %d ppn %d bytes %.0f: %.6g s (%s)\n", model_algo_names[a],
                q.codec ? q.codec->spec : "none", q.ranks, q.ppn, q.bytes, t,
                model_algo_names[model_resolve(&m, &q)]);
@@ -736,14 +392,14 @@ static int cmd_table(opts_t *o)
 {
     model_t m;
     if (!o->params)
-        return die("table: -p PARAMS is required%s%s", "", "");
-    if (params_read(&m, o->params))
+        return model_die("table: -p PARAMS is required%s%s", "", "");
+    if (model_params_read(&m, o->params))
         return 2;
     const model_codec_t *sp = NULL, *qz = NULL;
     for (int i = m.ncodec - 1; i >= 0; i--)
         *(m.codec[i].density > 0 ? &sp : &qz) = &m.codec[i];
     if (o->spec && !(sp = qz = model_codec_find(&m, o->spec)))
-        return die("table: codec %s has no costs in %s", o->spec, o->params);
+        return model_die("table: codec %s has no costs in %s", o->spec, o->params);
     static const col_t cols[] = {
         {"ring", ALG_RING, 0, 0, 0},           {"rhd", ALG_RHD, 0, 0, 0},
         {"tree", ALG_TREE, 0, 0, 0},           {"topk ag", ALG_ALLGATHER, 1, 0, 0},
@@ -785,6 +441,7 @@ static int cmd_table(opts_t *o)
                     q.codec = cols[c].sparse ? sp : cols[c].quant ? qz : NULL;
                     q.density = cols[c].sparse ? o->density : 0;
                     q.ppn = cols[c].hier ? ppn : 0;
+                    q.nics = o->nics;
                     q.cores = o->cores;
                     double t = (cols[c].sparse || cols[c].quant) && !q.codec
                                    ? -1
@@ -821,11 +478,11 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "check"))
         return cmd_check(&o, nfiles, files);
     if (nfiles > 0)
-        return die("%s takes no file arguments (%s)", cmd, files[0]);
+        return model_die("%s takes no file arguments (%s)", cmd, files[0]);
     if (!strcmp(cmd, "predict"))
         return cmd_predict(&o);
     if (!strcmp(cmd, "table"))
         return cmd_table(&o);
-    return die("unknown command %s (fit, check, predict or table; see gcoll-model --help)%s", cmd,
-               "");
+    return model_die("unknown command %s (fit, check, predict or table; see gcoll-model --help)%s",
+                     cmd, "");
 }

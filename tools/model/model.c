@@ -253,10 +253,13 @@ static int query_terms(const model_t *m, const model_query_t *q, terms_t *t, dou
         n /= L;
     }
     if (H > 1) {
+        double w0 = t->wbytes;
         if (q->codec)
             comp_terms(a, H, n, q->codec, q, t);
         else
             dense_terms(a, H, n, t);
+        if (L > 1 && q->nics > 0 && q->nics < L) /* L rails through nics links */
+            t->wbytes = w0 + (t->wbytes - w0) * L / q->nics;
     }
     double on_host = q->ppn > 0 ? q->ppn : P;
     if (q->load > on_host) /* other jobs' processes share the CPUs too */

@@ -59,6 +59,7 @@ typedef struct {
     const model_codec_t *codec; /* NULL: dense */
     double density;             /* > 0: overrides a sparsifier's density */
     int ppn;                    /* ranks per host; > 1 and < P: hierarchical */
+    int nics;                   /* hierarchical: NICs per host its rails share; 0: one per rank */
     double cores;               /* CPUs shared by the ranks of a host; 0: one per rank */
     double load; /* runnable processes on the host, if more than its ranks (load average) */
 } model_query_t;
@@ -85,5 +86,39 @@ int model_fit(model_t *m, const model_obs_t *obs, int n, unsigned fixed_mask, ch
 
 /* The codec named SPEC in M, or NULL. */
 const model_codec_t *model_codec_find(const model_t *m, const char *spec);
+
+/* ---- files (tools/model/model_io.c) ---------------------------------------------------- */
+
+typedef struct {
+    char link[32];
+    model_obs_t *obs;
+    int n, cap;
+} model_obs_set_t;
+
+typedef struct {
+    const char *link;
+    int ranks[64], nranks;
+    double smin, smax;
+    int use_load; /* take each row's load column into its CPU share */
+    int use_min;  /* repeated runs: the fastest instead of the median */
+} model_filter_t;
+
+/* Prints "gcoll-model: " FMT (with A and B) to stderr; returns 2, the tools' usage status. */
+int model_die(const char *fmt, const char *a, const char *b);
+/* A size in bytes with an optional K, M or G (powers of 1024) suffix; 0 or -1. */
+int model_parse_bytes(const char *s, double *out);
+/* A finite number >= MIN with nothing after it; 0 or -1. */
+int model_parse_num(const char *s, double *out, double min);
+/* The parameters file: "key value" lines and "codec SPEC ratio density enc dec acc acc_nz"
+ * (PATH NULL: standard output). 0, or 2 with a message. */
+int model_params_write(const model_t *m, const char *path);
+int model_params_read(model_t *m, const char *path);
+/* gcoll-codec-bench's output: each codec's figures of the largest tensor. 0 or 2. */
+int model_codec_bench_read(model_t *m, const char *path);
+/* Appends the rows of PATH that FLT keeps; every bad row is an error naming file:line. */
+int model_meas_read(const model_t *m, const char *path, const model_filter_t *flt,
+                    model_obs_set_t *set);
+/* Repeated runs of a case become one row (median, or fastest); runs[] counts them. */
+void model_obs_median(model_obs_set_t *set, int *runs, int use_min);
 
 #endif
