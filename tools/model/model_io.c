@@ -196,6 +196,31 @@ static int split_csv(char *line, char **fld, int max)
     return n;
 }
 
+/* The columns: six required, then load, ppn and nics (hierarchical rows), optional. */
+#define NCOL 9
+static const char *const col_names[NCOL] = {"link",    "ranks", "algo", "codec", "bytes",
+                                            "time_us", "load",  "ppn",  "nics"};
+
+static int header(char **fld, int nf, int *col, const model_filter_t *flt, const char *path, int ln)
+{
+    int rc = 0;
+    for (int i = 0; i < nf; i++)
+        for (int j = 0; j < NCOL; j++)
+            if (!strcmp(fld[i], col_names[j]))
+                col[j] = i;
+    for (int j = 0; j < 6; j++)
+        if (col[j] < 0) {
+            fprintf(stderr, "gcoll-model: %s:%d: header has no column %s\n", path, ln,
+                    col_names[j]);
+            rc = 2;
+        }
+    if (flt->use_load && col[6] < 0) {
+        fprintf(stderr, "gcoll-model: %s:%d: --load needs a load column\n", path, ln);
+        rc = 2;
+    }
+    return rc;
+}
+
 int model_meas_read(const model_t *m, const char *path, const model_filter_t *flt,
                     model_obs_set_t *set)
 {
@@ -203,35 +228,16 @@ int model_meas_read(const model_t *m, const char *path, const model_filter_t *fl
     if (!f)
         return model_die("cannot open measurements %s: %s", path, strerror(errno));
     char line[1024], *fld[32];
-    int ln = 0, col[6] = {-1, -1, -1, -1, -1, -1}, lcol = -1, pcol = -1, ncol = -1, rc = 0;
-    static const char *const names[6] = {"link", "ranks", "algo", "codec", "bytes", "time_us"};
+    int ln = 0, col[NCOL], rc = 0;
+    for (int j = 0; j < NCOL; j++)
+        col[j] = -1;
     while (fgets(line, sizeof(line), f) && rc == 0) {
         ln++;
         if (line[0] == '#' || line[0] == '\n')
             continue;
         int nf = split_csv(line, fld, 32);
         if (col[0] < 0 && col[1] < 0) { /* the header */
-            for (int i = 0; i < nf; i++) {
-                for (int j = 0; j < 6; j++)
-                    if (!strcmp(fld[i], names[j]))
-                        col[j] = i;
-                if (!strcmp(fld[i], "load"))
-                    lcol = i;
-                if (!strcmp(fld[i], "ppn")) /* optional: hierarchical rows */
-                    pcol = i;
-                if (!strcmp(fld[i], "nics"))
-                    ncol = i;
-            }
-            if (flt->use_load && lcol < 0) {
-                fprintf(stderr, "gcoll-model: %s:%d: --load needs a load column\n", path, ln);
-                rc = 2;
-            }
-            for (int j = 0; j < 6; j++)
-                if (col[j] < 0) {
-                    fprintf(stderr, "gcoll-model: %s:%d: header has no column %s\n", path, ln,
-                            names[j]);
-                    rc = 2;
-                }
+            rc = header(fld, nf, col, flt, path, ln);
             continue;
         }
         double P, bytes, us;
@@ -255,14 +261,14 @@ int model_meas_read(const model_t *m, const char *path, const model_filter_t *fl
         o.q.bytes = bytes;
         o.q.cores = m->cores;
         o.time = us * 1e-6;
-        if (flt->use_load && (lcol >= nf || model_parse_num(fld[lcol], &o.q.load, 0))) {
+        if (flt->use_load && (col[6] >= nf || model_parse_num(fld[col[6]], &o.q.load, 0))) {
             fprintf(stderr, "gcoll-model: %s:%d: malformed load\n", path, ln);
             rc = 2;
             break;
         }
         double ppn = 0, nics = 0;
-        if ((pcol >= 0 && (pcol >= nf || model_parse_num(fld[pcol], &ppn, 0) || ppn > P)) ||
-            (ncol >= 0 && (ncol >= nf || model_parse_num(fld[ncol], &nics, 0) || nics > P))) {
+        if ((col[7] >= 0 && (col[7] >= nf || model_parse_num(fld[col[7]], &ppn, 0) || ppn > P)) ||
+            (col[8] >= 0 && (col[8] >= nf || model_parse_num(fld[col[8]], &nics, 0) || nics > P))) {
             fprintf(stderr, "gcoll-model: %s:%d: malformed ppn or nics\n", path, ln);
             rc = 2;
             break;
