@@ -311,7 +311,10 @@ static int cmd_check(opts_t *o, int nfiles, char **files)
     for (int i = 0; i < set.n; i++) {
         const model_obs_t *x = &set.obs[i];
         double t = model_predict(&m, &x->q, NULL, 0), e = (t - x->time) / x->time;
-        const char *algo = model_algo_names[model_resolve(&m, &x->q)];
+        char algo[48];
+        snprintf(algo, sizeof(algo), "%s", model_algo_names[model_resolve(&m, &x->q)]);
+        if (x->q.ppn > 1 && x->q.ppn < x->q.ranks) /* hierarchical: L ranks per host */
+            snprintf(algo + strlen(algo), sizeof(algo) - strlen(algo), "/hier%d", x->q.ppn);
         const char *codec = x->q.codec ? x->q.codec->spec : "none";
         if (o->md)
             printf("| %d | %s | %s | %.0f | %d | %.1f | %.1f | %+.0f%% |\n", x->q.ranks, algo,

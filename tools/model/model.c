@@ -188,8 +188,20 @@ static void comp_terms(model_algo_t a, int P, double n, const model_codec_t *c,
     }
 }
 
-model_algo_t model_resolve(const model_t *m, const model_query_t *q)
+/* Hosts of L ranks when Q is hierarchical, else 1. */
+static int host_ranks(const model_query_t *q)
 {
+    return q->ppn > 1 && q->ppn < q->ranks && q->ranks % q->ppn == 0 ? q->ppn : 1;
+}
+
+model_algo_t model_resolve(const model_t *m, const model_query_t *qin)
+{
+    model_query_t inter = *qin; /* a hierarchical call decides on its step across hosts */
+    const model_query_t *q = &inter;
+    int L = host_ranks(qin);
+    inter.ranks /= L;
+    inter.bytes /= L;
+    inter.ppn = 0;
     if (q->algo == ALG_COMPRESSED && q->codec) {
         const model_codec_t *c = q->codec;
         if (c->density == 0) /* the ring once every rank's chunk is 1 MiB or more */
@@ -243,7 +255,7 @@ static int query_terms(const model_t *m, const model_query_t *q, terms_t *t, dou
         return -1;
     }
     model_algo_t a = model_resolve(m, q);
-    int P = q->ranks, L = q->ppn > 1 && q->ppn < P && P % q->ppn == 0 ? q->ppn : 1;
+    int P = q->ranks, L = host_ranks(q);
     int H = P / L;
     double n = q->bytes;
     if (L > 1) { /* two levels: exact inside the host over shared memory, then across */

@@ -326,7 +326,17 @@ static int obs_cmp(const void *pa, const void *pb)
         return a->q.codec < b->q.codec ? -1 : 1;
     if (a->q.bytes != b->q.bytes)
         return a->q.bytes < b->q.bytes ? -1 : 1;
+    if (a->q.ppn != b->q.ppn)
+        return a->q.ppn < b->q.ppn ? -1 : 1;
+    if (a->q.nics != b->q.nics)
+        return a->q.nics < b->q.nics ? -1 : 1;
     return (a->time > b->time) - (a->time < b->time);
+}
+
+static int same_case(const model_obs_t *a, const model_obs_t *b)
+{
+    return a->q.ranks == b->q.ranks && a->q.algo == b->q.algo && a->q.codec == b->q.codec &&
+           a->q.bytes == b->q.bytes && a->q.ppn == b->q.ppn && a->q.nics == b->q.nics;
 }
 
 /* Repeated runs of one case become one row: their median time, or with USE_MIN their
@@ -337,10 +347,7 @@ void model_obs_median(model_obs_set_t *set, int *runs, int use_min)
     int out = 0;
     for (int i = 0; i < set->n;) {
         int j = i + 1;
-        while (j < set->n && set->obs[j].q.ranks == set->obs[i].q.ranks &&
-               set->obs[j].q.algo == set->obs[i].q.algo &&
-               set->obs[j].q.codec == set->obs[i].q.codec &&
-               set->obs[j].q.bytes == set->obs[i].q.bytes)
+        while (j < set->n && same_case(&set->obs[j], &set->obs[i]))
             j++;
         int k = j - i;
         model_obs_t o = set->obs[i + k / 2];
