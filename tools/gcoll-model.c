@@ -85,6 +85,8 @@ static int parse_list(const char *s, double *v, int max, double min)
     return n ? n : -1;
 }
 
+/* Over 100 lines: one switch case per option, each a line or two; splitting it would only
+ * scatter the table of options. */
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
     static const struct option lo[] = {
