@@ -48,7 +48,7 @@ static gcoll_status_t bcast_chain(gcoll_comm_t *comm, void *buf, size_t bytes, i
 {
     const int P = comm->size, vr = (comm->rank - root + P) % P;
     const int prev = (comm->rank - 1 + P) % P, next = (comm->rank + 1) % P;
-    size_t chunk = GCOLL_MAX(comm->cfg.ring_chunk, (size_t)1);
+    size_t chunk = GCOLL_MAX(comm->cfg.coll.ring_chunk, (size_t)1);
     size_t nch = GCOLL_DIV_UP(bytes, chunk);
     gcoll_treq_t *rreq = calloc(2 * nch, sizeof(*rreq)), *sreq = rreq + nch;
     if (!rreq)

@@ -188,7 +188,7 @@ out:
 static int gather_direct(const gcoll_comm_t *comm, const gcoll_compressor_t *c, size_t count)
 {
     size_t b = gcoll_codec_bound(c, count);
-    return comm->size > 1 && comm->cfg.sparse_algo == GCOLL_SPARSE_AUTO && b > 0 &&
+    return comm->size > 1 && comm->cfg.coll.sparse_algo == GCOLL_SPARSE_AUTO && b > 0 &&
            b <= count * sizeof(float) / (size_t)comm->size;
 }
 
@@ -345,7 +345,7 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
 {
     const int P = comm->size;
     unsigned flags = gcoll_codec_flags(c);
-    size_t segf = GCOLL_CRING_SEG(comm->cfg.ring_chunk);
+    size_t segf = GCOLL_CRING_SEG(comm->cfg.coll.ring_chunk);
     size_t per = count / (size_t)(P > 0 ? P : 1);
     snprintf(why, len, "by codec");
     if (!shard_only && (flags & GCOLL_CODEC_LOSSLESS) && c->vs.fmt == GCOLL_VF_F32)
@@ -361,7 +361,7 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
                  k, count, gcoll_topk_stream_segment(comm, count));
         return S_STREAM;
     }
-    if (comm->cfg.compressed_algo == ALGO_ALLTOALL) {
+    if (comm->cfg.coll.compressed_algo == ALGO_ALLTOALL) {
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_ALLTOALL;
     }
@@ -371,7 +371,7 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
                                                       "sums");
         return S_ALLTOALL;
     }
-    if (comm->cfg.compressed_algo == ALGO_RING) {
+    if (comm->cfg.coll.compressed_algo == ALGO_RING) {
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_RING;
     }
@@ -388,7 +388,7 @@ const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compre
         return NULL;
     scheme_t sc = pick_scheme(comm, c, NULL, count, shard_only, why, sizeof(why));
     if (segment_p)
-        *segment_p = sc == S_RING ? gcoll_cring_segment(comm->cfg.ring_chunk, count, comm->size)
+        *segment_p = sc == S_RING ? gcoll_cring_segment(comm->cfg.coll.ring_chunk, count, comm->size)
                                   : 0;
     return scheme_names[sc];
 }

@@ -282,7 +282,7 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     R.left = (R.r - 1 + R.P) % R.P;
     R.right = (R.r + 1) % R.P;
     R.steps = (size_t)(R.P - 1);
-    R.g.segf = gcoll_cring_segment(comm->cfg.ring_chunk, count, R.P);
+    R.g.segf = gcoll_cring_segment(comm->cfg.coll.ring_chunk, count, R.P);
     R.g.nseg = nseg_of(&R.g, gcoll_even_chunk(count, R.P, 0).len);
     R.g.segcap = gcoll_codec_bound(c, R.g.segf);
     if (R.g.segcap == 0) {

@@ -194,7 +194,7 @@ static gcoll_status_t run_reduce_scatter(gcoll_comm_t *comm, gcoll_request_t *re
             memmove(recv, send, n * esz);
         return GCOLL_OK;
     }
-    size_t sl = GCOLL_MIN(n, GCOLL_MAX(comm->cfg.ring_slice / esz / P, (size_t)1));
+    size_t sl = GCOLL_MIN(n, GCOLL_MAX(comm->cfg.coll.ring_slice / esz / P, (size_t)1));
     uint8_t *work = malloc(2 * P * sl * esz), *tmp = work ? work + P * sl * esz : NULL;
     gcoll_span_t *seg = calloc(P, sizeof(*seg));
     gcoll_status_t st = GCOLL_ERR_NOMEM;
@@ -213,7 +213,7 @@ static gcoll_status_t run_reduce_scatter(gcoll_comm_t *comm, gcoll_request_t *re
         GCOLL_CHECK_GOTO(gcoll_ring_run(comm, &plan), st, out);
         memcpy(recv + off * esz, work + seg[r].off, len * esz);
         plan.sub0 += (uint32_t)((P - 1) * GCOLL_MAX(GCOLL_DIV_UP(len, GCOLL_MAX(
-                                    comm->cfg.ring_chunk / esz, (size_t)1)), (size_t)1));
+                                    comm->cfg.coll.ring_chunk / esz, (size_t)1)), (size_t)1));
     }
     gcoll_reduce_finish(recv, n, a->dtype, a->op, comm->size);
     comm->chan.counters.bytes_raw += P * n * esz;

@@ -81,8 +81,8 @@ gcoll_status_t gcoll_hier_layout(gcoll_comm_t *comm, gcoll_hier_t **h_p)
     }
     const int P = comm->size;
     char mine[GCOLL_HIER_HOSTLEN] = "";
-    if (comm->cfg.hostname && *comm->cfg.hostname)
-        snprintf(mine, sizeof(mine), "%s", comm->cfg.hostname);
+    if (comm->cfg.coll.hostname && *comm->cfg.coll.hostname)
+        snprintf(mine, sizeof(mine), "%s", comm->cfg.coll.hostname);
     else if (gethostname(mine, sizeof(mine) - 1) != 0)
         snprintf(mine, sizeof(mine), "localhost");
     mine[sizeof(mine) - 1] = '\0';
@@ -213,9 +213,9 @@ static gcoll_status_t make_children(gcoll_comm_t *comm, gcoll_hier_t *h)
         return st;
     }
     /* the children run their collectives flat (index 1 of "auto|0|1") */
-    h->local->cfg.hier = 1;
+    h->local->cfg.coll.hier = 1;
     if (h->rail)
-        h->rail->cfg.hier = 1;
+        h->rail->cfg.coll.hier = 1;
     h->split = 1;
     GCOLL_INFO(GCOLL_SUBSYS_INIT,
                "hierarchy: a %d-rank communicator on this host and a %d-rank one across "
@@ -231,8 +231,8 @@ gcoll_status_t gcoll_hier_use(gcoll_comm_t *comm, const char *what, size_t bytes
     *use_p = 0;
     /* GCOLL_HIER=0 costs nothing: no exchange, no children; nor does auto below
      * GCOLL_HIER_AUTO_MIN, where three child collectives cost more than a flat tree */
-    if (comm->size < 3 || comm->cfg.hier == 1 || comm->broken != GCOLL_OK ||
-        (comm->cfg.hier == 0 && bytes < GCOLL_HIER_AUTO_MIN))
+    if (comm->size < 3 || comm->cfg.coll.hier == 1 || comm->broken != GCOLL_OK ||
+        (comm->cfg.coll.hier == 0 && bytes < GCOLL_HIER_AUTO_MIN))
         return GCOLL_OK;
     gcoll_hier_t *h;
     GCOLL_CHECK(gcoll_hier_layout(comm, &h));
@@ -247,7 +247,7 @@ gcoll_status_t gcoll_hier_use(gcoll_comm_t *comm, const char *what, size_t bytes
     m.encode_s_per_byte = encode_s_per_byte;
     m.sparse_result = sparse_result;
     char why[256];
-    int use = gcoll_hier_decide(comm->cfg.hier, &m, bytes, why, sizeof(why));
+    int use = gcoll_hier_decide(comm->cfg.coll.hier, &m, bytes, why, sizeof(why));
     GCOLL_INFO(GCOLL_SUBSYS_COLL, "%s of %zu bytes: %s, because %s", what, bytes,
                use ? "hierarchical" : "flat", why);
     if (use && !h->split) {

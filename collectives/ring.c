@@ -94,13 +94,13 @@ static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, u
     size_t maxseg = 0;
     for (long i = 0; i < P; i++)
         maxseg = GCOLL_MAX(maxseg, p->seg[i].len / p->esz);
-    size_t chunk_elems = GCOLL_MAX(comm->cfg.ring_chunk / p->esz, (size_t)1);
+    size_t chunk_elems = GCOLL_MAX(comm->cfg.coll.ring_chunk / p->esz, (size_t)1);
     size_t nch = GCOLL_MAX(GCOLL_DIV_UP(maxseg, chunk_elems), (size_t)1);
     size_t nreq = nsteps * nch;
     gcoll_treq_t *rreq = calloc(2 * nreq, sizeof(*rreq)), *sreq = rreq + nreq;
     size_t *cur = calloc(nch, sizeof(*cur));
     /* GCOLL_RING_DEPTH: sends in order, at most depth of them in flight (0: no limit) */
-    send_q_t q = {.depth = (size_t)comm->cfg.ring_depth, .order = calloc(nreq, sizeof(size_t))};
+    send_q_t q = {.depth = (size_t)comm->cfg.coll.ring_depth, .order = calloc(nreq, sizeof(size_t))};
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (!rreq || !cur || !q.order)
         goto out;
@@ -214,7 +214,7 @@ static gcoll_status_t ring_allreduce(gcoll_comm_t *comm, const void *sendbuf, vo
             memcpy(recvbuf, sendbuf, count * esz);
         return GCOLL_OK;
     }
-    size_t slice = GCOLL_MAX(comm->cfg.ring_slice / esz, P);
+    size_t slice = GCOLL_MAX(comm->cfg.coll.ring_slice / esz, P);
     size_t maxcount = GCOLL_MIN(count, slice);
     gcoll_span_t *seg = calloc(P, sizeof(*seg));
     /* out of place, reduce-scatter data is received into recvbuf: no temporary */
@@ -237,7 +237,7 @@ static gcoll_status_t ring_allreduce(gcoll_comm_t *comm, const void *sendbuf, vo
         plan.src = oop ? (const uint8_t *)sendbuf + off * esz : NULL;
         /* data takes tags sub0 .. sub0 + 2 (P-1) nch - 1; the 2 P after them are free */
         uint32_t nsub = (uint32_t)(2 * (P - 1) * GCOLL_DIV_UP(GCOLL_DIV_UP(n, P),
-                                   GCOLL_MAX(comm->cfg.ring_chunk / esz, (size_t)1)));
+                                   GCOLL_MAX(comm->cfg.coll.ring_chunk / esz, (size_t)1)));
         GCOLL_CHECK_GOTO(ring_run(comm, &plan, n * esz >= RING_READY_MIN ? plan.sub0 + nsub
                                                                          : NO_READY),
                          st, out);

@@ -82,10 +82,10 @@ static double cost(gcoll_algo_t a, double n, int P)
 
 gcoll_algo_t gcoll_algo_select(const gcoll_comm_t *comm, size_t bytes, char *why, size_t len)
 {
-    if (comm->cfg.algo != GCOLL_ALGO_AUTO) {
+    if (comm->cfg.coll.algo != GCOLL_ALGO_AUTO) {
         if (why)
-            snprintf(why, len, "GCOLL_ALGO=%s", gcoll_algo_names[comm->cfg.algo]);
-        return (gcoll_algo_t)comm->cfg.algo;
+            snprintf(why, len, "GCOLL_ALGO=%s", gcoll_algo_names[comm->cfg.coll.algo]);
+        return (gcoll_algo_t)comm->cfg.coll.algo;
     }
     /* Ties go to the earlier (recursive doubling, tree, rhd, ring); equal figures summed in
      * another order must tie too, hence the relative margin. */

@@ -396,8 +396,8 @@ static gcoll_sparse_plan_t choose(const gcoll_comm_t *comm, const census_t *cen,
     double b_dense = 2.0 * 4.0 * (double)count * f;
     gcoll_sparse_plan_t plan = GCOLL_SPARSE_ALLGATHER;
     double best = b_all;
-    if (comm->cfg.sparse_algo != GCOLL_SPARSE_AUTO) {
-        plan = (gcoll_sparse_plan_t)(comm->cfg.sparse_algo - 1);
+    if (comm->cfg.coll.sparse_algo != GCOLL_SPARSE_AUTO) {
+        plan = (gcoll_sparse_plan_t)(comm->cfg.coll.sparse_algo - 1);
     } else {
         /* split pays two extra latency-bound steps: it must win by more than that */
         if (b_split + 2.0 * P * 64 * 1024 < best) {
@@ -409,7 +409,7 @@ static gcoll_sparse_plan_t choose(const gcoll_comm_t *comm, const census_t *cen,
     }
     snprintf(why, len, "%.0f pairs over %d ranks, dense size %zu: bytes per rank allgather "
              "%.0f, split %.0f, dense %.0f%s", ntot, P, count, b_all, b_split, b_dense,
-             comm->cfg.sparse_algo != GCOLL_SPARSE_AUTO ? " (forced by GCOLL_SPARSE_ALGO)" : "");
+             comm->cfg.coll.sparse_algo != GCOLL_SPARSE_AUTO ? " (forced by GCOLL_SPARSE_ALGO)" : "");
     return plan;
 }
 

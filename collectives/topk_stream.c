@@ -52,7 +52,7 @@ enum { TRAILER_FALLBACK = 1u };
 
 size_t gcoll_topk_stream_segment(const gcoll_comm_t *comm, size_t count)
 {
-    size_t seg = comm->cfg.topk_stream;
+    size_t seg = comm->cfg.coll.topk_stream;
     if (seg == 0)
         return 0;
     seg = GCOLL_MAX(seg, GCOLL_DIV_UP(count, (size_t)STREAM_SEGS_MAX));
@@ -65,7 +65,7 @@ int gcoll_topk_stream_eligible(const gcoll_comm_t *comm, const gcoll_compressor_
     size_t seg = gcoll_topk_stream_segment(comm, count);
     /* the selection streams its pass only for top-k of e + g sent as f32 (select.h); the
      * plain path would pick the allgather plan (merged pairs well under the dense size) */
-    return comm->size > 1 && comm->cfg.sparse_algo == GCOLL_SPARSE_AUTO && seg &&
+    return comm->size > 1 && comm->cfg.coll.sparse_algo == GCOLL_SPARSE_AUTO && seg &&
            count >= STREAM_SEGS_MIN * seg && count <= GCOLL_WIRE_MAX_COUNT && ef &&
            c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE &&
            !gcoll_codec_layered(c, 0, count) && /* one trim rule for the whole tensor */

@@ -278,15 +278,15 @@ gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p)
  * else Open MPI's. */
 static void resolve_ring_depth(gcoll_comm_t *comm)
 {
-    if (comm->cfg.ring_depth >= 0)
+    if (comm->cfg.coll.ring_depth >= 0)
         return;
     long local = comm->cfg.local_size, cpus = sysconf(_SC_NPROCESSORS_ONLN);
     const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     if (local <= 0 && v && gcoll_parse_long(v, 1, 1 << 20, &local) != 0)
         local = -1;
-    comm->cfg.ring_depth = local > 0 && cpus > 0 && local > cpus ? 1 : 0;
+    comm->cfg.coll.ring_depth = local > 0 && cpus > 0 && local > cpus ? 1 : 0;
     GCOLL_INFO(GCOLL_SUBSYS_INIT, "ring depth %ld: %ld local rank(s) on %ld CPU(s)",
-               comm->cfg.ring_depth, local, cpus);
+               comm->cfg.coll.ring_depth, local, cpus);
 }
 
 static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, char *err,
