@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "comm.h"
 #include "compress/compress.h"
 #include "compressed.h"
 #include "adapt.h"
@@ -44,11 +45,11 @@ gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n)
 
 
 /* Quantizers: all-to-all of worker-compressed chunks, reduce, re-compress, gather. */
-static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+static gcoll_status_t run_quantized(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
                                     float *out, size_t count, gcoll_op_t op, int shard_only,
                                     gcoll_nancheck_t check, uint32_t sig)
 {
-    const int P = comm->size, r = comm->rank;
+    const int P = ctx->size, r = ctx->rank;
     const gcoll_compressor_t *c = s->c;
     const gcoll_span_t mine = chunk(count, P, r);
     size_t *len = calloc(3 * (size_t)P, sizeof(size_t)), *cap = len + P, *rlen = cap + P;
@@ -88,7 +89,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         rbuf[j] = rstore + rtot;
         rtot += gcoll_codec_bound(c, mine.len);
     }
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     /* 2. chunk j goes to rank j */
     size_t rc = gcoll_codec_bound(c, mine.len);
     size_t *rcap = calloc((size_t)P, sizeof(size_t));
@@ -96,7 +97,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         goto out;
     for (int j = 0; j < P; j++)
         rcap[j] = rc;
-    st = gcoll_exchange_anylen(comm, PHASE(0), sig, sbuf, len, rbuf, rcap, rlen);
+    st = gcoll_exchange_anylen(ctx, PHASE(0), sig, sbuf, len, rbuf, rcap, rlen);
     free(rcap);
     if (st != GCOLL_OK)
         goto out;
@@ -108,7 +109,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         st = gcoll_codec_decode(c, rbuf[i], rlen[i], acc, mine.len,
                                 i == 0 ? GCOLL_DECODE_SET : GCOLL_DECODE_ADD);
         if (st != GCOLL_OK) {
-            gcoll_comm_set_error(comm, "the compressed chunk from rank %d is malformed", i);
+            gcoll_channel_set_error(ctx->ch, "the compressed chunk from rank %d is malformed", i);
             goto out;
         }
     }
@@ -121,7 +122,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
     sstore = rstore = NULL;
     if (shard_only) {
         memcpy(out, acc, mine.len * sizeof(float));
-        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+        ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
         goto out;
     }
     /* 4. server: re-compress the reduced chunk with its own residual */
@@ -135,7 +136,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         gcoll_codec_encode_range(c, s->server, 0, acc, mine.len, s->step, NULL, smsg, mcap, &mlen),
         st, out);
     s->server->step++;
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     /* 5. everyone gathers every compressed chunk and decodes it in place (the reduced
      * chunk is done with: freed before the gather's buffers are taken) */
     free(acc);
@@ -156,7 +157,7 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         rbuf[j] = rstore + rtot;
         rtot += cap[j];
     }
-    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(1), sig, sbuf, len, rbuf, cap, rlen), st, out);
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(ctx, PHASE(1), sig, sbuf, len, rbuf, cap, rlen), st, out);
     rbuf[r] = smsg;
     rlen[r] = mlen;
     t0 = gcoll_time_ns();
@@ -164,11 +165,11 @@ static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         gcoll_span_t ch = chunk(count, P, j);
         st = gcoll_codec_decode(c, rbuf[j], rlen[j], out + ch.off, ch.len, GCOLL_DECODE_SET);
         if (st != GCOLL_OK) {
-            gcoll_comm_set_error(comm, "the reduced chunk from rank %d is malformed", j);
+            gcoll_channel_set_error(ctx->ch, "the reduced chunk from rank %d is malformed", j);
             goto out;
         }
     }
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
 out:
     free(smsg);
     free(acc);
@@ -185,19 +186,19 @@ out:
  * rank sends its message straight to every other (one step instead of the census's P-1
  * and the ring's P-1: latency a small bucket pays on every call). Deterministic from the
  * configuration, the codec and count. */
-static int gather_direct(const gcoll_comm_t *comm, const gcoll_compressor_t *c, size_t count)
+static int gather_direct(const gcoll_coll_t *ctx, const gcoll_compressor_t *c, size_t count)
 {
     size_t b = gcoll_codec_bound(c, count);
-    return comm->size > 1 && comm->cfg.coll.sparse_algo == GCOLL_SPARSE_AUTO && b > 0 &&
-           b <= count * sizeof(float) / (size_t)comm->size;
+    return ctx->size > 1 && ctx->cfg->sparse_algo == GCOLL_SPARSE_AUTO && b > 0 &&
+           b <= count * sizeof(float) / (size_t)ctx->size;
 }
 
 /* Every rank's message to every rank, then their sum in rank order. */
-static gcoll_status_t gather_and_sum(gcoll_comm_t *comm, const gcoll_compressor_t *c,
+static gcoll_status_t gather_and_sum(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
                                      uint8_t *msg, size_t len, float *out, size_t count,
                                      gcoll_op_t op, uint32_t sig)
 {
-    const int P = comm->size, r = comm->rank;
+    const int P = ctx->size, r = ctx->rank;
     size_t cap = gcoll_codec_bound(c, count);
     size_t *slen = calloc(3 * (size_t)P, sizeof(size_t)), *rcap = slen ? slen + P : NULL,
            *rlen = slen ? slen + 2 * P : NULL;
@@ -214,7 +215,7 @@ static gcoll_status_t gather_and_sum(gcoll_comm_t *comm, const gcoll_compressor_
     }
     /* PHASE(0): the tag of the census and of the streamed scheme's first message, so that
      * ranks on different paths (codecs or sizes that differ) fail on the signature */
-    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(0), sig, sbuf, slen, rbuf, rcap, rlen), st,
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(ctx, PHASE(0), sig, sbuf, slen, rbuf, rcap, rlen), st,
                      out);
     rbuf[r] = msg;
     rlen[r] = len;
@@ -222,9 +223,9 @@ static gcoll_status_t gather_and_sum(gcoll_comm_t *comm, const gcoll_compressor_
     int bad = 0;
     st = gcoll_codec_sum(c, (const uint8_t *const *)rbuf, rlen, P, out, count,
                          op == GCOLL_AVG ? (float)P : 1.0f, &bad);
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     if (st == GCOLL_ERR_INVALID)
-        gcoll_comm_set_error(comm, "the compressed message of rank %d is malformed", bad);
+        gcoll_channel_set_error(ctx->ch, "the compressed message of rank %d is malformed", bad);
 out:
     free(rstore);
     free(sbuf);
@@ -236,7 +237,7 @@ out:
  * in its feedback pass (GCOLL_NANCHECK_FOLD, chosen by run_compressed only), any failure leaves the
  * state as it was, so it is this rank's call's alone, as a bad argument would be
  * (comm->op_local); on other paths a failure may come after the residual took g. */
-static gcoll_status_t encode_first(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+static gcoll_status_t encode_first(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                    gcoll_nancheck_t check, const float *grad, size_t count,
                                    uint8_t *msg, size_t cap, size_t *len_p)
 {
@@ -245,19 +246,19 @@ static gcoll_status_t encode_first(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         gcoll_codec_encode_range(s->c, s, 0, grad, count, s->step, &opt, msg, cap, len_p);
     if (st == GCOLL_OK || check != GCOLL_NANCHECK_FOLD)
         return st;
-    comm->op_local = 1;
+    ctx->ch->op_local = 1;
     if (st == GCOLL_ERR_INVALID) {
         size_t bad = gcoll_kernels()->first_bad(grad, count);
         if (bad < count)
-            gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);
+            gcoll_channel_set_error(ctx->ch, "grad[%zu] is NaN or infinite", bad);
         else
-            gcoll_comm_set_error(comm, "the residual plus the gradient is not finite");
+            gcoll_channel_set_error(ctx->ch, "the residual plus the gradient is not finite");
     }
     return st;
 }
 
 /* Sparsifiers: encode once, then the sparse allreduce of what was sent. */
-static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+static gcoll_status_t run_sparse(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
                                  float *out, size_t count, gcoll_op_t op, gcoll_nancheck_t check,
                                  uint32_t sig)
 {
@@ -269,19 +270,19 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(encode_first(comm, s, check, grad, count, msg, cap, &len), st, out);
-    if (gather_direct(comm, c, count)) {
-        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
-        st = gather_and_sum(comm, c, msg, len, out, count, op, sig);
+    GCOLL_CHECK_GOTO(encode_first(ctx, s, check, grad, count, msg, cap, &len), st, out);
+    if (gather_direct(ctx, c, count)) {
+        ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+        st = gather_and_sum(ctx, c, msg, len, out, count, op, sig);
         goto out;
     }
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &nnz), st, out);
     pairs.n = nnz; /* decoded from msg only if the plan needs the pairs */
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     gcoll_sparse_call_t call = {.codec = c, .pairs = &pairs, .msg = msg, .msglen = len,
                                 .count = count, .out = out, .op = op,
                                 .kind = GCOLL_KIND_COMPRESSED, .sig = sig};
-    st = gcoll_sparse_run(comm, &call, NULL);
+    st = gcoll_sparse_run(ctx, &call, NULL);
 out:
     gcoll_pairs_free(&pairs);
     free(msg);
@@ -290,7 +291,7 @@ out:
 
 /* Random-k with a shared seed: every rank picked the same indices, so only the k values
  * are reduced, densely. */
-static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+static gcoll_status_t run_randomk(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
                                   float *out, size_t count, gcoll_op_t op, gcoll_nancheck_t check,
                                   uint32_t sig)
 {
@@ -303,7 +304,7 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s, c
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(encode_first(comm, s, check, grad, count, msg, cap, &len), st, out);
+    GCOLL_CHECK_GOTO(encode_first(ctx, s, check, grad, count, msg, cap, &len), st, out);
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &k), st, out);
     idx = malloc((k + 1) * sizeof(uint32_t));
     val = malloc((k + 1) * sizeof(float));
@@ -311,16 +312,16 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s, c
     if (!idx || !val)
         goto out;
     GCOLL_CHECK_GOTO(gcoll_codec_decode_pairs(c, msg, len, count, idx, val, k, &k), st, out);
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
-    GCOLL_CHECK_GOTO(gcoll_ring_allreduce_at(comm, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig,
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    GCOLL_CHECK_GOTO(gcoll_coll_ring_allreduce(ctx, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig,
                                              PHASE(0)), st, out);
     /* out: the k sums at their (ascending) indices, zeros elsewhere, through the merged
      * sum's blocks streamed out (glibc's memset reads every line of a large output first) */
     t0 = gcoll_time_ns();
     gcoll_sum_src_t src = {.idx = idx, .val = val, .n = k};
-    st = gcoll_sum_sources(c, &src, 1, out, count, op == GCOLL_AVG ? (float)comm->size : 1.0f,
+    st = gcoll_sum_sources(c, &src, 1, out, count, op == GCOLL_AVG ? (float)ctx->size : 1.0f,
                            NULL);
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
 out:
     free(idx);
     free(val);
@@ -339,13 +340,13 @@ static const char *const scheme_names[] = {"dense ring", "alltoall", "ring",
  * same. For quantizers both schemes put 2 (P-1)/P of the
  * compressed tensor on the wire; the ring overlaps compression with transfer segment by
  * segment but re-quantizes P-1 times and takes 2 (P-1) latency-bound steps. */
-static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *c,
+static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
                             const gcoll_tensor_state_t *s, size_t count, int shard_only,
                             char *why, size_t len)
 {
-    const int P = comm->size;
+    const int P = ctx->size;
     unsigned flags = gcoll_codec_flags(c);
-    size_t segf = GCOLL_CRING_SEG(comm->cfg.coll.ring_chunk);
+    size_t segf = GCOLL_CRING_SEG(ctx->cfg->ring_chunk);
     size_t per = count / (size_t)(P > 0 ? P : 1);
     snprintf(why, len, "by codec");
     if (!shard_only && (flags & GCOLL_CODEC_LOSSLESS) && c->vs.fmt == GCOLL_VF_F32)
@@ -355,13 +356,13 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
             return S_RANDOMK;
         size_t k = gcoll_codec_k(c, count, s ? s->step : UINT64_MAX);
         int ef = s ? s->e != NULL && s->mode == GCOLL_STATE_WORKER : c->ef;
-        if (!gcoll_topk_stream_eligible(comm, c, ef, count, k))
+        if (!gcoll_coll_topk_stream_eligible(ctx, c, ef, count, k))
             return S_SPARSE;
         snprintf(why, len, "top-k of %zu in %zu floats, selection pass sent in segments of %zu",
-                 k, count, gcoll_topk_stream_segment(comm, count));
+                 k, count, gcoll_topk_stream_segment(ctx, count));
         return S_STREAM;
     }
-    if (comm->cfg.coll.compressed_algo == ALGO_ALLTOALL) {
+    if (ctx->cfg->compressed_algo == ALGO_ALLTOALL) {
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_ALLTOALL;
     }
@@ -371,7 +372,7 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
                                                       "sums");
         return S_ALLTOALL;
     }
-    if (comm->cfg.coll.compressed_algo == ALGO_RING) {
+    if (ctx->cfg->compressed_algo == ALGO_RING) {
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_RING;
     }
@@ -386,7 +387,9 @@ const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compre
     char why[160];
     if (!comm || !c)
         return NULL;
-    scheme_t sc = pick_scheme(comm, c, NULL, count, shard_only, why, sizeof(why));
+    /* read only: the scheme depends on the settings and the size */
+    gcoll_coll_t ctx = gcoll_comm_coll((gcoll_comm_t *)comm);
+    scheme_t sc = pick_scheme(&ctx, c, NULL, count, shard_only, why, sizeof(why));
     if (segment_p)
         *segment_p = sc == S_RING ? gcoll_cring_segment(comm->cfg.coll.ring_chunk, count, comm->size)
                                   : 0;
@@ -395,7 +398,7 @@ const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compre
 
 /* The compressed allreduce (or reduce-scatter) by scheme sc, which pick_scheme chose for
  * the reason why; check: the call's NaN/Inf policy (run_compressed). */
-static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
                                  float *out, size_t count, gcoll_op_t op, int shard_only,
                                  gcoll_nancheck_t check, scheme_t sc, const char *why)
 {
@@ -409,7 +412,7 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
             s->server->c = &at;
     }
     const gcoll_compressor_t *c = s->c;
-    s->nranks = comm->size; /* DGC's local clipping threshold scales with it */
+    s->nranks = ctx->size; /* DGC's local clipping threshold scales with it */
     /* the signature covers the spec, the count and the step: ranks whose states disagree
      * (another codec, or random-k indices from another step) fail with a mismatch */
     uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
@@ -421,24 +424,24 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     case S_DENSE:
         if (out != grad)
             memcpy(out, grad, count * sizeof(float));
-        st = gcoll_ring_allreduce_at(comm, out, count, GCOLL_FLOAT32, GCOLL_SUM, sig, 0);
+        st = gcoll_coll_ring_allreduce(ctx, out, count, GCOLL_FLOAT32, GCOLL_SUM, sig, 0);
         if (st == GCOLL_OK)
-            gcoll_reduce_finish(out, count, GCOLL_FLOAT32, op, comm->size);
+            gcoll_reduce_finish(out, count, GCOLL_FLOAT32, op, ctx->size);
         break;
     case S_RING:
-        st = gcoll_compressed_ring(comm, s, grad, out, count, op, shard_only, check, sig);
+        st = gcoll_compressed_ring(ctx, s, grad, out, count, op, shard_only, check, sig);
         break;
     case S_ALLTOALL:
-        st = run_quantized(comm, s, grad, out, count, op, shard_only, check, sig);
+        st = run_quantized(ctx, s, grad, out, count, op, shard_only, check, sig);
         break;
     case S_RANDOMK:
-        st = run_randomk(comm, s, grad, out, count, op, check, sig);
+        st = run_randomk(ctx, s, grad, out, count, op, check, sig);
         break;
     case S_STREAM:
-        st = gcoll_topk_stream_run(comm, s, grad, out, count, op, check, sig);
+        st = gcoll_topk_stream_run(ctx, s, grad, out, count, op, check, sig);
         break;
     default:
-        st = run_sparse(comm, s, grad, out, count, op, check, sig);
+        st = run_sparse(ctx, s, grad, out, count, op, check, sig);
     }
     if (sc == S_RING || sc == S_ALLTOALL || sc == S_STREAM)
         GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme (%s)",
@@ -451,7 +454,7 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
         s->server->c = orig;
     if (st == GCOLL_OK) {
         gcoll_state_advance(s);
-        comm->chan.counters.bytes_raw += count * sizeof(float);
+        ctx->ch->counters.bytes_raw += count * sizeof(float);
     }
     return st;
 }
@@ -460,13 +463,14 @@ gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                     float *out, size_t count, gcoll_op_t op, int shard_only,
                                     gcoll_nancheck_t check)
 {
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
     char why[160];
-    scheme_t sc = pick_scheme(comm, s->c, s, count, shard_only, why, sizeof(why));
+    scheme_t sc = pick_scheme(&ctx, s->c, s, count, shard_only, why, sizeof(why));
     /* folding needs the spare's reservation and the scheme's failure handling: only
      * run_compressed chooses it */
     if (check == GCOLL_NANCHECK_FOLD)
         check = GCOLL_NANCHECK_SCAN;
-    return run_scheme(comm, s, grad, out, count, op, shard_only, check, sc, why);
+    return run_scheme(&ctx, s, grad, out, count, op, shard_only, check, sc, why);
 }
 
 static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
@@ -478,10 +482,11 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
     /* NaN/Inf in the gradient (a blocking call; a nonblocking one scanned in the call): one
      * vectorized scan (the codec's kernel) before anything is sent, or none where the
      * codec checks in its feedback pass, also before anything is sent (encode_first);
-     * either way the state is untouched and nothing sent (comm->op_local) */
+     * either way the state is untouched and nothing sent (comm->chan.op_local) */
     comm->chan.counters.ns_compress += ca->scan_ns;
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
     char why[160];
-    scheme_t sc = pick_scheme(comm, s->c, s, count, ca->shard_only, why, sizeof(why));
+    scheme_t sc = pick_scheme(&ctx, s->c, s, count, ca->shard_only, why, sizeof(why));
     int fold = !ca->checked && comm->cfg.ef_spare && (sc == S_SPARSE || sc == S_RANDOMK) &&
                gcoll_codec_folds_check(s->c, s, count) &&
                gcoll_codec_spare_reserve(s, comm->cfg.ef_spare_max);
@@ -490,14 +495,14 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
         size_t bad = gcoll_kernels()->first_bad(a->sendbuf, count);
         comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
         if (bad < count) {
-            comm->op_local = 1;
+            comm->chan.op_local = 1;
             gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);
             return GCOLL_ERR_INVALID;
         }
     }
     if (s->adapt) /* gcoll_adapt_attach: sample the input before an in-place call */
         gcoll_adapt_before(comm, s, a->sendbuf, count);
-    gcoll_status_t st = run_scheme(comm, s, a->sendbuf, a->recvbuf, count, a->op, ca->shard_only,
+    gcoll_status_t st = run_scheme(&ctx, s, a->sendbuf, a->recvbuf, count, a->op, ca->shard_only,
                                    fold ? GCOLL_NANCHECK_FOLD : GCOLL_NANCHECK_DONE, sc, why);
     if (st == GCOLL_OK && s->adapt)
         st = gcoll_adapt_after(comm, s, count);

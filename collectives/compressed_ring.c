@@ -70,7 +70,7 @@ size_t gcoll_cring_segment(size_t ring_chunk, size_t count, int P)
  * (rbuf) that the reduce-scatter receives into and, once its partial sum is decoded, the
  * allgather; and a request per phase and direction. */
 typedef struct {
-    gcoll_comm_t *comm;
+    const gcoll_coll_t *ctx;
     ring_geom_t g;
     size_t count, steps, nmsg;
     int P, r, left, right;
@@ -110,14 +110,14 @@ static uint32_t tag_of(const ring_t *R, int ph, size_t t, size_t k)
 
 static gcoll_status_t ring_recv(ring_t *R, int ph, size_t t, size_t k)
 {
-    return gcoll_net_irecv(R->comm, &R->rreq[ph][slot(R, t, k)], R->left, tag_of(R, ph, t, k),
+    return gcoll_channel_irecv(R->ctx->ch, &R->rreq[ph][slot(R, t, k)], R->left, tag_of(R, ph, t, k),
                            R->sig, rbuf(R, t, k), R->g.segcap, GCOLL_TREQ_ANYLEN);
 }
 
 static gcoll_status_t ring_send(ring_t *R, int ph, size_t t, size_t k, const void *msg,
                                 size_t len)
 {
-    return gcoll_net_isend(R->comm, &R->sreq[ph][slot(R, t, k)], R->right, tag_of(R, ph, t, k),
+    return gcoll_channel_isend(R->ctx->ch, &R->sreq[ph][slot(R, t, k)], R->right, tag_of(R, ph, t, k),
                            R->sig, msg, len);
 }
 
@@ -156,10 +156,10 @@ static gcoll_status_t arrived(ring_t *R, int ph, size_t t, size_t k, const uint8
     gcoll_treq_t *rq = &R->rreq[ph][slot(R, t, k)];
     int done = 0;
     for (;;) {
-        GCOLL_CHECK(gcoll_net_done(R->comm, rq, &done));
+        GCOLL_CHECK(gcoll_channel_done(R->ctx->ch, rq, &done));
         if (done)
             break;
-        GCOLL_CHECK(gcoll_net_poll(R->comm, rq));
+        GCOLL_CHECK(gcoll_channel_poll(R->ctx->ch, rq));
         GCOLL_CHECK(forward_ready(R, 0));
     }
     *msg_p = rbuf(R, t, k);
@@ -180,13 +180,13 @@ static gcoll_status_t partial_sum(ring_t *R, const gcoll_compressor_t *c, size_t
     if (R->P == 1) {
         memset(dst, 0, sg.len * sizeof(float));
     } else if (gcoll_codec_decode(c, msg, len, dst, sg.len, GCOLL_DECODE_SET) != GCOLL_OK) {
-        gcoll_comm_set_error(R->comm, "the compressed partial sum from rank %d is malformed",
+        gcoll_channel_set_error(R->ctx->ch, "the compressed partial sum from rank %d is malformed",
                              R->left);
         return GCOLL_ERR_INVALID;
     }
     for (size_t i = 0; i < sg.len; i++)
         dst[i] += grad[sg.off + i];
-    R->comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    R->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     if (R->ag && R->P > 1 && k < nseg_of(&R->g, chunk_at(R, t, 1).len))
         GCOLL_CHECK(ring_recv(R, AG, t, k));
     return GCOLL_OK;
@@ -205,8 +205,8 @@ static gcoll_status_t forward_ready(ring_t *R, int poll)
         return GCOLL_OK;
     if (poll) {
         uint64_t t0 = gcoll_time_ns();
-        gcoll_status_t st = gcoll_net_progress(R->comm, 0);
-        R->comm->chan.counters.ns_wire += gcoll_time_ns() - t0;
+        gcoll_status_t st = gcoll_channel_progress(R->ctx->ch, 0);
+        R->ctx->ch->counters.ns_wire += gcoll_time_ns() - t0;
         GCOLL_CHECK(st);
     }
     for (size_t t = 0; t + 1 < R->steps; t++) {
@@ -228,9 +228,9 @@ static gcoll_status_t decode_out(ring_t *R, const gcoll_compressor_t *c, gcoll_s
     gcoll_span_t sg = seg_of(&R->g, ch, k);
     uint64_t t0 = gcoll_time_ns();
     gcoll_status_t st = gcoll_codec_decode(c, msg, len, out + sg.off, sg.len, GCOLL_DECODE_SET);
-    R->comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    R->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     if (st != GCOLL_OK)
-        gcoll_comm_set_error(R->comm, "the compressed chunk at %zu forwarded by rank %d is "
+        gcoll_channel_set_error(R->ctx->ch, "the compressed chunk at %zu forwarded by rank %d is "
                              "malformed", ch.off, from);
     return st;
 }
@@ -265,7 +265,7 @@ static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const floa
     if (R->ag)
         st = gcoll_codec_encode_range(c, s->server, sg.off - mine.off, a, sg.len, s->step, NULL,
                                       msg, R->g.segcap, &ownlen[k]);
-    R->comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    R->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     if (st != GCOLL_OK || !R->ag)
         return st;
     if (R->P > 1)
@@ -273,20 +273,20 @@ static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const floa
     return decode_out(R, c, mine, k, msg, ownlen[k], out, R->r);
 }
 
-gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
+gcoll_status_t gcoll_compressed_ring(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
                                      float *out, size_t count, gcoll_op_t op, int shard_only,
                                      gcoll_nancheck_t check, uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
-    ring_t R = {.comm = comm, .count = count, .P = comm->size, .r = comm->rank, .sig = sig};
+    ring_t R = {.ctx = ctx, .count = count, .P = ctx->size, .r = ctx->rank, .sig = sig};
     R.left = (R.r - 1 + R.P) % R.P;
     R.right = (R.r + 1) % R.P;
     R.steps = (size_t)(R.P - 1);
-    R.g.segf = gcoll_cring_segment(comm->cfg.coll.ring_chunk, count, R.P);
+    R.g.segf = gcoll_cring_segment(ctx->cfg->ring_chunk, count, R.P);
     R.g.nseg = nseg_of(&R.g, gcoll_even_chunk(count, R.P, 0).len);
     R.g.segcap = gcoll_codec_bound(c, R.g.segf);
     if (R.g.segcap == 0) {
-        gcoll_comm_set_error(comm, "compressed ring: segments of %zu elements exceed the "
+        gcoll_channel_set_error(ctx->ch, "compressed ring: segments of %zu elements exceed the "
                              "codec's range", R.g.segf);
         return GCOLL_ERR_INVALID;
     }
@@ -294,11 +294,11 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     const size_t nmsg = R.steps * R.g.nseg, nmine = nseg_of(&R.g, mine.len);
     R.nmsg = nmsg;
     R.ag = !shard_only;
-    /* the big buffers live in the communicator's scratch: fresh ones would be faulted in
+    /* the big buffers live in the owner's scratch: fresh ones would be faulted in
      * on every call. Floats first, for their alignment. */
     const size_t nacc = mine.len + 1, nx = R.g.segf + 1;
     const size_t bytes = (nacc + nx) * sizeof(float) + (2 * nmsg + nmine) * R.g.segcap;
-    float *acc = gcoll_comm_scratch(comm, bytes), *x = acc ? acc + nacc : NULL;
+    float *acc = gcoll_coll_scratch(ctx, bytes), *x = acc ? acc + nacc : NULL;
     R.rstore = x ? (uint8_t *)(x + nx) : NULL;
     R.sstore = R.rstore ? R.rstore + nmsg * R.g.segcap : NULL;
     uint8_t *own = R.sstore ? R.sstore + nmsg * R.g.segcap : NULL;
@@ -343,9 +343,9 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
                 size_t len = 0;
                 st = gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, &opt, msg,
                                               R.g.segcap, &len);
-                comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+                ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
                 if (st != GCOLL_OK) {
-                    gcoll_comm_set_error(comm, "compressing the partial sum of elements "
+                    gcoll_channel_set_error(ctx->ch, "compressing the partial sum of elements "
                                          "[%zu, %zu) failed (overflow to Inf?)", sg.off,
                                          sg.off + sg.len);
                     goto out;
@@ -377,12 +377,12 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     else
         memcpy(out, acc, mine.len * sizeof(float));
     for (int ph = 0; ph < 2; ph++)
-        GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq[ph], (int)nmsg), st, out);
+        GCOLL_CHECK_GOTO(gcoll_channel_waitall(ctx->ch, R.sreq[ph], (int)nmsg), st, out);
 out:
     if (st != GCOLL_OK && reqs)
         for (int ph = 0; ph < 2; ph++) {
-            gcoll_net_cancel(comm, R.rreq[ph], (int)nmsg);
-            gcoll_net_cancel(comm, R.sreq[ph], (int)nmsg);
+            gcoll_channel_cancel(ctx->ch, R.rreq[ph], (int)nmsg);
+            gcoll_channel_cancel(ctx->ch, R.sreq[ph], (int)nmsg);
         }
     free(reqs);
     free(ownlen);
