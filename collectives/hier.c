@@ -1,6 +1,7 @@
 /* hier.c: which host each rank is on (gethostname or GCOLL_HOSTNAME, exchanged once), the
- * GCOLL_HIER decision and its cost estimate, and the child communicators of the
- * hierarchical allreduce (one per host, and one across hosts per local rank). */
+ * GCOLL_HIER decision and its cost estimate, the child communicators of the hierarchical
+ * allreduce (one per host, and one across hosts per local rank), and its requests (the
+ * run itself: hier_run.c). */
 #include "hier.h"
 
 #include <math.h>
@@ -9,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm.h"
+#include "compress/kernels.h"
 #include "log.h"
 #include "util.h"
 
@@ -288,6 +291,98 @@ void gcoll_hier_release(gcoll_comm_t *comm)
     comm->hier = NULL;
     gcoll_hier_shm_free(h);
     gcoll_hier_free(h);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Requests                                                                             */
+
+static void call_free(void *p)
+{
+    gcoll_hier_call_t *call = p;
+    if (!call)
+        return;
+    free(call->idx);
+    free(call->val);
+    free(call);
+}
+
+static gcoll_status_t run_hier(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    return gcoll_hier_run(&ctx, req->a.ext);
+}
+
+/* Queues call (kind and pairs set; the arguments are copied in here). */
+static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_hier_call_t *call,
+                             const void *sendbuf, void *recvbuf, size_t count,
+                             gcoll_dtype_t dtype, gcoll_op_t op, gcoll_request_t **req_p)
+{
+    call->sendbuf = sendbuf;
+    call->recvbuf = recvbuf;
+    call->count = count;
+    call->dtype = dtype;
+    call->op = op;
+    gcoll_args_t a = {.sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype,
+                      .op = op, .ext = call, .release = call_free};
+    gcoll_request_t *req = gcoll_request_new(comm, what, run_hier, &a);
+    if (!req) {
+        call_free(call);
+        return GCOLL_ERR_NOMEM;
+    }
+    return gcoll_comm_submit(comm, req, req_p);
+}
+
+gcoll_status_t gcoll_hier_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                     gcoll_request_t **req_p)
+{
+    gcoll_hier_call_t *call = calloc(1, sizeof(*call));
+    if (!call)
+        return GCOLL_ERR_NOMEM;
+    call->kind = GCOLL_HIER_DENSE;
+    return submit(comm, "gcoll_allreduce (hierarchical)", call, sendbuf, recvbuf, count, dtype,
+                  op, req_p);
+}
+
+gcoll_status_t gcoll_hier_isparse(gcoll_comm_t *comm, const uint32_t *idx, const float *val,
+                                  size_t nnz, size_t dense_count, float *out, gcoll_op_t op,
+                                  gcoll_request_t **req_p)
+{
+    gcoll_hier_call_t *call = calloc(1, sizeof(*call));
+    if (!call)
+        return GCOLL_ERR_NOMEM;
+    call->kind = GCOLL_HIER_SPARSE;
+    call->nnz = nnz;
+    call->idx = malloc((nnz + 1) * sizeof(*call->idx));
+    call->val = malloc((nnz + 1) * sizeof(*call->val));
+    if (!call->idx || !call->val) {
+        call_free(call);
+        return GCOLL_ERR_NOMEM;
+    }
+    if (nnz) { /* a nonblocking caller may reuse its arrays at once */
+        memcpy(call->idx, idx, nnz * sizeof(*idx));
+        memcpy(call->val, val, nnz * sizeof(*val));
+    }
+    return submit(comm, "gcoll_sparse_allreduce (hierarchical)", call, NULL, out, dense_count,
+                  GCOLL_FLOAT32, op, req_p);
+}
+
+gcoll_status_t gcoll_hier_icompressed(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
+                                      const float *grad, float *out, size_t count, gcoll_op_t op,
+                                      gcoll_request_t **req_p)
+{
+    /* NaN/Inf is this caller's error before anything is queued (the flat form's rule for
+     * a nonblocking call, here for both) */
+    size_t bad = count ? gcoll_kernels()->first_bad(grad, count) : 0;
+    GCOLL_CHECK(gcoll_comm_check_args(comm, "gcoll_compressed_allreduce", bad >= count,
+                                      "grad[%zu] is NaN or infinite", bad));
+    gcoll_hier_call_t *call = calloc(1, sizeof(*call));
+    if (!call)
+        return GCOLL_ERR_NOMEM;
+    call->kind = GCOLL_HIER_COMPRESSED;
+    call->state = state;
+    return submit(comm, "gcoll_compressed_allreduce (hierarchical)", call, grad, out, count,
+                  GCOLL_FLOAT32, op, req_p);
 }
 
 /* ---------------------------------------------------------------------------------- */
