@@ -68,8 +68,8 @@ static gcoll_status_t run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
         GCOLL_CHECK(gcoll_rd_allreduce(&ctx, a->recvbuf, a->count, a->dtype, a->op, sig));
         break;
     default:
-        GCOLL_CHECK(gcoll_ring_allreduce_oop(&ctx, a->sendbuf, a->recvbuf, a->count, a->dtype,
-                                             a->op, sig));
+        GCOLL_CHECK(
+            gcoll_ring_allreduce_oop(&ctx, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, sig));
         break;
     }
     gcoll_reduce_finish(a->recvbuf, a->count, a->dtype, a->op, ctx.size);
@@ -209,8 +209,8 @@ static gcoll_status_t check_base(gcoll_comm_t *comm, const char *what, gcoll_dty
 }
 
 /* Bytes of count elements, or an error if that overflows. */
-static gcoll_status_t check_bytes(gcoll_comm_t *comm, const char *what, size_t count,
-                                  size_t esz, size_t mult)
+static gcoll_status_t check_bytes(gcoll_comm_t *comm, const char *what, size_t count, size_t esz,
+                                  size_t mult)
 {
     size_t b;
     int ok = gcoll_mul_size(count, esz, &b) == 0 && gcoll_mul_size(b, mult, &b) == 0 &&
@@ -236,32 +236,37 @@ static gcoll_status_t allgatherv(gcoll_comm_t *comm, const char *what, int kind,
 {
     GCOLL_CHECK(check_base(comm, what, dtype));
     const int P = comm->size;
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, recvcounts && displs,
-                                      "NULL recvcounts or displs"));
+    GCOLL_CHECK(
+        gcoll_comm_check_args(comm, what, recvcounts && displs, "NULL recvcounts or displs"));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, recvcounts[comm->rank] == sendcount,
-                                      "sendcount %zu differs from recvcounts[%d] = %zu",
-                                      sendcount, comm->rank, recvcounts[comm->rank]));
+                                      "sendcount %zu differs from recvcounts[%d] = %zu", sendcount,
+                                      comm->rank, recvcounts[comm->rank]));
     size_t total = 0, esz = gcoll_dtype_size(dtype);
     for (int i = 0; i < P; i++) {
         GCOLL_CHECK(check_bytes(comm, what, recvcounts[i] + displs[i], esz, 1));
         total += recvcounts[i];
     }
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, (sendcount == 0 || sendbuf) &&
-                                                      (total == 0 || recvbuf),
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what,
+                                      (sendcount == 0 || sendbuf) && (total == 0 || recvbuf),
                                       "NULL buffer with a non-zero count"));
     /* Blocks must not overlap, or the ring would overwrite data it still forwards. */
     for (int i = 0; i < P; i++)
         for (int j = i + 1; j < P; j++)
-            GCOLL_CHECK(gcoll_comm_check_args(
-                comm, what, !recvcounts[i] || !recvcounts[j] ||
-                                displs[i] + recvcounts[i] <= displs[j] ||
-                                displs[j] + recvcounts[j] <= displs[i],
-                "blocks of ranks %d and %d overlap", i, j));
+            GCOLL_CHECK(gcoll_comm_check_args(comm, what,
+                                              !recvcounts[i] || !recvcounts[j] ||
+                                                  displs[i] + recvcounts[i] <= displs[j] ||
+                                                  displs[j] + recvcounts[j] <= displs[i],
+                                              "blocks of ranks %d and %d overlap", i, j));
     vargs_t *v = vargs_new(P, recvcounts, displs, NULL, NULL);
     if (!v)
         return GCOLL_ERR_NOMEM;
-    gcoll_args_t a = {.sendbuf = sendbuf, .recvbuf = recvbuf, .count = sendcount,
-                      .dtype = dtype, .kind = kind, .ext = v, .release = free};
+    gcoll_args_t a = {.sendbuf = sendbuf,
+                      .recvbuf = recvbuf,
+                      .count = sendcount,
+                      .dtype = dtype,
+                      .kind = kind,
+                      .ext = v,
+                      .release = free};
     return submit(comm, what, run_allgatherv, &a, req_p);
 }
 
@@ -269,8 +274,8 @@ gcoll_status_t gcoll_iallgatherv(gcoll_comm_t *comm, const void *sendbuf, size_t
                                  void *recvbuf, const size_t *recvcounts, const size_t *displs,
                                  gcoll_dtype_t dtype, gcoll_request_t **req_p)
 {
-    return allgatherv(comm, "gcoll_allgatherv", GCOLL_KIND_ALLGATHERV, sendbuf, sendcount,
-                      recvbuf, recvcounts, displs, dtype, req_p);
+    return allgatherv(comm, "gcoll_allgatherv", GCOLL_KIND_ALLGATHERV, sendbuf, sendcount, recvbuf,
+                      recvcounts, displs, dtype, req_p);
 }
 
 gcoll_status_t gcoll_allgatherv(gcoll_comm_t *comm, const void *sendbuf, size_t sendcount,
@@ -325,8 +330,8 @@ gcoll_status_t gcoll_ireduce_scatter(gcoll_comm_t *comm, const void *sendbuf, vo
     GCOLL_CHECK(check_bytes(comm, what, recvcount, gcoll_dtype_size(dtype), (size_t)comm->size));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, recvcount == 0 || (sendbuf && recvbuf),
                                       "NULL buffer with count %zu", recvcount));
-    gcoll_args_t a = {.sendbuf = sendbuf, .recvbuf = recvbuf, .count = recvcount, .dtype = dtype,
-                      .op = op};
+    gcoll_args_t a = {
+        .sendbuf = sendbuf, .recvbuf = recvbuf, .count = recvcount, .dtype = dtype, .op = op};
     return submit(comm, what, run_reduce_scatter, &a, req_p);
 }
 
@@ -347,11 +352,10 @@ static gcoll_status_t run_alltoallv(gcoll_comm_t *comm, gcoll_request_t *req)
                                v->rdispls, a->dtype, a->kind);
 }
 
-static gcoll_status_t alltoallv(gcoll_comm_t *comm, const char *what, int kind,
-                                const void *sendbuf, const size_t *sendcounts,
-                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                                const size_t *rdispls, gcoll_dtype_t dtype,
-                                gcoll_request_t **req_p)
+static gcoll_status_t alltoallv(gcoll_comm_t *comm, const char *what, int kind, const void *sendbuf,
+                                const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
+                                const size_t *recvcounts, const size_t *rdispls,
+                                gcoll_dtype_t dtype, gcoll_request_t **req_p)
 {
     GCOLL_CHECK(check_base(comm, what, dtype));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, sendcounts && sdispls && recvcounts && rdispls,
@@ -365,22 +369,24 @@ static gcoll_status_t alltoallv(gcoll_comm_t *comm, const char *what, int kind,
     }
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, (stot == 0 || sendbuf) && (rtot == 0 || recvbuf),
                                       "NULL buffer with a non-zero count"));
-    GCOLL_CHECK(gcoll_comm_check_args(
-        comm, what, sendcounts[comm->rank] == recvcounts[comm->rank],
-        "sendcounts[%d] = %zu but recvcounts[%d] = %zu", comm->rank, sendcounts[comm->rank],
-        comm->rank, recvcounts[comm->rank]));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, sendcounts[comm->rank] == recvcounts[comm->rank],
+                                      "sendcounts[%d] = %zu but recvcounts[%d] = %zu", comm->rank,
+                                      sendcounts[comm->rank], comm->rank, recvcounts[comm->rank]));
     vargs_t *v = vargs_new(comm->size, recvcounts, rdispls, sendcounts, sdispls);
     if (!v)
         return GCOLL_ERR_NOMEM;
-    gcoll_args_t a = {.sendbuf = sendbuf, .recvbuf = recvbuf, .dtype = dtype, .kind = kind,
-                      .ext = v, .release = free};
+    gcoll_args_t a = {.sendbuf = sendbuf,
+                      .recvbuf = recvbuf,
+                      .dtype = dtype,
+                      .kind = kind,
+                      .ext = v,
+                      .release = free};
     return submit(comm, what, run_alltoallv, &a, req_p);
 }
 
-gcoll_status_t gcoll_ialltoallv(gcoll_comm_t *comm, const void *sendbuf,
-                                const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
-                                const size_t *recvcounts, const size_t *rdispls,
-                                gcoll_dtype_t dtype, gcoll_request_t **req_p)
+gcoll_status_t gcoll_ialltoallv(gcoll_comm_t *comm, const void *sendbuf, const size_t *sendcounts,
+                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                const size_t *rdispls, gcoll_dtype_t dtype, gcoll_request_t **req_p)
 {
     return alltoallv(comm, "gcoll_alltoallv", GCOLL_KIND_ALLTOALLV, sendbuf, sendcounts, sdispls,
                      recvbuf, recvcounts, rdispls, dtype, req_p);
@@ -390,18 +396,17 @@ gcoll_status_t gcoll_alltoallv(gcoll_comm_t *comm, const void *sendbuf, const si
                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                const size_t *rdispls, gcoll_dtype_t dtype)
 {
-    return gcoll_ialltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,
-                            dtype, NULL);
+    return gcoll_ialltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype,
+                            NULL);
 }
 
 gcoll_status_t gcoll_ialltoall(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                               size_t count_per_rank, gcoll_dtype_t dtype,
-                               gcoll_request_t **req_p)
+                               size_t count_per_rank, gcoll_dtype_t dtype, gcoll_request_t **req_p)
 {
     const char *what = "gcoll_alltoall";
     GCOLL_CHECK(check_base(comm, what, dtype));
-    GCOLL_CHECK(check_bytes(comm, what, count_per_rank, gcoll_dtype_size(dtype),
-                            (size_t)comm->size));
+    GCOLL_CHECK(
+        check_bytes(comm, what, count_per_rank, gcoll_dtype_size(dtype), (size_t)comm->size));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, sendbuf != recvbuf || count_per_rank == 0,
                                       "in-place alltoall is not supported"));
     size_t *tab = malloc(2 * (size_t)comm->size * sizeof(size_t));
@@ -423,7 +428,6 @@ gcoll_status_t gcoll_alltoall(gcoll_comm_t *comm, const void *sendbuf, void *rec
 {
     return gcoll_ialltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, NULL);
 }
-
 
 /* ---- for lib/: the ring allreduce inside a running operation (coll.h) ------------- */
 

@@ -20,8 +20,8 @@ static gcoll_status_t bcast_tree(const gcoll_coll_t *ctx, void *buf, size_t byte
     while (mask < P) {
         if (vr & mask) {
             int parent = ((vr - mask) + root) % P;
-            GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n], parent, sub0, sig, buf, bytes, 0), st,
-                             out);
+            GCOLL_CHECK_GOTO(
+                gcoll_channel_irecv(ctx->ch, &req[n], parent, sub0, sig, buf, bytes, 0), st, out);
             GCOLL_CHECK_GOTO(gcoll_channel_waitall(ctx->ch, &req[n], 1), st, out);
             n++;
             break;
@@ -32,7 +32,8 @@ static gcoll_status_t bcast_tree(const gcoll_coll_t *ctx, void *buf, size_t byte
     for (mask >>= 1; mask > 0; mask >>= 1) {
         if (vr + mask < P) {
             int child = (vr + mask + root) % P;
-            GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], child, sub0, sig, buf, bytes), st, out);
+            GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], child, sub0, sig, buf, bytes),
+                             st, out);
         }
     }
     st = gcoll_channel_waitall(ctx->ch, req, n);
@@ -57,14 +58,16 @@ static gcoll_status_t bcast_chain(const gcoll_coll_t *ctx, void *buf, size_t byt
     uint8_t *p = buf;
     int has_next = vr + 1 < P;
     for (size_t c = 0; vr > 0 && c < nch; c++)
-        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &rreq[c], prev, sub0 + (uint32_t)c, sig, p + c * chunk,
-                                         GCOLL_MIN(chunk, bytes - c * chunk), 0), st, out);
+        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &rreq[c], prev, sub0 + (uint32_t)c, sig,
+                                             p + c * chunk, GCOLL_MIN(chunk, bytes - c * chunk), 0),
+                         st, out);
     for (size_t c = 0; c < nch; c++) {
         if (vr > 0)
             GCOLL_CHECK_GOTO(gcoll_channel_waitall(ctx->ch, &rreq[c], 1), st, out);
         if (has_next)
             GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &sreq[c], next, sub0 + (uint32_t)c, sig,
-                                             p + c * chunk, GCOLL_MIN(chunk, bytes - c * chunk)),
+                                                 p + c * chunk,
+                                                 GCOLL_MIN(chunk, bytes - c * chunk)),
                              st, out);
     }
     if (has_next)
@@ -93,10 +96,12 @@ gcoll_status_t gcoll_barrier_run(const gcoll_coll_t *ctx, uint32_t sig)
     gcoll_status_t st = GCOLL_OK;
     uint32_t round = 0;
     for (int k = 1; k < P; k <<= 1, round++) {
-        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[0], (ctx->rank - k + P) % P, round, sig,
-                                         NULL, 0, 0), st, out);
-        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[1], (ctx->rank + k) % P, round, sig, NULL,
-                                         0), st, out);
+        GCOLL_CHECK_GOTO(
+            gcoll_channel_irecv(ctx->ch, &req[0], (ctx->rank - k + P) % P, round, sig, NULL, 0, 0),
+            st, out);
+        GCOLL_CHECK_GOTO(
+            gcoll_channel_isend(ctx->ch, &req[1], (ctx->rank + k) % P, round, sig, NULL, 0), st,
+            out);
         GCOLL_CHECK_GOTO(gcoll_channel_waitall(ctx->ch, req, 2), st, out);
     }
 out:

@@ -101,9 +101,9 @@ gcoll_status_t gcoll_coll_ring_allreduce(const gcoll_coll_t *ctx, void *recvbuf,
                                          uint32_t sub0);
 /* Out-of-place ring allreduce: sendbuf is read, recvbuf written, and no copy of one into
  * the other is made (the copy is folded into the first reduction). Does not finish AVG. */
-gcoll_status_t gcoll_ring_allreduce_oop(const gcoll_coll_t *ctx, const void *sendbuf,
-                                        void *recvbuf, size_t count, gcoll_dtype_t dtype,
-                                        gcoll_op_t op, uint32_t sig);
+gcoll_status_t gcoll_ring_allreduce_oop(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                        size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                        uint32_t sig);
 
 /* Recursive halving reduce-scatter + recursive doubling allgather with the
  * non-power-of-two fix-up (Rabenseifner; Thakur, Rabenseifner & Gropp 2005). */
@@ -138,9 +138,8 @@ gcoll_status_t gcoll_allgatherv_run(const gcoll_coll_t *ctx, const void *sendbuf
 
 /* Reduce-scatter on the ring: block r (n elements) of the P blocks of sendbuf, reduced
  * over the ranks, into recvbuf on rank r; AVG finished. */
-gcoll_status_t gcoll_reduce_scatter_run(const gcoll_coll_t *ctx, const void *sendbuf,
-                                        void *recvbuf, size_t n, gcoll_dtype_t dtype,
-                                        gcoll_op_t op);
+gcoll_status_t gcoll_reduce_scatter_run(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                        size_t n, gcoll_dtype_t dtype, gcoll_op_t op);
 
 /* Alltoallv: scounts[i] elements at sdispls[i] of sendbuf to rank i, rcounts[i] from it at
  * rdispls[i] of recvbuf (gcoll_alltoall_run); kind goes into the signature. */
@@ -159,8 +158,8 @@ gcoll_status_t gcoll_alltoall_run(const gcoll_coll_t *ctx, const uint8_t *sendbu
  * from it into rbuf[j] (rlen[j] receives the length), for exchanges whose lengths are not
  * known in advance; NULL buffers are skipped, and so is this rank's own entry. */
 gcoll_status_t gcoll_exchange_anylen(const gcoll_coll_t *ctx, uint32_t sub, uint32_t sig,
-                                     uint8_t *const *sbuf, const size_t *slen,
-                                     uint8_t *const *rbuf, const size_t *rcap, size_t *rlen);
+                                     uint8_t *const *sbuf, const size_t *slen, uint8_t *const *rbuf,
+                                     const size_t *rcap, size_t *rlen);
 
 /* ---- for lib/: the ring allreduce inside a running operation of comm (api.c builds the
  * context), with tags from 0 or from sub0 ---- */

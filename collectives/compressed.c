@@ -45,9 +45,9 @@ gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n)
 
 
 /* Quantizers: all-to-all of worker-compressed chunks, reduce, re-compress, gather. */
-static gcoll_status_t run_quantized(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
-                                    float *out, size_t count, gcoll_op_t op, int shard_only,
-                                    gcoll_nancheck_t check, uint32_t sig)
+static gcoll_status_t run_quantized(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                    const float *grad, float *out, size_t count, gcoll_op_t op,
+                                    int shard_only, gcoll_nancheck_t check, uint32_t sig)
 {
     const int P = ctx->size, r = ctx->rank;
     const gcoll_compressor_t *c = s->c;
@@ -157,7 +157,8 @@ static gcoll_status_t run_quantized(const gcoll_coll_t *ctx, gcoll_tensor_state_
         rbuf[j] = rstore + rtot;
         rtot += cap[j];
     }
-    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(ctx, PHASE(1), sig, sbuf, len, rbuf, cap, rlen), st, out);
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(ctx, PHASE(1), sig, sbuf, len, rbuf, cap, rlen), st,
+                     out);
     rbuf[r] = smsg;
     rlen[r] = mlen;
     t0 = gcoll_time_ns();
@@ -258,9 +259,9 @@ static gcoll_status_t encode_first(const gcoll_coll_t *ctx, gcoll_tensor_state_t
 }
 
 /* Sparsifiers: encode once, then the sparse allreduce of what was sent. */
-static gcoll_status_t run_sparse(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
-                                 float *out, size_t count, gcoll_op_t op, gcoll_nancheck_t check,
-                                 uint32_t sig)
+static gcoll_status_t run_sparse(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                 const float *grad, float *out, size_t count, gcoll_op_t op,
+                                 gcoll_nancheck_t check, uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
     size_t cap = gcoll_codec_bound(c, count), len = 0, nnz = 0;
@@ -291,9 +292,9 @@ out:
 
 /* Random-k with a shared seed: every rank picked the same indices, so only the k values
  * are reduced, densely. */
-static gcoll_status_t run_randomk(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
-                                  float *out, size_t count, gcoll_op_t op, gcoll_nancheck_t check,
-                                  uint32_t sig)
+static gcoll_status_t run_randomk(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                  const float *grad, float *out, size_t count, gcoll_op_t op,
+                                  gcoll_nancheck_t check, uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
     size_t cap = gcoll_codec_bound(c, count), len = 0, k = 0;
@@ -313,14 +314,13 @@ static gcoll_status_t run_randomk(const gcoll_coll_t *ctx, gcoll_tensor_state_t 
         goto out;
     GCOLL_CHECK_GOTO(gcoll_codec_decode_pairs(c, msg, len, count, idx, val, k, &k), st, out);
     ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
-    GCOLL_CHECK_GOTO(gcoll_coll_ring_allreduce(ctx, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig,
-                                             PHASE(0)), st, out);
+    GCOLL_CHECK_GOTO(
+        gcoll_coll_ring_allreduce(ctx, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig, PHASE(0)), st, out);
     /* out: the k sums at their (ascending) indices, zeros elsewhere, through the merged
      * sum's blocks streamed out (glibc's memset reads every line of a large output first) */
     t0 = gcoll_time_ns();
     gcoll_sum_src_t src = {.idx = idx, .val = val, .n = k};
-    st = gcoll_sum_sources(c, &src, 1, out, count, op == GCOLL_AVG ? (float)ctx->size : 1.0f,
-                           NULL);
+    st = gcoll_sum_sources(c, &src, 1, out, count, op == GCOLL_AVG ? (float)ctx->size : 1.0f, NULL);
     ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
 out:
     free(idx);
@@ -341,8 +341,8 @@ static const char *const scheme_names[] = {"dense ring", "alltoall", "ring",
  * compressed tensor on the wire; the ring overlaps compression with transfer segment by
  * segment but re-quantizes P-1 times and takes 2 (P-1) latency-bound steps. */
 static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
-                            const gcoll_tensor_state_t *s, size_t count, int shard_only,
-                            char *why, size_t len)
+                            const gcoll_tensor_state_t *s, size_t count, int shard_only, char *why,
+                            size_t len)
 {
     const int P = ctx->size;
     unsigned flags = gcoll_codec_flags(c);
@@ -358,8 +358,8 @@ static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c
         int ef = s ? s->e != NULL && s->mode == GCOLL_STATE_WORKER : c->ef;
         if (!gcoll_coll_topk_stream_eligible(ctx, c, ef, count, k))
             return S_SPARSE;
-        snprintf(why, len, "top-k of %zu in %zu floats, selection pass sent in segments of %zu",
-                 k, count, gcoll_topk_stream_segment(ctx, count));
+        snprintf(why, len, "top-k of %zu in %zu floats, selection pass sent in segments of %zu", k,
+                 count, gcoll_topk_stream_segment(ctx, count));
         return S_STREAM;
     }
     if (ctx->cfg->compressed_algo == ALGO_ALLTOALL) {
@@ -391,16 +391,17 @@ const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compre
     gcoll_coll_t ctx = gcoll_comm_coll((gcoll_comm_t *)comm);
     scheme_t sc = pick_scheme(&ctx, c, NULL, count, shard_only, why, sizeof(why));
     if (segment_p)
-        *segment_p = sc == S_RING ? gcoll_cring_segment(comm->cfg.coll.ring_chunk, count, comm->size)
-                                  : 0;
+        *segment_p =
+            sc == S_RING ? gcoll_cring_segment(comm->cfg.coll.ring_chunk, count, comm->size) : 0;
     return scheme_names[sc];
 }
 
 /* The compressed allreduce (or reduce-scatter) by scheme sc, which pick_scheme chose for
  * the reason why; check: the call's NaN/Inf policy (run_compressed). */
-static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
-                                 float *out, size_t count, gcoll_op_t op, int shard_only,
-                                 gcoll_nancheck_t check, scheme_t sc, const char *why)
+static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                 const float *grad, float *out, size_t count, gcoll_op_t op,
+                                 int shard_only, gcoll_nancheck_t check, scheme_t sc,
+                                 const char *why)
 {
     /* a quantizer's bit-width warm-up: this step's messages and the server's are those of
      * a copy at this step's width (every rank at the same step picks the same) */

@@ -110,15 +110,16 @@ static uint32_t tag_of(const ring_t *R, int ph, size_t t, size_t k)
 
 static gcoll_status_t ring_recv(ring_t *R, int ph, size_t t, size_t k)
 {
-    return gcoll_channel_irecv(R->ctx->ch, &R->rreq[ph][slot(R, t, k)], R->left, tag_of(R, ph, t, k),
-                           R->sig, rbuf(R, t, k), R->g.segcap, GCOLL_TREQ_ANYLEN);
+    return gcoll_channel_irecv(R->ctx->ch, &R->rreq[ph][slot(R, t, k)], R->left,
+                               tag_of(R, ph, t, k), R->sig, rbuf(R, t, k), R->g.segcap,
+                               GCOLL_TREQ_ANYLEN);
 }
 
 static gcoll_status_t ring_send(ring_t *R, int ph, size_t t, size_t k, const void *msg,
                                 size_t len)
 {
-    return gcoll_channel_isend(R->ctx->ch, &R->sreq[ph][slot(R, t, k)], R->right, tag_of(R, ph, t, k),
-                           R->sig, msg, len);
+    return gcoll_channel_isend(R->ctx->ch, &R->sreq[ph][slot(R, t, k)], R->right,
+                               tag_of(R, ph, t, k), R->sig, msg, len);
 }
 
 /* Sends and the reduce-scatter's receives start complete (slots no message uses count as
@@ -181,7 +182,7 @@ static gcoll_status_t partial_sum(ring_t *R, const gcoll_compressor_t *c, size_t
         memset(dst, 0, sg.len * sizeof(float));
     } else if (gcoll_codec_decode(c, msg, len, dst, sg.len, GCOLL_DECODE_SET) != GCOLL_OK) {
         gcoll_channel_set_error(R->ctx->ch, "the compressed partial sum from rank %d is malformed",
-                             R->left);
+                                R->left);
         return GCOLL_ERR_INVALID;
     }
     for (size_t i = 0; i < sg.len; i++)
@@ -230,8 +231,10 @@ static gcoll_status_t decode_out(ring_t *R, const gcoll_compressor_t *c, gcoll_s
     gcoll_status_t st = gcoll_codec_decode(c, msg, len, out + sg.off, sg.len, GCOLL_DECODE_SET);
     R->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     if (st != GCOLL_OK)
-        gcoll_channel_set_error(R->ctx->ch, "the compressed chunk at %zu forwarded by rank %d is "
-                             "malformed", ch.off, from);
+        gcoll_channel_set_error(R->ctx->ch,
+                                "the compressed chunk at %zu forwarded by rank %d is "
+                                "malformed",
+                                ch.off, from);
     return st;
 }
 
@@ -273,9 +276,9 @@ static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const floa
     return decode_out(R, c, mine, k, msg, ownlen[k], out, R->r);
 }
 
-gcoll_status_t gcoll_compressed_ring(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
-                                     float *out, size_t count, gcoll_op_t op, int shard_only,
-                                     gcoll_nancheck_t check, uint32_t sig)
+gcoll_status_t gcoll_compressed_ring(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                     const float *grad, float *out, size_t count, gcoll_op_t op,
+                                     int shard_only, gcoll_nancheck_t check, uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
     ring_t R = {.ctx = ctx, .count = count, .P = ctx->size, .r = ctx->rank, .sig = sig};
@@ -286,8 +289,10 @@ gcoll_status_t gcoll_compressed_ring(const gcoll_coll_t *ctx, gcoll_tensor_state
     R.g.nseg = nseg_of(&R.g, gcoll_even_chunk(count, R.P, 0).len);
     R.g.segcap = gcoll_codec_bound(c, R.g.segf);
     if (R.g.segcap == 0) {
-        gcoll_channel_set_error(ctx->ch, "compressed ring: segments of %zu elements exceed the "
-                             "codec's range", R.g.segf);
+        gcoll_channel_set_error(ctx->ch,
+                                "compressed ring: segments of %zu elements exceed the "
+                                "codec's range",
+                                R.g.segf);
         return GCOLL_ERR_INVALID;
     }
     const gcoll_span_t mine = gcoll_even_chunk(count, R.P, R.r);
@@ -345,9 +350,10 @@ gcoll_status_t gcoll_compressed_ring(const gcoll_coll_t *ctx, gcoll_tensor_state
                                               R.g.segcap, &len);
                 ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
                 if (st != GCOLL_OK) {
-                    gcoll_channel_set_error(ctx->ch, "compressing the partial sum of elements "
-                                         "[%zu, %zu) failed (overflow to Inf?)", sg.off,
-                                         sg.off + sg.len);
+                    gcoll_channel_set_error(ctx->ch,
+                                            "compressing the partial sum of elements "
+                                            "[%zu, %zu) failed (overflow to Inf?)",
+                                            sg.off, sg.off + sg.len);
                     goto out;
                 }
                 GCOLL_CHECK_GOTO(ring_send(&R, RS, u, k, msg, len), st, out);

@@ -34,8 +34,12 @@ gcoll_status_t gcoll_allgatherv_run(const gcoll_coll_t *ctx, const void *sendbuf
         seg[i] = (gcoll_span_t){rdispls[i] * esz, rcounts[i] * esz};
         total += seg[i].len;
     }
-    gcoll_ring_plan_t plan = {.buf = recv, .seg = seg, .esz = esz, .dtype = dtype,
-                              .ag_steps = (size_t)P - 1, .ag_shift = 0,
+    gcoll_ring_plan_t plan = {.buf = recv,
+                              .seg = seg,
+                              .esz = esz,
+                              .dtype = dtype,
+                              .ag_steps = (size_t)P - 1,
+                              .ag_shift = 0,
                               .sig = table_sig(kind, rcounts, P, dtype)};
     gcoll_status_t st = gcoll_ring_run(ctx, &plan);
     free(seg);
@@ -47,9 +51,8 @@ gcoll_status_t gcoll_allgatherv_run(const gcoll_coll_t *ctx, const void *sendbuf
 
 /* Staged in slices of GCOLL_RING_SLICE: block i's slice is segment i of a work buffer,
  * the ring leaves segment r fully reduced here (rs_shift = -1), and it is copied out. */
-gcoll_status_t gcoll_reduce_scatter_run(const gcoll_coll_t *ctx, const void *sendbuf,
-                                        void *recvbuf, size_t n, gcoll_dtype_t dtype,
-                                        gcoll_op_t op)
+gcoll_status_t gcoll_reduce_scatter_run(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                        size_t n, gcoll_dtype_t dtype, gcoll_op_t op)
 {
     const size_t P = (size_t)ctx->size, r = (size_t)ctx->rank;
     const size_t esz = gcoll_dtype_size(dtype);
@@ -68,10 +71,15 @@ gcoll_status_t gcoll_reduce_scatter_run(const gcoll_coll_t *ctx, const void *sen
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (!work || !seg)
         goto out;
-    gcoll_ring_plan_t plan = {.buf = work, .tmp = tmp, .seg = seg, .esz = esz,
-                              .dtype = dtype, .op = op, .rs_steps = P - 1, .rs_shift = -1,
-                              .sig = gcoll_call_sig(GCOLL_KIND_REDUCE_SCATTER, n, dtype,
-                                                    op, 0)};
+    gcoll_ring_plan_t plan = {.buf = work,
+                              .tmp = tmp,
+                              .seg = seg,
+                              .esz = esz,
+                              .dtype = dtype,
+                              .op = op,
+                              .rs_steps = P - 1,
+                              .rs_shift = -1,
+                              .sig = gcoll_call_sig(GCOLL_KIND_REDUCE_SCATTER, n, dtype, op, 0)};
     for (size_t off = 0; off < n; off += sl) {
         size_t len = GCOLL_MIN(sl, n - off);
         for (size_t i = 0; i < P; i++) {
@@ -80,8 +88,10 @@ gcoll_status_t gcoll_reduce_scatter_run(const gcoll_coll_t *ctx, const void *sen
         }
         GCOLL_CHECK_GOTO(gcoll_ring_run(ctx, &plan), st, out);
         memcpy(recv + off * esz, work + seg[r].off, len * esz);
-        plan.sub0 += (uint32_t)((P - 1) * GCOLL_MAX(GCOLL_DIV_UP(len, GCOLL_MAX(
-                                    ctx->cfg->ring_chunk / esz, (size_t)1)), (size_t)1));
+        plan.sub0 +=
+            (uint32_t)((P - 1) * GCOLL_MAX(GCOLL_DIV_UP(len, GCOLL_MAX(ctx->cfg->ring_chunk / esz,
+                                                                       (size_t)1)),
+                                           (size_t)1));
     }
     gcoll_reduce_finish(recv, n, dtype, op, ctx->size);
     ctx->ch->counters.bytes_raw += P * n * esz;
@@ -107,17 +117,19 @@ gcoll_status_t gcoll_alltoall_run(const gcoll_coll_t *ctx, const uint8_t *sendbu
     /* Staggered partners so that every link is busy, not every rank hitting rank 0. */
     for (int k = 1; k < P; k++) {
         int from = (r - k + P) % P;
-        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], from, 0, sig, recvbuf + rspan[from].off,
-                                         rspan[from].len, 0), st, out);
+        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], from, 0, sig,
+                                             recvbuf + rspan[from].off, rspan[from].len, 0),
+                         st, out);
     }
     for (int k = 1; k < P; k++) {
         int to = (r + k) % P;
-        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], to, 0, sig, sendbuf + sspan[to].off,
-                                         sspan[to].len), st, out);
+        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], to, 0, sig,
+                                             sendbuf + sspan[to].off, sspan[to].len),
+                         st, out);
     }
     if (rspan[r].len != sspan[r].len) {
         gcoll_channel_set_error(ctx->ch, "rank %d sends itself %zu bytes but expects %zu", r,
-                             sspan[r].len, rspan[r].len);
+                                sspan[r].len, rspan[r].len);
         st = GCOLL_ERR_INVALID;
         goto out;
     }
@@ -145,8 +157,8 @@ gcoll_status_t gcoll_alltoallv_run(const gcoll_coll_t *ctx, const void *sendbuf,
         rp[i] = (gcoll_span_t){rdispls[i] * esz, rcounts[i] * esz};
         ctx->ch->counters.bytes_raw += sp[i].len;
     }
-    gcoll_status_t st = gcoll_alltoall_run(ctx, sendbuf, sp, recvbuf, rp,
-                                           gcoll_call_sig(kind, 0, dtype, 0, 0));
+    gcoll_status_t st =
+        gcoll_alltoall_run(ctx, sendbuf, sp, recvbuf, rp, gcoll_call_sig(kind, 0, dtype, 0, 0));
     free(sp);
     return st;
 }
@@ -155,8 +167,8 @@ gcoll_status_t gcoll_alltoallv_run(const gcoll_coll_t *ctx, const void *sendbuf,
  * from it into rbuf[j]; rlen[j] receives the length. Used where lengths are not known in
  * advance; the receive side checks them against the cap. */
 gcoll_status_t gcoll_exchange_anylen(const gcoll_coll_t *ctx, uint32_t sub, uint32_t sig,
-                                     uint8_t *const *sbuf, const size_t *slen,
-                                     uint8_t *const *rbuf, const size_t *rcap, size_t *rlen)
+                                     uint8_t *const *sbuf, const size_t *slen, uint8_t *const *rbuf,
+                                     const size_t *rcap, size_t *rlen)
 {
     const int P = ctx->size, r = ctx->rank;
     gcoll_treq_t *req = calloc(2 * (size_t)P, sizeof(*req));
@@ -168,13 +180,14 @@ gcoll_status_t gcoll_exchange_anylen(const gcoll_coll_t *ctx, uint32_t sub, uint
         int from = (r - k + P) % P;
         if (rbuf[from])
             GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], from, sub, sig, rbuf[from],
-                                             rcap[from], GCOLL_TREQ_ANYLEN), st, out);
+                                                 rcap[from], GCOLL_TREQ_ANYLEN),
+                             st, out);
     }
     for (int k = 1; k < P; k++) {
         int to = (r + k) % P;
         if (sbuf[to])
-            GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], to, sub, sig, sbuf[to], slen[to]),
-                             st, out);
+            GCOLL_CHECK_GOTO(
+                gcoll_channel_isend(ctx->ch, &req[n++], to, sub, sig, sbuf[to], slen[to]), st, out);
     }
     GCOLL_CHECK_GOTO(gcoll_channel_waitall(ctx->ch, req, n), st, out);
     for (int i = 0; i < n; i++)

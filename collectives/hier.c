@@ -314,16 +314,21 @@ static gcoll_status_t run_hier(gcoll_comm_t *comm, gcoll_request_t *req)
 
 /* Queues call (kind and pairs set; the arguments are copied in here). */
 static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_hier_call_t *call,
-                             const void *sendbuf, void *recvbuf, size_t count,
-                             gcoll_dtype_t dtype, gcoll_op_t op, gcoll_request_t **req_p)
+                             const void *sendbuf, void *recvbuf, size_t count, gcoll_dtype_t dtype,
+                             gcoll_op_t op, gcoll_request_t **req_p)
 {
     call->sendbuf = sendbuf;
     call->recvbuf = recvbuf;
     call->count = count;
     call->dtype = dtype;
     call->op = op;
-    gcoll_args_t a = {.sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype,
-                      .op = op, .ext = call, .release = call_free};
+    gcoll_args_t a = {.sendbuf = sendbuf,
+                      .recvbuf = recvbuf,
+                      .count = count,
+                      .dtype = dtype,
+                      .op = op,
+                      .ext = call,
+                      .release = call_free};
     gcoll_request_t *req = gcoll_request_new(comm, what, run_hier, &a);
     if (!req) {
         call_free(call);
@@ -340,8 +345,8 @@ gcoll_status_t gcoll_hier_iallreduce(gcoll_comm_t *comm, const void *sendbuf, vo
     if (!call)
         return GCOLL_ERR_NOMEM;
     call->kind = GCOLL_HIER_DENSE;
-    return submit(comm, "gcoll_allreduce (hierarchical)", call, sendbuf, recvbuf, count, dtype,
-                  op, req_p);
+    return submit(comm, "gcoll_allreduce (hierarchical)", call, sendbuf, recvbuf, count, dtype, op,
+                  req_p);
 }
 
 gcoll_status_t gcoll_hier_isparse(gcoll_comm_t *comm, const uint32_t *idx, const float *val,

@@ -19,9 +19,11 @@ static gcoll_status_t exchange(const gcoll_coll_t *ctx, int peer, uint32_t sub, 
     gcoll_status_t st;
     int n = 0;
     if (rbuf)
-        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], peer, sub, sig, rbuf, rlen, 0), st, out);
+        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], peer, sub, sig, rbuf, rlen, 0), st,
+                         out);
     if (sbuf)
-        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], peer, sub, sig, sbuf, slen), st, out);
+        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], peer, sub, sig, sbuf, slen), st,
+                         out);
     st = gcoll_channel_waitall(ctx->ch, req, n);
 out:
     if (st != GCOLL_OK)
@@ -117,7 +119,8 @@ gcoll_status_t gcoll_rhd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_
             size_t ohi = lo[s + 1] == lo[s] ? hi[s] : lo[s + 1];
             GCOLL_CHECK_GOTO(exchange(ctx, peer, 1 + (uint32_t)(steps + s), sig,
                                       buf + lo[s + 1] * esz, (hi[s + 1] - lo[s + 1]) * esz,
-                                      buf + olo * esz, (ohi - olo) * esz), st, out);
+                                      buf + olo * esz, (ohi - olo) * esz),
+                             st, out);
         }
     }
     st = fold_out(ctx, rem, 1 + 2 * (uint32_t)steps, sig, buf, count * esz);
@@ -147,8 +150,8 @@ gcoll_status_t gcoll_rd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t
     GCOLL_CHECK(fold_in(ctx, rem, sig, buf, tmp, count, dtype, op, gcoll_reduce_rev, &nr));
     for (int s = 0, mask = 1; nr >= 0 && mask < p2; s++, mask <<= 1) {
         int pnr = nr ^ mask;
-        GCOLL_CHECK(exchange(ctx, real_rank(pnr, rem), 1 + (uint32_t)s, sig, buf, bytes, tmp,
-                             bytes));
+        GCOLL_CHECK(
+            exchange(ctx, real_rank(pnr, rem), 1 + (uint32_t)s, sig, buf, bytes, tmp, bytes));
         if (nr < pnr)
             gcoll_reduce(buf, tmp, count, dtype, op);
         else

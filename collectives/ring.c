@@ -74,14 +74,15 @@ static gcoll_status_t send_q_run(const gcoll_coll_t *ctx, send_q_t *q, gcoll_tre
         size_t i = q->order[q->started++];
         gcoll_treq_t *s = &sreq[i];
         GCOLL_CHECK(gcoll_channel_isend(ctx->ch, s, s->peer, p->sub0 + (uint32_t)i, p->sig, s->buf,
-                                    s->len));
+                                        s->len));
         if (progressed)
             *progressed = 1;
     }
     return GCOLL_OK;
 }
 
-static gcoll_status_t ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *p, uint32_t ready_sub)
+static gcoll_status_t ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *p,
+                               uint32_t ready_sub)
 {
     const long P = ctx->size, r = ctx->rank;
     const int right = (int)mod(r + 1, P), left = (int)mod(r - 1, P);
@@ -110,8 +111,9 @@ static gcoll_status_t ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t 
             gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g, 1), c, nch);
             uint8_t *dst = (g < p->rs_steps && !oop ? p->tmp : p->buf) + ch.off;
             GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &rreq[g * nch + c], left,
-                                             p->sub0 + (uint32_t)(g * nch + c), p->sig, dst,
-                                             ch.len, 0), st, out);
+                                                 p->sub0 + (uint32_t)(g * nch + c), p->sig, dst,
+                                                 ch.len, 0),
+                             st, out);
         }
     }
     if (ready_sub != NO_READY) {
@@ -195,8 +197,8 @@ gcoll_status_t gcoll_ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *
 /* The passes of both forms, in slices of at most GCOLL_RING_SLICE bytes so the temporary
  * stays bounded; sendbuf NULL (or recvbuf) means in place. */
 static gcoll_status_t ring_allreduce(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
-                                     size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
-                                     uint32_t sig, uint32_t sub0)
+                                     size_t count, gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                     uint32_t sub0)
 {
     const size_t P = (size_t)ctx->size, esz = gcoll_dtype_size(dtype);
     const int oop = sendbuf && sendbuf != recvbuf;
@@ -229,11 +231,11 @@ static gcoll_status_t ring_allreduce(const gcoll_coll_t *ctx, const void *sendbu
         plan.buf = (uint8_t *)recvbuf + off * esz;
         plan.src = oop ? (const uint8_t *)sendbuf + off * esz : NULL;
         /* data takes tags sub0 .. sub0 + 2 (P-1) nch - 1; the 2 P after them are free */
-        uint32_t nsub = (uint32_t)(2 * (P - 1) * GCOLL_DIV_UP(GCOLL_DIV_UP(n, P),
-                                   GCOLL_MAX(ctx->cfg->ring_chunk / esz, (size_t)1)));
-        GCOLL_CHECK_GOTO(ring_run(ctx, &plan, n * esz >= RING_READY_MIN ? plan.sub0 + nsub
-                                                                         : NO_READY),
-                         st, out);
+        uint32_t nsub = (uint32_t)(2 * (P - 1) *
+                                   GCOLL_DIV_UP(GCOLL_DIV_UP(n, P),
+                                                GCOLL_MAX(ctx->cfg->ring_chunk / esz, (size_t)1)));
+        GCOLL_CHECK_GOTO(
+            ring_run(ctx, &plan, n * esz >= RING_READY_MIN ? plan.sub0 + nsub : NO_READY), st, out);
         plan.sub0 += nsub + 2 * (uint32_t)P;
     }
     st = GCOLL_OK;
@@ -249,9 +251,9 @@ gcoll_status_t gcoll_coll_ring_allreduce(const gcoll_coll_t *ctx, void *recvbuf,
     return ring_allreduce(ctx, NULL, recvbuf, count, dtype, op, sig, sub0);
 }
 
-gcoll_status_t gcoll_ring_allreduce_oop(const gcoll_coll_t *ctx, const void *sendbuf,
-                                        void *recvbuf, size_t count, gcoll_dtype_t dtype,
-                                        gcoll_op_t op, uint32_t sig)
+gcoll_status_t gcoll_ring_allreduce_oop(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                        size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                        uint32_t sig)
 {
     return ring_allreduce(ctx, sendbuf, recvbuf, count, dtype, op, sig, 0);
 }

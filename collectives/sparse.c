@@ -191,8 +191,8 @@ static gcoll_status_t partition(const gcoll_coll_t *ctx, const gcoll_pairs_t *pa
         return GCOLL_ERR_NOMEM;
     for (size_t i = 0; i < pairs->n; i++)
         hist[pairs->idx[i] / width]++;
-    gcoll_status_t st = gcoll_coll_ring_allreduce(ctx, hist, nb, GCOLL_INT64, GCOLL_SUM, sig,
-                                                PHASE(2));
+    gcoll_status_t st =
+        gcoll_coll_ring_allreduce(ctx, hist, nb, GCOLL_INT64, GCOLL_SUM, sig, PHASE(2));
     if (st == GCOLL_OK) {
         int64_t total = 0, cum = 0;
         for (size_t b = 0; b < nb; b++)
@@ -303,8 +303,10 @@ static gcoll_status_t plan_split(const gcoll_coll_t *ctx, const gcoll_sparse_cal
             touched[(pidx[k] - lo) / 64] |= 1ull << ((pidx[k] - lo) % 64);
         }
         if (st != GCOLL_OK) {
-            gcoll_channel_set_error(ctx->ch, "rank %d sent a malformed piece or an index outside "
-                                 "range [%zu, %zu) of rank %d", i, lo, lo + span, r);
+            gcoll_channel_set_error(ctx->ch,
+                                    "rank %d sent a malformed piece or an index outside "
+                                    "range [%zu, %zu) of rank %d",
+                                    i, lo, lo + span, r);
             st = GCOLL_ERR_INVALID;
         }
     }
@@ -362,15 +364,16 @@ out:
 }
 
 /* Dense ring; AVG divides after the sum, as the other plans do while summing. */
-static gcoll_status_t plan_dense(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c, uint32_t sig)
+static gcoll_status_t plan_dense(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c,
+                                 uint32_t sig)
 {
     uint64_t t0 = gcoll_time_ns();
     memset(c->out, 0, c->count * sizeof(float));
     for (size_t i = 0; i < c->pairs->n; i++)
         c->out[c->pairs->idx[i]] += c->pairs->val[i];
     ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
-    GCOLL_CHECK(gcoll_coll_ring_allreduce(ctx, c->out, c->count, GCOLL_FLOAT32, GCOLL_SUM, sig,
-                                        PHASE(5)));
+    GCOLL_CHECK(
+        gcoll_coll_ring_allreduce(ctx, c->out, c->count, GCOLL_FLOAT32, GCOLL_SUM, sig, PHASE(5)));
     if (c->op == GCOLL_AVG) {
         t0 = gcoll_time_ns();
         for (size_t i = 0; i < c->count; i++)
@@ -407,8 +410,10 @@ static gcoll_sparse_plan_t choose(const gcoll_coll_t *ctx, const census_t *cen, 
         if (b_dense < best)
             plan = GCOLL_SPARSE_DENSE;
     }
-    snprintf(why, len, "%.0f pairs over %d ranks, dense size %zu: bytes per rank allgather "
-             "%.0f, split %.0f, dense %.0f%s", ntot, P, count, b_all, b_split, b_dense,
+    snprintf(why, len,
+             "%.0f pairs over %d ranks, dense size %zu: bytes per rank allgather "
+             "%.0f, split %.0f, dense %.0f%s",
+             ntot, P, count, b_all, b_split, b_dense,
              ctx->cfg->sparse_algo != GCOLL_SPARSE_AUTO ? " (forced by GCOLL_SPARSE_ALGO)" : "");
     return plan;
 }
@@ -435,7 +440,7 @@ gcoll_status_t gcoll_sparse_run(const gcoll_coll_t *ctx, const gcoll_sparse_call
         census_t v = {gcoll_get_u64(p), gcoll_get_u64(p + 8)};
         if (v.nnz > c->count || v.msglen > ((uint64_t)1 << 40)) {
             gcoll_channel_set_error(ctx->ch, "rank %d announced %llu pairs for a dense size of %zu",
-                                 i, (unsigned long long)v.nnz, c->count);
+                                    i, (unsigned long long)v.nnz, c->count);
             st = GCOLL_ERR_INVALID;
             goto out;
         }

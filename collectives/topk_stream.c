@@ -60,7 +60,7 @@ size_t gcoll_topk_stream_segment(const gcoll_coll_t *ctx, size_t count)
 }
 
 int gcoll_coll_topk_stream_eligible(const gcoll_coll_t *ctx, const gcoll_compressor_t *c, int ef,
-                               size_t count, size_t k)
+                                    size_t count, size_t k)
 {
     size_t seg = gcoll_topk_stream_segment(ctx, count);
     /* the selection streams its pass only for top-k of e + g sent as f32 (select.h); the
@@ -106,14 +106,14 @@ static gcoll_status_t post_rx(stream_t *t, int j)
 {
     rx_t *x = &t->rx[j];
     if (x->stage < t->S)
-        return gcoll_channel_irecv(t->ctx->ch, &x->req, j, SUB_SEG(x->stage), t->sig, x->buf + x->used,
-                               t->bufcap - x->used, GCOLL_TREQ_ANYLEN);
+        return gcoll_channel_irecv(t->ctx->ch, &x->req, j, SUB_SEG(x->stage), t->sig,
+                                   x->buf + x->used, t->bufcap - x->used, GCOLL_TREQ_ANYLEN);
     if (x->stage == t->S)
         return gcoll_channel_irecv(t->ctx->ch, &x->req, j, SUB_TRAILER, t->sig, x->trailer,
-                               TRAILER_LEN, 0);
+                                   TRAILER_LEN, 0);
     if (x->stage == t->S + 1)
         return gcoll_channel_irecv(t->ctx->ch, &x->req, j, SUB_FULL, t->sig, x->buf, t->bufcap,
-                               GCOLL_TREQ_ANYLEN);
+                                   GCOLL_TREQ_ANYLEN);
     return GCOLL_OK;
 }
 
@@ -184,8 +184,8 @@ static gcoll_status_t send_all(stream_t *t, uint32_t sub, const uint8_t *buf, si
 {
     const int P = t->ctx->size, r = t->ctx->rank;
     for (int k = 1; k < P; k++)
-        GCOLL_CHECK(gcoll_channel_isend(t->ctx->ch, &t->tx[t->ntx++], (r + k) % P, sub, t->sig, buf,
-                                    len));
+        GCOLL_CHECK(
+            gcoll_channel_isend(t->ctx->ch, &t->tx[t->ntx++], (r + k) % P, sub, t->sig, buf, len));
     return GCOLL_OK;
 }
 
@@ -219,8 +219,8 @@ static void on_segment(void *arg, size_t s, const uint32_t *idx, const float *va
     t->ns_net += gcoll_time_ns() - t0;
 }
 
-gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s, const float *grad,
-                                     float *out, size_t count, gcoll_op_t op,
+gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                     const float *grad, float *out, size_t count, gcoll_op_t op,
                                      gcoll_nancheck_t check, uint32_t sig)
 {
     const int P = ctx->size, r = ctx->rank;
@@ -338,8 +338,10 @@ gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state
     int bad = 0;
     st = gcoll_sum_sources(c, src, P, out, count, op == GCOLL_AVG ? (float)P : 1.0f, &bad);
     if (st == GCOLL_ERR_INVALID)
-        gcoll_channel_set_error(ctx->ch, "rank %d sent a malformed streamed top-k selection (its "
-                             "segments or its trailer)", bad);
+        gcoll_channel_set_error(ctx->ch,
+                                "rank %d sent a malformed streamed top-k selection (its "
+                                "segments or its trailer)",
+                                bad);
     ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
 out:
     if (st != GCOLL_OK) {
