@@ -100,9 +100,8 @@ static size_t k_for(const gcoll_compressor_t *c, size_t n, double d)
         return 0;
     if (c->k_fixed)
         return (size_t)GCOLL_MIN((uint64_t)n, c->k_fixed);
-    double kf = ceil(d * (double)n * (1.0 - 1e-12));
-    size_t k = kf < 1.0 ? 1 : (kf >= (double)n ? n : (size_t)kf);
-    return k;
+    double kf = gcoll_density_k(d, (double)n);
+    return kf >= (double)n ? n : (size_t)kf;
 }
 
 size_t gcoll_codec_k(const gcoll_compressor_t *c, size_t n, uint64_t step)
