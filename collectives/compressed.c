@@ -93,6 +93,7 @@ static gcoll_status_t run_quantized(const gcoll_coll_t *ctx, gcoll_tensor_state_
     /* 2. chunk j goes to rank j */
     size_t rc = gcoll_codec_bound(c, mine.len);
     size_t *rcap = calloc((size_t)P, sizeof(size_t));
+    st = GCOLL_ERR_NOMEM;
     if (!rcap)
         goto out;
     for (int j = 0; j < P; j++)
