@@ -43,142 +43,189 @@ gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n)
     return gcoll_state_create_mode(s->c, n, GCOLL_STATE_SERVER, &s->server);
 }
 
+/* The quantizers' scheme's buffers (run_quantized): this rank's chunk, and per rank the
+ * lengths, capacities and places of the messages. */
+typedef struct {
+    const gcoll_coll_t *ctx;
+    gcoll_tensor_state_t *s;
+    size_t count;
+    gcoll_span_t mine;
+    uint32_t sig;
+    size_t *len, *cap, *rlen;
+    uint8_t **sbuf, **rbuf;
+    uint8_t *sstore, *rstore, *smsg;
+    float *acc;  /* this rank's reduced chunk */
+    size_t mlen; /* of smsg, the reduced chunk re-compressed */
+} quant_t;
+
+/* 1. worker: compress every chunk with its slice of the residual, clip= scaling by the
+ * norm of the whole gradient (not each chunk's own). */
+static gcoll_status_t quant_encode(quant_t *q, const float *grad, gcoll_nancheck_t check)
+{
+    const int P = q->ctx->size, r = q->ctx->rank;
+    gcoll_tensor_state_t *s = q->s;
+    const gcoll_compressor_t *c = s->c;
+    size_t stot = 0, rtot = 0;
+    for (int j = 0; j < P; j++) {
+        q->cap[j] = gcoll_codec_bound(c, chunk(q->count, P, j).len);
+        stot += q->cap[j];
+        rtot += gcoll_codec_bound(c, q->mine.len);
+    }
+    if (!(q->sstore = malloc(stot)) || !(q->rstore = malloc(rtot)) ||
+        !(q->acc = malloc((q->mine.len + 1) * sizeof(float))))
+        return GCOLL_ERR_NOMEM;
+    uint64_t t0 = gcoll_time_ns();
+    gcoll_state_set_salt(s, (uint64_t)r);
+    const gcoll_encode_opts_t opt = {
+        .check = check,
+        .clip_preset = 1,
+        .clip_factor = gcoll_codec_clip_factor(c, grad, q->count, 1, s->nranks),
+    };
+    stot = rtot = 0;
+    for (int j = 0; j < P; j++) {
+        gcoll_span_t ch = chunk(q->count, P, j);
+        q->sbuf[j] = q->sstore + stot;
+        GCOLL_CHECK(gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step, &opt,
+                                             q->sbuf[j], q->cap[j], &q->len[j]));
+        stot += q->cap[j];
+        q->rbuf[j] = q->rstore + rtot;
+        rtot += gcoll_codec_bound(c, q->mine.len);
+    }
+    q->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    return GCOLL_OK;
+}
+
+/* 2. chunk j goes to rank j; 3. this rank reduces its chunk into q->acc, contributions in
+ * rank order (from *t0_p on: codec time). */
+static gcoll_status_t quant_reduce(quant_t *q, gcoll_op_t op, uint64_t *t0_p)
+{
+    const int P = q->ctx->size, r = q->ctx->rank;
+    const gcoll_compressor_t *c = q->s->c;
+    size_t rc = gcoll_codec_bound(c, q->mine.len);
+    size_t *rcap = calloc((size_t)P, sizeof(size_t));
+    if (!rcap)
+        return GCOLL_ERR_NOMEM;
+    for (int j = 0; j < P; j++)
+        rcap[j] = rc;
+    gcoll_status_t st =
+        gcoll_exchange_anylen(q->ctx, PHASE(0), q->sig, q->sbuf, q->len, q->rbuf, rcap, q->rlen);
+    free(rcap);
+    if (st != GCOLL_OK)
+        return st;
+    q->rbuf[r] = q->sbuf[r];
+    q->rlen[r] = q->len[r];
+    *t0_p = gcoll_time_ns();
+    for (int i = 0; i < P; i++) {
+        st = gcoll_codec_decode(c, q->rbuf[i], q->rlen[i], q->acc, q->mine.len,
+                                i == 0 ? GCOLL_DECODE_SET : GCOLL_DECODE_ADD);
+        if (st != GCOLL_OK) {
+            gcoll_channel_set_error(q->ctx->ch, "the compressed chunk from rank %d is malformed",
+                                    i);
+            return st;
+        }
+    }
+    if (op == GCOLL_AVG)
+        for (size_t i = 0; i < q->mine.len; i++)
+            q->acc[i] /= (float)P;
+    /* the worker messages are done with: a call holds one phase's buffers at a time */
+    free(q->sstore);
+    free(q->rstore);
+    q->sstore = q->rstore = NULL;
+    return GCOLL_OK;
+}
+
+/* 4. server: re-compress the reduced chunk with its own residual into q->smsg. */
+static gcoll_status_t quant_server(quant_t *q)
+{
+    const int P = q->ctx->size, r = q->ctx->rank;
+    gcoll_tensor_state_t *s = q->s;
+    const gcoll_compressor_t *c = s->c;
+    GCOLL_CHECK(gcoll_compressed_server_state(s, q->mine.len));
+    gcoll_state_set_salt(s->server, (uint64_t)(P + r));
+    size_t mcap = gcoll_codec_bound(c, q->mine.len);
+    if (!(q->smsg = malloc(mcap)))
+        return GCOLL_ERR_NOMEM;
+    GCOLL_CHECK(gcoll_codec_encode_range(c, s->server, 0, q->acc, q->mine.len, s->step, NULL,
+                                         q->smsg, mcap, &q->mlen));
+    s->server->step++;
+    return GCOLL_OK;
+}
+
+/* 5. everyone gathers every compressed chunk and decodes it in place (the reduced chunk is
+ * done with: freed before the gather's buffers are taken). */
+static gcoll_status_t quant_gather(quant_t *q, float *out)
+{
+    const int P = q->ctx->size, r = q->ctx->rank;
+    const gcoll_compressor_t *c = q->s->c;
+    free(q->acc);
+    q->acc = NULL;
+    for (int j = 0; j < P; j++) {
+        q->sbuf[j] = q->smsg;
+        q->len[j] = q->mlen;
+    }
+    free(q->rstore);
+    size_t rtot = 0;
+    for (int j = 0; j < P; j++)
+        rtot += q->cap[j];
+    if (!(q->rstore = malloc(rtot)))
+        return GCOLL_ERR_NOMEM;
+    rtot = 0;
+    for (int j = 0; j < P; j++) {
+        q->rbuf[j] = q->rstore + rtot;
+        rtot += q->cap[j];
+    }
+    GCOLL_CHECK(
+        gcoll_exchange_anylen(q->ctx, PHASE(1), q->sig, q->sbuf, q->len, q->rbuf, q->cap, q->rlen));
+    q->rbuf[r] = q->smsg;
+    q->rlen[r] = q->mlen;
+    uint64_t t0 = gcoll_time_ns();
+    for (int j = 0; j < P; j++) {
+        gcoll_span_t ch = chunk(q->count, P, j);
+        gcoll_status_t st =
+            gcoll_codec_decode(c, q->rbuf[j], q->rlen[j], out + ch.off, ch.len, GCOLL_DECODE_SET);
+        if (st != GCOLL_OK) {
+            gcoll_channel_set_error(q->ctx->ch, "the reduced chunk from rank %d is malformed", j);
+            return st;
+        }
+    }
+    q->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    return GCOLL_OK;
+}
 
 /* Quantizers: all-to-all of worker-compressed chunks, reduce, re-compress, gather. */
 static gcoll_status_t run_quantized(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                     const float *grad, float *out, size_t count, gcoll_op_t op,
                                     int shard_only, gcoll_nancheck_t check, uint32_t sig)
 {
-    const int P = ctx->size, r = ctx->rank;
-    const gcoll_compressor_t *c = s->c;
-    const gcoll_span_t mine = chunk(count, P, r);
-    size_t *len = calloc(3 * (size_t)P, sizeof(size_t)), *cap = len + P, *rlen = cap + P;
-    uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
-    uint8_t *sstore = NULL, *rstore = NULL, *smsg = NULL;
-    float *acc = NULL;
+    const int P = ctx->size;
+    quant_t q = {
+        .ctx = ctx, .s = s, .count = count, .mine = chunk(count, P, ctx->rank), .sig = sig};
+    q.len = calloc(3 * (size_t)P, sizeof(size_t));
+    q.cap = q.len ? q.len + P : NULL;
+    q.rlen = q.len ? q.cap + P : NULL;
+    q.sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *));
+    q.rbuf = q.sbuf ? q.sbuf + P : NULL;
     gcoll_status_t st = GCOLL_ERR_NOMEM;
-    if (!len || !sbuf)
+    uint64_t t0 = 0;
+    if (!q.len || !q.sbuf)
         goto out;
-    size_t stot = 0, rtot = 0;
-    for (int j = 0; j < P; j++) {
-        cap[j] = gcoll_codec_bound(c, chunk(count, P, j).len);
-        stot += cap[j];
-        rtot += gcoll_codec_bound(c, mine.len);
-    }
-    if (!(sstore = malloc(stot)) || !(rstore = malloc(rtot)) ||
-        !(acc = malloc((mine.len + 1) * sizeof(float))))
-        goto out;
-    /* 1. worker: compress every chunk with its slice of the residual, clip= scaling
-     * by the norm of the whole gradient (not each chunk's own) */
-    uint64_t t0 = gcoll_time_ns();
-    gcoll_state_set_salt(s, (uint64_t)r);
-    const gcoll_encode_opts_t opt = {
-        .check = check,
-        .clip_preset = 1,
-        .clip_factor = gcoll_codec_clip_factor(c, grad, count, 1, s->nranks),
-    };
-    stot = rtot = 0;
-    for (int j = 0; j < P; j++) {
-        gcoll_span_t ch = chunk(count, P, j);
-        sbuf[j] = sstore + stot;
-        st = gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step, &opt, sbuf[j],
-                                      cap[j], &len[j]);
-        if (st != GCOLL_OK)
-            goto out;
-        stot += cap[j];
-        rbuf[j] = rstore + rtot;
-        rtot += gcoll_codec_bound(c, mine.len);
-    }
-    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
-    /* 2. chunk j goes to rank j */
-    size_t rc = gcoll_codec_bound(c, mine.len);
-    size_t *rcap = calloc((size_t)P, sizeof(size_t));
-    st = GCOLL_ERR_NOMEM;
-    if (!rcap)
-        goto out;
-    for (int j = 0; j < P; j++)
-        rcap[j] = rc;
-    st = gcoll_exchange_anylen(ctx, PHASE(0), sig, sbuf, len, rbuf, rcap, rlen);
-    free(rcap);
-    if (st != GCOLL_OK)
-        goto out;
-    rbuf[r] = sbuf[r];
-    rlen[r] = len[r];
-    /* 3. reduce my chunk, contributions in rank order */
-    t0 = gcoll_time_ns();
-    for (int i = 0; i < P; i++) {
-        st = gcoll_codec_decode(c, rbuf[i], rlen[i], acc, mine.len,
-                                i == 0 ? GCOLL_DECODE_SET : GCOLL_DECODE_ADD);
-        if (st != GCOLL_OK) {
-            gcoll_channel_set_error(ctx->ch, "the compressed chunk from rank %d is malformed", i);
-            goto out;
-        }
-    }
-    if (op == GCOLL_AVG)
-        for (size_t i = 0; i < mine.len; i++)
-            acc[i] /= (float)P;
-    /* the worker messages are done with: a call holds one phase's buffers at a time */
-    free(sstore);
-    free(rstore);
-    sstore = rstore = NULL;
+    GCOLL_CHECK_GOTO(quant_encode(&q, grad, check), st, out);
+    GCOLL_CHECK_GOTO(quant_reduce(&q, op, &t0), st, out);
     if (shard_only) {
-        memcpy(out, acc, mine.len * sizeof(float));
+        memcpy(out, q.acc, q.mine.len * sizeof(float));
         ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
         goto out;
     }
-    /* 4. server: re-compress the reduced chunk with its own residual */
-    GCOLL_CHECK_GOTO(gcoll_compressed_server_state(s, mine.len), st, out);
-    gcoll_state_set_salt(s->server, (uint64_t)(P + r));
-    size_t mcap = gcoll_codec_bound(c, mine.len), mlen = 0;
-    st = GCOLL_ERR_NOMEM;
-    if (!(smsg = malloc(mcap)))
-        goto out;
-    GCOLL_CHECK_GOTO(
-        gcoll_codec_encode_range(c, s->server, 0, acc, mine.len, s->step, NULL, smsg, mcap, &mlen),
-        st, out);
-    s->server->step++;
+    GCOLL_CHECK_GOTO(quant_server(&q), st, out);
     ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
-    /* 5. everyone gathers every compressed chunk and decodes it in place (the reduced
-     * chunk is done with: freed before the gather's buffers are taken) */
-    free(acc);
-    acc = NULL;
-    for (int j = 0; j < P; j++) {
-        sbuf[j] = smsg;
-        len[j] = mlen;
-    }
-    free(rstore);
-    rtot = 0;
-    for (int j = 0; j < P; j++)
-        rtot += cap[j];
-    st = GCOLL_ERR_NOMEM;
-    if (!(rstore = malloc(rtot)))
-        goto out;
-    rtot = 0;
-    for (int j = 0; j < P; j++) {
-        rbuf[j] = rstore + rtot;
-        rtot += cap[j];
-    }
-    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(ctx, PHASE(1), sig, sbuf, len, rbuf, cap, rlen), st,
-                     out);
-    rbuf[r] = smsg;
-    rlen[r] = mlen;
-    t0 = gcoll_time_ns();
-    for (int j = 0; j < P; j++) {
-        gcoll_span_t ch = chunk(count, P, j);
-        st = gcoll_codec_decode(c, rbuf[j], rlen[j], out + ch.off, ch.len, GCOLL_DECODE_SET);
-        if (st != GCOLL_OK) {
-            gcoll_channel_set_error(ctx->ch, "the reduced chunk from rank %d is malformed", j);
-            goto out;
-        }
-    }
-    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    st = quant_gather(&q, out);
 out:
-    free(smsg);
-    free(acc);
-    free(rstore);
-    free(sstore);
-    free(sbuf);
-    free(len);
+    free(q.smsg);
+    free(q.acc);
+    free(q.rstore);
+    free(q.sstore);
+    free(q.sbuf);
+    free(q.len);
     return st;
 }
 
