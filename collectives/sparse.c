@@ -224,67 +224,31 @@ static size_t lower_bound(const uint32_t *idx, size_t n, size_t key)
     return lo;
 }
 
-/* Split and reduce: rank j reduces index range j, then everyone gathers the pieces. */
-static gcoll_status_t plan_split(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c,
-                                 const census_t *cen, uint32_t sig)
+/* Step 2 of plan_split: the pieces of range [lo, lo + span) in rbuf (this rank's own
+ * among them) summed in rank order; the indices any of them touched, ascending, with their
+ * sums into *pidx_p and *pval_p (*m_p of them; the caller frees both, set or not). */
+static gcoll_status_t reduce_range(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c,
+                                   const census_t *cen, size_t lo, size_t span,
+                                   uint8_t *const *rbuf, const size_t *rlen, uint32_t **pidx_p,
+                                   float **pval_p, size_t *m_p)
 {
     const int P = ctx->size, r = ctx->rank;
-    const gcoll_pairs_t *pr = c->pairs;
-    size_t *bound = calloc((size_t)P + 1, sizeof(size_t));
-    size_t *slen = calloc(4 * (size_t)P, sizeof(size_t)), *rcap = slen + P, *rlen = rcap + P,
-           *soff = rlen + P;
-    uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
-    uint8_t *sstore = NULL, *rstore = NULL, *piece = NULL;
-    float *acc = NULL;
-    uint32_t *pidx = NULL;
-    float *pval = NULL;
-    gcoll_status_t st = GCOLL_ERR_NOMEM;
-    if (!bound || !slen || !sbuf)
-        goto out;
-    GCOLL_CHECK_GOTO(partition(ctx, pr, c->count, sig, bound), st, out);
-    /* 1. my pairs of range j go to rank j, as f32 sparse messages with global indices */
-    size_t stot = 0, rtot = 0;
-    for (int j = 0; j < P; j++) {
-        size_t a = lower_bound(pr->idx, pr->n, bound[j]), b = lower_bound(pr->idx, pr->n, bound[j + 1]);
-        soff[j] = stot;
-        slen[j] = gcoll_codec_pairs_bound(NULL, b - a, c->count);
-        stot += slen[j];
-        rcap[j] = gcoll_codec_pairs_bound(NULL, GCOLL_MIN((size_t)cen[j].nnz,
-                                                           bound[r + 1] - bound[r]), c->count);
-        rtot += rcap[j];
-    }
-    st = GCOLL_ERR_NOMEM;
-    if (!(sstore = malloc(stot + 1)) || !(rstore = malloc(rtot + 1)))
-        goto out;
-    rtot = 0;
-    for (int j = 0; j < P; j++) {
-        size_t a = lower_bound(pr->idx, pr->n, bound[j]), b = lower_bound(pr->idx, pr->n, bound[j + 1]);
-        sbuf[j] = sstore + soff[j];
-        GCOLL_CHECK_GOTO(gcoll_codec_encode_pairs(NULL, pr->idx + a, pr->val + a, b - a, c->count,
-                                                  sbuf[j], slen[j], &slen[j]), st, out);
-        rbuf[j] = rstore + rtot;
-        rtot += rcap[j];
-    }
-    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(ctx, PHASE(3), sig, sbuf, slen, rbuf, rcap, rlen), st,
-                     out);
-    rbuf[r] = sbuf[r];
-    rlen[r] = slen[r];
-    /* 2. reduce my range, contributions in rank order, then keep the touched indices */
     uint64_t t0 = gcoll_time_ns();
-    size_t lo = bound[r], span = bound[r + 1] - lo;
-    st = GCOLL_ERR_NOMEM;
-    if (!(acc = calloc(span + 1, sizeof(float))))
-        goto out;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    float *acc = calloc(span + 1, sizeof(float));
+    if (!acc)
+        return st;
     size_t maxn = 0;
     for (int i = 0; i < P; i++)
         maxn += GCOLL_MIN((size_t)cen[i].nnz, span);
     maxn = GCOLL_MIN(maxn, span);
     uint64_t *touched = calloc(GCOLL_DIV_UP(span, 64) + 1, sizeof(uint64_t));
-    pidx = malloc((maxn + 1) * sizeof(uint32_t));
-    pval = malloc((maxn + 1) * sizeof(float));
+    uint32_t *pidx = *pidx_p = malloc((maxn + 1) * sizeof(uint32_t));
+    float *pval = *pval_p = malloc((maxn + 1) * sizeof(float));
     if (!touched || !pidx || !pval) {
         free(touched);
-        goto out;
+        free(acc);
+        return st;
     }
     for (int i = 0; i < P && st != GCOLL_ERR_INVALID; i++) {
         gcoll_wire_hdr_t h;
@@ -312,7 +276,8 @@ static gcoll_status_t plan_split(const gcoll_coll_t *ctx, const gcoll_sparse_cal
     }
     if (st != GCOLL_OK) {
         free(touched);
-        goto out;
+        free(acc);
+        return st;
     }
     size_t m = 0;
     for (size_t k = 0; k < span; k++)
@@ -321,7 +286,64 @@ static gcoll_status_t plan_split(const gcoll_coll_t *ctx, const gcoll_sparse_cal
             pval[m++] = acc[k];
         }
     free(touched);
+    free(acc);
     ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    *m_p = m;
+    return GCOLL_OK;
+}
+
+/* Split and reduce: rank j reduces index range j, then everyone gathers the pieces. */
+static gcoll_status_t plan_split(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c,
+                                 const census_t *cen, uint32_t sig)
+{
+    const int P = ctx->size, r = ctx->rank;
+    const gcoll_pairs_t *pr = c->pairs;
+    size_t *bound = calloc((size_t)P + 1, sizeof(size_t));
+    size_t *slen = calloc(4 * (size_t)P, sizeof(size_t)), *rcap = slen + P, *rlen = rcap + P,
+           *soff = rlen + P;
+    uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
+    uint8_t *sstore = NULL, *rstore = NULL, *piece = NULL;
+    uint32_t *pidx = NULL;
+    float *pval = NULL;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!bound || !slen || !sbuf)
+        goto out;
+    GCOLL_CHECK_GOTO(partition(ctx, pr, c->count, sig, bound), st, out);
+    /* 1. my pairs of range j go to rank j, as f32 sparse messages with global indices */
+    size_t stot = 0, rtot = 0;
+    for (int j = 0; j < P; j++) {
+        size_t a = lower_bound(pr->idx, pr->n, bound[j]),
+               b = lower_bound(pr->idx, pr->n, bound[j + 1]);
+        soff[j] = stot;
+        slen[j] = gcoll_codec_pairs_bound(NULL, b - a, c->count);
+        stot += slen[j];
+        rcap[j] = gcoll_codec_pairs_bound(
+            NULL, GCOLL_MIN((size_t)cen[j].nnz, bound[r + 1] - bound[r]), c->count);
+        rtot += rcap[j];
+    }
+    st = GCOLL_ERR_NOMEM;
+    if (!(sstore = malloc(stot + 1)) || !(rstore = malloc(rtot + 1)))
+        goto out;
+    rtot = 0;
+    for (int j = 0; j < P; j++) {
+        size_t a = lower_bound(pr->idx, pr->n, bound[j]),
+               b = lower_bound(pr->idx, pr->n, bound[j + 1]);
+        sbuf[j] = sstore + soff[j];
+        GCOLL_CHECK_GOTO(gcoll_codec_encode_pairs(NULL, pr->idx + a, pr->val + a, b - a, c->count,
+                                                  sbuf[j], slen[j], &slen[j]),
+                         st, out);
+        rbuf[j] = rstore + rtot;
+        rtot += rcap[j];
+    }
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(ctx, PHASE(3), sig, sbuf, slen, rbuf, rcap, rlen), st,
+                     out);
+    rbuf[r] = sbuf[r];
+    rlen[r] = slen[r];
+    /* 2. reduce my range, contributions in rank order, then keep the touched indices */
+    size_t m = 0;
+    GCOLL_CHECK_GOTO(
+        reduce_range(ctx, c, cen, bound[r], bound[r + 1] - bound[r], rbuf, rlen, &pidx, &pval, &m),
+        st, out);
     /* 3. everyone gathers every reduced piece */
     size_t plen = gcoll_codec_pairs_bound(NULL, m, c->count);
     st = GCOLL_ERR_NOMEM;
@@ -353,7 +375,6 @@ static gcoll_status_t plan_split(const gcoll_coll_t *ctx, const gcoll_sparse_cal
 out:
     free(pidx);
     free(pval);
-    free(acc);
     free(piece);
     free(rstore);
     free(sstore);
