@@ -219,6 +219,107 @@ static void on_segment(void *arg, size_t s, const uint32_t *idx, const float *va
     t->ns_net += gcoll_time_ns() - t0;
 }
 
+/* The trailer after the last segment (and the whole selection where the pass did not
+ * stream it: the fallback), to every peer. */
+static gcoll_status_t send_trailer(stream_t *t, size_t nnz, const uint8_t *msg, size_t len)
+{
+    int fallback = !t->rule.streamed;
+    gcoll_put_u32(t->trailer, TRAILER_MAGIC);
+    gcoll_put_u32(t->trailer + 4, fallback ? TRAILER_FALLBACK : 0);
+    gcoll_put_u64(t->trailer + 8, t->cand);
+    gcoll_put_u64(t->trailer + 16, nnz);
+    gcoll_put_u32(t->trailer + 24, fallback ? 0 : t->rule.thr);
+    gcoll_put_u32(t->trailer + 28, 0);
+    gcoll_put_u64(t->trailer + 32, fallback ? 0 : t->rule.ties);
+    GCOLL_CHECK(send_all(t, SUB_TRAILER, t->trailer, TRAILER_LEN));
+    if (fallback)
+        GCOLL_CHECK(send_all(t, SUB_FULL, msg, len));
+    GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS,
+                "streamed top-k: %zu candidates in %zu segments, %zu "
+                "selected %s %zu at the threshold",
+                t->cand, t->S, nnz,
+                fallback ? "whole (not from the candidates)" : "by the trim rule, keeping",
+                fallback ? (size_t)0 : t->rule.ties);
+    return GCOLL_OK;
+}
+
+/* Until every peer's messages are in and every send is done. */
+static gcoll_status_t wait_all(stream_t *t)
+{
+    const int P = t->ctx->size, r = t->ctx->rank;
+    for (int done = 0;;) {
+        GCOLL_CHECK(advance(t, &done));
+        if (done)
+            return GCOLL_OK;
+        /* the wait names one pending peer: one that shares our CPU if there is one (it
+         * needs the CPU; gcoll_channel_poll then yields at once), else the first */
+        const gcoll_treq_t *w = NULL;
+        for (int j = 0; j < P; j++) {
+            if (j == r || t->rx[j].stage >= t->S + 2)
+                continue;
+            if (!w)
+                w = &t->rx[j].req;
+            if (gcoll_channel_peer_shares_cpu(t->ctx->ch, j) == 1) {
+                w = &t->rx[j].req;
+                break;
+            }
+        }
+        GCOLL_CHECK(gcoll_channel_poll(t->ctx->ch, w ? w : &t->tx[t->tx_done]));
+    }
+}
+
+/* Every rank's selection, summed in rank order into out: the peers' read from their
+ * messages through their trim rules (validated first: decode.c), this rank's the one just
+ * sent (nnz pairs in the state's scratch, select.h). */
+static gcoll_status_t sum_selections(stream_t *t, gcoll_tensor_state_t *s, float *out,
+                                     gcoll_op_t op, size_t nnz)
+{
+    const int P = t->ctx->size, r = t->ctx->rank;
+    uint64_t t0 = gcoll_time_ns();
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    gcoll_sum_src_t *src = calloc((size_t)P, sizeof(*src));
+    const uint8_t **msgs = src ? calloc((size_t)P * t->S, sizeof(*msgs)) : NULL;
+    if (!src || !msgs)
+        goto out;
+    for (int j = 0; j < P; j++) {
+        rx_t *x = &t->rx[j];
+        gcoll_sum_src_t *q = &src[j];
+        if (j == r) {
+            *q = (gcoll_sum_src_t){.idx = s->sc.idx, .val = s->sc.val, .n = nnz};
+            continue;
+        }
+        q->msgs = msgs + (size_t)j * t->S;
+        q->want = (size_t)x->nnz;
+        if (x->flags & TRAILER_FALLBACK) {
+            msgs[(size_t)j * t->S] = x->buf;
+            q->lens = &x->full_len;
+            q->nmsg = 1;
+            continue;
+        }
+        for (size_t g = 0; g < t->S; g++)
+            msgs[(size_t)j * t->S + g] = x->buf + x->off[g];
+        q->lens = x->len;
+        q->nmsg = t->S;
+        q->seg = t->seg;
+        q->filter = 1;
+        q->thr = x->thr;
+        q->ties = (size_t)x->ties;
+        q->cand = (size_t)x->cand;
+    }
+    int bad = 0;
+    st = gcoll_sum_sources(t->c, src, P, out, t->count, op == GCOLL_AVG ? (float)P : 1.0f, &bad);
+    if (st == GCOLL_ERR_INVALID)
+        gcoll_channel_set_error(t->ctx->ch,
+                                "rank %d sent a malformed streamed top-k selection (its "
+                                "segments or its trailer)",
+                                bad);
+    t->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+out:
+    free(src);
+    free(msgs);
+    return st;
+}
+
 gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                      const float *grad, float *out, size_t count, gcoll_op_t op,
                                      gcoll_nancheck_t check, uint32_t sig)
@@ -234,8 +335,6 @@ gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state
     size_t msgcap = gcoll_codec_bound(c, count), len = 0, nnz = 0;
     uint8_t *msg = malloc(msgcap), *rstore = NULL;
     size_t *offs = calloc(2 * t.S * (size_t)P + 1, sizeof(size_t));
-    gcoll_sum_src_t *src = NULL;
-    const uint8_t **msgs = NULL;
     t.rx = calloc((size_t)P, sizeof(*t.rx));
     t.tx = calloc((size_t)(P - 1) * (t.S + 2) + 1, sizeof(*t.tx));
     t.sbuf = malloc(t.bufcap);
@@ -269,80 +368,9 @@ gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state
     /* segments the pass did not stream (the selection took another way) go out empty */
     while (t.sent < t.S)
         GCOLL_CHECK_GOTO(send_segment(&t, t.sent, NULL, NULL, 0), st, out);
-    int fallback = !t.rule.streamed;
-    gcoll_put_u32(t.trailer, TRAILER_MAGIC);
-    gcoll_put_u32(t.trailer + 4, fallback ? TRAILER_FALLBACK : 0);
-    gcoll_put_u64(t.trailer + 8, t.cand);
-    gcoll_put_u64(t.trailer + 16, nnz);
-    gcoll_put_u32(t.trailer + 24, fallback ? 0 : t.rule.thr);
-    gcoll_put_u32(t.trailer + 28, 0);
-    gcoll_put_u64(t.trailer + 32, fallback ? 0 : t.rule.ties);
-    GCOLL_CHECK_GOTO(send_all(&t, SUB_TRAILER, t.trailer, TRAILER_LEN), st, out);
-    if (fallback)
-        GCOLL_CHECK_GOTO(send_all(&t, SUB_FULL, msg, len), st, out);
-    GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "streamed top-k: %zu candidates in %zu segments, %zu "
-                "selected %s %zu at the threshold", t.cand, t.S, nnz,
-                fallback ? "whole (not from the candidates)" : "by the trim rule, keeping",
-                fallback ? (size_t)0 : t.rule.ties);
-    for (int done = 0;;) {
-        GCOLL_CHECK_GOTO(advance(&t, &done), st, out);
-        if (done)
-            break;
-        /* the wait names one pending peer: one that shares our CPU if there is one (it
-         * needs the CPU; gcoll_net_poll then yields at once), else the first */
-        const gcoll_treq_t *w = NULL;
-        for (int j = 0; j < P; j++) {
-            if (j == r || t.rx[j].stage >= t.S + 2)
-                continue;
-            if (!w)
-                w = &t.rx[j].req;
-            if (gcoll_channel_peer_shares_cpu(ctx->ch, j) == 1) {
-                w = &t.rx[j].req;
-                break;
-            }
-        }
-        GCOLL_CHECK_GOTO(gcoll_channel_poll(ctx->ch, w ? w : &t.tx[t.tx_done]), st, out);
-    }
-    /* every rank's selection, summed in rank order: the peers' read from their messages
-     * through their trim rules (validated first: decode.c) */
-    t0 = gcoll_time_ns();
-    st = GCOLL_ERR_NOMEM;
-    if (!(src = calloc((size_t)P, sizeof(*src))) ||
-        !(msgs = calloc((size_t)P * t.S, sizeof(*msgs))))
-        goto out;
-    for (int j = 0; j < P; j++) {
-        rx_t *x = &t.rx[j];
-        gcoll_sum_src_t *q = &src[j];
-        if (j == r) { /* the selection just sent (select.h) */
-            *q = (gcoll_sum_src_t){.idx = s->sc.idx, .val = s->sc.val, .n = nnz};
-            continue;
-        }
-        q->msgs = msgs + (size_t)j * t.S;
-        q->want = (size_t)x->nnz;
-        if (x->flags & TRAILER_FALLBACK) {
-            msgs[(size_t)j * t.S] = x->buf;
-            q->lens = &x->full_len;
-            q->nmsg = 1;
-            continue;
-        }
-        for (size_t g = 0; g < t.S; g++)
-            msgs[(size_t)j * t.S + g] = x->buf + x->off[g];
-        q->lens = x->len;
-        q->nmsg = t.S;
-        q->seg = t.seg;
-        q->filter = 1;
-        q->thr = x->thr;
-        q->ties = (size_t)x->ties;
-        q->cand = (size_t)x->cand;
-    }
-    int bad = 0;
-    st = gcoll_sum_sources(c, src, P, out, count, op == GCOLL_AVG ? (float)P : 1.0f, &bad);
-    if (st == GCOLL_ERR_INVALID)
-        gcoll_channel_set_error(ctx->ch,
-                                "rank %d sent a malformed streamed top-k selection (its "
-                                "segments or its trailer)",
-                                bad);
-    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    GCOLL_CHECK_GOTO(send_trailer(&t, nnz, msg, len), st, out);
+    GCOLL_CHECK_GOTO(wait_all(&t), st, out);
+    st = sum_selections(&t, s, out, op, nnz);
 out:
     if (st != GCOLL_OK) {
         gcoll_channel_cancel(ctx->ch, t.tx, t.ntx);
@@ -350,8 +378,6 @@ out:
             if (j != r && t.rx[j].buf && t.rx[j].stage < t.S + 2)
                 gcoll_channel_cancel(ctx->ch, &t.rx[j].req, 1);
     }
-    free(src);
-    free(msgs);
     free(rstore);
     free(t.sbuf);
     free(t.tx);
