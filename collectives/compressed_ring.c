@@ -276,6 +276,58 @@ static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const floa
     return decode_out(R, c, mine, k, msg, ownlen[k], out, R->r);
 }
 
+/* Reduce-scatter step u of segment k of chunk r-u-1: its partial sum (the previous step's
+ * message plus this rank's part; the input itself at step 0) compressed and sent right
+ * (x: room for one segment); *skip_p when that chunk has no segment k. */
+static gcoll_status_t rs_stage(ring_t *R, gcoll_tensor_state_t *s, const float *grad,
+                               gcoll_nancheck_t check, float *x, size_t u, size_t k, int *skip_p)
+{
+    const gcoll_compressor_t *c = s->c;
+    gcoll_span_t cs = chunk_at(R, u, 1);
+    if (k >= nseg_of(&R->g, cs.len)) {
+        *skip_p = 1;
+        return GCOLL_OK;
+    }
+    gcoll_span_t sg = seg_of(&R->g, cs, k);
+    const float *in = grad + sg.off;
+    gcoll_encode_opts_t opt = {.check = check};
+    if (u > 0) {
+        /* the partial sum of this segment arrived at the previous step */
+        GCOLL_CHECK(partial_sum(R, c, u - 1, k, sg, grad, x));
+        in = x;
+        opt.check = GCOLL_NANCHECK_SCAN; /* a sum may overflow: the encoder checks it */
+    }
+    uint64_t t0 = gcoll_time_ns();
+    uint8_t *msg = R->sstore + slot(R, u, k) * R->g.segcap;
+    size_t len = 0;
+    gcoll_status_t st =
+        gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, &opt, msg, R->g.segcap, &len);
+    R->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    if (st != GCOLL_OK) {
+        gcoll_channel_set_error(R->ctx->ch,
+                                "compressing the partial sum of elements "
+                                "[%zu, %zu) failed (overflow to Inf?)",
+                                sg.off, sg.off + sg.len);
+        return st;
+    }
+    return ring_send(R, RS, u, k, msg, len);
+}
+
+/* Allgather step t of segment k of chunk r-t-1: once it arrived, forwarded and decoded
+ * into out (nothing when that chunk has no segment k). */
+static gcoll_status_t ag_stage(ring_t *R, const gcoll_compressor_t *c, float *out, size_t t,
+                               size_t k)
+{
+    gcoll_span_t ch = chunk_at(R, t, 1);
+    if (k >= nseg_of(&R->g, ch.len))
+        return GCOLL_OK;
+    const uint8_t *msg = NULL;
+    size_t len = 0;
+    GCOLL_CHECK(arrived(R, AG, t, k, &msg, &len));
+    GCOLL_CHECK(forward_ready(R, 0)); /* this one at least */
+    return decode_out(R, c, ch, k, msg, len, out, R->left);
+}
+
 gcoll_status_t gcoll_compressed_ring(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                      const float *grad, float *out, size_t count, gcoll_op_t op,
                                      int shard_only, gcoll_nancheck_t check, uint32_t sig)
@@ -330,49 +382,17 @@ gcoll_status_t gcoll_compressed_ring(const gcoll_coll_t *ctx, gcoll_tensor_state
         for (size_t u = 0; u < nst && u * CRING_SKEW <= i; u++) {
             const size_t k = i - u * CRING_SKEW;
             if (u < R.steps) {
-                /* reduce-scatter step u: segment k of chunk r-u-1 */
-                gcoll_span_t cs = chunk_at(&R, u, 1);
-                if (k >= nseg_of(&R.g, cs.len))
+                int skip = 0;
+                GCOLL_CHECK_GOTO(rs_stage(&R, s, grad, check, x, u, k, &skip), st, out);
+                if (skip)
                     continue;
-                gcoll_span_t sg = seg_of(&R.g, cs, k);
-                const float *in = grad + sg.off;
-                gcoll_encode_opts_t opt = {.check = check};
-                if (u > 0) {
-                    /* the partial sum of this segment arrived at the previous step */
-                    GCOLL_CHECK_GOTO(partial_sum(&R, c, u - 1, k, sg, grad, x), st, out);
-                    in = x;
-                    opt.check = GCOLL_NANCHECK_SCAN; /* a sum may overflow: the encoder checks it */
-                }
-                uint64_t t0 = gcoll_time_ns();
-                uint8_t *msg = R.sstore + slot(&R, u, k) * R.g.segcap;
-                size_t len = 0;
-                st = gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, &opt, msg,
-                                              R.g.segcap, &len);
-                ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
-                if (st != GCOLL_OK) {
-                    gcoll_channel_set_error(ctx->ch,
-                                            "compressing the partial sum of elements "
-                                            "[%zu, %zu) failed (overflow to Inf?)",
-                                            sg.off, sg.off + sg.len);
-                    goto out;
-                }
-                GCOLL_CHECK_GOTO(ring_send(&R, RS, u, k, msg, len), st, out);
             } else if (u == R.steps) {
                 if (k >= nmine)
                     continue;
                 GCOLL_CHECK_GOTO(own_segment(&R, s, grad, out, op, acc, own, ownlen, k), st,
                                  out);
             } else {
-                /* allgather: segment k of chunk r-t-1 */
-                const size_t t = u - R.steps - 1;
-                gcoll_span_t ch = chunk_at(&R, t, 1);
-                if (k >= nseg_of(&R.g, ch.len))
-                    continue;
-                const uint8_t *msg = NULL;
-                size_t len = 0;
-                GCOLL_CHECK_GOTO(arrived(&R, AG, t, k, &msg, &len), st, out);
-                GCOLL_CHECK_GOTO(forward_ready(&R, 0), st, out); /* this one at least */
-                GCOLL_CHECK_GOTO(decode_out(&R, c, ch, k, msg, len, out, R.left), st, out);
+                GCOLL_CHECK_GOTO(ag_stage(&R, c, out, u - R.steps - 1, k), st, out);
                 continue;
             }
             GCOLL_CHECK_GOTO(forward_ready(&R, 1), st, out);
