@@ -81,6 +81,22 @@ static gcoll_status_t send_q_run(const gcoll_coll_t *ctx, send_q_t *q, gcoll_tre
     return GCOLL_OK;
 }
 
+/* The handshake before a large slice (ready_sub, below): the left neighbour hears that
+ * this rank's receives are posted, and this rank sends to the right one only once it has
+ * heard the same from it. */
+static gcoll_status_t ready_handshake(const gcoll_coll_t *ctx, int left, int right, uint32_t sub,
+                                      uint32_t sig)
+{
+    gcoll_treq_t rd[2];
+    GCOLL_CHECK(gcoll_channel_irecv(ctx->ch, &rd[0], right, sub, sig, NULL, 0, 0));
+    gcoll_status_t st = gcoll_channel_isend(ctx->ch, &rd[1], left, sub, sig, NULL, 0);
+    if (st == GCOLL_OK)
+        st = gcoll_channel_waitall(ctx->ch, rd, 2);
+    if (st != GCOLL_OK)
+        gcoll_channel_cancel(ctx->ch, rd, 2);
+    return st;
+}
+
 static gcoll_status_t ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *p,
                                uint32_t ready_sub)
 {
@@ -116,18 +132,8 @@ static gcoll_status_t ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t 
                              st, out);
         }
     }
-    if (ready_sub != NO_READY) {
-        gcoll_treq_t rd[2];
-        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &rd[0], right, ready_sub, p->sig, NULL, 0, 0),
-                         st, out);
-        st = gcoll_channel_isend(ctx->ch, &rd[1], left, ready_sub, p->sig, NULL, 0);
-        if (st == GCOLL_OK)
-            st = gcoll_channel_waitall(ctx->ch, rd, 2);
-        if (st != GCOLL_OK) {
-            gcoll_channel_cancel(ctx->ch, rd, 2);
-            goto out;
-        }
-    }
+    if (ready_sub != NO_READY)
+        GCOLL_CHECK_GOTO(ready_handshake(ctx, left, right, ready_sub, p->sig), st, out);
     for (size_t c = 0; c < nch; c++) {
         gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, 0, 0), c, nch);
         sreq[c] = (gcoll_treq_t){.peer = right, .buf = (void *)(first + ch.off), .len = ch.len};
