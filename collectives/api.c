@@ -1,8 +1,12 @@
 /* api.c: public entry points of the dense collectives: argument checks, then a queued
- * request whose run function calls the algorithm. */
+ * request whose run function builds the algorithms' context from the communicator and
+ * calls the algorithm. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll.h"
+#include "comm.h"
+#include "compressed.h"
 #include "hier.h"
 #include "reduce.h"
 #include "util.h"
@@ -29,6 +33,7 @@ static gcoll_status_t check_common(gcoll_comm_t *comm, const char *what, size_t 
 static gcoll_status_t run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
 {
     const gcoll_args_t *a = &req->a;
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
     size_t bytes = a->count * gcoll_dtype_size(a->dtype);
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, a->count, a->dtype, a->op, 0);
     char why[256];
@@ -38,11 +43,11 @@ static gcoll_status_t run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
      * allreduce's profile on shared memory) */
     gcoll_algo_t algo;
     if (GCOLL_LOG_ON(GCOLL_LOG_INFO, GCOLL_SUBSYS_COLL)) {
-        algo = gcoll_algo_select(comm, bytes, why, sizeof(why));
+        algo = gcoll_algo_select(&ctx, bytes, why, sizeof(why));
     } else if (comm->algo_memo >= 0 && comm->algo_memo_bytes == bytes) {
         algo = (gcoll_algo_t)comm->algo_memo;
     } else {
-        algo = gcoll_algo_select(comm, bytes, NULL, 0);
+        algo = gcoll_algo_select(&ctx, bytes, NULL, 0);
         comm->algo_memo = (int)algo;
         comm->algo_memo_bytes = bytes;
     }
@@ -54,21 +59,21 @@ static gcoll_status_t run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
         memcpy(a->recvbuf, a->sendbuf, bytes);
     switch (algo) {
     case GCOLL_ALGO_RHD:
-        GCOLL_CHECK(gcoll_rhd_allreduce(comm, a->recvbuf, a->count, a->dtype, a->op, sig));
+        GCOLL_CHECK(gcoll_rhd_allreduce(&ctx, a->recvbuf, a->count, a->dtype, a->op, sig));
         break;
     case GCOLL_ALGO_TREE:
-        GCOLL_CHECK(gcoll_tree_allreduce(comm, a->recvbuf, a->count, a->dtype, a->op, sig));
+        GCOLL_CHECK(gcoll_tree_allreduce(&ctx, a->recvbuf, a->count, a->dtype, a->op, sig));
         break;
     case GCOLL_ALGO_RD:
-        GCOLL_CHECK(gcoll_rd_allreduce(comm, a->recvbuf, a->count, a->dtype, a->op, sig));
+        GCOLL_CHECK(gcoll_rd_allreduce(&ctx, a->recvbuf, a->count, a->dtype, a->op, sig));
         break;
     default:
-        GCOLL_CHECK(gcoll_ring_allreduce_oop(comm, a->sendbuf, a->recvbuf, a->count, a->dtype,
-                                             a->op, sig));
+        GCOLL_CHECK(
+            gcoll_ring_allreduce_oop(&ctx, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, sig));
         break;
     }
-    gcoll_reduce_finish(a->recvbuf, a->count, a->dtype, a->op, comm->size);
-    comm->chan.counters.bytes_raw += bytes;
+    gcoll_reduce_finish(a->recvbuf, a->count, a->dtype, a->op, ctx.size);
+    ctx.ch->counters.bytes_raw += bytes;
     return GCOLL_OK;
 }
 
@@ -104,8 +109,9 @@ static gcoll_status_t run_broadcast(gcoll_comm_t *comm, gcoll_request_t *req)
     const gcoll_args_t *a = &req->a;
     size_t bytes = a->count * gcoll_dtype_size(a->dtype);
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_BROADCAST, a->count, a->dtype, 0, a->root);
-    GCOLL_CHECK(gcoll_bcast_run(comm, a->recvbuf, bytes, a->root, sig, 0));
-    comm->chan.counters.bytes_raw += bytes;
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    GCOLL_CHECK(gcoll_bcast_run(&ctx, a->recvbuf, bytes, a->root, sig, 0));
+    ctx.ch->counters.bytes_raw += bytes;
     return GCOLL_OK;
 }
 
@@ -135,7 +141,8 @@ gcoll_status_t gcoll_broadcast(gcoll_comm_t *comm, void *buf, size_t count, gcol
 static gcoll_status_t run_barrier(gcoll_comm_t *comm, gcoll_request_t *req)
 {
     (void)req;
-    return gcoll_barrier_run(comm, gcoll_call_sig(GCOLL_KIND_BARRIER, 0, 0, 0, 0));
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    return gcoll_barrier_run(&ctx, gcoll_call_sig(GCOLL_KIND_BARRIER, 0, 0, 0, 0));
 }
 
 gcoll_status_t gcoll_ibarrier(gcoll_comm_t *comm, gcoll_request_t **req_p)
@@ -152,3 +159,296 @@ gcoll_status_t gcoll_ibarrier(gcoll_comm_t *comm, gcoll_request_t **req_p)
 }
 
 gcoll_status_t gcoll_barrier(gcoll_comm_t *comm) { return gcoll_ibarrier(comm, NULL); }
+
+/* ---- allgather(v), reduce-scatter, alltoall(v) (their plans: gather.c) ----------- */
+
+/* Arrays of per-rank counts and displacements, copied so nonblocking callers may reuse
+ * theirs at once. */
+typedef struct {
+    size_t *rcounts, *rdispls, *scounts, *sdispls;
+    size_t storage[];
+} vargs_t;
+
+static vargs_t *vargs_new(int P, const size_t *rc, const size_t *rd, const size_t *sc,
+                          const size_t *sd)
+{
+    vargs_t *v = calloc(1, sizeof(*v) + 4 * (size_t)P * sizeof(size_t));
+    if (!v)
+        return NULL;
+    const size_t *src[4] = {rc, rd, sc, sd};
+    size_t **dst[4] = {&v->rcounts, &v->rdispls, &v->scounts, &v->sdispls};
+    for (int k = 0; k < 4; k++) {
+        if (!src[k])
+            continue;
+        *dst[k] = v->storage + (size_t)k * P;
+        memcpy(*dst[k], src[k], (size_t)P * sizeof(size_t));
+    }
+    return v;
+}
+
+static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_run_fn_t run,
+                             gcoll_args_t *a, gcoll_request_t **req_p)
+{
+    gcoll_request_t *req = gcoll_request_new(comm, what, run, a);
+    if (!req) {
+        if (a->release)
+            a->release(a->ext);
+        return GCOLL_ERR_NOMEM;
+    }
+    return gcoll_comm_submit(comm, req, req_p);
+}
+
+/* Checks shared by every entry point here. */
+static gcoll_status_t check_base(gcoll_comm_t *comm, const char *what, gcoll_dtype_t dtype)
+{
+    if (!comm) {
+        GCOLL_WARN("%s: NULL communicator", what);
+        return GCOLL_ERR_INVALID;
+    }
+    return gcoll_comm_check_args(comm, what, dtype_ok(dtype), "unknown dtype %d", (int)dtype);
+}
+
+/* Bytes of count elements, or an error if that overflows. */
+static gcoll_status_t check_bytes(gcoll_comm_t *comm, const char *what, size_t count, size_t esz,
+                                  size_t mult)
+{
+    size_t b;
+    int ok = gcoll_mul_size(count, esz, &b) == 0 && gcoll_mul_size(b, mult, &b) == 0 &&
+             b < ((size_t)1 << 62);
+    return gcoll_comm_check_args(comm, what, ok, "count %zu is too large", count);
+}
+
+/* ---- allgather(v) ---------------------------------------------------------------- */
+
+static gcoll_status_t run_allgatherv(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    const gcoll_args_t *a = &req->a;
+    const vargs_t *v = a->ext;
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    return gcoll_allgatherv_run(&ctx, a->sendbuf, a->recvbuf, v->rcounts, v->rdispls, a->dtype,
+                                a->kind);
+}
+
+static gcoll_status_t allgatherv(gcoll_comm_t *comm, const char *what, int kind,
+                                 const void *sendbuf, size_t sendcount, void *recvbuf,
+                                 const size_t *recvcounts, const size_t *displs,
+                                 gcoll_dtype_t dtype, gcoll_request_t **req_p)
+{
+    GCOLL_CHECK(check_base(comm, what, dtype));
+    const int P = comm->size;
+    GCOLL_CHECK(
+        gcoll_comm_check_args(comm, what, recvcounts && displs, "NULL recvcounts or displs"));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, recvcounts[comm->rank] == sendcount,
+                                      "sendcount %zu differs from recvcounts[%d] = %zu", sendcount,
+                                      comm->rank, recvcounts[comm->rank]));
+    size_t total = 0, esz = gcoll_dtype_size(dtype);
+    for (int i = 0; i < P; i++) {
+        GCOLL_CHECK(check_bytes(comm, what, recvcounts[i] + displs[i], esz, 1));
+        total += recvcounts[i];
+    }
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what,
+                                      (sendcount == 0 || sendbuf) && (total == 0 || recvbuf),
+                                      "NULL buffer with a non-zero count"));
+    /* Blocks must not overlap, or the ring would overwrite data it still forwards. */
+    for (int i = 0; i < P; i++)
+        for (int j = i + 1; j < P; j++)
+            GCOLL_CHECK(gcoll_comm_check_args(comm, what,
+                                              !recvcounts[i] || !recvcounts[j] ||
+                                                  displs[i] + recvcounts[i] <= displs[j] ||
+                                                  displs[j] + recvcounts[j] <= displs[i],
+                                              "blocks of ranks %d and %d overlap", i, j));
+    vargs_t *v = vargs_new(P, recvcounts, displs, NULL, NULL);
+    if (!v)
+        return GCOLL_ERR_NOMEM;
+    gcoll_args_t a = {.sendbuf = sendbuf,
+                      .recvbuf = recvbuf,
+                      .count = sendcount,
+                      .dtype = dtype,
+                      .kind = kind,
+                      .ext = v,
+                      .release = free};
+    return submit(comm, what, run_allgatherv, &a, req_p);
+}
+
+gcoll_status_t gcoll_iallgatherv(gcoll_comm_t *comm, const void *sendbuf, size_t sendcount,
+                                 void *recvbuf, const size_t *recvcounts, const size_t *displs,
+                                 gcoll_dtype_t dtype, gcoll_request_t **req_p)
+{
+    return allgatherv(comm, "gcoll_allgatherv", GCOLL_KIND_ALLGATHERV, sendbuf, sendcount, recvbuf,
+                      recvcounts, displs, dtype, req_p);
+}
+
+gcoll_status_t gcoll_allgatherv(gcoll_comm_t *comm, const void *sendbuf, size_t sendcount,
+                                void *recvbuf, const size_t *recvcounts, const size_t *displs,
+                                gcoll_dtype_t dtype)
+{
+    return gcoll_iallgatherv(comm, sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, NULL);
+}
+
+gcoll_status_t gcoll_iallgather(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                size_t sendcount, gcoll_dtype_t dtype, gcoll_request_t **req_p)
+{
+    const char *what = "gcoll_allgather";
+    GCOLL_CHECK(check_base(comm, what, dtype));
+    GCOLL_CHECK(check_bytes(comm, what, sendcount, gcoll_dtype_size(dtype), (size_t)comm->size));
+    size_t *tab = malloc(2 * (size_t)comm->size * sizeof(size_t));
+    if (!tab)
+        return GCOLL_ERR_NOMEM;
+    for (int i = 0; i < comm->size; i++) {
+        tab[i] = sendcount;
+        tab[comm->size + i] = (size_t)i * sendcount;
+    }
+    gcoll_status_t st = allgatherv(comm, what, GCOLL_KIND_ALLGATHER, sendbuf, sendcount, recvbuf,
+                                   tab, tab + comm->size, dtype, req_p);
+    free(tab);
+    return st;
+}
+
+gcoll_status_t gcoll_allgather(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                               size_t sendcount, gcoll_dtype_t dtype)
+{
+    return gcoll_iallgather(comm, sendbuf, recvbuf, sendcount, dtype, NULL);
+}
+
+/* ---- reduce-scatter ---------------------------------------------------------------- */
+
+static gcoll_status_t run_reduce_scatter(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    const gcoll_args_t *a = &req->a;
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    return gcoll_reduce_scatter_run(&ctx, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op);
+}
+
+gcoll_status_t gcoll_ireduce_scatter(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     size_t recvcount, gcoll_dtype_t dtype, gcoll_op_t op,
+                                     gcoll_request_t **req_p)
+{
+    const char *what = "gcoll_reduce_scatter";
+    GCOLL_CHECK(check_base(comm, what, dtype));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, op >= GCOLL_SUM && op <= GCOLL_PROD,
+                                      "unknown op %d", (int)op));
+    GCOLL_CHECK(check_bytes(comm, what, recvcount, gcoll_dtype_size(dtype), (size_t)comm->size));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, recvcount == 0 || (sendbuf && recvbuf),
+                                      "NULL buffer with count %zu", recvcount));
+    gcoll_args_t a = {
+        .sendbuf = sendbuf, .recvbuf = recvbuf, .count = recvcount, .dtype = dtype, .op = op};
+    return submit(comm, what, run_reduce_scatter, &a, req_p);
+}
+
+gcoll_status_t gcoll_reduce_scatter(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                    size_t recvcount, gcoll_dtype_t dtype, gcoll_op_t op)
+{
+    return gcoll_ireduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op, NULL);
+}
+
+/* ---- alltoall(v) ------------------------------------------------------------------- */
+
+static gcoll_status_t run_alltoallv(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    const gcoll_args_t *a = &req->a;
+    const vargs_t *v = a->ext;
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    return gcoll_alltoallv_run(&ctx, a->sendbuf, v->scounts, v->sdispls, a->recvbuf, v->rcounts,
+                               v->rdispls, a->dtype, a->kind);
+}
+
+static gcoll_status_t alltoallv(gcoll_comm_t *comm, const char *what, int kind, const void *sendbuf,
+                                const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
+                                const size_t *recvcounts, const size_t *rdispls,
+                                gcoll_dtype_t dtype, gcoll_request_t **req_p)
+{
+    GCOLL_CHECK(check_base(comm, what, dtype));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, sendcounts && sdispls && recvcounts && rdispls,
+                                      "NULL count or displacement array"));
+    size_t esz = gcoll_dtype_size(dtype), stot = 0, rtot = 0;
+    for (int i = 0; i < comm->size; i++) {
+        GCOLL_CHECK(check_bytes(comm, what, sendcounts[i] + sdispls[i], esz, 1));
+        GCOLL_CHECK(check_bytes(comm, what, recvcounts[i] + rdispls[i], esz, 1));
+        stot += sendcounts[i];
+        rtot += recvcounts[i];
+    }
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, (stot == 0 || sendbuf) && (rtot == 0 || recvbuf),
+                                      "NULL buffer with a non-zero count"));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, sendcounts[comm->rank] == recvcounts[comm->rank],
+                                      "sendcounts[%d] = %zu but recvcounts[%d] = %zu", comm->rank,
+                                      sendcounts[comm->rank], comm->rank, recvcounts[comm->rank]));
+    vargs_t *v = vargs_new(comm->size, recvcounts, rdispls, sendcounts, sdispls);
+    if (!v)
+        return GCOLL_ERR_NOMEM;
+    gcoll_args_t a = {.sendbuf = sendbuf,
+                      .recvbuf = recvbuf,
+                      .dtype = dtype,
+                      .kind = kind,
+                      .ext = v,
+                      .release = free};
+    return submit(comm, what, run_alltoallv, &a, req_p);
+}
+
+gcoll_status_t gcoll_ialltoallv(gcoll_comm_t *comm, const void *sendbuf, const size_t *sendcounts,
+                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                const size_t *rdispls, gcoll_dtype_t dtype, gcoll_request_t **req_p)
+{
+    return alltoallv(comm, "gcoll_alltoallv", GCOLL_KIND_ALLTOALLV, sendbuf, sendcounts, sdispls,
+                     recvbuf, recvcounts, rdispls, dtype, req_p);
+}
+
+gcoll_status_t gcoll_alltoallv(gcoll_comm_t *comm, const void *sendbuf, const size_t *sendcounts,
+                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                               const size_t *rdispls, gcoll_dtype_t dtype)
+{
+    return gcoll_ialltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype,
+                            NULL);
+}
+
+gcoll_status_t gcoll_ialltoall(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                               size_t count_per_rank, gcoll_dtype_t dtype, gcoll_request_t **req_p)
+{
+    const char *what = "gcoll_alltoall";
+    GCOLL_CHECK(check_base(comm, what, dtype));
+    GCOLL_CHECK(
+        check_bytes(comm, what, count_per_rank, gcoll_dtype_size(dtype), (size_t)comm->size));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, sendbuf != recvbuf || count_per_rank == 0,
+                                      "in-place alltoall is not supported"));
+    size_t *tab = malloc(2 * (size_t)comm->size * sizeof(size_t));
+    if (!tab)
+        return GCOLL_ERR_NOMEM;
+    for (int i = 0; i < comm->size; i++) {
+        tab[i] = count_per_rank;
+        tab[comm->size + i] = (size_t)i * count_per_rank;
+    }
+    /* a rank passing another count sends messages of another length: a mismatch */
+    gcoll_status_t st = alltoallv(comm, what, GCOLL_KIND_ALLTOALL, sendbuf, tab, tab + comm->size,
+                                  recvbuf, tab, tab + comm->size, dtype, req_p);
+    free(tab);
+    return st;
+}
+
+gcoll_status_t gcoll_alltoall(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                              size_t count_per_rank, gcoll_dtype_t dtype)
+{
+    return gcoll_ialltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, NULL);
+}
+
+/* ---- for lib/: the ring allreduce inside a running operation (coll.h) ------------- */
+
+gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                    gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
+{
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    return gcoll_coll_ring_allreduce(&ctx, recvbuf, count, dtype, op, sig, 0);
+}
+
+gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                       gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                       uint32_t sub0)
+{
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    return gcoll_coll_ring_allreduce(&ctx, recvbuf, count, dtype, op, sig, sub0);
+}
+
+int gcoll_topk_stream_eligible(gcoll_comm_t *comm, const gcoll_compressor_t *c, int ef,
+                               size_t count, size_t k)
+{
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    return gcoll_coll_topk_stream_eligible(&ctx, c, ef, count, k);
+}

@@ -25,6 +25,9 @@ typedef struct gcoll_channel {
     unsigned hot_skip;     /* polling rounds left before the next clock read */
     int hot_unclocked;     /* rounds ran since the last clock read */
     gcoll_counters_t counters;
+    /* set by a running operation that fails before it sent or consumed anything: its
+     * owner may then take the failure as the caller's alone (see comm.h) */
+    int op_local;
     /* the owner's: its abort flag, and where a failure is described (first message wins) */
     const volatile int *abort_flag;
     char *err;
@@ -46,6 +49,7 @@ static inline void gcoll_channel_begin(gcoll_channel_t *ch, uint64_t t0_ns)
     ch->deadline_stale = 0;
     ch->spin_from_ns = 0; /* an operation that failed mid-wait left it set */
     ch->hot_skip = 0;
+    ch->op_local = 0;
 }
 static inline void gcoll_channel_end(gcoll_channel_t *ch, uint64_t t0_ns, int ok)
 {

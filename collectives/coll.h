@@ -1,8 +1,12 @@
-/* coll.h: algorithms shared between collectives, written once against comm.h. */
+/* coll.h: the context the algorithms run with, and the algorithms shared between
+ * collectives, written once against it. */
 #ifndef GCOLL_COLL_H
 #define GCOLL_COLL_H
 
-#include "comm.h"
+#include <stdlib.h>
+
+#include "channel.h"
+#include "config.h"
 
 /* Kinds of collective call, hashed into message signatures. */
 enum {
@@ -32,6 +36,38 @@ typedef struct {
     size_t off, len;
 } gcoll_span_t;
 
+/* A temporary kept across operations: large buffers malloc'ed and freed per call are
+ * mapped and faulted in afresh every time (a third of the CPU time of a 64 MiB
+ * allreduce). Grown, never shrunk; the owner frees p. */
+typedef struct {
+    void *p;
+    size_t len;
+} gcoll_coll_scratch_t;
+
+/* What an algorithm runs with: the running operation's channel (its transport, tags,
+ * deadline, counters and error message), the ranks, the collectives' settings, the
+ * owner's scratch and host layout. Built by the entry points from the communicator
+ * (comm.h) for one operation; the algorithms never see the communicator. */
+typedef struct gcoll_coll {
+    gcoll_channel_t *ch;
+    int rank, size;
+    const gcoll_coll_cfg_t *cfg;
+    gcoll_coll_scratch_t *scratch;
+    struct gcoll_hier *hier; /* NULL until a hierarchical call learned it (hier.h) */
+} gcoll_coll_t;
+
+/* The scratch, at least len bytes; only for the running operation; NULL on ENOMEM. */
+static inline void *gcoll_coll_scratch(const gcoll_coll_t *ctx, size_t len)
+{
+    gcoll_coll_scratch_t *s = ctx->scratch;
+    if (len > s->len) {
+        free(s->p);
+        s->p = malloc(len);
+        s->len = s->p ? len : 0;
+    }
+    return s->p;
+}
+
 /* A ring over P segments seg[0..P) (byte spans of buf). rs_steps reduce-scatter steps
  * (0 or P-1), then ag_steps allgather steps (0 or P-1). At reduce-scatter step g rank r
  * sends segment r+rs_shift-g and receives (into tmp, at the same offset) and reduces
@@ -54,57 +90,83 @@ typedef struct {
     uint32_t sig, sub0;
 } gcoll_ring_plan_t;
 
-gcoll_status_t gcoll_ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *plan);
+gcoll_status_t gcoll_ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *plan);
 
-/* Ring allreduce over recvbuf, which already holds this rank's input. Pipelined by
- * GCOLL_RING_CHUNK, in passes of at most GCOLL_RING_SLICE bytes. Does not finish AVG. */
-gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
-                                    gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
+/* Ring allreduce over recvbuf, which already holds this rank's input, its message tags
+ * starting at sub0 (0 for a call of its own; else it is one phase of a collective).
+ * Pipelined by GCOLL_RING_CHUNK, in passes of at most GCOLL_RING_SLICE bytes. Does not
+ * finish AVG. */
+gcoll_status_t gcoll_coll_ring_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
+                                         gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                         uint32_t sub0);
 /* Out-of-place ring allreduce: sendbuf is read, recvbuf written, and no copy of one into
  * the other is made (the copy is folded into the first reduction). Does not finish AVG. */
-gcoll_status_t gcoll_ring_allreduce_oop(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+gcoll_status_t gcoll_ring_allreduce_oop(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
                                         size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
                                         uint32_t sig);
-/* The same with message tags starting at sub0 (for use as one phase of a collective). */
-gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
-                                       gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
-                                       uint32_t sub0);
 
 /* Recursive halving reduce-scatter + recursive doubling allgather with the
  * non-power-of-two fix-up (Rabenseifner; Thakur, Rabenseifner & Gropp 2005). */
-gcoll_status_t gcoll_rhd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+gcoll_status_t gcoll_rhd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
                                    gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
 
 /* Recursive doubling: log2 P exchanges of the whole vector (latency-bound sizes). */
-gcoll_status_t gcoll_rd_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+gcoll_status_t gcoll_rd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
                                   gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
 
 /* Binomial-tree reduce to rank 0, then binomial broadcast: 2 log2 P latency-bound steps. */
-gcoll_status_t gcoll_tree_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+gcoll_status_t gcoll_tree_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
 
 /* Picks the allreduce algorithm by the alpha-beta cost model, or GCOLL_ALGO; deterministic
  * from (count, dtype, P) so every rank picks the same. why (unless NULL) receives the reason. */
-gcoll_algo_t gcoll_algo_select(const gcoll_comm_t *comm, size_t bytes, char *why, size_t len);
+gcoll_algo_t gcoll_algo_select(const gcoll_coll_t *ctx, size_t bytes, char *why, size_t len);
 
 /* Broadcast of bytes from root: binomial tree for small messages, pipelined chain for large. */
-gcoll_status_t gcoll_bcast_run(gcoll_comm_t *comm, void *buf, size_t bytes, int root,
+gcoll_status_t gcoll_bcast_run(const gcoll_coll_t *ctx, void *buf, size_t bytes, int root,
                                uint32_t sig, uint32_t sub0);
 
 /* Dissemination barrier (Hensgen, Finkel & Manber 1988): ceil(log2 P) rounds. */
-gcoll_status_t gcoll_barrier_run(gcoll_comm_t *comm, uint32_t sig);
+gcoll_status_t gcoll_barrier_run(const gcoll_coll_t *ctx, uint32_t sig);
+
+/* Allgatherv on the ring: rank i's block (rcounts[i] elements at rdispls[i] of recvbuf)
+ * to every rank, this rank's from sendbuf; kind (GCOLL_KIND_ALLGATHER or _ALLGATHERV)
+ * goes into the signature with the count table. */
+gcoll_status_t gcoll_allgatherv_run(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                    const size_t *rcounts, const size_t *rdispls,
+                                    gcoll_dtype_t dtype, int kind);
+
+/* Reduce-scatter on the ring: block r (n elements) of the P blocks of sendbuf, reduced
+ * over the ranks, into recvbuf on rank r; AVG finished. */
+gcoll_status_t gcoll_reduce_scatter_run(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                        size_t n, gcoll_dtype_t dtype, gcoll_op_t op);
+
+/* Alltoallv: scounts[i] elements at sdispls[i] of sendbuf to rank i, rcounts[i] from it at
+ * rdispls[i] of recvbuf (gcoll_alltoall_run); kind goes into the signature. */
+gcoll_status_t gcoll_alltoallv_run(const gcoll_coll_t *ctx, const void *sendbuf,
+                                   const size_t *scounts, const size_t *sdispls, void *recvbuf,
+                                   const size_t *rcounts, const size_t *rdispls,
+                                   gcoll_dtype_t dtype, int kind);
 
 /* Pairwise exchange: block i of sendbuf (sspan[i]) to rank i, block from rank i into
  * rspan[i] of recvbuf; all transfers posted at once. */
-gcoll_status_t gcoll_alltoall_run(gcoll_comm_t *comm, const uint8_t *sendbuf,
+gcoll_status_t gcoll_alltoall_run(const gcoll_coll_t *ctx, const uint8_t *sendbuf,
                                   const gcoll_span_t *sspan, uint8_t *recvbuf,
                                   const gcoll_span_t *rspan, uint32_t sig);
 
 /* Every rank sends sbuf[j] (slen[j] bytes) to rank j and receives at most rcap[j] bytes
  * from it into rbuf[j] (rlen[j] receives the length), for exchanges whose lengths are not
  * known in advance; NULL buffers are skipped, and so is this rank's own entry. */
-gcoll_status_t gcoll_exchange_anylen(gcoll_comm_t *comm, uint32_t sub, uint32_t sig,
-                                     uint8_t *const *sbuf, const size_t *slen,
-                                     uint8_t *const *rbuf, const size_t *rcap, size_t *rlen);
+gcoll_status_t gcoll_exchange_anylen(const gcoll_coll_t *ctx, uint32_t sub, uint32_t sig,
+                                     uint8_t *const *sbuf, const size_t *slen, uint8_t *const *rbuf,
+                                     const size_t *rcap, size_t *rlen);
+
+/* ---- for lib/: the ring allreduce inside a running operation of comm (api.c builds the
+ * context), with tags from 0 or from sub0 ---- */
+gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                    gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
+gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                       gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                       uint32_t sub0);
 
 #endif /* GCOLL_COLL_H */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "comm.h"
 #include "compress/compress.h"
 #include "compressed.h"
 #include "adapt.h"
@@ -42,140 +43,189 @@ gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n)
     return gcoll_state_create_mode(s->c, n, GCOLL_STATE_SERVER, &s->server);
 }
 
+/* The quantizers' scheme's buffers (run_quantized): this rank's chunk, and per rank the
+ * lengths, capacities and places of the messages. */
+typedef struct {
+    const gcoll_coll_t *ctx;
+    gcoll_tensor_state_t *s;
+    size_t count;
+    gcoll_span_t mine;
+    uint32_t sig;
+    size_t *len, *cap, *rlen;
+    uint8_t **sbuf, **rbuf;
+    uint8_t *sstore, *rstore, *smsg;
+    float *acc;  /* this rank's reduced chunk */
+    size_t mlen; /* of smsg, the reduced chunk re-compressed */
+} quant_t;
 
-/* Quantizers: all-to-all of worker-compressed chunks, reduce, re-compress, gather. */
-static gcoll_status_t run_quantized(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                    float *out, size_t count, gcoll_op_t op, int shard_only,
-                                    gcoll_nancheck_t check, uint32_t sig)
+/* 1. worker: compress every chunk with its slice of the residual, clip= scaling by the
+ * norm of the whole gradient (not each chunk's own). */
+static gcoll_status_t quant_encode(quant_t *q, const float *grad, gcoll_nancheck_t check)
 {
-    const int P = comm->size, r = comm->rank;
+    const int P = q->ctx->size, r = q->ctx->rank;
+    gcoll_tensor_state_t *s = q->s;
     const gcoll_compressor_t *c = s->c;
-    const gcoll_span_t mine = chunk(count, P, r);
-    size_t *len = calloc(3 * (size_t)P, sizeof(size_t)), *cap = len + P, *rlen = cap + P;
-    uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
-    uint8_t *sstore = NULL, *rstore = NULL, *smsg = NULL;
-    float *acc = NULL;
-    gcoll_status_t st = GCOLL_ERR_NOMEM;
-    if (!len || !sbuf)
-        goto out;
     size_t stot = 0, rtot = 0;
     for (int j = 0; j < P; j++) {
-        cap[j] = gcoll_codec_bound(c, chunk(count, P, j).len);
-        stot += cap[j];
-        rtot += gcoll_codec_bound(c, mine.len);
+        q->cap[j] = gcoll_codec_bound(c, chunk(q->count, P, j).len);
+        stot += q->cap[j];
+        rtot += gcoll_codec_bound(c, q->mine.len);
     }
-    if (!(sstore = malloc(stot)) || !(rstore = malloc(rtot)) ||
-        !(acc = malloc((mine.len + 1) * sizeof(float))))
-        goto out;
-    /* 1. worker: compress every chunk with its slice of the residual, clip= scaling
-     * by the norm of the whole gradient (not each chunk's own) */
+    if (!(q->sstore = malloc(stot)) || !(q->rstore = malloc(rtot)) ||
+        !(q->acc = malloc((q->mine.len + 1) * sizeof(float))))
+        return GCOLL_ERR_NOMEM;
     uint64_t t0 = gcoll_time_ns();
     gcoll_state_set_salt(s, (uint64_t)r);
     const gcoll_encode_opts_t opt = {
         .check = check,
         .clip_preset = 1,
-        .clip_factor = gcoll_codec_clip_factor(c, grad, count, 1, s->nranks),
+        .clip_factor = gcoll_codec_clip_factor(c, grad, q->count, 1, s->nranks),
     };
     stot = rtot = 0;
     for (int j = 0; j < P; j++) {
-        gcoll_span_t ch = chunk(count, P, j);
-        sbuf[j] = sstore + stot;
-        st = gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step, &opt, sbuf[j],
-                                      cap[j], &len[j]);
-        if (st != GCOLL_OK)
-            goto out;
-        stot += cap[j];
-        rbuf[j] = rstore + rtot;
-        rtot += gcoll_codec_bound(c, mine.len);
+        gcoll_span_t ch = chunk(q->count, P, j);
+        q->sbuf[j] = q->sstore + stot;
+        GCOLL_CHECK(gcoll_codec_encode_range(c, s, ch.off, grad + ch.off, ch.len, s->step, &opt,
+                                             q->sbuf[j], q->cap[j], &q->len[j]));
+        stot += q->cap[j];
+        q->rbuf[j] = q->rstore + rtot;
+        rtot += gcoll_codec_bound(c, q->mine.len);
     }
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
-    /* 2. chunk j goes to rank j */
-    size_t rc = gcoll_codec_bound(c, mine.len);
+    q->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    return GCOLL_OK;
+}
+
+/* 2. chunk j goes to rank j; 3. this rank reduces its chunk into q->acc, contributions in
+ * rank order (from *t0_p on: codec time). */
+static gcoll_status_t quant_reduce(quant_t *q, gcoll_op_t op, uint64_t *t0_p)
+{
+    const int P = q->ctx->size, r = q->ctx->rank;
+    const gcoll_compressor_t *c = q->s->c;
+    size_t rc = gcoll_codec_bound(c, q->mine.len);
     size_t *rcap = calloc((size_t)P, sizeof(size_t));
     if (!rcap)
-        goto out;
+        return GCOLL_ERR_NOMEM;
     for (int j = 0; j < P; j++)
         rcap[j] = rc;
-    st = gcoll_exchange_anylen(comm, PHASE(0), sig, sbuf, len, rbuf, rcap, rlen);
+    gcoll_status_t st =
+        gcoll_exchange_anylen(q->ctx, PHASE(0), q->sig, q->sbuf, q->len, q->rbuf, rcap, q->rlen);
     free(rcap);
     if (st != GCOLL_OK)
-        goto out;
-    rbuf[r] = sbuf[r];
-    rlen[r] = len[r];
-    /* 3. reduce my chunk, contributions in rank order */
-    t0 = gcoll_time_ns();
+        return st;
+    q->rbuf[r] = q->sbuf[r];
+    q->rlen[r] = q->len[r];
+    *t0_p = gcoll_time_ns();
     for (int i = 0; i < P; i++) {
-        st = gcoll_codec_decode(c, rbuf[i], rlen[i], acc, mine.len,
+        st = gcoll_codec_decode(c, q->rbuf[i], q->rlen[i], q->acc, q->mine.len,
                                 i == 0 ? GCOLL_DECODE_SET : GCOLL_DECODE_ADD);
         if (st != GCOLL_OK) {
-            gcoll_comm_set_error(comm, "the compressed chunk from rank %d is malformed", i);
-            goto out;
+            gcoll_channel_set_error(q->ctx->ch, "the compressed chunk from rank %d is malformed",
+                                    i);
+            return st;
         }
     }
     if (op == GCOLL_AVG)
-        for (size_t i = 0; i < mine.len; i++)
-            acc[i] /= (float)P;
+        for (size_t i = 0; i < q->mine.len; i++)
+            q->acc[i] /= (float)P;
     /* the worker messages are done with: a call holds one phase's buffers at a time */
-    free(sstore);
-    free(rstore);
-    sstore = rstore = NULL;
-    if (shard_only) {
-        memcpy(out, acc, mine.len * sizeof(float));
-        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
-        goto out;
-    }
-    /* 4. server: re-compress the reduced chunk with its own residual */
-    GCOLL_CHECK_GOTO(gcoll_compressed_server_state(s, mine.len), st, out);
+    free(q->sstore);
+    free(q->rstore);
+    q->sstore = q->rstore = NULL;
+    return GCOLL_OK;
+}
+
+/* 4. server: re-compress the reduced chunk with its own residual into q->smsg. */
+static gcoll_status_t quant_server(quant_t *q)
+{
+    const int P = q->ctx->size, r = q->ctx->rank;
+    gcoll_tensor_state_t *s = q->s;
+    const gcoll_compressor_t *c = s->c;
+    GCOLL_CHECK(gcoll_compressed_server_state(s, q->mine.len));
     gcoll_state_set_salt(s->server, (uint64_t)(P + r));
-    size_t mcap = gcoll_codec_bound(c, mine.len), mlen = 0;
-    st = GCOLL_ERR_NOMEM;
-    if (!(smsg = malloc(mcap)))
-        goto out;
-    GCOLL_CHECK_GOTO(
-        gcoll_codec_encode_range(c, s->server, 0, acc, mine.len, s->step, NULL, smsg, mcap, &mlen),
-        st, out);
+    size_t mcap = gcoll_codec_bound(c, q->mine.len);
+    if (!(q->smsg = malloc(mcap)))
+        return GCOLL_ERR_NOMEM;
+    GCOLL_CHECK(gcoll_codec_encode_range(c, s->server, 0, q->acc, q->mine.len, s->step, NULL,
+                                         q->smsg, mcap, &q->mlen));
     s->server->step++;
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
-    /* 5. everyone gathers every compressed chunk and decodes it in place (the reduced
-     * chunk is done with: freed before the gather's buffers are taken) */
-    free(acc);
-    acc = NULL;
+    return GCOLL_OK;
+}
+
+/* 5. everyone gathers every compressed chunk and decodes it in place (the reduced chunk is
+ * done with: freed before the gather's buffers are taken). */
+static gcoll_status_t quant_gather(quant_t *q, float *out)
+{
+    const int P = q->ctx->size, r = q->ctx->rank;
+    const gcoll_compressor_t *c = q->s->c;
+    free(q->acc);
+    q->acc = NULL;
     for (int j = 0; j < P; j++) {
-        sbuf[j] = smsg;
-        len[j] = mlen;
+        q->sbuf[j] = q->smsg;
+        q->len[j] = q->mlen;
     }
-    free(rstore);
-    rtot = 0;
+    free(q->rstore);
+    size_t rtot = 0;
     for (int j = 0; j < P; j++)
-        rtot += cap[j];
-    st = GCOLL_ERR_NOMEM;
-    if (!(rstore = malloc(rtot)))
-        goto out;
+        rtot += q->cap[j];
+    if (!(q->rstore = malloc(rtot)))
+        return GCOLL_ERR_NOMEM;
     rtot = 0;
     for (int j = 0; j < P; j++) {
-        rbuf[j] = rstore + rtot;
-        rtot += cap[j];
+        q->rbuf[j] = q->rstore + rtot;
+        rtot += q->cap[j];
     }
-    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(1), sig, sbuf, len, rbuf, cap, rlen), st, out);
-    rbuf[r] = smsg;
-    rlen[r] = mlen;
-    t0 = gcoll_time_ns();
+    GCOLL_CHECK(
+        gcoll_exchange_anylen(q->ctx, PHASE(1), q->sig, q->sbuf, q->len, q->rbuf, q->cap, q->rlen));
+    q->rbuf[r] = q->smsg;
+    q->rlen[r] = q->mlen;
+    uint64_t t0 = gcoll_time_ns();
     for (int j = 0; j < P; j++) {
-        gcoll_span_t ch = chunk(count, P, j);
-        st = gcoll_codec_decode(c, rbuf[j], rlen[j], out + ch.off, ch.len, GCOLL_DECODE_SET);
+        gcoll_span_t ch = chunk(q->count, P, j);
+        gcoll_status_t st =
+            gcoll_codec_decode(c, q->rbuf[j], q->rlen[j], out + ch.off, ch.len, GCOLL_DECODE_SET);
         if (st != GCOLL_OK) {
-            gcoll_comm_set_error(comm, "the reduced chunk from rank %d is malformed", j);
-            goto out;
+            gcoll_channel_set_error(q->ctx->ch, "the reduced chunk from rank %d is malformed", j);
+            return st;
         }
     }
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    q->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    return GCOLL_OK;
+}
+
+/* Quantizers: all-to-all of worker-compressed chunks, reduce, re-compress, gather. */
+static gcoll_status_t run_quantized(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                    const float *grad, float *out, size_t count, gcoll_op_t op,
+                                    int shard_only, gcoll_nancheck_t check, uint32_t sig)
+{
+    const int P = ctx->size;
+    quant_t q = {
+        .ctx = ctx, .s = s, .count = count, .mine = chunk(count, P, ctx->rank), .sig = sig};
+    q.len = calloc(3 * (size_t)P, sizeof(size_t));
+    q.cap = q.len ? q.len + P : NULL;
+    q.rlen = q.len ? q.cap + P : NULL;
+    q.sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *));
+    q.rbuf = q.sbuf ? q.sbuf + P : NULL;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    uint64_t t0 = 0;
+    if (!q.len || !q.sbuf)
+        goto out;
+    GCOLL_CHECK_GOTO(quant_encode(&q, grad, check), st, out);
+    GCOLL_CHECK_GOTO(quant_reduce(&q, op, &t0), st, out);
+    if (shard_only) {
+        memcpy(out, q.acc, q.mine.len * sizeof(float));
+        ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+        goto out;
+    }
+    GCOLL_CHECK_GOTO(quant_server(&q), st, out);
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    st = quant_gather(&q, out);
 out:
-    free(smsg);
-    free(acc);
-    free(rstore);
-    free(sstore);
-    free(sbuf);
-    free(len);
+    free(q.smsg);
+    free(q.acc);
+    free(q.rstore);
+    free(q.sstore);
+    free(q.sbuf);
+    free(q.len);
     return st;
 }
 
@@ -185,19 +235,19 @@ out:
  * rank sends its message straight to every other (one step instead of the census's P-1
  * and the ring's P-1: latency a small bucket pays on every call). Deterministic from the
  * configuration, the codec and count. */
-static int gather_direct(const gcoll_comm_t *comm, const gcoll_compressor_t *c, size_t count)
+static int gather_direct(const gcoll_coll_t *ctx, const gcoll_compressor_t *c, size_t count)
 {
     size_t b = gcoll_codec_bound(c, count);
-    return comm->size > 1 && comm->cfg.sparse_algo == GCOLL_SPARSE_AUTO && b > 0 &&
-           b <= count * sizeof(float) / (size_t)comm->size;
+    return ctx->size > 1 && ctx->cfg->sparse_algo == GCOLL_SPARSE_AUTO && b > 0 &&
+           b <= count * sizeof(float) / (size_t)ctx->size;
 }
 
 /* Every rank's message to every rank, then their sum in rank order. */
-static gcoll_status_t gather_and_sum(gcoll_comm_t *comm, const gcoll_compressor_t *c,
+static gcoll_status_t gather_and_sum(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
                                      uint8_t *msg, size_t len, float *out, size_t count,
                                      gcoll_op_t op, uint32_t sig)
 {
-    const int P = comm->size, r = comm->rank;
+    const int P = ctx->size, r = ctx->rank;
     size_t cap = gcoll_codec_bound(c, count);
     size_t *slen = calloc(3 * (size_t)P, sizeof(size_t)), *rcap = slen ? slen + P : NULL,
            *rlen = slen ? slen + 2 * P : NULL;
@@ -214,7 +264,7 @@ static gcoll_status_t gather_and_sum(gcoll_comm_t *comm, const gcoll_compressor_
     }
     /* PHASE(0): the tag of the census and of the streamed scheme's first message, so that
      * ranks on different paths (codecs or sizes that differ) fail on the signature */
-    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(0), sig, sbuf, slen, rbuf, rcap, rlen), st,
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(ctx, PHASE(0), sig, sbuf, slen, rbuf, rcap, rlen), st,
                      out);
     rbuf[r] = msg;
     rlen[r] = len;
@@ -222,9 +272,9 @@ static gcoll_status_t gather_and_sum(gcoll_comm_t *comm, const gcoll_compressor_
     int bad = 0;
     st = gcoll_codec_sum(c, (const uint8_t *const *)rbuf, rlen, P, out, count,
                          op == GCOLL_AVG ? (float)P : 1.0f, &bad);
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     if (st == GCOLL_ERR_INVALID)
-        gcoll_comm_set_error(comm, "the compressed message of rank %d is malformed", bad);
+        gcoll_channel_set_error(ctx->ch, "the compressed message of rank %d is malformed", bad);
 out:
     free(rstore);
     free(sbuf);
@@ -236,7 +286,7 @@ out:
  * in its feedback pass (GCOLL_NANCHECK_FOLD, chosen by run_compressed only), any failure leaves the
  * state as it was, so it is this rank's call's alone, as a bad argument would be
  * (comm->op_local); on other paths a failure may come after the residual took g. */
-static gcoll_status_t encode_first(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+static gcoll_status_t encode_first(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                    gcoll_nancheck_t check, const float *grad, size_t count,
                                    uint8_t *msg, size_t cap, size_t *len_p)
 {
@@ -245,21 +295,21 @@ static gcoll_status_t encode_first(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
         gcoll_codec_encode_range(s->c, s, 0, grad, count, s->step, &opt, msg, cap, len_p);
     if (st == GCOLL_OK || check != GCOLL_NANCHECK_FOLD)
         return st;
-    comm->op_local = 1;
+    ctx->ch->op_local = 1;
     if (st == GCOLL_ERR_INVALID) {
         size_t bad = gcoll_kernels()->first_bad(grad, count);
         if (bad < count)
-            gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);
+            gcoll_channel_set_error(ctx->ch, "grad[%zu] is NaN or infinite", bad);
         else
-            gcoll_comm_set_error(comm, "the residual plus the gradient is not finite");
+            gcoll_channel_set_error(ctx->ch, "the residual plus the gradient is not finite");
     }
     return st;
 }
 
 /* Sparsifiers: encode once, then the sparse allreduce of what was sent. */
-static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                 float *out, size_t count, gcoll_op_t op, gcoll_nancheck_t check,
-                                 uint32_t sig)
+static gcoll_status_t run_sparse(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                 const float *grad, float *out, size_t count, gcoll_op_t op,
+                                 gcoll_nancheck_t check, uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
     size_t cap = gcoll_codec_bound(c, count), len = 0, nnz = 0;
@@ -269,19 +319,19 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(encode_first(comm, s, check, grad, count, msg, cap, &len), st, out);
-    if (gather_direct(comm, c, count)) {
-        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
-        st = gather_and_sum(comm, c, msg, len, out, count, op, sig);
+    GCOLL_CHECK_GOTO(encode_first(ctx, s, check, grad, count, msg, cap, &len), st, out);
+    if (gather_direct(ctx, c, count)) {
+        ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+        st = gather_and_sum(ctx, c, msg, len, out, count, op, sig);
         goto out;
     }
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &nnz), st, out);
     pairs.n = nnz; /* decoded from msg only if the plan needs the pairs */
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     gcoll_sparse_call_t call = {.codec = c, .pairs = &pairs, .msg = msg, .msglen = len,
                                 .count = count, .out = out, .op = op,
                                 .kind = GCOLL_KIND_COMPRESSED, .sig = sig};
-    st = gcoll_sparse_run(comm, &call, NULL);
+    st = gcoll_sparse_run(ctx, &call, NULL);
 out:
     gcoll_pairs_free(&pairs);
     free(msg);
@@ -290,9 +340,9 @@ out:
 
 /* Random-k with a shared seed: every rank picked the same indices, so only the k values
  * are reduced, densely. */
-static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                  float *out, size_t count, gcoll_op_t op, gcoll_nancheck_t check,
-                                  uint32_t sig)
+static gcoll_status_t run_randomk(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                  const float *grad, float *out, size_t count, gcoll_op_t op,
+                                  gcoll_nancheck_t check, uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
     size_t cap = gcoll_codec_bound(c, count), len = 0, k = 0;
@@ -303,7 +353,7 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s, c
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(encode_first(comm, s, check, grad, count, msg, cap, &len), st, out);
+    GCOLL_CHECK_GOTO(encode_first(ctx, s, check, grad, count, msg, cap, &len), st, out);
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &k), st, out);
     idx = malloc((k + 1) * sizeof(uint32_t));
     val = malloc((k + 1) * sizeof(float));
@@ -311,16 +361,15 @@ static gcoll_status_t run_randomk(gcoll_comm_t *comm, gcoll_tensor_state_t *s, c
     if (!idx || !val)
         goto out;
     GCOLL_CHECK_GOTO(gcoll_codec_decode_pairs(c, msg, len, count, idx, val, k, &k), st, out);
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
-    GCOLL_CHECK_GOTO(gcoll_ring_allreduce_at(comm, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig,
-                                             PHASE(0)), st, out);
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    GCOLL_CHECK_GOTO(
+        gcoll_coll_ring_allreduce(ctx, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig, PHASE(0)), st, out);
     /* out: the k sums at their (ascending) indices, zeros elsewhere, through the merged
      * sum's blocks streamed out (glibc's memset reads every line of a large output first) */
     t0 = gcoll_time_ns();
     gcoll_sum_src_t src = {.idx = idx, .val = val, .n = k};
-    st = gcoll_sum_sources(c, &src, 1, out, count, op == GCOLL_AVG ? (float)comm->size : 1.0f,
-                           NULL);
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    st = gcoll_sum_sources(c, &src, 1, out, count, op == GCOLL_AVG ? (float)ctx->size : 1.0f, NULL);
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
 out:
     free(idx);
     free(val);
@@ -339,13 +388,13 @@ static const char *const scheme_names[] = {"dense ring", "alltoall", "ring",
  * same. For quantizers both schemes put 2 (P-1)/P of the
  * compressed tensor on the wire; the ring overlaps compression with transfer segment by
  * segment but re-quantizes P-1 times and takes 2 (P-1) latency-bound steps. */
-static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *c,
-                            const gcoll_tensor_state_t *s, size_t count, int shard_only,
-                            char *why, size_t len)
+static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
+                            const gcoll_tensor_state_t *s, size_t count, int shard_only, char *why,
+                            size_t len)
 {
-    const int P = comm->size;
+    const int P = ctx->size;
     unsigned flags = gcoll_codec_flags(c);
-    size_t segf = GCOLL_CRING_SEG(comm->cfg.ring_chunk);
+    size_t segf = GCOLL_CRING_SEG(ctx->cfg->ring_chunk);
     size_t per = count / (size_t)(P > 0 ? P : 1);
     snprintf(why, len, "by codec");
     if (!shard_only && (flags & GCOLL_CODEC_LOSSLESS) && c->vs.fmt == GCOLL_VF_F32)
@@ -355,13 +404,13 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
             return S_RANDOMK;
         size_t k = gcoll_codec_k(c, count, s ? s->step : UINT64_MAX);
         int ef = s ? s->e != NULL && s->mode == GCOLL_STATE_WORKER : c->ef;
-        if (!gcoll_topk_stream_eligible(comm, c, ef, count, k))
+        if (!gcoll_coll_topk_stream_eligible(ctx, c, ef, count, k))
             return S_SPARSE;
-        snprintf(why, len, "top-k of %zu in %zu floats, selection pass sent in segments of %zu",
-                 k, count, gcoll_topk_stream_segment(comm, count));
+        snprintf(why, len, "top-k of %zu in %zu floats, selection pass sent in segments of %zu", k,
+                 count, gcoll_topk_stream_segment(ctx, count));
         return S_STREAM;
     }
-    if (comm->cfg.compressed_algo == ALGO_ALLTOALL) {
+    if (ctx->cfg->compressed_algo == ALGO_ALLTOALL) {
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_ALLTOALL;
     }
@@ -371,7 +420,7 @@ static scheme_t pick_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *
                                                       "sums");
         return S_ALLTOALL;
     }
-    if (comm->cfg.compressed_algo == ALGO_RING) {
+    if (ctx->cfg->compressed_algo == ALGO_RING) {
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_RING;
     }
@@ -386,18 +435,21 @@ const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compre
     char why[160];
     if (!comm || !c)
         return NULL;
-    scheme_t sc = pick_scheme(comm, c, NULL, count, shard_only, why, sizeof(why));
+    /* read only: the scheme depends on the settings and the size */
+    gcoll_coll_t ctx = gcoll_comm_coll((gcoll_comm_t *)comm);
+    scheme_t sc = pick_scheme(&ctx, c, NULL, count, shard_only, why, sizeof(why));
     if (segment_p)
-        *segment_p = sc == S_RING ? gcoll_cring_segment(comm->cfg.ring_chunk, count, comm->size)
-                                  : 0;
+        *segment_p =
+            sc == S_RING ? gcoll_cring_segment(comm->cfg.coll.ring_chunk, count, comm->size) : 0;
     return scheme_names[sc];
 }
 
 /* The compressed allreduce (or reduce-scatter) by scheme sc, which pick_scheme chose for
  * the reason why; check: the call's NaN/Inf policy (run_compressed). */
-static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                 float *out, size_t count, gcoll_op_t op, int shard_only,
-                                 gcoll_nancheck_t check, scheme_t sc, const char *why)
+static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                 const float *grad, float *out, size_t count, gcoll_op_t op,
+                                 int shard_only, gcoll_nancheck_t check, scheme_t sc,
+                                 const char *why)
 {
     /* a quantizer's bit-width warm-up: this step's messages and the server's are those of
      * a copy at this step's width (every rank at the same step picks the same) */
@@ -409,7 +461,7 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
             s->server->c = &at;
     }
     const gcoll_compressor_t *c = s->c;
-    s->nranks = comm->size; /* DGC's local clipping threshold scales with it */
+    s->nranks = ctx->size; /* DGC's local clipping threshold scales with it */
     /* the signature covers the spec, the count and the step: ranks whose states disagree
      * (another codec, or random-k indices from another step) fail with a mismatch */
     uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
@@ -421,24 +473,24 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
     case S_DENSE:
         if (out != grad)
             memcpy(out, grad, count * sizeof(float));
-        st = gcoll_ring_allreduce_at(comm, out, count, GCOLL_FLOAT32, GCOLL_SUM, sig, 0);
+        st = gcoll_coll_ring_allreduce(ctx, out, count, GCOLL_FLOAT32, GCOLL_SUM, sig, 0);
         if (st == GCOLL_OK)
-            gcoll_reduce_finish(out, count, GCOLL_FLOAT32, op, comm->size);
+            gcoll_reduce_finish(out, count, GCOLL_FLOAT32, op, ctx->size);
         break;
     case S_RING:
-        st = gcoll_compressed_ring(comm, s, grad, out, count, op, shard_only, check, sig);
+        st = gcoll_compressed_ring(ctx, s, grad, out, count, op, shard_only, check, sig);
         break;
     case S_ALLTOALL:
-        st = run_quantized(comm, s, grad, out, count, op, shard_only, check, sig);
+        st = run_quantized(ctx, s, grad, out, count, op, shard_only, check, sig);
         break;
     case S_RANDOMK:
-        st = run_randomk(comm, s, grad, out, count, op, check, sig);
+        st = run_randomk(ctx, s, grad, out, count, op, check, sig);
         break;
     case S_STREAM:
-        st = gcoll_topk_stream_run(comm, s, grad, out, count, op, check, sig);
+        st = gcoll_topk_stream_run(ctx, s, grad, out, count, op, check, sig);
         break;
     default:
-        st = run_sparse(comm, s, grad, out, count, op, check, sig);
+        st = run_sparse(ctx, s, grad, out, count, op, check, sig);
     }
     if (sc == S_RING || sc == S_ALLTOALL || sc == S_STREAM)
         GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme (%s)",
@@ -451,7 +503,7 @@ static gcoll_status_t run_scheme(gcoll_comm_t *comm, gcoll_tensor_state_t *s, co
         s->server->c = orig;
     if (st == GCOLL_OK) {
         gcoll_state_advance(s);
-        comm->chan.counters.bytes_raw += count * sizeof(float);
+        ctx->ch->counters.bytes_raw += count * sizeof(float);
     }
     return st;
 }
@@ -460,13 +512,14 @@ gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                     float *out, size_t count, gcoll_op_t op, int shard_only,
                                     gcoll_nancheck_t check)
 {
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
     char why[160];
-    scheme_t sc = pick_scheme(comm, s->c, s, count, shard_only, why, sizeof(why));
+    scheme_t sc = pick_scheme(&ctx, s->c, s, count, shard_only, why, sizeof(why));
     /* folding needs the spare's reservation and the scheme's failure handling: only
      * run_compressed chooses it */
     if (check == GCOLL_NANCHECK_FOLD)
         check = GCOLL_NANCHECK_SCAN;
-    return run_scheme(comm, s, grad, out, count, op, shard_only, check, sc, why);
+    return run_scheme(&ctx, s, grad, out, count, op, shard_only, check, sc, why);
 }
 
 static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
@@ -478,10 +531,11 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
     /* NaN/Inf in the gradient (a blocking call; a nonblocking one scanned in the call): one
      * vectorized scan (the codec's kernel) before anything is sent, or none where the
      * codec checks in its feedback pass, also before anything is sent (encode_first);
-     * either way the state is untouched and nothing sent (comm->op_local) */
+     * either way the state is untouched and nothing sent (comm->chan.op_local) */
     comm->chan.counters.ns_compress += ca->scan_ns;
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
     char why[160];
-    scheme_t sc = pick_scheme(comm, s->c, s, count, ca->shard_only, why, sizeof(why));
+    scheme_t sc = pick_scheme(&ctx, s->c, s, count, ca->shard_only, why, sizeof(why));
     int fold = !ca->checked && comm->cfg.ef_spare && (sc == S_SPARSE || sc == S_RANDOMK) &&
                gcoll_codec_folds_check(s->c, s, count) &&
                gcoll_codec_spare_reserve(s, comm->cfg.ef_spare_max);
@@ -490,14 +544,14 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
         size_t bad = gcoll_kernels()->first_bad(a->sendbuf, count);
         comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
         if (bad < count) {
-            comm->op_local = 1;
+            comm->chan.op_local = 1;
             gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);
             return GCOLL_ERR_INVALID;
         }
     }
     if (s->adapt) /* gcoll_adapt_attach: sample the input before an in-place call */
         gcoll_adapt_before(comm, s, a->sendbuf, count);
-    gcoll_status_t st = run_scheme(comm, s, a->sendbuf, a->recvbuf, count, a->op, ca->shard_only,
+    gcoll_status_t st = run_scheme(&ctx, s, a->sendbuf, a->recvbuf, count, a->op, ca->shard_only,
                                    fold ? GCOLL_NANCHECK_FOLD : GCOLL_NANCHECK_DONE, sc, why);
     if (st == GCOLL_OK && s->adapt)
         st = gcoll_adapt_after(comm, s, count);

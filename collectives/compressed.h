@@ -29,19 +29,22 @@ gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n);
 size_t gcoll_cring_segment(size_t ring_chunk, size_t count, int P);
 
 /* The pipelined ring with re-quantization at every hop (compressed_ring.c). */
-gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                     float *out, size_t count, gcoll_op_t op, int shard_only,
-                                     gcoll_nancheck_t check, uint32_t sig);
+gcoll_status_t gcoll_compressed_ring(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                     const float *grad, float *out, size_t count, gcoll_op_t op,
+                                     int shard_only, gcoll_nancheck_t check, uint32_t sig);
 
 /* Top-k with its selection pass streamed to the other ranks (topk_stream.c): elements
  * per segment (GCOLL_TOPK_STREAM, widened for very large tensors; 0: off), whether a
  * compressed allreduce of count elements with compressor c (error feedback ef, k values
  * this step) takes that path, and the path itself. */
-size_t gcoll_topk_stream_segment(const gcoll_comm_t *comm, size_t count);
-int gcoll_topk_stream_eligible(const gcoll_comm_t *comm, const gcoll_compressor_t *c, int ef,
-                               size_t count, size_t k);
-gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                     float *out, size_t count, gcoll_op_t op,
+size_t gcoll_topk_stream_segment(const gcoll_coll_t *ctx, size_t count);
+int gcoll_coll_topk_stream_eligible(const gcoll_coll_t *ctx, const gcoll_compressor_t *c, int ef,
+                                    size_t count, size_t k);
+gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                     const float *grad, float *out, size_t count, gcoll_op_t op,
                                      gcoll_nancheck_t check, uint32_t sig);
+/* The same decision on a communicator, for lib/ (api.c builds the context). */
+int gcoll_topk_stream_eligible(gcoll_comm_t *comm, const gcoll_compressor_t *c, int ef,
+                               size_t count, size_t k);
 
 #endif /* GCOLL_COMPRESSED_H */

@@ -70,7 +70,7 @@ size_t gcoll_cring_segment(size_t ring_chunk, size_t count, int P)
  * (rbuf) that the reduce-scatter receives into and, once its partial sum is decoded, the
  * allgather; and a request per phase and direction. */
 typedef struct {
-    gcoll_comm_t *comm;
+    const gcoll_coll_t *ctx;
     ring_geom_t g;
     size_t count, steps, nmsg;
     int P, r, left, right;
@@ -110,15 +110,16 @@ static uint32_t tag_of(const ring_t *R, int ph, size_t t, size_t k)
 
 static gcoll_status_t ring_recv(ring_t *R, int ph, size_t t, size_t k)
 {
-    return gcoll_net_irecv(R->comm, &R->rreq[ph][slot(R, t, k)], R->left, tag_of(R, ph, t, k),
-                           R->sig, rbuf(R, t, k), R->g.segcap, GCOLL_TREQ_ANYLEN);
+    return gcoll_channel_irecv(R->ctx->ch, &R->rreq[ph][slot(R, t, k)], R->left,
+                               tag_of(R, ph, t, k), R->sig, rbuf(R, t, k), R->g.segcap,
+                               GCOLL_TREQ_ANYLEN);
 }
 
 static gcoll_status_t ring_send(ring_t *R, int ph, size_t t, size_t k, const void *msg,
                                 size_t len)
 {
-    return gcoll_net_isend(R->comm, &R->sreq[ph][slot(R, t, k)], R->right, tag_of(R, ph, t, k),
-                           R->sig, msg, len);
+    return gcoll_channel_isend(R->ctx->ch, &R->sreq[ph][slot(R, t, k)], R->right,
+                               tag_of(R, ph, t, k), R->sig, msg, len);
 }
 
 /* Sends and the reduce-scatter's receives start complete (slots no message uses count as
@@ -156,10 +157,10 @@ static gcoll_status_t arrived(ring_t *R, int ph, size_t t, size_t k, const uint8
     gcoll_treq_t *rq = &R->rreq[ph][slot(R, t, k)];
     int done = 0;
     for (;;) {
-        GCOLL_CHECK(gcoll_net_done(R->comm, rq, &done));
+        GCOLL_CHECK(gcoll_channel_done(R->ctx->ch, rq, &done));
         if (done)
             break;
-        GCOLL_CHECK(gcoll_net_poll(R->comm, rq));
+        GCOLL_CHECK(gcoll_channel_poll(R->ctx->ch, rq));
         GCOLL_CHECK(forward_ready(R, 0));
     }
     *msg_p = rbuf(R, t, k);
@@ -180,13 +181,13 @@ static gcoll_status_t partial_sum(ring_t *R, const gcoll_compressor_t *c, size_t
     if (R->P == 1) {
         memset(dst, 0, sg.len * sizeof(float));
     } else if (gcoll_codec_decode(c, msg, len, dst, sg.len, GCOLL_DECODE_SET) != GCOLL_OK) {
-        gcoll_comm_set_error(R->comm, "the compressed partial sum from rank %d is malformed",
-                             R->left);
+        gcoll_channel_set_error(R->ctx->ch, "the compressed partial sum from rank %d is malformed",
+                                R->left);
         return GCOLL_ERR_INVALID;
     }
     for (size_t i = 0; i < sg.len; i++)
         dst[i] += grad[sg.off + i];
-    R->comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    R->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     if (R->ag && R->P > 1 && k < nseg_of(&R->g, chunk_at(R, t, 1).len))
         GCOLL_CHECK(ring_recv(R, AG, t, k));
     return GCOLL_OK;
@@ -205,8 +206,8 @@ static gcoll_status_t forward_ready(ring_t *R, int poll)
         return GCOLL_OK;
     if (poll) {
         uint64_t t0 = gcoll_time_ns();
-        gcoll_status_t st = gcoll_net_progress(R->comm, 0);
-        R->comm->chan.counters.ns_wire += gcoll_time_ns() - t0;
+        gcoll_status_t st = gcoll_channel_progress(R->ctx->ch, 0);
+        R->ctx->ch->counters.ns_wire += gcoll_time_ns() - t0;
         GCOLL_CHECK(st);
     }
     for (size_t t = 0; t + 1 < R->steps; t++) {
@@ -228,10 +229,12 @@ static gcoll_status_t decode_out(ring_t *R, const gcoll_compressor_t *c, gcoll_s
     gcoll_span_t sg = seg_of(&R->g, ch, k);
     uint64_t t0 = gcoll_time_ns();
     gcoll_status_t st = gcoll_codec_decode(c, msg, len, out + sg.off, sg.len, GCOLL_DECODE_SET);
-    R->comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    R->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     if (st != GCOLL_OK)
-        gcoll_comm_set_error(R->comm, "the compressed chunk at %zu forwarded by rank %d is "
-                             "malformed", ch.off, from);
+        gcoll_channel_set_error(R->ctx->ch,
+                                "the compressed chunk at %zu forwarded by rank %d is "
+                                "malformed",
+                                ch.off, from);
     return st;
 }
 
@@ -265,7 +268,7 @@ static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const floa
     if (R->ag)
         st = gcoll_codec_encode_range(c, s->server, sg.off - mine.off, a, sg.len, s->step, NULL,
                                       msg, R->g.segcap, &ownlen[k]);
-    R->comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    R->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     if (st != GCOLL_OK || !R->ag)
         return st;
     if (R->P > 1)
@@ -273,32 +276,86 @@ static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const floa
     return decode_out(R, c, mine, k, msg, ownlen[k], out, R->r);
 }
 
-gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                     float *out, size_t count, gcoll_op_t op, int shard_only,
-                                     gcoll_nancheck_t check, uint32_t sig)
+/* Reduce-scatter step u of segment k of chunk r-u-1: its partial sum (the previous step's
+ * message plus this rank's part; the input itself at step 0) compressed and sent right
+ * (x: room for one segment); *skip_p when that chunk has no segment k. */
+static gcoll_status_t rs_stage(ring_t *R, gcoll_tensor_state_t *s, const float *grad,
+                               gcoll_nancheck_t check, float *x, size_t u, size_t k, int *skip_p)
 {
     const gcoll_compressor_t *c = s->c;
-    ring_t R = {.comm = comm, .count = count, .P = comm->size, .r = comm->rank, .sig = sig};
+    gcoll_span_t cs = chunk_at(R, u, 1);
+    if (k >= nseg_of(&R->g, cs.len)) {
+        *skip_p = 1;
+        return GCOLL_OK;
+    }
+    gcoll_span_t sg = seg_of(&R->g, cs, k);
+    const float *in = grad + sg.off;
+    gcoll_encode_opts_t opt = {.check = check};
+    if (u > 0) {
+        /* the partial sum of this segment arrived at the previous step */
+        GCOLL_CHECK(partial_sum(R, c, u - 1, k, sg, grad, x));
+        in = x;
+        opt.check = GCOLL_NANCHECK_SCAN; /* a sum may overflow: the encoder checks it */
+    }
+    uint64_t t0 = gcoll_time_ns();
+    uint8_t *msg = R->sstore + slot(R, u, k) * R->g.segcap;
+    size_t len = 0;
+    gcoll_status_t st =
+        gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, &opt, msg, R->g.segcap, &len);
+    R->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    if (st != GCOLL_OK) {
+        gcoll_channel_set_error(R->ctx->ch,
+                                "compressing the partial sum of elements "
+                                "[%zu, %zu) failed (overflow to Inf?)",
+                                sg.off, sg.off + sg.len);
+        return st;
+    }
+    return ring_send(R, RS, u, k, msg, len);
+}
+
+/* Allgather step t of segment k of chunk r-t-1: once it arrived, forwarded and decoded
+ * into out (nothing when that chunk has no segment k). */
+static gcoll_status_t ag_stage(ring_t *R, const gcoll_compressor_t *c, float *out, size_t t,
+                               size_t k)
+{
+    gcoll_span_t ch = chunk_at(R, t, 1);
+    if (k >= nseg_of(&R->g, ch.len))
+        return GCOLL_OK;
+    const uint8_t *msg = NULL;
+    size_t len = 0;
+    GCOLL_CHECK(arrived(R, AG, t, k, &msg, &len));
+    GCOLL_CHECK(forward_ready(R, 0)); /* this one at least */
+    return decode_out(R, c, ch, k, msg, len, out, R->left);
+}
+
+gcoll_status_t gcoll_compressed_ring(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                     const float *grad, float *out, size_t count, gcoll_op_t op,
+                                     int shard_only, gcoll_nancheck_t check, uint32_t sig)
+{
+    const gcoll_compressor_t *c = s->c;
+    ring_t R = {.ctx = ctx, .count = count, .P = ctx->size, .r = ctx->rank, .sig = sig};
     R.left = (R.r - 1 + R.P) % R.P;
     R.right = (R.r + 1) % R.P;
     R.steps = (size_t)(R.P - 1);
-    R.g.segf = gcoll_cring_segment(comm->cfg.ring_chunk, count, R.P);
+    R.g.segf = gcoll_cring_segment(ctx->cfg->ring_chunk, count, R.P);
     R.g.nseg = nseg_of(&R.g, gcoll_even_chunk(count, R.P, 0).len);
     R.g.segcap = gcoll_codec_bound(c, R.g.segf);
     if (R.g.segcap == 0) {
-        gcoll_comm_set_error(comm, "compressed ring: segments of %zu elements exceed the "
-                             "codec's range", R.g.segf);
+        gcoll_channel_set_error(ctx->ch,
+                                "compressed ring: segments of %zu elements exceed the "
+                                "codec's range",
+                                R.g.segf);
         return GCOLL_ERR_INVALID;
     }
     const gcoll_span_t mine = gcoll_even_chunk(count, R.P, R.r);
     const size_t nmsg = R.steps * R.g.nseg, nmine = nseg_of(&R.g, mine.len);
     R.nmsg = nmsg;
     R.ag = !shard_only;
-    /* the big buffers live in the communicator's scratch: fresh ones would be faulted in
+    /* the big buffers live in the owner's scratch: fresh ones would be faulted in
      * on every call. Floats first, for their alignment. */
     const size_t nacc = mine.len + 1, nx = R.g.segf + 1;
     const size_t bytes = (nacc + nx) * sizeof(float) + (2 * nmsg + nmine) * R.g.segcap;
-    float *acc = gcoll_comm_scratch(comm, bytes), *x = acc ? acc + nacc : NULL;
+    float *acc = gcoll_coll_scratch(ctx, bytes), *x = acc ? acc + nacc : NULL;
     R.rstore = x ? (uint8_t *)(x + nx) : NULL;
     R.sstore = R.rstore ? R.rstore + nmsg * R.g.segcap : NULL;
     uint8_t *own = R.sstore ? R.sstore + nmsg * R.g.segcap : NULL;
@@ -325,48 +382,17 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
         for (size_t u = 0; u < nst && u * CRING_SKEW <= i; u++) {
             const size_t k = i - u * CRING_SKEW;
             if (u < R.steps) {
-                /* reduce-scatter step u: segment k of chunk r-u-1 */
-                gcoll_span_t cs = chunk_at(&R, u, 1);
-                if (k >= nseg_of(&R.g, cs.len))
+                int skip = 0;
+                GCOLL_CHECK_GOTO(rs_stage(&R, s, grad, check, x, u, k, &skip), st, out);
+                if (skip)
                     continue;
-                gcoll_span_t sg = seg_of(&R.g, cs, k);
-                const float *in = grad + sg.off;
-                gcoll_encode_opts_t opt = {.check = check};
-                if (u > 0) {
-                    /* the partial sum of this segment arrived at the previous step */
-                    GCOLL_CHECK_GOTO(partial_sum(&R, c, u - 1, k, sg, grad, x), st, out);
-                    in = x;
-                    opt.check = GCOLL_NANCHECK_SCAN; /* a sum may overflow: the encoder checks it */
-                }
-                uint64_t t0 = gcoll_time_ns();
-                uint8_t *msg = R.sstore + slot(&R, u, k) * R.g.segcap;
-                size_t len = 0;
-                st = gcoll_codec_encode_range(c, s, sg.off, in, sg.len, s->step, &opt, msg,
-                                              R.g.segcap, &len);
-                comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
-                if (st != GCOLL_OK) {
-                    gcoll_comm_set_error(comm, "compressing the partial sum of elements "
-                                         "[%zu, %zu) failed (overflow to Inf?)", sg.off,
-                                         sg.off + sg.len);
-                    goto out;
-                }
-                GCOLL_CHECK_GOTO(ring_send(&R, RS, u, k, msg, len), st, out);
             } else if (u == R.steps) {
                 if (k >= nmine)
                     continue;
                 GCOLL_CHECK_GOTO(own_segment(&R, s, grad, out, op, acc, own, ownlen, k), st,
                                  out);
             } else {
-                /* allgather: segment k of chunk r-t-1 */
-                const size_t t = u - R.steps - 1;
-                gcoll_span_t ch = chunk_at(&R, t, 1);
-                if (k >= nseg_of(&R.g, ch.len))
-                    continue;
-                const uint8_t *msg = NULL;
-                size_t len = 0;
-                GCOLL_CHECK_GOTO(arrived(&R, AG, t, k, &msg, &len), st, out);
-                GCOLL_CHECK_GOTO(forward_ready(&R, 0), st, out); /* this one at least */
-                GCOLL_CHECK_GOTO(decode_out(&R, c, ch, k, msg, len, out, R.left), st, out);
+                GCOLL_CHECK_GOTO(ag_stage(&R, c, out, u - R.steps - 1, k), st, out);
                 continue;
             }
             GCOLL_CHECK_GOTO(forward_ready(&R, 1), st, out);
@@ -377,12 +403,12 @@ gcoll_status_t gcoll_compressed_ring(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     else
         memcpy(out, acc, mine.len * sizeof(float));
     for (int ph = 0; ph < 2; ph++)
-        GCOLL_CHECK_GOTO(gcoll_net_waitall(comm, R.sreq[ph], (int)nmsg), st, out);
+        GCOLL_CHECK_GOTO(gcoll_channel_waitall(ctx->ch, R.sreq[ph], (int)nmsg), st, out);
 out:
     if (st != GCOLL_OK && reqs)
         for (int ph = 0; ph < 2; ph++) {
-            gcoll_net_cancel(comm, R.rreq[ph], (int)nmsg);
-            gcoll_net_cancel(comm, R.sreq[ph], (int)nmsg);
+            gcoll_channel_cancel(ctx->ch, R.rreq[ph], (int)nmsg);
+            gcoll_channel_cancel(ctx->ch, R.sreq[ph], (int)nmsg);
         }
     free(reqs);
     free(ownlen);

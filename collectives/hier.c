@@ -1,6 +1,7 @@
 /* hier.c: which host each rank is on (gethostname or GCOLL_HOSTNAME, exchanged once), the
- * GCOLL_HIER decision and its cost estimate, and the child communicators of the
- * hierarchical allreduce (one per host, and one across hosts per local rank). */
+ * GCOLL_HIER decision and its cost estimate, the child communicators of the hierarchical
+ * allreduce (one per host, and one across hosts per local rank), and its requests (the
+ * run itself: hier_run.c). */
 #include "hier.h"
 
 #include <math.h>
@@ -9,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm.h"
+#include "compress/kernels.h"
 #include "log.h"
 #include "util.h"
 
@@ -81,8 +84,8 @@ gcoll_status_t gcoll_hier_layout(gcoll_comm_t *comm, gcoll_hier_t **h_p)
     }
     const int P = comm->size;
     char mine[GCOLL_HIER_HOSTLEN] = "";
-    if (comm->cfg.hostname && *comm->cfg.hostname)
-        snprintf(mine, sizeof(mine), "%s", comm->cfg.hostname);
+    if (comm->cfg.coll.hostname && *comm->cfg.coll.hostname)
+        snprintf(mine, sizeof(mine), "%s", comm->cfg.coll.hostname);
     else if (gethostname(mine, sizeof(mine) - 1) != 0)
         snprintf(mine, sizeof(mine), "localhost");
     mine[sizeof(mine) - 1] = '\0';
@@ -213,9 +216,9 @@ static gcoll_status_t make_children(gcoll_comm_t *comm, gcoll_hier_t *h)
         return st;
     }
     /* the children run their collectives flat (index 1 of "auto|0|1") */
-    h->local->cfg.hier = 1;
+    h->local->cfg.coll.hier = 1;
     if (h->rail)
-        h->rail->cfg.hier = 1;
+        h->rail->cfg.coll.hier = 1;
     h->split = 1;
     GCOLL_INFO(GCOLL_SUBSYS_INIT,
                "hierarchy: a %d-rank communicator on this host and a %d-rank one across "
@@ -231,8 +234,8 @@ gcoll_status_t gcoll_hier_use(gcoll_comm_t *comm, const char *what, size_t bytes
     *use_p = 0;
     /* GCOLL_HIER=0 costs nothing: no exchange, no children; nor does auto below
      * GCOLL_HIER_AUTO_MIN, where three child collectives cost more than a flat tree */
-    if (comm->size < 3 || comm->cfg.hier == 1 || comm->broken != GCOLL_OK ||
-        (comm->cfg.hier == 0 && bytes < GCOLL_HIER_AUTO_MIN))
+    if (comm->size < 3 || comm->cfg.coll.hier == 1 || comm->broken != GCOLL_OK ||
+        (comm->cfg.coll.hier == 0 && bytes < GCOLL_HIER_AUTO_MIN))
         return GCOLL_OK;
     gcoll_hier_t *h;
     GCOLL_CHECK(gcoll_hier_layout(comm, &h));
@@ -247,7 +250,7 @@ gcoll_status_t gcoll_hier_use(gcoll_comm_t *comm, const char *what, size_t bytes
     m.encode_s_per_byte = encode_s_per_byte;
     m.sparse_result = sparse_result;
     char why[256];
-    int use = gcoll_hier_decide(comm->cfg.hier, &m, bytes, why, sizeof(why));
+    int use = gcoll_hier_decide(comm->cfg.coll.hier, &m, bytes, why, sizeof(why));
     GCOLL_INFO(GCOLL_SUBSYS_COLL, "%s of %zu bytes: %s, because %s", what, bytes,
                use ? "hierarchical" : "flat", why);
     if (use && !h->split) {
@@ -288,6 +291,103 @@ void gcoll_hier_release(gcoll_comm_t *comm)
     comm->hier = NULL;
     gcoll_hier_shm_free(h);
     gcoll_hier_free(h);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Requests                                                                             */
+
+static void call_free(void *p)
+{
+    gcoll_hier_call_t *call = p;
+    if (!call)
+        return;
+    free(call->idx);
+    free(call->val);
+    free(call);
+}
+
+static gcoll_status_t run_hier(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    return gcoll_hier_run(&ctx, req->a.ext);
+}
+
+/* Queues call (kind and pairs set; the arguments are copied in here). */
+static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_hier_call_t *call,
+                             const void *sendbuf, void *recvbuf, size_t count, gcoll_dtype_t dtype,
+                             gcoll_op_t op, gcoll_request_t **req_p)
+{
+    call->sendbuf = sendbuf;
+    call->recvbuf = recvbuf;
+    call->count = count;
+    call->dtype = dtype;
+    call->op = op;
+    gcoll_args_t a = {.sendbuf = sendbuf,
+                      .recvbuf = recvbuf,
+                      .count = count,
+                      .dtype = dtype,
+                      .op = op,
+                      .ext = call,
+                      .release = call_free};
+    gcoll_request_t *req = gcoll_request_new(comm, what, run_hier, &a);
+    if (!req) {
+        call_free(call);
+        return GCOLL_ERR_NOMEM;
+    }
+    return gcoll_comm_submit(comm, req, req_p);
+}
+
+gcoll_status_t gcoll_hier_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                     gcoll_request_t **req_p)
+{
+    gcoll_hier_call_t *call = calloc(1, sizeof(*call));
+    if (!call)
+        return GCOLL_ERR_NOMEM;
+    call->kind = GCOLL_HIER_DENSE;
+    return submit(comm, "gcoll_allreduce (hierarchical)", call, sendbuf, recvbuf, count, dtype, op,
+                  req_p);
+}
+
+gcoll_status_t gcoll_hier_isparse(gcoll_comm_t *comm, const uint32_t *idx, const float *val,
+                                  size_t nnz, size_t dense_count, float *out, gcoll_op_t op,
+                                  gcoll_request_t **req_p)
+{
+    gcoll_hier_call_t *call = calloc(1, sizeof(*call));
+    if (!call)
+        return GCOLL_ERR_NOMEM;
+    call->kind = GCOLL_HIER_SPARSE;
+    call->nnz = nnz;
+    call->idx = malloc((nnz + 1) * sizeof(*call->idx));
+    call->val = malloc((nnz + 1) * sizeof(*call->val));
+    if (!call->idx || !call->val) {
+        call_free(call);
+        return GCOLL_ERR_NOMEM;
+    }
+    if (nnz) { /* a nonblocking caller may reuse its arrays at once */
+        memcpy(call->idx, idx, nnz * sizeof(*idx));
+        memcpy(call->val, val, nnz * sizeof(*val));
+    }
+    return submit(comm, "gcoll_sparse_allreduce (hierarchical)", call, NULL, out, dense_count,
+                  GCOLL_FLOAT32, op, req_p);
+}
+
+gcoll_status_t gcoll_hier_icompressed(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
+                                      const float *grad, float *out, size_t count, gcoll_op_t op,
+                                      gcoll_request_t **req_p)
+{
+    /* NaN/Inf is this caller's error before anything is queued (the flat form's rule for
+     * a nonblocking call, here for both) */
+    size_t bad = count ? gcoll_kernels()->first_bad(grad, count) : 0;
+    GCOLL_CHECK(gcoll_comm_check_args(comm, "gcoll_compressed_allreduce", bad >= count,
+                                      "grad[%zu] is NaN or infinite", bad));
+    gcoll_hier_call_t *call = calloc(1, sizeof(*call));
+    if (!call)
+        return GCOLL_ERR_NOMEM;
+    call->kind = GCOLL_HIER_COMPRESSED;
+    call->state = state;
+    return submit(comm, "gcoll_compressed_allreduce (hierarchical)", call, grad, out, count,
+                  GCOLL_FLOAT32, op, req_p);
 }
 
 /* ---------------------------------------------------------------------------------- */

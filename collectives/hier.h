@@ -4,7 +4,7 @@
 #ifndef GCOLL_HIER_H
 #define GCOLL_HIER_H
 
-#include "comm.h"
+#include "coll.h"
 
 #define GCOLL_HIER_HOSTLEN 64                   /* bytes of a host name exchanged (NUL included) */
 #define GCOLL_HIER_AUTO_MIN ((size_t)256 << 10) /* GCOLL_HIER=auto: flat below this */
@@ -69,6 +69,27 @@ gcoll_status_t gcoll_hier_layout(gcoll_comm_t *comm, gcoll_hier_t **h_p);
 gcoll_status_t gcoll_hier_use(gcoll_comm_t *comm, const char *what, size_t bytes, double wire_ratio,
                               double encode_s_per_byte, int sparse_result, int *use_p);
 
+/* One hierarchical call: its kind and arguments (checked by the entry point; the pairs
+ * are the request's copies). */
+enum { GCOLL_HIER_DENSE, GCOLL_HIER_SPARSE, GCOLL_HIER_COMPRESSED };
+typedef struct {
+    int kind;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    gcoll_dtype_t dtype;
+    gcoll_op_t op;
+    uint32_t *idx; /* sparse */
+    float *val;
+    size_t nnz;
+    gcoll_tensor_state_t *state; /* compressed */
+} gcoll_hier_call_t;
+
+/* Runs call as one operation of the parent (ctx, whose hierarchy has its children) whose
+ * steps are collectives of the children (hier_run.c); their traffic counts as the
+ * parent's. */
+gcoll_status_t gcoll_hier_run(const gcoll_coll_t *ctx, const gcoll_hier_call_t *call);
+
 /* The hierarchical forms, queued on comm like the flat ones (arguments already checked). */
 gcoll_status_t gcoll_hier_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
@@ -94,7 +115,8 @@ gcoll_status_t gcoll_hier_shm_allgather(gcoll_hier_t *h, void *out, size_t part,
                                         gcoll_dtype_t dtype);
 void gcoll_hier_shm_free(gcoll_hier_t *h);
 
-/* gcoll_hier_release and gcoll_hier_abort are declared in comm.h (comm.c calls them). */
+/* gcoll_hier_release and gcoll_hier_abort are declared in comm.h (comm.c calls them);
+ * hier.c defines them, with the layout, the decision and the requests. */
 void gcoll_hier_free(gcoll_hier_t *h);
 
 #endif /* GCOLL_HIER_H */

@@ -12,34 +12,12 @@
 
 #include "coll.h"
 #include "compress/compress.h"
-#include "compress/kernels.h"
 #include "hier.h"
 #include "log.h"
 #include "reduce.h"
 #include "util.h"
 
 #define HIER_CHUNK_BYTES ((size_t)8 << 20) /* pipelining unit of the dense form */
-
-typedef struct {
-    int kind; /* HK_* */
-    /* sparse: copies of the pairs */
-    uint32_t *idx;
-    float *val;
-    size_t nnz;
-    gcoll_tensor_state_t *state; /* compressed */
-} hier_args_t;
-
-enum { HK_DENSE, HK_SPARSE, HK_COMPRESSED };
-
-static void hier_args_free(void *p)
-{
-    hier_args_t *ha = p;
-    if (!ha)
-        return;
-    free(ha->idx);
-    free(ha->val);
-    free(ha);
-}
 
 /* The children's traffic counts as the parent's. */
 static void counters_add(gcoll_counters_t *to, const gcoll_comm_t *c, const gcoll_counters_t *was)
@@ -53,22 +31,6 @@ static void counters_add(gcoll_counters_t *to, const gcoll_comm_t *c, const gcol
     to->ns_wire += now.ns_wire - was->ns_wire;
 }
 
-/* On a failure, both children are aborted, so that the peers blocked in a step that will
- * not come fail at once instead of at their timeout. */
-static gcoll_status_t fail(gcoll_comm_t *comm, gcoll_status_t st, const char *step)
-{
-    gcoll_hier_t *h = comm->hier;
-    const char *detail = "";
-    if (h->local && *gcoll_comm_last_error(h->local))
-        detail = gcoll_comm_last_error(h->local);
-    else if (h->rail && *gcoll_comm_last_error(h->rail))
-        detail = gcoll_comm_last_error(h->rail);
-    gcoll_comm_set_error(comm, "hierarchical allreduce: %s failed: %s%s%s", step,
-                         gcoll_status_string(st), *detail ? ": " : "", detail);
-    gcoll_hier_abort(comm);
-    return st;
-}
-
 /* Before waiting for what is still in flight after a failure: the peers' steps fail. */
 static void abort_children(gcoll_hier_t *h)
 {
@@ -76,6 +38,22 @@ static void abort_children(gcoll_hier_t *h)
         gcoll_comm_abort(h->local);
     if (h->rail)
         gcoll_comm_abort(h->rail);
+}
+
+/* On a failure, both children are aborted, so that the peers blocked in a step that will
+ * not come fail at once instead of at their timeout. */
+static gcoll_status_t fail(const gcoll_coll_t *ctx, gcoll_status_t st, const char *step)
+{
+    gcoll_hier_t *h = ctx->hier;
+    const char *detail = "";
+    if (h->local && *gcoll_comm_last_error(h->local))
+        detail = gcoll_comm_last_error(h->local);
+    else if (h->rail && *gcoll_comm_last_error(h->rail))
+        detail = gcoll_comm_last_error(h->rail);
+    gcoll_channel_set_error(ctx->ch, "hierarchical allreduce: %s failed: %s%s%s", step,
+                            gcoll_status_string(st), *detail ? ": " : "", detail);
+    abort_children(h);
+    return st;
 }
 
 /* Waits for *r (if any) and clears it; keeps the first error in *st. */
@@ -235,9 +213,9 @@ static gcoll_status_t tail_allreduce(gcoll_hier_t *h, const void *in, void *p, s
     return st;
 }
 
-static gcoll_status_t run_dense(gcoll_comm_t *comm, const gcoll_args_t *a)
+static gcoll_status_t run_dense(const gcoll_coll_t *ctx, const gcoll_hier_call_t *a)
 {
-    gcoll_hier_t *h = comm->hier;
+    gcoll_hier_t *h = ctx->hier;
     dense_t d = {.h = h,
                  .buf = a->recvbuf,
                  .esz = gcoll_dtype_size(a->dtype),
@@ -257,12 +235,12 @@ static gcoll_status_t run_dense(gcoll_comm_t *comm, const gcoll_args_t *a)
     if (st == GCOLL_OK)
         st = shm ? dense_shm(&d, nc) : dense_pipeline(&d, nc);
     if (st != GCOLL_OK)
-        return fail(comm, st, "a step of the dense pipeline");
+        return fail(ctx, st, "a step of the dense pipeline");
     st = tail_allreduce(h, d.src + d.body * d.esz, d.buf + d.body * d.esz, a->count - d.body,
                         a->dtype, d.op);
     if (st != GCOLL_OK)
-        return fail(comm, st, "the tail");
-    gcoll_reduce_finish(a->recvbuf, a->count, a->dtype, a->op, comm->size);
+        return fail(ctx, st, "the tail");
+    gcoll_reduce_finish(a->recvbuf, a->count, a->dtype, a->op, ctx->size);
     return GCOLL_OK;
 }
 
@@ -359,15 +337,14 @@ out:
 
 /* Exact sparse sum inside the host (dense result on every local rank), then this rank's
  * part's nonzeros across hosts, an allgather inside. */
-static gcoll_status_t run_sparse(gcoll_comm_t *comm, const gcoll_args_t *a)
+static gcoll_status_t run_sparse(const gcoll_coll_t *ctx, const gcoll_hier_call_t *a)
 {
-    gcoll_hier_t *h = comm->hier;
-    const hier_args_t *ha = a->ext;
+    gcoll_hier_t *h = ctx->hier;
     float *out = a->recvbuf;
     gcoll_status_t st =
-        gcoll_sparse_allreduce(h->local, ha->idx, ha->val, ha->nnz, a->count, out, GCOLL_SUM);
+        gcoll_sparse_allreduce(h->local, a->idx, a->val, a->nnz, a->count, out, GCOLL_SUM);
     if (st != GCOLL_OK)
-        return fail(comm, st, "the sparse allreduce inside the host");
+        return fail(ctx, st, "the sparse allreduce inside the host");
     const size_t L = h->uniform ? (size_t)h->local_size : 1;
     const size_t part = a->count / L, body = part * L;
     float *mine = out + (size_t)(h->uniform ? h->local_rank : 0) * part;
@@ -376,19 +353,19 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, const gcoll_args_t *a)
     size_t pn = 0;
     if (h->rail) {
         if ((st = nonzeros(mine, part, &pi, &pv, &pn)) != GCOLL_OK)
-            return fail(comm, st, "the pairs across hosts");
+            return fail(ctx, st, "the pairs across hosts");
         st = gcoll_sparse_allreduce(h->rail, pi, pv, pn, part, mine, GCOLL_SUM);
         free(pi);
         free(pv);
         if (st != GCOLL_OK)
-            return fail(comm, st, "the sparse allreduce across hosts");
+            return fail(ctx, st, "the sparse allreduce across hosts");
     }
     if (h->uniform)
         st = allgather_sparse_parts(h, out, part);
     else
         st = gcoll_broadcast(h->local, out, a->count, GCOLL_FLOAT32, 0);
     if (st != GCOLL_OK)
-        return fail(comm, st, "the allgather inside the host");
+        return fail(ctx, st, "the allgather inside the host");
     /* the tail (< L elements) already holds the host's sum on every local rank */
     if (a->count > body) {
         float *t = out + body;
@@ -398,9 +375,9 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, const gcoll_args_t *a)
         if (st == GCOLL_OK)
             st = gcoll_broadcast(h->local, t, n, GCOLL_FLOAT32, 0);
         if (st != GCOLL_OK)
-            return fail(comm, st, "the tail");
+            return fail(ctx, st, "the tail");
     }
-    gcoll_reduce_finish(out, a->count, GCOLL_FLOAT32, a->op, comm->size);
+    gcoll_reduce_finish(out, a->count, GCOLL_FLOAT32, a->op, ctx->size);
     return GCOLL_OK;
 }
 
@@ -424,10 +401,9 @@ static gcoll_status_t part_state(gcoll_tensor_state_t *s, size_t n, gcoll_tensor
     return GCOLL_OK;
 }
 
-static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
+static gcoll_status_t run_compressed(const gcoll_coll_t *ctx, const gcoll_hier_call_t *a)
 {
-    gcoll_hier_t *h = comm->hier;
-    const hier_args_t *ha = a->ext;
+    gcoll_hier_t *h = ctx->hier;
     const float *grad = a->sendbuf;
     float *out = a->recvbuf;
     const size_t L = h->uniform ? (size_t)h->local_size : 1;
@@ -437,7 +413,7 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
     uint64_t t0 = gcoll_time_ns(), t1 = t0, t2 = t0;
     int shm = 0;
     if (h->uniform && (st = gcoll_hier_shm_ensure(h, part * L * sizeof(float), &shm)) != GCOLL_OK)
-        return fail(comm, st, "the shared memory inside the host");
+        return fail(ctx, st, "the shared memory inside the host");
     if (shm)
         st = gcoll_hier_shm_reduce_scatter(h, grad, out, part, GCOLL_FLOAT32, GCOLL_SUM);
     else if (h->uniform)
@@ -445,19 +421,19 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
     else
         st = gcoll_allreduce(h->local, grad, out, a->count, GCOLL_FLOAT32, GCOLL_SUM);
     if (st != GCOLL_OK)
-        return fail(comm, st, "the sum inside the host");
+        return fail(ctx, st, "the sum inside the host");
     t1 = gcoll_time_ns();
     if (h->rail) {
         gcoll_tensor_state_t *ps;
-        if ((st = part_state(ha->state, part, &ps)) != GCOLL_OK)
-            return fail(comm, st, "the state of this rank's part");
+        if ((st = part_state(a->state, part, &ps)) != GCOLL_OK)
+            return fail(ctx, st, "the state of this rank's part");
         st = gcoll_compressed_allreduce(h->rail, ps, mine, mine, part, GCOLL_SUM);
         if (st != GCOLL_OK)
-            return fail(comm, st, "the compressed allreduce across hosts");
+            return fail(ctx, st, "the compressed allreduce across hosts");
     }
     t2 = gcoll_time_ns();
     /* a sparsifier's sum across hosts has at most k nonzeros per host: pairs, not parts */
-    int sparse = (gcoll_compressor_flags(ha->state->c) & GCOLL_CODEC_SPARSE) != 0;
+    int sparse = (gcoll_compressor_flags(a->state->c) & GCOLL_CODEC_SPARSE) != 0;
     if (shm)
         st = gcoll_hier_shm_allgather(h, out, part, GCOLL_FLOAT32);
     else if (h->uniform && sparse)
@@ -467,109 +443,39 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, const gcoll_args_t *a)
     else
         st = gcoll_broadcast(h->local, out, a->count, GCOLL_FLOAT32, 0);
     if (st != GCOLL_OK)
-        return fail(comm, st, "the allgather inside the host");
+        return fail(ctx, st, "the allgather inside the host");
     st = tail_allreduce(h, grad + body, out + body, a->count - body, GCOLL_FLOAT32, GCOLL_SUM);
     if (st != GCOLL_OK)
-        return fail(comm, st, "the tail");
-    ha->state->step++;
+        return fail(ctx, st, "the tail");
+    a->state->step++;
     GCOLL_DEBUG(GCOLL_SUBSYS_COLL,
                 "hierarchical compressed allreduce of %zu floats: %.3f s inside, %.3f s "
                 "across hosts, %.3f s back inside",
                 a->count, (t1 - t0) * 1e-9, (t2 - t1) * 1e-9, (gcoll_time_ns() - t2) * 1e-9);
-    gcoll_reduce_finish(out, a->count, GCOLL_FLOAT32, a->op, comm->size);
+    gcoll_reduce_finish(out, a->count, GCOLL_FLOAT32, a->op, ctx->size);
     return GCOLL_OK;
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* Requests                                                                             */
+/* The operation                                                                        */
 
-static gcoll_status_t run_hier(gcoll_comm_t *comm, gcoll_request_t *req)
+gcoll_status_t gcoll_hier_run(const gcoll_coll_t *ctx, const gcoll_hier_call_t *a)
 {
-    const gcoll_args_t *a = &req->a;
-    const hier_args_t *ha = a->ext;
-    gcoll_hier_t *h = comm->hier;
+    gcoll_hier_t *h = ctx->hier;
     gcoll_counters_t lc = {0}, rc = {0};
     gcoll_comm_counters(h->local, &lc);
     if (h->rail)
         gcoll_comm_counters(h->rail, &rc);
     gcoll_status_t st;
-    if (ha->kind == HK_DENSE)
-        st = run_dense(comm, a);
-    else if (ha->kind == HK_SPARSE)
-        st = run_sparse(comm, a);
+    if (a->kind == GCOLL_HIER_DENSE)
+        st = run_dense(ctx, a);
+    else if (a->kind == GCOLL_HIER_SPARSE)
+        st = run_sparse(ctx, a);
     else
-        st = run_compressed(comm, a);
-    counters_add(&comm->chan.counters, h->local, &lc);
-    counters_add(&comm->chan.counters, h->rail, &rc);
+        st = run_compressed(ctx, a);
+    counters_add(&ctx->ch->counters, h->local, &lc);
+    counters_add(&ctx->ch->counters, h->rail, &rc);
     if (st == GCOLL_OK)
-        comm->chan.counters.bytes_raw += a->count * gcoll_dtype_size(a->dtype);
+        ctx->ch->counters.bytes_raw += a->count * gcoll_dtype_size(a->dtype);
     return st;
-}
-
-static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_args_t *a, hier_args_t *ha,
-                             gcoll_request_t **req_p)
-{
-    a->ext = ha;
-    a->release = hier_args_free;
-    gcoll_request_t *req = gcoll_request_new(comm, what, run_hier, a);
-    if (!req) {
-        hier_args_free(ha);
-        return GCOLL_ERR_NOMEM;
-    }
-    return gcoll_comm_submit(comm, req, req_p);
-}
-
-gcoll_status_t gcoll_hier_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
-                                     gcoll_request_t **req_p)
-{
-    hier_args_t *ha = calloc(1, sizeof(*ha));
-    if (!ha)
-        return GCOLL_ERR_NOMEM;
-    ha->kind = HK_DENSE;
-    gcoll_args_t a = {
-        .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op};
-    return submit(comm, "gcoll_allreduce (hierarchical)", &a, ha, req_p);
-}
-
-gcoll_status_t gcoll_hier_isparse(gcoll_comm_t *comm, const uint32_t *idx, const float *val,
-                                  size_t nnz, size_t dense_count, float *out, gcoll_op_t op,
-                                  gcoll_request_t **req_p)
-{
-    hier_args_t *ha = calloc(1, sizeof(*ha));
-    if (!ha)
-        return GCOLL_ERR_NOMEM;
-    ha->kind = HK_SPARSE;
-    ha->nnz = nnz;
-    ha->idx = malloc((nnz + 1) * sizeof(*ha->idx));
-    ha->val = malloc((nnz + 1) * sizeof(*ha->val));
-    if (!ha->idx || !ha->val) {
-        hier_args_free(ha);
-        return GCOLL_ERR_NOMEM;
-    }
-    if (nnz) { /* a nonblocking caller may reuse its arrays at once */
-        memcpy(ha->idx, idx, nnz * sizeof(*idx));
-        memcpy(ha->val, val, nnz * sizeof(*val));
-    }
-    gcoll_args_t a = {.recvbuf = out, .count = dense_count, .dtype = GCOLL_FLOAT32, .op = op};
-    return submit(comm, "gcoll_sparse_allreduce (hierarchical)", &a, ha, req_p);
-}
-
-gcoll_status_t gcoll_hier_icompressed(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
-                                      const float *grad, float *out, size_t count, gcoll_op_t op,
-                                      gcoll_request_t **req_p)
-{
-    /* NaN/Inf is this caller's error before anything is queued (the flat form's rule for
-     * a nonblocking call, here for both) */
-    size_t bad = count ? gcoll_kernels()->first_bad(grad, count) : 0;
-    GCOLL_CHECK(gcoll_comm_check_args(comm, "gcoll_compressed_allreduce", bad >= count,
-                                      "grad[%zu] is NaN or infinite", bad));
-    hier_args_t *ha = calloc(1, sizeof(*ha));
-    if (!ha)
-        return GCOLL_ERR_NOMEM;
-    ha->kind = HK_COMPRESSED;
-    ha->state = state;
-    gcoll_args_t a = {
-        .sendbuf = grad, .recvbuf = out, .count = count, .dtype = GCOLL_FLOAT32, .op = op};
-    return submit(comm, "gcoll_compressed_allreduce (hierarchical)", &a, ha, req_p);
 }

@@ -59,7 +59,7 @@ typedef struct {
 
 /* Reaps completed sends and posts due ones the depth allows; *progressed is set when it
  * did either (NULL: not wanted). A due send's sreq entry holds peer, buf and len. */
-static gcoll_status_t send_q_run(gcoll_comm_t *comm, send_q_t *q, gcoll_treq_t *sreq,
+static gcoll_status_t send_q_run(const gcoll_coll_t *ctx, send_q_t *q, gcoll_treq_t *sreq,
                                  const gcoll_ring_plan_t *p, int *progressed)
 {
     /* completion only: a failed send's status is left to the final wait, as before the
@@ -73,17 +73,34 @@ static gcoll_status_t send_q_run(gcoll_comm_t *comm, send_q_t *q, gcoll_treq_t *
     while (q->started < q->queued && (q->depth == 0 || q->started - q->reaped < q->depth)) {
         size_t i = q->order[q->started++];
         gcoll_treq_t *s = &sreq[i];
-        GCOLL_CHECK(gcoll_net_isend(comm, s, s->peer, p->sub0 + (uint32_t)i, p->sig, s->buf,
-                                    s->len));
+        GCOLL_CHECK(gcoll_channel_isend(ctx->ch, s, s->peer, p->sub0 + (uint32_t)i, p->sig, s->buf,
+                                        s->len));
         if (progressed)
             *progressed = 1;
     }
     return GCOLL_OK;
 }
 
-static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, uint32_t ready_sub)
+/* The handshake before a large slice (ready_sub, below): the left neighbour hears that
+ * this rank's receives are posted, and this rank sends to the right one only once it has
+ * heard the same from it. */
+static gcoll_status_t ready_handshake(const gcoll_coll_t *ctx, int left, int right, uint32_t sub,
+                                      uint32_t sig)
 {
-    const long P = comm->size, r = comm->rank;
+    gcoll_treq_t rd[2];
+    GCOLL_CHECK(gcoll_channel_irecv(ctx->ch, &rd[0], right, sub, sig, NULL, 0, 0));
+    gcoll_status_t st = gcoll_channel_isend(ctx->ch, &rd[1], left, sub, sig, NULL, 0);
+    if (st == GCOLL_OK)
+        st = gcoll_channel_waitall(ctx->ch, rd, 2);
+    if (st != GCOLL_OK)
+        gcoll_channel_cancel(ctx->ch, rd, 2);
+    return st;
+}
+
+static gcoll_status_t ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *p,
+                               uint32_t ready_sub)
+{
+    const long P = ctx->size, r = ctx->rank;
     const int right = (int)mod(r + 1, P), left = (int)mod(r - 1, P);
     const size_t nsteps = p->rs_steps + p->ag_steps;
     if (P == 1 || nsteps == 0)
@@ -94,13 +111,13 @@ static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, u
     size_t maxseg = 0;
     for (long i = 0; i < P; i++)
         maxseg = GCOLL_MAX(maxseg, p->seg[i].len / p->esz);
-    size_t chunk_elems = GCOLL_MAX(comm->cfg.ring_chunk / p->esz, (size_t)1);
+    size_t chunk_elems = GCOLL_MAX(ctx->cfg->ring_chunk / p->esz, (size_t)1);
     size_t nch = GCOLL_MAX(GCOLL_DIV_UP(maxseg, chunk_elems), (size_t)1);
     size_t nreq = nsteps * nch;
     gcoll_treq_t *rreq = calloc(2 * nreq, sizeof(*rreq)), *sreq = rreq + nreq;
     size_t *cur = calloc(nch, sizeof(*cur));
     /* GCOLL_RING_DEPTH: sends in order, at most depth of them in flight (0: no limit) */
-    send_q_t q = {.depth = (size_t)comm->cfg.ring_depth, .order = calloc(nreq, sizeof(size_t))};
+    send_q_t q = {.depth = (size_t)ctx->cfg->ring_depth, .order = calloc(nreq, sizeof(size_t))};
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (!rreq || !cur || !q.order)
         goto out;
@@ -109,38 +126,29 @@ static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, u
         for (size_t c = 0; c < nch; c++) {
             gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g, 1), c, nch);
             uint8_t *dst = (g < p->rs_steps && !oop ? p->tmp : p->buf) + ch.off;
-            GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &rreq[g * nch + c], left,
-                                             p->sub0 + (uint32_t)(g * nch + c), p->sig, dst,
-                                             ch.len, 0), st, out);
+            GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &rreq[g * nch + c], left,
+                                                 p->sub0 + (uint32_t)(g * nch + c), p->sig, dst,
+                                                 ch.len, 0),
+                             st, out);
         }
     }
-    if (ready_sub != NO_READY) {
-        gcoll_treq_t rd[2];
-        GCOLL_CHECK_GOTO(gcoll_net_irecv(comm, &rd[0], right, ready_sub, p->sig, NULL, 0, 0),
-                         st, out);
-        st = gcoll_net_isend(comm, &rd[1], left, ready_sub, p->sig, NULL, 0);
-        if (st == GCOLL_OK)
-            st = gcoll_net_waitall(comm, rd, 2);
-        if (st != GCOLL_OK) {
-            gcoll_net_cancel(comm, rd, 2);
-            goto out;
-        }
-    }
+    if (ready_sub != NO_READY)
+        GCOLL_CHECK_GOTO(ready_handshake(ctx, left, right, ready_sub, p->sig), st, out);
     for (size_t c = 0; c < nch; c++) {
         gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, 0, 0), c, nch);
         sreq[c] = (gcoll_treq_t){.peer = right, .buf = (void *)(first + ch.off), .len = ch.len};
         q.order[q.queued++] = c;
     }
-    GCOLL_CHECK_GOTO(send_q_run(comm, &q, sreq, p, NULL), st, out);
+    GCOLL_CHECK_GOTO(send_q_run(ctx, &q, sreq, p, NULL), st, out);
     size_t finished = 0; /* chunks through every step */
     while (finished < nch) {
         int progressed = 0;
-        GCOLL_CHECK_GOTO(send_q_run(comm, &q, sreq, p, &progressed), st, out);
+        GCOLL_CHECK_GOTO(send_q_run(ctx, &q, sreq, p, &progressed), st, out);
         for (size_t c = 0; c < nch; c++) {
             while (cur[c] < nsteps) {
                 size_t g = cur[c];
                 int done;
-                GCOLL_CHECK_GOTO(gcoll_net_done(comm, &rreq[g * nch + c], &done), st, out);
+                GCOLL_CHECK_GOTO(gcoll_channel_done(ctx->ch, &rreq[g * nch + c], &done), st, out);
                 if (!done)
                     break;
                 progressed = 1;
@@ -158,7 +166,7 @@ static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, u
                     sreq[(g + 1) * nch + c] =
                         (gcoll_treq_t){.peer = right, .buf = p->buf + ch.off, .len = ch.len};
                     q.order[q.queued++] = (g + 1) * nch + c;
-                    GCOLL_CHECK_GOTO(send_q_run(comm, &q, sreq, p, NULL), st, out);
+                    GCOLL_CHECK_GOTO(send_q_run(ctx, &q, sreq, p, NULL), st, out);
                 }
                 if (++cur[c] == nsteps)
                     finished++;
@@ -168,44 +176,37 @@ static gcoll_status_t ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p, u
             size_t c = 0;
             while (cur[c] == nsteps)
                 c++;
-            GCOLL_CHECK_GOTO(gcoll_net_poll(comm, &rreq[cur[c] * nch + c]), st, out);
+            GCOLL_CHECK_GOTO(gcoll_channel_poll(ctx->ch, &rreq[cur[c] * nch + c]), st, out);
         }
     }
     while (q.started < q.queued) { /* sends the depth held back */
         int progressed = 0;
-        GCOLL_CHECK_GOTO(send_q_run(comm, &q, sreq, p, &progressed), st, out);
+        GCOLL_CHECK_GOTO(send_q_run(ctx, &q, sreq, p, &progressed), st, out);
         if (!progressed && q.started < q.queued)
-            GCOLL_CHECK_GOTO(gcoll_net_poll(comm, &sreq[q.order[q.reaped]]), st, out);
+            GCOLL_CHECK_GOTO(gcoll_channel_poll(ctx->ch, &sreq[q.order[q.reaped]]), st, out);
     }
-    st = gcoll_net_waitall(comm, sreq, (int)nreq);
+    st = gcoll_channel_waitall(ctx->ch, sreq, (int)nreq);
 out:
     if (st != GCOLL_OK && rreq) /* the sends never started are all-zero: nothing to cancel */
-        gcoll_net_cancel(comm, rreq, (int)(2 * nreq));
+        gcoll_channel_cancel(ctx->ch, rreq, (int)(2 * nreq));
     free(q.order);
     free(cur);
     free(rreq);
     return st;
 }
 
-gcoll_status_t gcoll_ring_run(gcoll_comm_t *comm, const gcoll_ring_plan_t *p)
+gcoll_status_t gcoll_ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *p)
 {
-    return ring_run(comm, p, NO_READY);
+    return ring_run(ctx, p, NO_READY);
 }
 
-/* Allreduce on recvbuf (already holding this rank's input), in passes of at most
- * GCOLL_RING_SLICE bytes so the temporary stays bounded. */
-gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
-                                    gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
+/* The passes of both forms, in slices of at most GCOLL_RING_SLICE bytes so the temporary
+ * stays bounded; sendbuf NULL (or recvbuf) means in place. */
+static gcoll_status_t ring_allreduce(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                     size_t count, gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                     uint32_t sub0)
 {
-    return gcoll_ring_allreduce_at(comm, recvbuf, count, dtype, op, sig, 0);
-}
-
-/* The passes of both forms; sendbuf NULL (or recvbuf) means in place. */
-static gcoll_status_t ring_allreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
-                                     uint32_t sig, uint32_t sub0)
-{
-    const size_t P = (size_t)comm->size, esz = gcoll_dtype_size(dtype);
+    const size_t P = (size_t)ctx->size, esz = gcoll_dtype_size(dtype);
     const int oop = sendbuf && sendbuf != recvbuf;
     if (count == 0)
         return GCOLL_OK;
@@ -214,14 +215,14 @@ static gcoll_status_t ring_allreduce(gcoll_comm_t *comm, const void *sendbuf, vo
             memcpy(recvbuf, sendbuf, count * esz);
         return GCOLL_OK;
     }
-    size_t slice = GCOLL_MAX(comm->cfg.ring_slice / esz, P);
+    size_t slice = GCOLL_MAX(ctx->cfg->ring_slice / esz, P);
     size_t maxcount = GCOLL_MIN(count, slice);
     gcoll_span_t *seg = calloc(P, sizeof(*seg));
     /* out of place, reduce-scatter data is received into recvbuf: no temporary */
-    uint8_t *tmp = oop ? NULL : gcoll_comm_scratch(comm, maxcount * esz);
+    uint8_t *tmp = oop ? NULL : gcoll_coll_scratch(ctx, maxcount * esz);
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if ((!oop && !tmp) || !seg) {
-        gcoll_comm_set_error(comm, "cannot allocate %zu bytes for the ring", maxcount * esz);
+        gcoll_channel_set_error(ctx->ch, "cannot allocate %zu bytes for the ring", maxcount * esz);
         goto out;
     }
     gcoll_ring_plan_t plan = {.tmp = tmp, .seg = seg, .esz = esz, .dtype = dtype, .op = op,
@@ -236,11 +237,11 @@ static gcoll_status_t ring_allreduce(gcoll_comm_t *comm, const void *sendbuf, vo
         plan.buf = (uint8_t *)recvbuf + off * esz;
         plan.src = oop ? (const uint8_t *)sendbuf + off * esz : NULL;
         /* data takes tags sub0 .. sub0 + 2 (P-1) nch - 1; the 2 P after them are free */
-        uint32_t nsub = (uint32_t)(2 * (P - 1) * GCOLL_DIV_UP(GCOLL_DIV_UP(n, P),
-                                   GCOLL_MAX(comm->cfg.ring_chunk / esz, (size_t)1)));
-        GCOLL_CHECK_GOTO(ring_run(comm, &plan, n * esz >= RING_READY_MIN ? plan.sub0 + nsub
-                                                                         : NO_READY),
-                         st, out);
+        uint32_t nsub = (uint32_t)(2 * (P - 1) *
+                                   GCOLL_DIV_UP(GCOLL_DIV_UP(n, P),
+                                                GCOLL_MAX(ctx->cfg->ring_chunk / esz, (size_t)1)));
+        GCOLL_CHECK_GOTO(
+            ring_run(ctx, &plan, n * esz >= RING_READY_MIN ? plan.sub0 + nsub : NO_READY), st, out);
         plan.sub0 += nsub + 2 * (uint32_t)P;
     }
     st = GCOLL_OK;
@@ -249,16 +250,16 @@ out:
     return st;
 }
 
-gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
-                                       gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
-                                       uint32_t sub0)
+gcoll_status_t gcoll_coll_ring_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
+                                         gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                         uint32_t sub0)
 {
-    return ring_allreduce(comm, NULL, recvbuf, count, dtype, op, sig, sub0);
+    return ring_allreduce(ctx, NULL, recvbuf, count, dtype, op, sig, sub0);
 }
 
-gcoll_status_t gcoll_ring_allreduce_oop(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+gcoll_status_t gcoll_ring_allreduce_oop(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
                                         size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
                                         uint32_t sig)
 {
-    return ring_allreduce(comm, sendbuf, recvbuf, count, dtype, op, sig, 0);
+    return ring_allreduce(ctx, sendbuf, recvbuf, count, dtype, op, sig, 0);
 }

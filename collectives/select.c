@@ -80,12 +80,12 @@ static double cost(gcoll_algo_t a, double n, int P)
     }
 }
 
-gcoll_algo_t gcoll_algo_select(const gcoll_comm_t *comm, size_t bytes, char *why, size_t len)
+gcoll_algo_t gcoll_algo_select(const gcoll_coll_t *ctx, size_t bytes, char *why, size_t len)
 {
-    if (comm->cfg.algo != GCOLL_ALGO_AUTO) {
+    if (ctx->cfg->algo != GCOLL_ALGO_AUTO) {
         if (why)
-            snprintf(why, len, "GCOLL_ALGO=%s", gcoll_algo_names[comm->cfg.algo]);
-        return (gcoll_algo_t)comm->cfg.algo;
+            snprintf(why, len, "GCOLL_ALGO=%s", gcoll_algo_names[ctx->cfg->algo]);
+        return (gcoll_algo_t)ctx->cfg->algo;
     }
     /* Ties go to the earlier (recursive doubling, tree, rhd, ring); equal figures summed in
      * another order must tie too, hence the relative margin. */
@@ -94,7 +94,7 @@ gcoll_algo_t gcoll_algo_select(const gcoll_comm_t *comm, size_t bytes, char *why
     gcoll_algo_t best = GCOLL_ALGO_RING;
     double bc = 1e300, c[4];
     for (int i = 0; i < 4; i++) {
-        c[i] = cost(order[i], (double)bytes, comm->size);
+        c[i] = cost(order[i], (double)bytes, ctx->size);
         if (c[i] < bc * (1.0 - 1e-9)) {
             bc = c[i];
             best = order[i];
@@ -104,6 +104,6 @@ gcoll_algo_t gcoll_algo_select(const gcoll_comm_t *comm, size_t bytes, char *why
         snprintf(why, len,
                  "cost model for %zu bytes on %d ranks: rd %.0f us, tree %.0f us, rhd %.0f us, "
                  "ring %.0f us",
-                 bytes, comm->size, c[0] / 1e3, c[1] / 1e3, c[2] / 1e3, c[3] / 1e3);
+                 bytes, ctx->size, c[0] / 1e3, c[1] / 1e3, c[2] / 1e3, c[3] / 1e3);
     return best;
 }

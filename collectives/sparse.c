@@ -105,10 +105,10 @@ void gcoll_pairs_free(gcoll_pairs_t *p)
 /* ---- exchanges ----------------------------------------------------------------------------- */
 
 /* Allgather of one 16-byte record per rank over the ring engine. */
-static gcoll_status_t allgather_small(gcoll_comm_t *comm, uint8_t *all, size_t each,
+static gcoll_status_t allgather_small(const gcoll_coll_t *ctx, uint8_t *all, size_t each,
                                       uint32_t sub0, uint32_t sig)
 {
-    const int P = comm->size;
+    const int P = ctx->size;
     gcoll_span_t *seg = calloc((size_t)P, sizeof(*seg));
     if (!seg)
         return GCOLL_ERR_NOMEM;
@@ -116,7 +116,7 @@ static gcoll_status_t allgather_small(gcoll_comm_t *comm, uint8_t *all, size_t e
         seg[i] = (gcoll_span_t){(size_t)i * each, each};
     gcoll_ring_plan_t plan = {.buf = all, .seg = seg, .esz = 1, .ag_steps = (size_t)P - 1,
                               .sig = sig, .sub0 = sub0};
-    gcoll_status_t st = gcoll_ring_run(comm, &plan);
+    gcoll_status_t st = gcoll_ring_run(ctx, &plan);
     free(seg);
     return st;
 }
@@ -129,25 +129,25 @@ typedef struct {
 
 /* out = the sum of every rank's message msg[i] (len[i] bytes, made by codec, NULL for
  * plain f32 pairs) in rank order, divided by P for AVG: the same bits on every rank. */
-static gcoll_status_t sum_messages(gcoll_comm_t *comm, const gcoll_sparse_call_t *c,
+static gcoll_status_t sum_messages(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c,
                                    const gcoll_compressor_t *codec, const uint8_t *const *msg,
                                    const size_t *len, const char *what)
 {
     uint64_t t0 = gcoll_time_ns();
     int bad = 0;
-    gcoll_status_t st = gcoll_codec_sum(codec, msg, len, comm->size, c->out, c->count,
-                                        c->op == GCOLL_AVG ? (float)comm->size : 1.0f, &bad);
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    gcoll_status_t st = gcoll_codec_sum(codec, msg, len, ctx->size, c->out, c->count,
+                                        c->op == GCOLL_AVG ? (float)ctx->size : 1.0f, &bad);
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     if (st == GCOLL_ERR_INVALID)
-        gcoll_comm_set_error(comm, "the %s of rank %d is malformed", what, bad);
+        gcoll_channel_set_error(ctx->ch, "the %s of rank %d is malformed", what, bad);
     return st;
 }
 
 /* SSAR: everyone gathers every message and decodes them in rank order. */
-static gcoll_status_t plan_allgather(gcoll_comm_t *comm, const gcoll_sparse_call_t *c,
+static gcoll_status_t plan_allgather(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c,
                                      const census_t *cen, uint32_t sig)
 {
-    const int P = comm->size, r = comm->rank;
+    const int P = ctx->size, r = ctx->rank;
     size_t total = 0;
     /* the spans, then the message pointers and lengths for sum_messages */
     gcoll_span_t *seg = calloc((size_t)P, sizeof(*seg) + sizeof(void *) + sizeof(size_t));
@@ -164,14 +164,14 @@ static gcoll_status_t plan_allgather(gcoll_comm_t *comm, const gcoll_sparse_call
     memcpy(all + seg[r].off, c->msg, c->msglen);
     gcoll_ring_plan_t plan = {.buf = all, .seg = seg, .esz = 1, .ag_steps = (size_t)P - 1,
                               .sig = sig, .sub0 = PHASE(1)};
-    GCOLL_CHECK_GOTO(gcoll_ring_run(comm, &plan), st, out);
+    GCOLL_CHECK_GOTO(gcoll_ring_run(ctx, &plan), st, out);
     const uint8_t **msg = (const uint8_t **)(seg + P);
     size_t *len = (size_t *)(msg + P);
     for (int i = 0; i < P; i++) {
         msg[i] = all + seg[i].off;
         len[i] = seg[i].len;
     }
-    st = sum_messages(comm, c, c->codec, msg, len, "sparse message");
+    st = sum_messages(ctx, c, c->codec, msg, len, "sparse message");
 out:
     free(all);
     free(seg);
@@ -180,10 +180,10 @@ out:
 
 /* Balanced split points: P ranges of the index space holding about equal numbers of pairs
  * over all ranks, from a histogram allreduced over ranks (Ok-Topk's balanced partition). */
-static gcoll_status_t partition(gcoll_comm_t *comm, const gcoll_pairs_t *pairs, size_t count,
+static gcoll_status_t partition(const gcoll_coll_t *ctx, const gcoll_pairs_t *pairs, size_t count,
                                 uint32_t sig, size_t *bound)
 {
-    const int P = comm->size;
+    const int P = ctx->size;
     size_t nb = GCOLL_MIN((size_t)64 * (size_t)P, count), width = GCOLL_DIV_UP(count, nb);
     nb = GCOLL_DIV_UP(count, width);
     int64_t *hist = calloc(nb, sizeof(*hist));
@@ -191,8 +191,8 @@ static gcoll_status_t partition(gcoll_comm_t *comm, const gcoll_pairs_t *pairs, 
         return GCOLL_ERR_NOMEM;
     for (size_t i = 0; i < pairs->n; i++)
         hist[pairs->idx[i] / width]++;
-    gcoll_status_t st = gcoll_ring_allreduce_at(comm, hist, nb, GCOLL_INT64, GCOLL_SUM, sig,
-                                                PHASE(2));
+    gcoll_status_t st =
+        gcoll_coll_ring_allreduce(ctx, hist, nb, GCOLL_INT64, GCOLL_SUM, sig, PHASE(2));
     if (st == GCOLL_OK) {
         int64_t total = 0, cum = 0;
         for (size_t b = 0; b < nb; b++)
@@ -224,67 +224,31 @@ static size_t lower_bound(const uint32_t *idx, size_t n, size_t key)
     return lo;
 }
 
-/* Split and reduce: rank j reduces index range j, then everyone gathers the pieces. */
-static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *c,
-                                 const census_t *cen, uint32_t sig)
+/* Step 2 of plan_split: the pieces of range [lo, lo + span) in rbuf (this rank's own
+ * among them) summed in rank order; the indices any of them touched, ascending, with their
+ * sums into *pidx_p and *pval_p (*m_p of them; the caller frees both, set or not). */
+static gcoll_status_t reduce_range(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c,
+                                   const census_t *cen, size_t lo, size_t span,
+                                   uint8_t *const *rbuf, const size_t *rlen, uint32_t **pidx_p,
+                                   float **pval_p, size_t *m_p)
 {
-    const int P = comm->size, r = comm->rank;
-    const gcoll_pairs_t *pr = c->pairs;
-    size_t *bound = calloc((size_t)P + 1, sizeof(size_t));
-    size_t *slen = calloc(4 * (size_t)P, sizeof(size_t)), *rcap = slen + P, *rlen = rcap + P,
-           *soff = rlen + P;
-    uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
-    uint8_t *sstore = NULL, *rstore = NULL, *piece = NULL;
-    float *acc = NULL;
-    uint32_t *pidx = NULL;
-    float *pval = NULL;
-    gcoll_status_t st = GCOLL_ERR_NOMEM;
-    if (!bound || !slen || !sbuf)
-        goto out;
-    GCOLL_CHECK_GOTO(partition(comm, pr, c->count, sig, bound), st, out);
-    /* 1. my pairs of range j go to rank j, as f32 sparse messages with global indices */
-    size_t stot = 0, rtot = 0;
-    for (int j = 0; j < P; j++) {
-        size_t a = lower_bound(pr->idx, pr->n, bound[j]), b = lower_bound(pr->idx, pr->n, bound[j + 1]);
-        soff[j] = stot;
-        slen[j] = gcoll_codec_pairs_bound(NULL, b - a, c->count);
-        stot += slen[j];
-        rcap[j] = gcoll_codec_pairs_bound(NULL, GCOLL_MIN((size_t)cen[j].nnz,
-                                                           bound[r + 1] - bound[r]), c->count);
-        rtot += rcap[j];
-    }
-    st = GCOLL_ERR_NOMEM;
-    if (!(sstore = malloc(stot + 1)) || !(rstore = malloc(rtot + 1)))
-        goto out;
-    rtot = 0;
-    for (int j = 0; j < P; j++) {
-        size_t a = lower_bound(pr->idx, pr->n, bound[j]), b = lower_bound(pr->idx, pr->n, bound[j + 1]);
-        sbuf[j] = sstore + soff[j];
-        GCOLL_CHECK_GOTO(gcoll_codec_encode_pairs(NULL, pr->idx + a, pr->val + a, b - a, c->count,
-                                                  sbuf[j], slen[j], &slen[j]), st, out);
-        rbuf[j] = rstore + rtot;
-        rtot += rcap[j];
-    }
-    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(3), sig, sbuf, slen, rbuf, rcap, rlen), st,
-                     out);
-    rbuf[r] = sbuf[r];
-    rlen[r] = slen[r];
-    /* 2. reduce my range, contributions in rank order, then keep the touched indices */
+    const int P = ctx->size, r = ctx->rank;
     uint64_t t0 = gcoll_time_ns();
-    size_t lo = bound[r], span = bound[r + 1] - lo;
-    st = GCOLL_ERR_NOMEM;
-    if (!(acc = calloc(span + 1, sizeof(float))))
-        goto out;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    float *acc = calloc(span + 1, sizeof(float));
+    if (!acc)
+        return st;
     size_t maxn = 0;
     for (int i = 0; i < P; i++)
         maxn += GCOLL_MIN((size_t)cen[i].nnz, span);
     maxn = GCOLL_MIN(maxn, span);
     uint64_t *touched = calloc(GCOLL_DIV_UP(span, 64) + 1, sizeof(uint64_t));
-    pidx = malloc((maxn + 1) * sizeof(uint32_t));
-    pval = malloc((maxn + 1) * sizeof(float));
+    uint32_t *pidx = *pidx_p = malloc((maxn + 1) * sizeof(uint32_t));
+    float *pval = *pval_p = malloc((maxn + 1) * sizeof(float));
     if (!touched || !pidx || !pval) {
         free(touched);
-        goto out;
+        free(acc);
+        return st;
     }
     for (int i = 0; i < P && st != GCOLL_ERR_INVALID; i++) {
         gcoll_wire_hdr_t h;
@@ -303,14 +267,17 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
             touched[(pidx[k] - lo) / 64] |= 1ull << ((pidx[k] - lo) % 64);
         }
         if (st != GCOLL_OK) {
-            gcoll_comm_set_error(comm, "rank %d sent a malformed piece or an index outside "
-                                 "range [%zu, %zu) of rank %d", i, lo, lo + span, r);
+            gcoll_channel_set_error(ctx->ch,
+                                    "rank %d sent a malformed piece or an index outside "
+                                    "range [%zu, %zu) of rank %d",
+                                    i, lo, lo + span, r);
             st = GCOLL_ERR_INVALID;
         }
     }
     if (st != GCOLL_OK) {
         free(touched);
-        goto out;
+        free(acc);
+        return st;
     }
     size_t m = 0;
     for (size_t k = 0; k < span; k++)
@@ -319,7 +286,64 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
             pval[m++] = acc[k];
         }
     free(touched);
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    free(acc);
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    *m_p = m;
+    return GCOLL_OK;
+}
+
+/* Split and reduce: rank j reduces index range j, then everyone gathers the pieces. */
+static gcoll_status_t plan_split(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c,
+                                 const census_t *cen, uint32_t sig)
+{
+    const int P = ctx->size, r = ctx->rank;
+    const gcoll_pairs_t *pr = c->pairs;
+    size_t *bound = calloc((size_t)P + 1, sizeof(size_t));
+    size_t *slen = calloc(4 * (size_t)P, sizeof(size_t)), *rcap = slen + P, *rlen = rcap + P,
+           *soff = rlen + P;
+    uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
+    uint8_t *sstore = NULL, *rstore = NULL, *piece = NULL;
+    uint32_t *pidx = NULL;
+    float *pval = NULL;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!bound || !slen || !sbuf)
+        goto out;
+    GCOLL_CHECK_GOTO(partition(ctx, pr, c->count, sig, bound), st, out);
+    /* 1. my pairs of range j go to rank j, as f32 sparse messages with global indices */
+    size_t stot = 0, rtot = 0;
+    for (int j = 0; j < P; j++) {
+        size_t a = lower_bound(pr->idx, pr->n, bound[j]),
+               b = lower_bound(pr->idx, pr->n, bound[j + 1]);
+        soff[j] = stot;
+        slen[j] = gcoll_codec_pairs_bound(NULL, b - a, c->count);
+        stot += slen[j];
+        rcap[j] = gcoll_codec_pairs_bound(
+            NULL, GCOLL_MIN((size_t)cen[j].nnz, bound[r + 1] - bound[r]), c->count);
+        rtot += rcap[j];
+    }
+    st = GCOLL_ERR_NOMEM;
+    if (!(sstore = malloc(stot + 1)) || !(rstore = malloc(rtot + 1)))
+        goto out;
+    rtot = 0;
+    for (int j = 0; j < P; j++) {
+        size_t a = lower_bound(pr->idx, pr->n, bound[j]),
+               b = lower_bound(pr->idx, pr->n, bound[j + 1]);
+        sbuf[j] = sstore + soff[j];
+        GCOLL_CHECK_GOTO(gcoll_codec_encode_pairs(NULL, pr->idx + a, pr->val + a, b - a, c->count,
+                                                  sbuf[j], slen[j], &slen[j]),
+                         st, out);
+        rbuf[j] = rstore + rtot;
+        rtot += rcap[j];
+    }
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(ctx, PHASE(3), sig, sbuf, slen, rbuf, rcap, rlen), st,
+                     out);
+    rbuf[r] = sbuf[r];
+    rlen[r] = slen[r];
+    /* 2. reduce my range, contributions in rank order, then keep the touched indices */
+    size_t m = 0;
+    GCOLL_CHECK_GOTO(
+        reduce_range(ctx, c, cen, bound[r], bound[r + 1] - bound[r], rbuf, rlen, &pidx, &pval, &m),
+        st, out);
     /* 3. everyone gathers every reduced piece */
     size_t plen = gcoll_codec_pairs_bound(NULL, m, c->count);
     st = GCOLL_ERR_NOMEM;
@@ -343,15 +367,14 @@ static gcoll_status_t plan_split(gcoll_comm_t *comm, const gcoll_sparse_call_t *
         rbuf[j] = j == r ? NULL : rstore + rtot;
         rtot += rcap[j];
     }
-    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(comm, PHASE(4), sig, sbuf, slen, rbuf, rcap, rlen), st,
+    GCOLL_CHECK_GOTO(gcoll_exchange_anylen(ctx, PHASE(4), sig, sbuf, slen, rbuf, rcap, rlen), st,
                      out);
     rbuf[r] = piece;
     rlen[r] = plen;
-    st = sum_messages(comm, c, NULL, (const uint8_t *const *)rbuf, rlen, "reduced piece");
+    st = sum_messages(ctx, c, NULL, (const uint8_t *const *)rbuf, rlen, "reduced piece");
 out:
     free(pidx);
     free(pval);
-    free(acc);
     free(piece);
     free(rstore);
     free(sstore);
@@ -362,29 +385,30 @@ out:
 }
 
 /* Dense ring; AVG divides after the sum, as the other plans do while summing. */
-static gcoll_status_t plan_dense(gcoll_comm_t *comm, const gcoll_sparse_call_t *c, uint32_t sig)
+static gcoll_status_t plan_dense(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c,
+                                 uint32_t sig)
 {
     uint64_t t0 = gcoll_time_ns();
     memset(c->out, 0, c->count * sizeof(float));
     for (size_t i = 0; i < c->pairs->n; i++)
         c->out[c->pairs->idx[i]] += c->pairs->val[i];
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
-    GCOLL_CHECK(gcoll_ring_allreduce_at(comm, c->out, c->count, GCOLL_FLOAT32, GCOLL_SUM, sig,
-                                        PHASE(5)));
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    GCOLL_CHECK(
+        gcoll_coll_ring_allreduce(ctx, c->out, c->count, GCOLL_FLOAT32, GCOLL_SUM, sig, PHASE(5)));
     if (c->op == GCOLL_AVG) {
         t0 = gcoll_time_ns();
         for (size_t i = 0; i < c->count; i++)
-            c->out[i] /= (float)comm->size;
-        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+            c->out[i] /= (float)ctx->size;
+        ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     }
     return GCOLL_OK;
 }
 
 /* Bytes each rank receives under each plan, from the census every rank holds. */
-static gcoll_sparse_plan_t choose(const gcoll_comm_t *comm, const census_t *cen, size_t count,
+static gcoll_sparse_plan_t choose(const gcoll_coll_t *ctx, const census_t *cen, size_t count,
                                   char *why, size_t len)
 {
-    const int P = comm->size;
+    const int P = ctx->size;
     double ntot = 0, mtot = 0;
     for (int i = 0; i < P; i++) {
         ntot += (double)cen[i].nnz;
@@ -396,8 +420,8 @@ static gcoll_sparse_plan_t choose(const gcoll_comm_t *comm, const census_t *cen,
     double b_dense = 2.0 * 4.0 * (double)count * f;
     gcoll_sparse_plan_t plan = GCOLL_SPARSE_ALLGATHER;
     double best = b_all;
-    if (comm->cfg.sparse_algo != GCOLL_SPARSE_AUTO) {
-        plan = (gcoll_sparse_plan_t)(comm->cfg.sparse_algo - 1);
+    if (ctx->cfg->sparse_algo != GCOLL_SPARSE_AUTO) {
+        plan = (gcoll_sparse_plan_t)(ctx->cfg->sparse_algo - 1);
     } else {
         /* split pays two extra latency-bound steps: it must win by more than that */
         if (b_split + 2.0 * P * 64 * 1024 < best) {
@@ -407,16 +431,18 @@ static gcoll_sparse_plan_t choose(const gcoll_comm_t *comm, const census_t *cen,
         if (b_dense < best)
             plan = GCOLL_SPARSE_DENSE;
     }
-    snprintf(why, len, "%.0f pairs over %d ranks, dense size %zu: bytes per rank allgather "
-             "%.0f, split %.0f, dense %.0f%s", ntot, P, count, b_all, b_split, b_dense,
-             comm->cfg.sparse_algo != GCOLL_SPARSE_AUTO ? " (forced by GCOLL_SPARSE_ALGO)" : "");
+    snprintf(why, len,
+             "%.0f pairs over %d ranks, dense size %zu: bytes per rank allgather "
+             "%.0f, split %.0f, dense %.0f%s",
+             ntot, P, count, b_all, b_split, b_dense,
+             ctx->cfg->sparse_algo != GCOLL_SPARSE_AUTO ? " (forced by GCOLL_SPARSE_ALGO)" : "");
     return plan;
 }
 
-gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c,
+gcoll_status_t gcoll_sparse_run(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *c,
                                 gcoll_sparse_plan_t *plan_p)
 {
-    const int P = comm->size, r = comm->rank;
+    const int P = ctx->size, r = ctx->rank;
     uint32_t sig = c->sig ? c->sig
                           : gcoll_call_sig(GCOLL_KIND_SPARSE, c->count, GCOLL_FLOAT32, c->op, c->kind);
     gcoll_pairs_t own = {0}; /* c->pairs decoded from c->msg, when needed */
@@ -428,21 +454,21 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
     gcoll_put_u64(rec, c->pairs->n);
     gcoll_put_u64(rec + 8, c->msglen);
     memcpy((uint8_t *)cen + (size_t)r * sizeof(census_t), rec, 16);
-    GCOLL_CHECK_GOTO(allgather_small(comm, (uint8_t *)cen, sizeof(census_t), PHASE(0), sig), st,
+    GCOLL_CHECK_GOTO(allgather_small(ctx, (uint8_t *)cen, sizeof(census_t), PHASE(0), sig), st,
                      out);
     for (int i = 0; i < P; i++) {
         uint8_t *p = (uint8_t *)&cen[i];
         census_t v = {gcoll_get_u64(p), gcoll_get_u64(p + 8)};
         if (v.nnz > c->count || v.msglen > ((uint64_t)1 << 40)) {
-            gcoll_comm_set_error(comm, "rank %d announced %llu pairs for a dense size of %zu",
-                                 i, (unsigned long long)v.nnz, c->count);
+            gcoll_channel_set_error(ctx->ch, "rank %d announced %llu pairs for a dense size of %zu",
+                                    i, (unsigned long long)v.nnz, c->count);
             st = GCOLL_ERR_INVALID;
             goto out;
         }
         cen[i] = v;
     }
     char why[300];
-    gcoll_sparse_plan_t plan = choose(comm, cen, c->count, why, sizeof(why));
+    gcoll_sparse_plan_t plan = choose(ctx, cen, c->count, why, sizeof(why));
     GCOLL_INFO(GCOLL_SUBSYS_COLL, "sparse allreduce: %s plan: %s", gcoll_sparse_plan_names[plan],
                why);
     if (plan_p)
@@ -457,7 +483,7 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
                                                              c->count, own.idx, own.val,
                                                              c->pairs->n, &own.n)
                                 : GCOLL_ERR_NOMEM;
-        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+        ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
         if (st != GCOLL_OK)
             goto out;
         cc.pairs = &own;
@@ -465,13 +491,13 @@ gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *c
     }
     if (P == 1) {
         const uint8_t *msg = c->msg;
-        st = sum_messages(comm, c, c->codec, &msg, &c->msglen, "sparse message");
+        st = sum_messages(ctx, c, c->codec, &msg, &c->msglen, "sparse message");
     } else if (plan == GCOLL_SPARSE_ALLGATHER) {
-        st = plan_allgather(comm, c, cen, sig);
+        st = plan_allgather(ctx, c, cen, sig);
     } else if (plan == GCOLL_SPARSE_SPLIT) {
-        st = plan_split(comm, c, cen, sig);
+        st = plan_split(ctx, c, cen, sig);
     } else {
-        st = plan_dense(comm, c, sig);
+        st = plan_dense(ctx, c, sig);
     }
 out:
     gcoll_pairs_free(&own);

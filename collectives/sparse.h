@@ -38,7 +38,7 @@ gcoll_status_t gcoll_sparse_prepare(const uint32_t *idx, const float *val, size_
 void gcoll_pairs_free(gcoll_pairs_t *p);
 
 /* Runs the sparse allreduce; *plan_p (if not NULL) receives the plan used. */
-gcoll_status_t gcoll_sparse_run(gcoll_comm_t *comm, const gcoll_sparse_call_t *call,
+gcoll_status_t gcoll_sparse_run(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *call,
                                 gcoll_sparse_plan_t *plan_p);
 
 /* Compressed allreduce (shard_only: reduce-scatter) from inside a running operation;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "compress/kernels.h"
 #include "hier.h"
 #include "sparse.h"
@@ -45,7 +46,8 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_request_t *req)
         gcoll_sparse_call_t call = {.pairs = &pairs, .msg = msg, .msglen = len,
                                     .count = a->count, .out = a->recvbuf, .op = a->op,
                                     .kind = GCOLL_KIND_SPARSE};
-        st = gcoll_sparse_run(comm, &call, NULL);
+        gcoll_coll_t ctx = gcoll_comm_coll(comm);
+        st = gcoll_sparse_run(&ctx, &call, NULL);
         comm->chan.counters.bytes_raw += a->count * sizeof(float);
     }
     free(msg);

@@ -50,26 +50,26 @@
 #define TRAILER_LEN 40
 enum { TRAILER_FALLBACK = 1u };
 
-size_t gcoll_topk_stream_segment(const gcoll_comm_t *comm, size_t count)
+size_t gcoll_topk_stream_segment(const gcoll_coll_t *ctx, size_t count)
 {
-    size_t seg = comm->cfg.topk_stream;
+    size_t seg = ctx->cfg->topk_stream;
     if (seg == 0)
         return 0;
     seg = GCOLL_MAX(seg, GCOLL_DIV_UP(count, (size_t)STREAM_SEGS_MAX));
     return GCOLL_DIV_UP(seg, 8) * 8; /* whole vectors of the kernels but at the end */
 }
 
-int gcoll_topk_stream_eligible(const gcoll_comm_t *comm, const gcoll_compressor_t *c, int ef,
-                               size_t count, size_t k)
+int gcoll_coll_topk_stream_eligible(const gcoll_coll_t *ctx, const gcoll_compressor_t *c, int ef,
+                                    size_t count, size_t k)
 {
-    size_t seg = gcoll_topk_stream_segment(comm, count);
+    size_t seg = gcoll_topk_stream_segment(ctx, count);
     /* the selection streams its pass only for top-k of e + g sent as f32 (select.h); the
      * plain path would pick the allgather plan (merged pairs well under the dense size) */
-    return comm->size > 1 && comm->cfg.sparse_algo == GCOLL_SPARSE_AUTO && seg &&
+    return ctx->size > 1 && ctx->cfg->sparse_algo == GCOLL_SPARSE_AUTO && seg &&
            count >= STREAM_SEGS_MIN * seg && count <= GCOLL_WIRE_MAX_COUNT && ef &&
            c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE &&
            !gcoll_codec_layered(c, 0, count) && /* one trim rule for the whole tensor */
-           c->vs.fmt == GCOLL_VF_F32 && k > 0 && k <= count / (2 * (size_t)comm->size);
+           c->vs.fmt == GCOLL_VF_F32 && k > 0 && k <= count / (2 * (size_t)ctx->size);
 }
 
 /* One peer's incoming messages, received one after the other into buf. */
@@ -87,7 +87,7 @@ typedef struct {
 } rx_t;
 
 typedef struct {
-    gcoll_comm_t *comm;
+    const gcoll_coll_t *ctx;
     const gcoll_compressor_t *c;
     size_t count, seg, S, k, bufcap;
     uint32_t sig;
@@ -106,20 +106,20 @@ static gcoll_status_t post_rx(stream_t *t, int j)
 {
     rx_t *x = &t->rx[j];
     if (x->stage < t->S)
-        return gcoll_net_irecv(t->comm, &x->req, j, SUB_SEG(x->stage), t->sig, x->buf + x->used,
-                               t->bufcap - x->used, GCOLL_TREQ_ANYLEN);
+        return gcoll_channel_irecv(t->ctx->ch, &x->req, j, SUB_SEG(x->stage), t->sig,
+                                   x->buf + x->used, t->bufcap - x->used, GCOLL_TREQ_ANYLEN);
     if (x->stage == t->S)
-        return gcoll_net_irecv(t->comm, &x->req, j, SUB_TRAILER, t->sig, x->trailer,
-                               TRAILER_LEN, 0);
+        return gcoll_channel_irecv(t->ctx->ch, &x->req, j, SUB_TRAILER, t->sig, x->trailer,
+                                   TRAILER_LEN, 0);
     if (x->stage == t->S + 1)
-        return gcoll_net_irecv(t->comm, &x->req, j, SUB_FULL, t->sig, x->buf, t->bufcap,
-                               GCOLL_TREQ_ANYLEN);
+        return gcoll_channel_irecv(t->ctx->ch, &x->req, j, SUB_FULL, t->sig, x->buf, t->bufcap,
+                                   GCOLL_TREQ_ANYLEN);
     return GCOLL_OK;
 }
 
 static gcoll_status_t bad_trailer(stream_t *t, int j)
 {
-    gcoll_comm_set_error(t->comm, "rank %d sent a malformed streamed top-k trailer", j);
+    gcoll_channel_set_error(t->ctx->ch, "rank %d sent a malformed streamed top-k trailer", j);
     return GCOLL_ERR_INVALID;
 }
 
@@ -155,14 +155,14 @@ static gcoll_status_t rx_complete(stream_t *t, int j)
 /* Folds in completed requests; 1 in *done_p once everything arrived and went out. */
 static gcoll_status_t advance(stream_t *t, int *done_p)
 {
-    const int P = t->comm->size;
+    const int P = t->ctx->size;
     int all = 1, done;
     for (int j = 0; j < P; j++) {
         rx_t *x = &t->rx[j];
-        if (j == t->comm->rank)
+        if (j == t->ctx->rank)
             continue;
         while (x->stage < t->S + 2) {
-            GCOLL_CHECK(gcoll_net_done(t->comm, &x->req, &done));
+            GCOLL_CHECK(gcoll_channel_done(t->ctx->ch, &x->req, &done));
             if (!done)
                 break;
             GCOLL_CHECK(rx_complete(t, j));
@@ -170,7 +170,7 @@ static gcoll_status_t advance(stream_t *t, int *done_p)
         all &= x->stage == t->S + 2;
     }
     while (t->tx_done < t->ntx) {
-        GCOLL_CHECK(gcoll_net_done(t->comm, &t->tx[t->tx_done], &done));
+        GCOLL_CHECK(gcoll_channel_done(t->ctx->ch, &t->tx[t->tx_done], &done));
         if (!done)
             break;
         t->tx_done++;
@@ -182,10 +182,10 @@ static gcoll_status_t advance(stream_t *t, int *done_p)
 
 static gcoll_status_t send_all(stream_t *t, uint32_t sub, const uint8_t *buf, size_t len)
 {
-    const int P = t->comm->size, r = t->comm->rank;
+    const int P = t->ctx->size, r = t->ctx->rank;
     for (int k = 1; k < P; k++)
-        GCOLL_CHECK(gcoll_net_isend(t->comm, &t->tx[t->ntx++], (r + k) % P, sub, t->sig, buf,
-                                    len));
+        GCOLL_CHECK(
+            gcoll_channel_isend(t->ctx->ch, &t->tx[t->ntx++], (r + k) % P, sub, t->sig, buf, len));
     return GCOLL_OK;
 }
 
@@ -213,20 +213,121 @@ static void on_segment(void *arg, size_t s, const uint32_t *idx, const float *va
     t->st = send_segment(t, s, idx, val, n);
     uint64_t t0 = gcoll_time_ns();
     if (t->st == GCOLL_OK)
-        t->st = gcoll_net_progress(t->comm, 0);
+        t->st = gcoll_channel_progress(t->ctx->ch, 0);
     if (t->st == GCOLL_OK)
         t->st = advance(t, NULL);
     t->ns_net += gcoll_time_ns() - t0;
 }
 
-gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                     float *out, size_t count, gcoll_op_t op,
+/* The trailer after the last segment (and the whole selection where the pass did not
+ * stream it: the fallback), to every peer. */
+static gcoll_status_t send_trailer(stream_t *t, size_t nnz, const uint8_t *msg, size_t len)
+{
+    int fallback = !t->rule.streamed;
+    gcoll_put_u32(t->trailer, TRAILER_MAGIC);
+    gcoll_put_u32(t->trailer + 4, fallback ? TRAILER_FALLBACK : 0);
+    gcoll_put_u64(t->trailer + 8, t->cand);
+    gcoll_put_u64(t->trailer + 16, nnz);
+    gcoll_put_u32(t->trailer + 24, fallback ? 0 : t->rule.thr);
+    gcoll_put_u32(t->trailer + 28, 0);
+    gcoll_put_u64(t->trailer + 32, fallback ? 0 : t->rule.ties);
+    GCOLL_CHECK(send_all(t, SUB_TRAILER, t->trailer, TRAILER_LEN));
+    if (fallback)
+        GCOLL_CHECK(send_all(t, SUB_FULL, msg, len));
+    GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS,
+                "streamed top-k: %zu candidates in %zu segments, %zu "
+                "selected %s %zu at the threshold",
+                t->cand, t->S, nnz,
+                fallback ? "whole (not from the candidates)" : "by the trim rule, keeping",
+                fallback ? (size_t)0 : t->rule.ties);
+    return GCOLL_OK;
+}
+
+/* Until every peer's messages are in and every send is done. */
+static gcoll_status_t wait_all(stream_t *t)
+{
+    const int P = t->ctx->size, r = t->ctx->rank;
+    for (int done = 0;;) {
+        GCOLL_CHECK(advance(t, &done));
+        if (done)
+            return GCOLL_OK;
+        /* the wait names one pending peer: one that shares our CPU if there is one (it
+         * needs the CPU; gcoll_channel_poll then yields at once), else the first */
+        const gcoll_treq_t *w = NULL;
+        for (int j = 0; j < P; j++) {
+            if (j == r || t->rx[j].stage >= t->S + 2)
+                continue;
+            if (!w)
+                w = &t->rx[j].req;
+            if (gcoll_channel_peer_shares_cpu(t->ctx->ch, j) == 1) {
+                w = &t->rx[j].req;
+                break;
+            }
+        }
+        GCOLL_CHECK(gcoll_channel_poll(t->ctx->ch, w ? w : &t->tx[t->tx_done]));
+    }
+}
+
+/* Every rank's selection, summed in rank order into out: the peers' read from their
+ * messages through their trim rules (validated first: decode.c), this rank's the one just
+ * sent (nnz pairs in the state's scratch, select.h). */
+static gcoll_status_t sum_selections(stream_t *t, gcoll_tensor_state_t *s, float *out,
+                                     gcoll_op_t op, size_t nnz)
+{
+    const int P = t->ctx->size, r = t->ctx->rank;
+    uint64_t t0 = gcoll_time_ns();
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    gcoll_sum_src_t *src = calloc((size_t)P, sizeof(*src));
+    const uint8_t **msgs = src ? calloc((size_t)P * t->S, sizeof(*msgs)) : NULL;
+    if (!src || !msgs)
+        goto out;
+    for (int j = 0; j < P; j++) {
+        rx_t *x = &t->rx[j];
+        gcoll_sum_src_t *q = &src[j];
+        if (j == r) {
+            *q = (gcoll_sum_src_t){.idx = s->sc.idx, .val = s->sc.val, .n = nnz};
+            continue;
+        }
+        q->msgs = msgs + (size_t)j * t->S;
+        q->want = (size_t)x->nnz;
+        if (x->flags & TRAILER_FALLBACK) {
+            msgs[(size_t)j * t->S] = x->buf;
+            q->lens = &x->full_len;
+            q->nmsg = 1;
+            continue;
+        }
+        for (size_t g = 0; g < t->S; g++)
+            msgs[(size_t)j * t->S + g] = x->buf + x->off[g];
+        q->lens = x->len;
+        q->nmsg = t->S;
+        q->seg = t->seg;
+        q->filter = 1;
+        q->thr = x->thr;
+        q->ties = (size_t)x->ties;
+        q->cand = (size_t)x->cand;
+    }
+    int bad = 0;
+    st = gcoll_sum_sources(t->c, src, P, out, t->count, op == GCOLL_AVG ? (float)P : 1.0f, &bad);
+    if (st == GCOLL_ERR_INVALID)
+        gcoll_channel_set_error(t->ctx->ch,
+                                "rank %d sent a malformed streamed top-k selection (its "
+                                "segments or its trailer)",
+                                bad);
+    t->ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+out:
+    free(src);
+    free(msgs);
+    return st;
+}
+
+gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                     const float *grad, float *out, size_t count, gcoll_op_t op,
                                      gcoll_nancheck_t check, uint32_t sig)
 {
-    const int P = comm->size, r = comm->rank;
+    const int P = ctx->size, r = ctx->rank;
     const gcoll_compressor_t *c = s->c;
-    stream_t t = {.comm = comm, .c = c, .count = count, .sig = sig};
-    t.seg = gcoll_topk_stream_segment(comm, count);
+    stream_t t = {.ctx = ctx, .c = c, .count = count, .sig = sig};
+    t.seg = gcoll_topk_stream_segment(ctx, count);
     t.S = GCOLL_DIV_UP(count, t.seg);
     t.k = gcoll_codec_k(c, count, s->step);
     /* every segment's header plus at most cand_cap pairs of 8 bytes (raw indices, f32) */
@@ -234,8 +335,6 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     size_t msgcap = gcoll_codec_bound(c, count), len = 0, nnz = 0;
     uint8_t *msg = malloc(msgcap), *rstore = NULL;
     size_t *offs = calloc(2 * t.S * (size_t)P + 1, sizeof(size_t));
-    gcoll_sum_src_t *src = NULL;
-    const uint8_t **msgs = NULL;
     t.rx = calloc((size_t)P, sizeof(*t.rx));
     t.tx = calloc((size_t)(P - 1) * (t.S + 2) + 1, sizeof(*t.tx));
     t.sbuf = malloc(t.bufcap);
@@ -258,8 +357,8 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     uint64_t t0 = gcoll_time_ns();
     st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, &opt, msg, msgcap, &len);
     uint64_t dt = gcoll_time_ns() - t0;
-    comm->chan.counters.ns_compress += dt - GCOLL_MIN(dt, t.ns_net);
-    comm->chan.counters.ns_wire += t.ns_net;
+    ctx->ch->counters.ns_compress += dt - GCOLL_MIN(dt, t.ns_net);
+    ctx->ch->counters.ns_wire += t.ns_net;
     if (st == GCOLL_OK)
         st = t.st;
     if (st == GCOLL_OK)
@@ -269,87 +368,16 @@ gcoll_status_t gcoll_topk_stream_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s
     /* segments the pass did not stream (the selection took another way) go out empty */
     while (t.sent < t.S)
         GCOLL_CHECK_GOTO(send_segment(&t, t.sent, NULL, NULL, 0), st, out);
-    int fallback = !t.rule.streamed;
-    gcoll_put_u32(t.trailer, TRAILER_MAGIC);
-    gcoll_put_u32(t.trailer + 4, fallback ? TRAILER_FALLBACK : 0);
-    gcoll_put_u64(t.trailer + 8, t.cand);
-    gcoll_put_u64(t.trailer + 16, nnz);
-    gcoll_put_u32(t.trailer + 24, fallback ? 0 : t.rule.thr);
-    gcoll_put_u32(t.trailer + 28, 0);
-    gcoll_put_u64(t.trailer + 32, fallback ? 0 : t.rule.ties);
-    GCOLL_CHECK_GOTO(send_all(&t, SUB_TRAILER, t.trailer, TRAILER_LEN), st, out);
-    if (fallback)
-        GCOLL_CHECK_GOTO(send_all(&t, SUB_FULL, msg, len), st, out);
-    GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "streamed top-k: %zu candidates in %zu segments, %zu "
-                "selected %s %zu at the threshold", t.cand, t.S, nnz,
-                fallback ? "whole (not from the candidates)" : "by the trim rule, keeping",
-                fallback ? (size_t)0 : t.rule.ties);
-    for (int done = 0;;) {
-        GCOLL_CHECK_GOTO(advance(&t, &done), st, out);
-        if (done)
-            break;
-        /* the wait names one pending peer: one that shares our CPU if there is one (it
-         * needs the CPU; gcoll_net_poll then yields at once), else the first */
-        const gcoll_treq_t *w = NULL;
-        for (int j = 0; j < P; j++) {
-            if (j == r || t.rx[j].stage >= t.S + 2)
-                continue;
-            if (!w)
-                w = &t.rx[j].req;
-            if (gcoll_net_peer_shares_cpu(comm, j) == 1) {
-                w = &t.rx[j].req;
-                break;
-            }
-        }
-        GCOLL_CHECK_GOTO(gcoll_net_poll(comm, w ? w : &t.tx[t.tx_done]), st, out);
-    }
-    /* every rank's selection, summed in rank order: the peers' read from their messages
-     * through their trim rules (validated first: decode.c) */
-    t0 = gcoll_time_ns();
-    st = GCOLL_ERR_NOMEM;
-    if (!(src = calloc((size_t)P, sizeof(*src))) ||
-        !(msgs = calloc((size_t)P * t.S, sizeof(*msgs))))
-        goto out;
-    for (int j = 0; j < P; j++) {
-        rx_t *x = &t.rx[j];
-        gcoll_sum_src_t *q = &src[j];
-        if (j == r) { /* the selection just sent (select.h) */
-            *q = (gcoll_sum_src_t){.idx = s->sc.idx, .val = s->sc.val, .n = nnz};
-            continue;
-        }
-        q->msgs = msgs + (size_t)j * t.S;
-        q->want = (size_t)x->nnz;
-        if (x->flags & TRAILER_FALLBACK) {
-            msgs[(size_t)j * t.S] = x->buf;
-            q->lens = &x->full_len;
-            q->nmsg = 1;
-            continue;
-        }
-        for (size_t g = 0; g < t.S; g++)
-            msgs[(size_t)j * t.S + g] = x->buf + x->off[g];
-        q->lens = x->len;
-        q->nmsg = t.S;
-        q->seg = t.seg;
-        q->filter = 1;
-        q->thr = x->thr;
-        q->ties = (size_t)x->ties;
-        q->cand = (size_t)x->cand;
-    }
-    int bad = 0;
-    st = gcoll_sum_sources(c, src, P, out, count, op == GCOLL_AVG ? (float)P : 1.0f, &bad);
-    if (st == GCOLL_ERR_INVALID)
-        gcoll_comm_set_error(comm, "rank %d sent a malformed streamed top-k selection (its "
-                             "segments or its trailer)", bad);
-    comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+    GCOLL_CHECK_GOTO(send_trailer(&t, nnz, msg, len), st, out);
+    GCOLL_CHECK_GOTO(wait_all(&t), st, out);
+    st = sum_selections(&t, s, out, op, nnz);
 out:
     if (st != GCOLL_OK) {
-        gcoll_net_cancel(comm, t.tx, t.ntx);
+        gcoll_channel_cancel(ctx->ch, t.tx, t.ntx);
         for (int j = 0; t.rx && j < P; j++)
             if (j != r && t.rx[j].buf && t.rx[j].stage < t.S + 2)
-                gcoll_net_cancel(comm, &t.rx[j].req, 1);
+                gcoll_channel_cancel(ctx->ch, &t.rx[j].req, 1);
     }
-    free(src);
-    free(msgs);
     free(rstore);
     free(t.sbuf);
     free(t.tx);

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "compress/compress.h"
+
 static const struct {
     const char *name;
     unsigned bit;
@@ -408,10 +410,10 @@ void gcoll_adapt_budget(int n, const size_t *count, const double *energy, double
     uint64_t *lo = buf, *hi = buf + n, *k = buf + 2 * n, total = 0;
     for (int j = 0; j < n; j++) {
         double c = (double)count[j];
-        /* as the codec rounds (codec.c): k = ceil(d n), at least 1 */
-        uint64_t kj = (uint64_t)fmax(1, ceil(d[j] * c * (1 - 1e-12)));
+        /* as the codec rounds */
+        uint64_t kj = (uint64_t)gcoll_density_k(d[j], c);
         total += kj < count[j] ? kj : count[j];
-        lo[j] = (uint64_t)fmax(1, ceil(dmin * c * (1 - 1e-12)));
+        lo[j] = (uint64_t)gcoll_density_k(dmin, c);
         hi[j] = (uint64_t)fmax((double)lo[j], floor(dmax * c * (1 + 1e-12)));
         if (hi[j] > count[j])
             hi[j] = count[j];
@@ -426,9 +428,9 @@ void gcoll_adapt_budget(int n, const size_t *count, const double *energy, double
         /* k_j / n_j, or the bound nearest to it that still gives k_j (a tensor of 10 takes
          * k = 1 at any density up to 0.1: reported as GCOLL_DENSITY_MAX, not 0.1) */
         double c = (double)count[j], dj = (double)k[j] / c;
-        if (dj > dmax && (uint64_t)fmax(1, ceil(dmax * c * (1 - 1e-12))) == k[j])
+        if (dj > dmax && (uint64_t)gcoll_density_k(dmax, c) == k[j])
             dj = dmax;
-        if (dj < dmin && (uint64_t)fmax(1, ceil(dmin * c * (1 - 1e-12))) == k[j])
+        if (dj < dmin && (uint64_t)gcoll_density_k(dmin, c) == k[j])
             dj = dmin;
         d[j] = dj;
     }

@@ -83,7 +83,7 @@ static int queue_empty(gcoll_comm_t *comm)
     return empty;
 }
 
-/* A blocking operation that failed before it sent or consumed anything (comm->op_local),
+/* A blocking operation that failed before it sent or consumed anything (comm->chan.op_local),
  * nothing queued behind it: an error of this call only, as a bad argument. The sequence
  * number goes back so that the caller's next call pairs with the peers' calls still
  * waiting for this one. */
@@ -148,10 +148,9 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
         comm->op_error[0] = '\0';
         uint64_t t0 = gcoll_time_ns();
         gcoll_channel_begin(&comm->chan, t0);
-        comm->op_local = 0;
         st = req->run(comm, req);
         gcoll_channel_end(&comm->chan, t0, st >= 0);
-        if (st < 0 && comm->op_local && req->blocking && queue_empty(comm))
+        if (st < 0 && comm->chan.op_local && req->blocking && queue_empty(comm))
             local_fail(comm, req->name, st);
         else if (st < 0)
             comm_fail(comm, req->name, st);
@@ -278,15 +277,15 @@ gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p)
  * else Open MPI's. */
 static void resolve_ring_depth(gcoll_comm_t *comm)
 {
-    if (comm->cfg.ring_depth >= 0)
+    if (comm->cfg.coll.ring_depth >= 0)
         return;
     long local = comm->cfg.local_size, cpus = sysconf(_SC_NPROCESSORS_ONLN);
     const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     if (local <= 0 && v && gcoll_parse_long(v, 1, 1 << 20, &local) != 0)
         local = -1;
-    comm->cfg.ring_depth = local > 0 && cpus > 0 && local > cpus ? 1 : 0;
+    comm->cfg.coll.ring_depth = local > 0 && cpus > 0 && local > cpus ? 1 : 0;
     GCOLL_INFO(GCOLL_SUBSYS_INIT, "ring depth %ld: %ld local rank(s) on %ld CPU(s)",
-               comm->cfg.ring_depth, local, cpus);
+               comm->cfg.coll.ring_depth, local, cpus);
 }
 
 static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, char *err,
@@ -315,16 +314,6 @@ static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, 
     return ops;
 }
 
-void *gcoll_comm_scratch(gcoll_comm_t *comm, size_t len)
-{
-    if (len > comm->scratch_len) {
-        free(comm->scratch);
-        comm->scratch = malloc(len);
-        comm->scratch_len = comm->scratch ? len : 0;
-    }
-    return comm->scratch;
-}
-
 static void stop_thread(gcoll_comm_t *comm)
 {
     if (!comm->thread_started)
@@ -343,7 +332,7 @@ static void comm_free(gcoll_comm_t *comm)
 {
     stop_thread(comm);
     free(comm->req_cache);
-    free(comm->scratch);
+    free(comm->scratch.p);
     if (comm->chan.tp)
         comm->chan.ops->destroy(comm->chan.tp);
     if (comm->wake_fd >= 0)

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "channel.h"
+#include "coll.h"
 #include "config.h"
 #include "gcoll.h"
 #include "transport.h"
@@ -60,14 +61,13 @@ struct gcoll_comm {
     volatile gcoll_status_t broken;
     char last_error[1024];
     char op_error[1024]; /* detail set by the running collective */
-    /* set by a running operation that fails before it sent or consumed anything: for a
-     * blocking call with nothing queued behind it, the failure is its caller's alone (the
-     * call is undone, the communicator stays usable); otherwise the communicator fails, as
-     * a call queued behind would take the undone call's place among the peers' calls */
-    int op_local;
+    /* A running operation that fails before it sent or consumed anything sets
+     * chan.op_local: for a blocking call with nothing queued behind it, the failure is its
+     * caller's alone (the call is undone, the communicator stays usable); otherwise the
+     * communicator fails, as a call queued behind would take the undone call's place among
+     * the peers' calls. */
     /* owned by the running operation */
-    void *scratch; /* reused temporary of the algorithms (grown, never shrunk) */
-    size_t scratch_len;
+    gcoll_coll_scratch_t scratch; /* reused temporary of the algorithms (coll.h) */
     size_t algo_memo_bytes; /* allreduce: the last size the cost model chose for, and */
     int algo_memo;          /* its choice (-1: none yet) */
     double probe_bw; /* GCOLL_PROBE: bytes/s per rank the slowest rank saw at init; 0: none */
@@ -87,10 +87,16 @@ void gcoll_comm_free(gcoll_comm_t *comm);
 void gcoll_hier_release(gcoll_comm_t *comm);
 void gcoll_hier_abort(gcoll_comm_t *comm);
 
-/* A temporary of at least len bytes kept across operations: large buffers malloc'ed and
- * freed per call are mapped and faulted in afresh every time (a third of the CPU time of
- * a 64 MiB allreduce). Only for the running operation; NULL on ENOMEM. */
-void *gcoll_comm_scratch(gcoll_comm_t *comm, size_t len);
+/* The context the algorithms run with (coll.h), for the running operation of comm. */
+static inline gcoll_coll_t gcoll_comm_coll(gcoll_comm_t *comm)
+{
+    return (gcoll_coll_t){.ch = &comm->chan,
+                          .rank = comm->rank,
+                          .size = comm->size,
+                          .cfg = &comm->cfg.coll,
+                          .scratch = &comm->scratch,
+                          .hier = comm->hier};
+}
 
 /* Queues req (nonblocking form) or runs it (blocking form, inline when idle). */
 gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req,

@@ -84,39 +84,39 @@ static const param_t tcp_params[] = {
 };
 
 static const param_t coll_params[] = {
-    {"GCOLL_RING_CHUNK", P_SIZE, "512kb", "pipelining chunk of ring algorithms", OFF(ring_chunk),
+    {"GCOLL_RING_CHUNK", P_SIZE, "512kb", "pipelining chunk of ring algorithms", OFF(coll.ring_chunk),
      F_MUST_MATCH, NULL},
     {"GCOLL_RING_DEPTH", P_INT, "-1",
      "pipelining depth of ring algorithms: chunks in flight to the right neighbour at a time "
      "(0: every chunk of a step at once; -1: 1 when the host's ranks outnumber its CPUs, "
-     "else 0)", OFF(ring_depth), 0, "-1:1048576"},
+     "else 0)", OFF(coll.ring_depth), 0, "-1:1048576"},
     {"GCOLL_RING_SLICE", P_SIZE, "64mb",
-     "largest piece a ring reduces in one pass (bounds its temporary memory)", OFF(ring_slice),
+     "largest piece a ring reduces in one pass (bounds its temporary memory)", OFF(coll.ring_slice),
      F_MUST_MATCH, NULL},
     {"GCOLL_ALGO", P_ENUM, "auto",
      "allreduce algorithm: ring, rhd (recursive halving-doubling), tree, rd (recursive "
      "doubling), or auto (cost model)",
-     OFF(algo), F_MUST_MATCH, "auto|ring|rhd|tree|rd"},
+     OFF(coll.algo), F_MUST_MATCH, "auto|ring|rhd|tree|rd"},
     {"GCOLL_SPARSE_ALGO", P_ENUM, "auto",
      "sparse allreduce plan: allgather (SSAR), split (split-and-reduce), dense, or auto (by bytes)",
-     OFF(sparse_algo), F_MUST_MATCH, "auto|allgather|split|dense"},
+     OFF(coll.sparse_algo), F_MUST_MATCH, "auto|allgather|split|dense"},
     {"GCOLL_TOPK_STREAM", P_SIZE, "1048576",
      "compressed allreduce of top-k: elements per segment of the selection pass whose "
      "candidates go on the wire while the pass goes on (tensors of 16 segments or more); "
      "0: encode first, then send",
-     OFF(topk_stream), F_MUST_MATCH, NULL},
+     OFF(coll.topk_stream), F_MUST_MATCH, NULL},
     {"GCOLL_COMPRESSED_ALGO", P_ENUM, "auto",
      "compressed allreduce of quantizers: alltoall (1-bit Adam's scheme), ring (pipelined, "
      "re-quantizing the partial sum at every hop), or auto (cost model)",
-     OFF(compressed_algo), F_MUST_MATCH, "auto|alltoall|ring"},
+     OFF(coll.compressed_algo), F_MUST_MATCH, "auto|alltoall|ring"},
     {"GCOLL_HOSTNAME", P_STRING, "",
      "the host this rank counts as for hierarchical collectives (default: gethostname())",
-     OFF(hostname), 0, NULL},
+     OFF(coll.hostname), 0, NULL},
     {"GCOLL_HIER", P_ENUM, "auto",
      "allreduce across hosts: 1 hierarchical (reduce inside each host, allreduce across "
      "hosts, allgather or broadcast inside), 0 flat, auto (hierarchical when ranks share "
      "hosts and the cost estimate favours it)",
-     OFF(hier), F_MUST_MATCH, "auto|0|1"},
+     OFF(coll.hier), F_MUST_MATCH, "auto|0|1"},
 };
 
 static const param_t compress_params[] = {

@@ -7,6 +7,21 @@
 
 #include "gcoll.h"
 
+/* The collectives' settings (config.c's collectives table): the part of the snapshot the
+ * algorithms read, through their context (collectives/coll.h). */
+typedef struct gcoll_coll_cfg {
+    size_t ring_chunk;
+    long ring_depth; /* chunks a ring step keeps in flight to its right neighbour; 0: all;
+                      * -1 (auto) is resolved at init (comm.c) */
+    size_t ring_slice;
+    int algo;            /* gcoll_algo_t */
+    int sparse_algo;     /* 0 auto, else gcoll_sparse_plan_t + 1 */
+    int compressed_algo; /* 0 auto, 1 alltoall, 2 ring */
+    size_t topk_stream;  /* elements per streamed segment of top-k (0: off) */
+    char *hostname;      /* GCOLL_HOSTNAME: the host for hierarchical collectives, or NULL */
+    int hier;            /* GCOLL_HIER: 0 auto, 1 flat ("0"), 2 hierarchical ("1") */
+} gcoll_coll_cfg_t;
+
 /* Parsed configuration, one snapshot per communicator (read at init), in the sections of
  * config.c's per-component tables. */
 typedef struct gcoll_config {
@@ -28,15 +43,7 @@ typedef struct gcoll_config {
     long tcp_nsocks;
     char *tcp_ifname;
     size_t tcp_stripe_min;
-    /* collectives */
-    size_t ring_chunk;
-    long ring_depth; /* chunks a ring step keeps in flight to its right neighbour; 0: all;
-                      * -1 (auto) is resolved at init (comm.c) */
-    size_t ring_slice;
-    int algo; /* gcoll_algo_t */
-    int sparse_algo; /* 0 auto, else gcoll_sparse_plan_t + 1 */
-    int compressed_algo; /* 0 auto, 1 alltoall, 2 ring */
-    size_t topk_stream;  /* elements per streamed segment of top-k (0: off) */
+    gcoll_coll_cfg_t coll; /* collectives */
     /* compression */
     int ef_spare;        /* top-k, random-k: fold the NaN/Inf scan into the feedback pass */
     size_t ef_spare_max; /* bytes all the spare residuals of the process may take */
@@ -60,8 +67,6 @@ typedef struct gcoll_config {
     int probe;             /* GCOLL_PROBE: time an exchange at init */
     /* python */
     char *library; /* read by the Python binding only */
-    char *hostname; /* GCOLL_HOSTNAME: the host for hierarchical collectives, or NULL */
-    int hier;       /* GCOLL_HIER: 0 auto, 1 flat ("0"), 2 hierarchical ("1") */
     /* ucx transport */
     size_t ucx_cma_min;   /* ucx: single-copy (CMA) from this many bytes; 0: off */
     size_t ucx_shm_max;   /* ucx: shared-memory mailbox up to this many bytes; 0: off */

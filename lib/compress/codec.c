@@ -100,9 +100,8 @@ static size_t k_for(const gcoll_compressor_t *c, size_t n, double d)
         return 0;
     if (c->k_fixed)
         return (size_t)GCOLL_MIN((uint64_t)n, c->k_fixed);
-    double kf = ceil(d * (double)n * (1.0 - 1e-12));
-    size_t k = kf < 1.0 ? 1 : (kf >= (double)n ? n : (size_t)kf);
-    return k;
+    double kf = gcoll_density_k(d, (double)n);
+    return kf >= (double)n ? n : (size_t)kf;
 }
 
 size_t gcoll_codec_k(const gcoll_compressor_t *c, size_t n, uint64_t step)
@@ -496,10 +495,31 @@ static gcoll_status_t nan_policy(const gcoll_compressor_t *c, gcoll_tensor_state
     return GCOLL_OK;
 }
 
-gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
-                                        size_t off, const float *in, size_t n, uint64_t step,
-                                        const gcoll_encode_opts_t *opt, void *out, size_t cap,
-                                        size_t *len_p)
+/* One encode's working state, shared by the steps of gcoll_codec_encode_range. */
+typedef struct {
+    const gcoll_compressor_t *c;
+    gcoll_tensor_state_t *s; /* NULL: stateless */
+    size_t off, n;
+    uint64_t step;
+    gcoll_scratch_t *sc;
+    gcoll_vspec_t vs;  /* the value form of this call */
+    int dgc;           /* DGC's worker: momentum and accumulation in the state */
+    int feedback;      /* error feedback: the state has a residual */
+    int fused_dense;   /* dense codec with feedback: the update runs inside the encoder */
+    int fold;          /* the NaN/Inf check folded into the feedback pass (nan_policy) */
+    float a;           /* gradient clipping's factor (1: none) */
+    const float *in;   /* the input (the clamped copy under value clipping) */
+    const float *work; /* what the value encoder or the selection reads */
+    float *ew;         /* where the new residual goes */
+    float *clamped;    /* value clipping's copy (the state's buffer, or ours) */
+    pending_t pend;    /* the feedback update left to the selection's first pass */
+    uint64_t qkey;
+} encode_t;
+
+/* The arguments of an encode (nothing touched). */
+static gcoll_status_t encode_check(const gcoll_compressor_t *c, const gcoll_tensor_state_t *s,
+                                   size_t off, const float *in, size_t n, const void *out,
+                                   const size_t *len_p)
 {
     if (!c || !out || !len_p || (n > 0 && !in)) {
         GCOLL_WARN("compress: encode: NULL compressor, input, output or length pointer");
@@ -514,144 +534,185 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
                    off, off + n, s->count, s->c != c ? ", other compressor" : "");
         return GCOLL_ERR_INVALID;
     }
-    int dgc = c->sparsify == GCOLL_SPARSIFY_DGC && s && s->mode == GCOLL_STATE_WORKER;
     if (c->sparsify == GCOLL_SPARSIFY_DGC && !s) {
         GCOLL_WARN("compress: dgc keeps momentum and accumulation: it needs a tensor state");
         return GCOLL_ERR_INVALID;
     }
-    const gcoll_kernels_t *k = gcoll_kernels();
-    gcoll_scratch_t local = {0}, *sc = s ? &s->sc : &local;
-    gcoll_status_t st = GCOLL_OK;
-    int feedback = s && s->e;
-    /* the value form: contractive where the residual takes the error back, unbiased
-     * (as published) where nothing does (docs/compressors.md, "Error feedback") */
-    gcoll_vspec_t vs = c->vs;
-    vs.contract = feedback;
-    int clip = (c->clip > 0 || c->clip_value > 0) && !(s && s->mode == GCOLL_STATE_SERVER);
-    float a = 1.0f;
-    float *clamped = NULL; /* clip_value: the clamped input (the state's buffer, or ours) */
-    const float *work = in;
-    /* dense codecs run the feedback update inside the value encoder, block by block */
-    int fused_dense = feedback && !dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
-    pending_t pend = {NULL, NULL, NULL, 1.0f, 0};
-    size_t zeroed_n = 0; /* selected elements of e the selection zeroed (restored on error) */
-    sc->zeroed = 0;
-    int fold = 0;
-    GCOLL_CHECK(nan_policy(c, s, opt, off, in, n, feedback && !dgc, feedback || clip, &fold));
-    sc->stream = opt ? opt->stream : NULL; /* for this call only (select.h); out_free resets */
-    float *ew = fold ? s->spare : feedback ? s->e + off : NULL; /* where e_new goes */
+    return GCOLL_OK;
+}
 
+/* Clipping, DGC's momentum and accumulation, and where the feedback update goes: leaves in
+ * E->work what the encoder reads (clip: clipping applies to this call). */
+static gcoll_status_t encode_input(encode_t *E, const gcoll_encode_opts_t *opt, int clip)
+{
+    const gcoll_compressor_t *c = E->c;
+    gcoll_tensor_state_t *s = E->s;
+    const gcoll_kernels_t *k = gcoll_kernels();
+    const size_t off = E->off, n = E->n;
     if (clip && c->clip_value > 0) {
         /* value clipping: the encoders read the input more than once, so a clamped copy */
-        clamped = s ? clamp_buf(s) : malloc((n ? n : 1) * sizeof(float));
-        if (!clamped) {
-            st = GCOLL_ERR_NOMEM;
-            goto out_free;
-        }
-        clamp_copy(clamped, in, n, (float)c->clip_value);
-        in = work = clamped;
+        E->clamped = s ? clamp_buf(s) : malloc((n ? n : 1) * sizeof(float));
+        if (!E->clamped)
+            return GCOLL_ERR_NOMEM;
+        clamp_copy(E->clamped, E->in, n, (float)c->clip_value);
+        E->in = E->work = E->clamped;
     }
     if (clip && c->clip > 0) {
         /* gradient clipping by l2 norm, as DGC applies before accumulation: by the factor
          * the collective computed over the whole tensor when it cuts it into chunks */
-        a = opt && opt->clip_preset ? opt->clip_factor
-                                    : gcoll_codec_clip_factor(c, in, n, 0, s ? s->nranks : 0);
+        E->a = opt && opt->clip_preset ? opt->clip_factor
+                                       : gcoll_codec_clip_factor(c, E->in, n, 0, s ? s->nranks : 0);
     }
-    if (dgc) {
-        k->dgc(s->u + off, s->e + off, in, n, c->momentum, a);
-        work = s->e + off;
-    } else if (feedback && !fused_dense) {
+    if (E->dgc) {
+        k->dgc(s->u + off, s->e + off, E->in, n, c->momentum, E->a);
+        E->work = s->e + off;
+    } else if (E->feedback && !E->fused_dense) {
         /* the selection applies e += a*g in its first pass over e */
-        pend = (pending_t){s->e + off, ew, in, a, c->vs.fmt == GCOLL_VF_F32};
-        work = ew;
-    } else if (a != 1.0f && !fused_dense) {
-        GCOLL_CHECK_GOTO(gcoll_scratch_tmp(sc, n), st, out_free);
-        memset(sc->tmp, 0, n * sizeof(float));
-        k->axpy(sc->tmp, in, n, a);
-        work = sc->tmp;
+        E->pend = (pending_t){s->e + off, E->ew, E->in, E->a, c->vs.fmt == GCOLL_VF_F32};
+        E->work = E->ew;
+    } else if (E->a != 1.0f && !E->fused_dense) {
+        GCOLL_CHECK(gcoll_scratch_tmp(E->sc, n));
+        memset(E->sc->tmp, 0, n * sizeof(float));
+        k->axpy(E->sc->tmp, E->in, n, E->a);
+        E->work = E->sc->tmp;
     }
+    return GCOLL_OK;
+}
+
+/* Dense codecs: one value section. With feedback fused, the update and e -= D(c) happen in
+ * the encoder and *done_p is set (nothing left to subtract). */
+static gcoll_status_t encode_dense(encode_t *E, uint8_t *o, size_t cap, size_t *len_p, int *done_p)
+{
+    const size_t n = E->n;
+    size_t vsz = gcoll_vsec_size(&E->vs, n);
+    if (GCOLL_WIRE_HDR + vsz > cap)
+        return too_small(GCOLL_WIRE_HDR + vsz, cap);
+    gcoll_wire_hdr_t h = {GCOLL_WIRE_DENSE, 0, n, n, vsz, E->vs, 0};
+    gcoll_wire_put_hdr(o, &h);
+    if (E->fused_dense) {
+        /* e += a*g, encode, e -= D(c): the same bytes and residual as the passes below */
+        GCOLL_CHECK(gcoll_vsec_put_ef(&E->vs, E->s->e + E->off, E->in, E->a, n, E->qkey,
+                                      o + GCOLL_WIRE_HDR));
+        *done_p = 1;
+    } else {
+        GCOLL_CHECK(gcoll_vsec_put(&E->vs, E->work, n, E->qkey, o + GCOLL_WIRE_HDR));
+    }
+    *len_p = GCOLL_WIRE_HDR + vsz;
+    return GCOLL_OK;
+}
+
+/* Sparsifiers: the selection, then random-k's values or the pairs; DGC's momentum masking.
+ * *zeroed_p: the selected elements of e the selection zeroed (restored on a failure). */
+static gcoll_status_t encode_sparse(encode_t *E, uint8_t *o, size_t cap, size_t *len_p,
+                                    size_t *zeroed_p)
+{
+    const gcoll_compressor_t *c = E->c;
+    gcoll_scratch_t *sc = E->sc;
+    const size_t n = E->n;
+    size_t nnz = 0;
+    GCOLL_CHECK(sparsify(c, E->s, E->work, n, E->step, E->off, &E->pend, sc, &nnz));
+    *zeroed_p = sc->zeroed ? nnz : 0;
+    pending_flush(&E->pend, n); /* every selector has applied it; kept for safety */
+    GCOLL_CHECK(gcoll_scratch_pairs(sc, nnz));
+    if (c->sparsify == GCOLL_SPARSIFY_RANDOMK) {
+        /* random-k draws indices only; the others collected the values with them */
+        float scale = 1.0f;
+        if (c->unbiased && nnz)
+            scale = (float)((double)n / (double)nnz);
+        for (size_t j = 0; j < nnz; j++)
+            sc->val[j] = E->work[sc->idx[j]] * scale;
+        size_t vsz = gcoll_vsec_size(&E->vs, nnz);
+        if (GCOLL_WIRE_HDR + vsz > cap)
+            return too_small(GCOLL_WIRE_HDR + vsz, cap);
+        gcoll_wire_hdr_t h = {
+            GCOLL_WIRE_RANDOMK, 0, n, nnz, vsz, E->vs, gcoll_randomk_key(c, E->step, E->off)};
+        gcoll_wire_put_hdr(o, &h);
+        GCOLL_CHECK(gcoll_vsec_put(&E->vs, sc->val, nnz, E->qkey, o + GCOLL_WIRE_HDR));
+        *len_p = GCOLL_WIRE_HDR + vsz;
+    } else {
+        GCOLL_CHECK(emit_sparse(&E->vs, sc->idx, sc->val, nnz, n, E->qkey, sc, o, cap, len_p));
+    }
+    /* momentum factor masking (Lin et al. 2018, sec. 3.2): the sent elements' momentum
+     * is stale once applied. A selection of every element (a dense warm-up stage) is
+     * momentum SGD itself, with nothing delayed to mask. */
+    if (E->dgc && gcoll_codec_k_range(c, E->off, n, E->step) < n)
+        for (size_t j = 0; j < nnz; j++)
+            E->s->u[E->off + sc->idx[j]] = 0.0f;
+    return GCOLL_OK;
+}
+
+/* e -= D(c): subtract exactly what the receiver will decode, so that D(c) + e_new ==
+ * e_old + g (bit-exact when D(c)_i == e_i, as for sparsifiers; top-k with f32 values
+ * zeroed those e_i in its collecting pass already). */
+static gcoll_status_t feedback_sub(const encode_t *E, const uint8_t *o, size_t len)
+{
+    gcoll_wire_hdr_t h;
+    size_t isz = 0;
+    GCOLL_CHECK(gcoll_wire_parse_hdr(o, len, E->n, &h));
+    if (h.codec == GCOLL_WIRE_SPARSE && !(h.flags & GCOLL_WIRE_F_DENSE))
+        GCOLL_CHECK(gcoll_idx_check(o + GCOLL_WIRE_HDR, (size_t)h.payload_len, h.flags, h.nnz,
+                                    h.count, &isz));
+    return gcoll_codec_apply(&h, o + GCOLL_WIRE_HDR, isz, E->ew, GCOLL_DECODE_SUB);
+}
+
+gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
+                                        size_t off, const float *in, size_t n, uint64_t step,
+                                        const gcoll_encode_opts_t *opt, void *out, size_t cap,
+                                        size_t *len_p)
+{
+    GCOLL_CHECK(encode_check(c, s, off, in, n, out, len_p));
+    gcoll_scratch_t local = {0};
+    encode_t E = {.c = c,
+                  .s = s,
+                  .off = off,
+                  .n = n,
+                  .step = step,
+                  .sc = s ? &s->sc : &local,
+                  .vs = c->vs,
+                  .a = 1.0f,
+                  .in = in,
+                  .work = in,
+                  .pend = {NULL, NULL, NULL, 1.0f, 0}};
+    E.dgc = c->sparsify == GCOLL_SPARSIFY_DGC && s && s->mode == GCOLL_STATE_WORKER;
+    E.feedback = s && s->e;
+    /* the value form: contractive where the residual takes the error back, unbiased
+     * (as published) where nothing does (docs/compressors.md, "Error feedback") */
+    E.vs.contract = E.feedback;
+    int clip = (c->clip > 0 || c->clip_value > 0) && !(s && s->mode == GCOLL_STATE_SERVER);
+    /* dense codecs run the feedback update inside the value encoder, block by block */
+    E.fused_dense = E.feedback && !E.dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
+    size_t zeroed_n = 0;
+    E.sc->zeroed = 0;
+    GCOLL_CHECK(
+        nan_policy(c, s, opt, off, in, n, E.feedback && !E.dgc, E.feedback || clip, &E.fold));
+    E.sc->stream = opt ? opt->stream : NULL; /* for this call only (select.h); reset below */
+    E.ew = E.fold ? s->spare : E.feedback ? s->e + off : NULL;
 
     uint8_t *o = out;
-    uint64_t qkey = qsgd_key(s ? s->salt : 0, step, off, s == NULL);
     size_t len = 0;
-    if (c->sparsify == GCOLL_SPARSIFY_NONE) {
-        size_t vsz = gcoll_vsec_size(&vs, n);
-        if (GCOLL_WIRE_HDR + vsz > cap) {
-            st = too_small(GCOLL_WIRE_HDR + vsz, cap);
-            goto out_free;
+    int done = 0;
+    gcoll_status_t st = encode_input(&E, opt, clip);
+    E.qkey = qsgd_key(s ? s->salt : 0, step, off, s == NULL);
+    if (st == GCOLL_OK && c->sparsify == GCOLL_SPARSIFY_NONE)
+        st = encode_dense(&E, o, cap, &len, &done);
+    else if (st == GCOLL_OK)
+        st = encode_sparse(&E, o, cap, &len, &zeroed_n);
+    if (st == GCOLL_OK && !done && E.feedback && !E.sc->zeroed)
+        st = feedback_sub(&E, o, len);
+    if (st == GCOLL_OK) {
+        *len_p = len;
+        if (E.fold && !done) { /* the new residual is the spare's; the old one the next spare */
+            s->spare = s->e;
+            s->e = E.ew;
         }
-        gcoll_wire_hdr_t h = {GCOLL_WIRE_DENSE, 0, n, n, vsz, vs, 0};
-        gcoll_wire_put_hdr(o, &h);
-        if (fused_dense) {
-            /* e += a*g, encode, e -= D(c): the same bytes and residual as the passes below */
-            GCOLL_CHECK_GOTO(gcoll_vsec_put_ef(&vs, s->e + off, in, a, n, qkey,
-                                               o + GCOLL_WIRE_HDR), st, out_free);
-            *len_p = GCOLL_WIRE_HDR + vsz;
-            goto out_free;
-        }
-        GCOLL_CHECK_GOTO(gcoll_vsec_put(&vs, work, n, qkey, o + GCOLL_WIRE_HDR), st, out_free);
-        len = GCOLL_WIRE_HDR + vsz;
-    } else {
-        size_t nnz = 0;
-        GCOLL_CHECK_GOTO(sparsify(c, s, work, n, step, off, &pend, sc, &nnz), st, out_free);
-        zeroed_n = sc->zeroed ? nnz : 0;
-        pending_flush(&pend, n); /* every selector has applied it; kept for safety */
-        GCOLL_CHECK_GOTO(gcoll_scratch_pairs(sc, nnz), st, out_free);
-        if (c->sparsify == GCOLL_SPARSIFY_RANDOMK) {
-            /* random-k draws indices only; the others collected the values with them */
-            float scale = 1.0f;
-            if (c->unbiased && nnz)
-                scale = (float)((double)n / (double)nnz);
-            for (size_t j = 0; j < nnz; j++)
-                sc->val[j] = work[sc->idx[j]] * scale;
-            size_t vsz = gcoll_vsec_size(&vs, nnz);
-            if (GCOLL_WIRE_HDR + vsz > cap) {
-                st = too_small(GCOLL_WIRE_HDR + vsz, cap);
-                goto out_free;
-            }
-            gcoll_wire_hdr_t h = {GCOLL_WIRE_RANDOMK, 0, n, nnz, vsz, vs,
-                                  gcoll_randomk_key(c, step, off)};
-            gcoll_wire_put_hdr(o, &h);
-            GCOLL_CHECK_GOTO(gcoll_vsec_put(&vs, sc->val, nnz, qkey, o + GCOLL_WIRE_HDR), st,
-                             out_free);
-            len = GCOLL_WIRE_HDR + vsz;
-        } else {
-            GCOLL_CHECK_GOTO(emit_sparse(&vs, sc->idx, sc->val, nnz, n, qkey, sc, o, cap,
-                                         &len), st, out_free);
-        }
-        /* momentum factor masking (Lin et al. 2018, sec. 3.2): the sent elements' momentum
-         * is stale once applied. A selection of every element (a dense warm-up stage) is
-         * momentum SGD itself, with nothing delayed to mask. */
-        if (dgc && gcoll_codec_k_range(c, off, n, step) < n)
-            for (size_t j = 0; j < nnz; j++)
-                s->u[off + sc->idx[j]] = 0.0f;
     }
-    if (feedback && !sc->zeroed) {
-        /* e -= D(c): subtract exactly what the receiver will decode, so that
-         * D(c) + e_new == e_old + g (bit-exact when D(c)_i == e_i, as for sparsifiers;
-         * top-k with f32 values zeroed those e_i in its collecting pass already) */
-        gcoll_wire_hdr_t h;
-        size_t isz = 0;
-        GCOLL_CHECK_GOTO(gcoll_wire_parse_hdr(o, len, n, &h), st, out_free);
-        if (h.codec == GCOLL_WIRE_SPARSE && !(h.flags & GCOLL_WIRE_F_DENSE))
-            GCOLL_CHECK_GOTO(gcoll_idx_check(o + GCOLL_WIRE_HDR, (size_t)h.payload_len,
-                                             h.flags, h.nnz, h.count, &isz), st, out_free);
-        GCOLL_CHECK_GOTO(gcoll_codec_apply(&h, o + GCOLL_WIRE_HDR, isz, ew, GCOLL_DECODE_SUB), st,
-                         out_free);
-    }
-    *len_p = len;
-    if (fold) { /* the new residual is the spare's; the old one is the next spare */
-        s->spare = s->e;
-        s->e = ew;
-    }
-out_free:
-    sc->stream = NULL;
-    if (st != GCOLL_OK && zeroed_n && !fold) /* nothing sent: e back to e_old + g (above) */
+    E.sc->stream = NULL;
+    if (st != GCOLL_OK && zeroed_n && !E.fold) /* nothing sent: e back to e_old + g (above) */
         for (size_t j = 0; j < zeroed_n; j++)
-            ew[sc->idx[j]] = sc->val[j];
+            E.ew[E.sc->idx[j]] = E.sc->val[j];
     if (!s) {
         gcoll_scratch_free(&local);
-        free(clamped);
+        free(E.clamped);
     }
     return st;
 }

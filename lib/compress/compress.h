@@ -14,6 +14,7 @@
  * e.g. "fp16" is (none, f16), "topk:density=0.01+q8" is (topk, q8), "sign" is (none, sign).
  */
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -192,6 +193,13 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c);
  * none) density is 1. */
 double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step);
 size_t gcoll_codec_k(const gcoll_compressor_t *c, size_t n, uint64_t step);
+/* The one rounding of a density d into a count of n elements, which gcoll_codec_k and the
+ * adaptation's budget (adapt_stat.c) share: ceil(d n), at least 1, not capped at n (the
+ * 1e-12 keeps d = k / n from rounding up to k + 1). */
+static inline double gcoll_density_k(double d, double n)
+{
+    return fmax(1.0, ceil(d * n * (1.0 - 1e-12)));
+}
 /* QSGD's bit width in force at step (its warm-up schedule applied); c->vs.bits when c has
  * none. A collective encodes step `step` with gcoll_codec_at_step's copy of c. */
 unsigned gcoll_codec_bits(const gcoll_compressor_t *c, uint64_t step);

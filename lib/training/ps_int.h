@@ -6,7 +6,7 @@
 
 #include <pthread.h>
 
-#include "coll.h"
+#include "comm.h"
 #include "ps_wire.h"
 #include "ssp.h"
 

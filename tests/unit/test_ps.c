@@ -24,7 +24,7 @@
 
 #include "root_test_util.h"
 
-#include "coll.h"
+#include "comm.h"
 #include "gcoll.h"
 #include "training/ssp.h"
 #include "util.h"
