@@ -122,12 +122,7 @@ static void tcp_destroy(gcoll_transport_t *t)
             if (p->socks)
                 for (int k = 0; k < t->nsocks; k++)
                     sock_close(t, &p->socks[k]);
-            while (p->msgs) {
-                rx_msg_t *m = p->msgs;
-                p->msgs = m->next;
-                free(m->ubuf);
-                free(m);
-            }
+            gcoll_tcp_rx_free(t, p);
             free(p->socks);
         }
         free(t->peers);
@@ -153,10 +148,16 @@ static gcoll_status_t tcp_create(const gcoll_transport_params_t *params, gcoll_t
     t->listen_fd = -1;
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
     t->peers = calloc((size_t)t->size, sizeof(*t->peers));
+    t->match = (gcoll_match_t){.errmsg = t->errmsg,
+                               .errlen = sizeof(t->errmsg),
+                               .prefix = "",
+                               .complete = gcoll_tcp_complete,
+                               .ctx = t};
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (t->epfd < 0 || !t->peers)
         goto err_free;
     for (int i = 0; i < t->size; i++) {
+        gcoll_match_peer_init(&t->peers[i].rx, &t->match, i);
         t->peers[i].socks = calloc((size_t)t->nsocks, sizeof(tcp_sock_t));
         if (!t->peers[i].socks)
             goto err_free;

@@ -105,18 +105,6 @@ extern const gcoll_transport_ops_t gcoll_ucx_ops;
 extern const gcoll_transport_ops_t gcoll_verbs_ops;
 #endif
 
-/* The check every transport makes when a message meets its receive: the same signature,
- * and the same length (at most the posted one with GCOLL_TREQ_ANYLEN). On a difference,
- * GCOLL_ERR_MISMATCH with the reason in why. */
-gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, uint32_t sig,
-                                char *why, size_t whylen);
-
-/* A peer's receives not yet matched, oldest first: append; take the oldest with a tag;
- * remove a given one (returns 1 if it was there). */
-void gcoll_treq_list_push(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_t *req);
-gcoll_treq_t *gcoll_treq_list_take(gcoll_treq_t **head, gcoll_treq_t **tail, uint64_t tag);
-int gcoll_treq_list_remove(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_t *req);
-
 /* Looks up a built transport by name; NULL if not built. */
 const gcoll_transport_ops_t *gcoll_transport_find(const char *name);
 /* GCOLL_TRANSPORT=auto: the first built transport whose rdma_capable answers 1 (desc

@@ -82,10 +82,10 @@ void gcoll_ucx_cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const
         gcoll_ucx_set_error(t, "single-copy receive of %llu bytes from rank %d failed: %s%s%s",
                             (unsigned long long)len, peer, what, err ? ": " : "",
                             err ? strerror(err) : "");
-        if (!p->failed && !t->closing)
+        if (!p->rx.failed && !t->closing)
             gcoll_ucx_hold_for_abort(t, p, req, UCS_ERR_IO_ERROR);
         else
-            gcoll_ucx_complete(t, req, p->failed ? p->status : GCOLL_ERR_PEER);
+            gcoll_ucx_complete(t, req, p->rx.failed ? p->rx.status : GCOLL_ERR_PEER);
         gcoll_ucx_fin_queue(t, peer, token, GCOLL_ERR_PEER);
         return;
     }

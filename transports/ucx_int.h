@@ -9,6 +9,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "match.h"
 #include "transport.h"
 #include "ucx.h"
 
@@ -108,24 +109,17 @@ typedef struct ucx_op {
     uint8_t hdr[GCOLL_UCX_HDR_LEN]; /* send: must live until UCX completes the send */
 } ucx_op_t;
 
-/* A message that arrived before its receive was posted. */
-typedef struct ucx_msg {
-    struct ucx_msg *next;
-    uint64_t tag;
-    uint32_t sig;
-    size_t len;
-    void *desc;    /* UCX data descriptor (eager persistent or rendezvous), or NULL */
-    int rndv;      /* desc is a rendezvous descriptor: data still at the sender */
-    uint8_t *copy; /* our copy when UCX's data could not be kept (and sends to self) */
-    int cma;       /* copy holds a single-copy descriptor; the data is at the sender */
-} ucx_msg_t;
+/* What an unexpected message's entry (gcoll_unexp_t, kind) holds: a copy of its data
+ * (data), UCX's descriptor of it (priv; eager persistent data, or a rendezvous whose data
+ * is still at the sender), or a single-copy descriptor (data, GCOLL_UCX_CMA_DESC bytes;
+ * the data is at the sender). */
+enum { UCX_UNEXP_COPY = 0, UCX_UNEXP_DESC, UCX_UNEXP_RNDV, UCX_UNEXP_CMA };
 
 typedef struct ucx_peer {
     gcoll_transport_t *t;
     int rank;
     ucp_ep_h ep;
-    int failed;
-    gcoll_status_t status;
+    gcoll_match_peer_t rx;   /* posted receives, unexpected messages, failure */
     int close_pending;     /* failed: force-close ep once out of UCX's callbacks */
     ucs_status_t ep_error; /* UCX reported the endpoint failed; handled after progress */
     uint64_t ep_error_ms;  /* when */
@@ -140,9 +134,7 @@ typedef struct ucx_peer {
     uint64_t shm_head_seen; /* its consumption as last read */
     int shm_from;           /* it writes into our mailbox: poll its ring */
     uint64_t shm_head;      /* bytes of its ring in our mailbox consumed */
-    gcoll_treq_t *posted, *posted_tail; /* receives not yet matched, oldest first */
     gcoll_treq_t *failing, *failing_tail; /* failed in UCX, held for an abort (EP_ERROR_GRACE) */
-    ucx_msg_t *unexp, *unexp_tail;      /* unexpected messages, oldest first */
 } ucx_peer_t;
 
 #define GCOLL_UCX_RCACHE_SIZE 16
@@ -167,6 +159,7 @@ struct gcoll_transport {
     void *addr; /* worker address */
     size_t addr_len;
     ucx_peer_t *peers;
+    gcoll_match_t match;
     ucx_op_t *ops;        /* in flight in UCX */
     ucx_op_t *op_cache;   /* finished operations kept for reuse (linked by next) */
     int op_cached;
@@ -218,8 +211,10 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st);
  * endpoints UCX reported, taken up once their grace period allows. */
 void gcoll_ucx_close_failed_eps(gcoll_transport_t *t);
 void gcoll_ucx_handle_ep_errors(gcoll_transport_t *t);
-/* Frees an unexpected message, releasing UCX's descriptor (rendezvous: tells the sender). */
-void gcoll_ucx_msg_free(gcoll_transport_t *t, ucx_msg_t *m);
+/* The hooks of t->match (ctx: the transport): completing a request; releasing UCX's
+ * descriptor of an unexpected message (rendezvous: tells the sender). */
+void gcoll_ucx_match_complete(void *ctx, gcoll_treq_t *req, gcoll_status_t st);
+void gcoll_ucx_match_release(void *ctx, gcoll_unexp_t *u);
 /* Whether UCX_TLS leaves us shared-memory transports to bypass (single copy). */
 int gcoll_ucx_tls_local(void);
 /* Data path helpers shared by ucx.c and ucx_cma.c. */

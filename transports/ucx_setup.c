@@ -201,22 +201,11 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
     if (t->peers) {
         for (int i = 0; i < t->size; i++) {
             ucx_peer_t *p = &t->peers[i];
-            p->posted = p->posted_tail = NULL; /* the caller's requests: not ours to touch */
-            p->failing = p->failing_tail = NULL;
-            while (p->unexp) {
-                ucx_msg_t *m = p->unexp;
-                p->unexp = m->next;
-                if (m->cma && m->copy) { /* its sender waits for an answer: none will come */
-                    uint8_t tok[8];
-                    memcpy(tok, m->copy + 24, sizeof(tok));
-                    gcoll_ucx_send_ctl(t, i, UCX_MSG_FIN, GCOLL_ERR_ABORTED, tok, sizeof(tok));
-                }
-                if (m->desc)
-                    ucp_am_data_release(t->worker, m->desc);
-                free(m->copy);
-                free(m);
-            }
-            p->unexp_tail = NULL;
+            p->failing = p->failing_tail = NULL; /* the caller's requests: not ours to touch */
+            for (gcoll_unexp_t *u = p->rx.unexp; u; u = u->next)
+                if (u->kind == UCX_UNEXP_CMA) /* its sender waits for an answer: none will come */
+                    gcoll_ucx_send_ctl(t, i, UCX_MSG_FIN, GCOLL_ERR_ABORTED, u->data + 24, 8);
+            gcoll_match_peer_fini(&p->rx);
         }
         gcoll_ucx_fin_flush(t); /* single-copy answers still queued: their senders wait */
         /* Close every endpoint, flushing what is still on its way unless the peer failed,
@@ -227,7 +216,7 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
             if (!p->ep)
                 continue;
             ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                       .flags = p->failed ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+                                       .flags = p->rx.failed ? UCP_EP_CLOSE_FLAG_FORCE : 0};
             ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
             p->ep = NULL;
             if (UCS_PTR_IS_PTR(sp)) {
@@ -303,12 +292,19 @@ gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_tr
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
     t->peers = calloc((size_t)t->size, sizeof(*t->peers));
     t->shm_senders = calloc((size_t)t->size, sizeof(*t->shm_senders));
+    t->match = (gcoll_match_t){.errmsg = t->errmsg,
+                               .errlen = sizeof(t->errmsg),
+                               .prefix = "",
+                               .complete = gcoll_ucx_match_complete,
+                               .release = gcoll_ucx_match_release,
+                               .ctx = t};
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (t->epfd < 0 || !t->peers || !t->shm_senders || gcoll_ucx_reg_init(t) != GCOLL_OK)
         goto err_destroy;
     for (int i = 0; i < t->size; i++) {
         t->peers[i].t = t;
         t->peers[i].rank = i;
+        gcoll_match_peer_init(&t->peers[i].rx, &t->match, i);
     }
     while (t->cookie == 0)
         if (getrandom(&t->cookie, sizeof(t->cookie), 0) != sizeof(t->cookie))
@@ -499,7 +495,7 @@ static gcoll_status_t connect_round(gcoll_transport_t *t, int round, uint64_t de
             return GCOLL_OK;
         }
         for (int peer = 0; peer < t->size; peer++) {
-            if (t->peers[peer].failed) {
+            if (t->peers[peer].rx.failed) {
                 gcoll_ucx_set_error(t, "ucx: rank %d failed while connecting", peer);
                 return GCOLL_ERR_PEER;
             }
@@ -540,11 +536,11 @@ static gcoll_status_t flush_ep(gcoll_transport_t *t, int peer, uint64_t deadline
     if (!sp)
         return GCOLL_OK;
     while (ucp_request_check_status(sp) == UCS_INPROGRESS && gcoll_time_ms() < deadline_ms &&
-           !t->aborted && !t->peers[peer].failed)
+           !t->aborted && !t->peers[peer].rx.failed)
         gcoll_ucx_ops.progress(t, gcoll_ms_left(deadline_ms, 100));
     ucs_status_t s = ucp_request_check_status(sp);
     ucp_request_free(sp);
-    if (s == UCS_INPROGRESS && !t->aborted && !t->peers[peer].failed) {
+    if (s == UCS_INPROGRESS && !t->aborted && !t->peers[peer].rx.failed) {
         gcoll_ucx_set_error(t, "ucx: endpoint to rank %d not flushed before the deadline", peer);
         return GCOLL_ERR_TIMEOUT;
     }

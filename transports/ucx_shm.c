@@ -281,7 +281,7 @@ static unsigned poll_ring(gcoll_transport_t *t, ucx_peer_t *p)
     const uint64_t R = GCOLL_UCX_SHM_RING;
     uint64_t head = p->shm_head;
     unsigned n = 0;
-    while (!p->failed) {
+    while (!p->rx.failed) {
         uint64_t pos = head & (R - 1);
         if (__atomic_load_n((uint64_t *)(data + pos), __ATOMIC_ACQUIRE) != head + 1)
             break;
@@ -340,7 +340,7 @@ unsigned gcoll_ucx_shm_poll(gcoll_transport_t *t)
     publish_cpu(t);
     for (int i = 0; i < t->nshm_senders; i++) {
         ucx_peer_t *p = &t->peers[t->shm_senders[i]];
-        if (!p->failed)
+        if (!p->rx.failed)
             n += poll_ring(t, p);
     }
     return n;

@@ -131,7 +131,7 @@ static gcoll_treq_t req(int peer, uint64_t tag, void *buf, size_t len)
 static void wait_unexpected(pair_t *p)
 {
     uint64_t deadline = gcoll_time_ms() + 5000;
-    while (!p->t[1]->peers[0].unexp) {
+    while (!p->t[1]->peers[0].rx.unexp) {
         assert_true(gcoll_time_ms() < deadline);
         progress_both(p);
     }
@@ -265,7 +265,7 @@ static void test_mailbox_malformed(void **state)
     drive(p, one, 1);
     assert_int_equal(r.status, GCOLL_ERR_PEER);
     assert_non_null(strstr(gcoll_ucx_ops.last_error(p->t[1]), "malformed shared-memory"));
-    assert_true(p->t[1]->peers[0].failed);
+    assert_true(p->t[1]->peers[0].rx.failed);
 }
 
 /* Payload bytes left in the ring from an earlier lap are never taken for a record: here the
@@ -288,9 +288,9 @@ static void test_mailbox_stale_lap(void **state)
         drive(p, both, 2);
         assert_int_equal(r.status, GCOLL_OK);
         assert_memory_equal(src, dst, sizeof(src));
-        assert_null(p->t[1]->peers[0].unexp); /* nothing made up */
+        assert_null(p->t[1]->peers[0].rx.unexp); /* nothing made up */
     }
-    assert_false(p->t[1]->peers[0].failed);
+    assert_false(p->t[1]->peers[0].rx.failed);
 }
 
 /* Where the peer runs (peer_shares_cpu): both instances poll on this thread's CPU (pinned
@@ -446,7 +446,7 @@ static void test_malformed_desc(void **state)
     drive(p, one, 1);
     assert_int_equal(r.status, GCOLL_ERR_PEER);
     assert_non_null(strstr(gcoll_ucx_ops.last_error(p->t[1]), "malformed single-copy"));
-    assert_true(p->t[1]->peers[0].failed);
+    assert_true(p->t[1]->peers[0].rx.failed);
     /* nothing more goes to a failed peer */
     assert_int_equal(gcoll_ucx_send_ctl(p->t[1], 0, UCX_MSG_FIN, 0, junk, 8), GCOLL_ERR_PEER);
     free(dst);
@@ -573,7 +573,7 @@ static void test_stranger_injection(void **state)
         ucp_worker_progress(w);
     }
     assert_int_equal(r.done, 0);
-    assert_null(p->t[1]->peers[0].unexp); /* not kept for a later receive either */
+    assert_null(p->t[1]->peers[0].rx.unexp); /* not kept for a later receive either */
     for (size_t i = 0; i < sizeof(got); i++)
         assert_int_equal(got[i], 0);
 

@@ -134,7 +134,7 @@ static void test_cancel(void **state)
     idle(p, 2);
     OPS.cancel(p->t[0], &bs);
     assert_int_equal(bs.status, GCOLL_ERR_ABORTED);
-    assert_true(p->t[0]->peers[1].failed);
+    assert_true(p->t[0]->peers[1].rx.failed);
     free(big);
     pair_close(p);
 }
