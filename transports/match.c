@@ -130,7 +130,8 @@ gcoll_unexp_t *gcoll_match_keep(gcoll_match_peer_t *mp, uint64_t tag, uint32_t s
 {
     gcoll_match_t *m = mp->m;
     gcoll_unexp_t *u = NULL;
-    int room = m->unexp_max == 0 || bytes <= m->unexp_max - GCOLL_MIN(mp->unexp_bytes, m->unexp_max);
+    int room =
+        m->unexp_max == 0 || bytes <= m->unexp_max - GCOLL_MIN(mp->unexp_bytes, m->unexp_max);
     if (room && (u = calloc(1, sizeof(*u))) != NULL && bytes && !(u->data = malloc(bytes))) {
         free(u);
         u = NULL;

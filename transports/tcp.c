@@ -189,8 +189,10 @@ static rx_msg_t *rx_msg_for(gcoll_transport_t *t, int peer, const gcoll_frame_t 
     size_t len = m ? m->len : w ? w->len : 0;
     uint32_t sig = m ? m->sig : w ? w->sig : 0;
     if ((m || w) && (len != f->msg_len || sig != f->sig)) {
-        set_error(t, "malformed frame from rank %d: message length or signature changed "
-                  "between frames of tag %llx", peer, (unsigned long long)f->tag);
+        set_error(t,
+                  "malformed frame from rank %d: message length or signature changed "
+                  "between frames of tag %llx",
+                  peer, (unsigned long long)f->tag);
         *st = GCOLL_ERR_TRANSPORT;
         return NULL;
     }

@@ -296,13 +296,14 @@ static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32
         gcoll_match_land(&p->rx, req, data, len);
         return UCS_OK;
     }
-    int kind = cma ? UCX_UNEXP_CMA : rndv ? UCX_UNEXP_RNDV : persistent ? UCX_UNEXP_DESC
-                                                                       : UCX_UNEXP_COPY;
+    int kind = cma          ? UCX_UNEXP_CMA
+               : rndv       ? UCX_UNEXP_RNDV
+               : persistent ? UCX_UNEXP_DESC
+                            : UCX_UNEXP_COPY;
     size_t bytes = kind == UCX_UNEXP_CMA ? GCOLL_UCX_CMA_DESC : kind == UCX_UNEXP_COPY ? len : 0;
-    gcoll_unexp_t *u = gcoll_match_keep(&p->rx, tag, sig, len, bytes, bytes ? data : NULL,
-                                        kind == UCX_UNEXP_COPY || kind == UCX_UNEXP_DESC
-                                            ? GCOLL_UNEXP_WHOLE
-                                            : 0);
+    gcoll_unexp_t *u =
+        gcoll_match_keep(&p->rx, tag, sig, len, bytes, bytes ? data : NULL,
+                         kind == UCX_UNEXP_COPY || kind == UCX_UNEXP_DESC ? GCOLL_UNEXP_WHOLE : 0);
     if (!u) {
         gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_NOMEM);
         return UCS_OK;

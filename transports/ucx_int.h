@@ -119,7 +119,7 @@ typedef struct ucx_peer {
     gcoll_transport_t *t;
     int rank;
     ucp_ep_h ep;
-    gcoll_match_peer_t rx;   /* posted receives, unexpected messages, failure */
+    gcoll_match_peer_t rx; /* posted receives, unexpected messages, failure */
     int close_pending;     /* failed: force-close ep once out of UCX's callbacks */
     ucs_status_t ep_error; /* UCX reported the endpoint failed; handled after progress */
     uint64_t ep_error_ms;  /* when */

@@ -62,7 +62,8 @@ void gcoll_vb_deliver_data(gcoll_transport_t *t, int peer, uint64_t tag, uint32_
     gcoll_treq_t *req = gcoll_match_arrived(&p->rx, tag, len, sig, &st);
     if (req)
         gcoll_match_land(&p->rx, req, data, len);
-    else if (st == GCOLL_OK && !gcoll_match_keep(&p->rx, tag, sig, len, len, data, GCOLL_UNEXP_WHOLE))
+    else if (st == GCOLL_OK &&
+             !gcoll_match_keep(&p->rx, tag, sig, len, len, data, GCOLL_UNEXP_WHOLE))
         gcoll_vb_peer_fail(t, peer, GCOLL_ERR_NOMEM);
 }
 
