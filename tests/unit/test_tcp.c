@@ -392,6 +392,79 @@ static void test_posted_mid_message(void **state)
     assert_memory_equal(out, payload, sizeof(payload));
 }
 
+/* The peer leaves with a receive pending: that receive and later ones fail with
+ * GCOLL_ERR_PEER, the message it sent whole is still received, the one it left half sent
+ * is not (tcp keeps whole messages past a failure, match.c). */
+static void test_peer_gone_keeps_whole(void **state)
+{
+    pair_t *p = *state;
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN], payload[500], out[500] = {0};
+    for (size_t i = 0; i < sizeof(payload); i++)
+        payload[i] = (uint8_t)(i * 3 + 2);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 5,
+                           .msg_len = 500,
+                           .frag_off = 0,
+                           .frag_len = 500},
+           hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    write_all(p->raw[0], payload, 500);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 6,
+                           .msg_len = 500,
+                           .frag_off = 0,
+                           .frag_len = 200},
+           hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    write_all(p->raw[0], payload, 200);
+    uint8_t buf[8];
+    gcoll_treq_t pending = req(1, 9, buf, sizeof(buf));
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &pending), GCOLL_OK);
+    close(p->raw[0]);
+    p->raw[0] = -1;
+    gcoll_treq_t *one[] = {&pending};
+    drive(p, one, 1);
+    assert_int_equal(pending.status, GCOLL_ERR_PEER);
+    assert_non_null(strstr(gcoll_tcp_ops.last_error(p->t[0]), "closed with operations pending"));
+    gcoll_treq_t whole = req(1, 5, out, sizeof(out)), half = req(1, 6, out, sizeof(out)),
+                 later = req(1, 10, buf, sizeof(buf));
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &whole), GCOLL_OK);
+    assert_true(whole.done);
+    assert_int_equal(whole.status, GCOLL_OK);
+    assert_int_equal(whole.nbytes, 500);
+    assert_memory_equal(out, payload, sizeof(payload));
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &half), GCOLL_OK);
+    assert_true(half.done);
+    assert_int_equal(half.status, GCOLL_ERR_PEER);
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &later), GCOLL_OK);
+    assert_true(later.done);
+    assert_int_equal(later.status, GCOLL_ERR_PEER);
+}
+
+/* More of a message that already arrived whole (a tag repeated while its first message
+ * waits for its receive) breaks the stream: the connection is dropped. */
+static void test_repeated_tag(void **state)
+{
+    pair_t *p = *state;
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN], payload[16] = {0};
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 5,
+                           .msg_len = 16,
+                           .frag_off = 0,
+                           .frag_len = 16},
+           hdr);
+    for (int i = 0; i < 2; i++) {
+        write_all(p->raw[0], hdr, sizeof(hdr));
+        write_all(p->raw[0], payload, sizeof(payload));
+    }
+    expect_recv_fails(p, GCOLL_ERR_TRANSPORT);
+    assert_non_null(
+        strstr(gcoll_tcp_ops.last_error(p->t[0]), "fragments exceed the message length"));
+}
+
 static void test_cancel(void **state)
 {
     pair_t *p = *state;
@@ -416,6 +489,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_abort_frame, setup_pair, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup_pair, teardown),
         cmocka_unit_test_setup_teardown(test_posted_mid_message, setup_raw, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_gone_keeps_whole, setup_raw, teardown),
+        cmocka_unit_test_setup_teardown(test_repeated_tag, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_garbage, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_oversized, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_truncated, setup_raw, teardown),

@@ -2,9 +2,9 @@
  * mailbox (GCOLL_UCX_SHM_MAX) between two transport instances in one process: transfers
  * either way round, a send withdrawn while its message waits unexpected, a receive of
  * another length, malformed single-copy messages; a full mailbox, its records wrapping,
- * a malformed record, the doorbell that wakes a sleeping receiver; and the registration
- * cache; a stranger's endpoint sending gcoll's active messages without the cookie. Skips
- * when UCX cannot run here. */
+ * a malformed record, the doorbell that wakes a sleeping receiver; what a failed peer's
+ * unexpected messages become; the registration cache; a stranger's endpoint sending
+ * gcoll's active messages without the cookie. Skips when UCX cannot run here. */
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -492,6 +492,58 @@ static void test_destroy_answers(void **state)
     free(src);
 }
 
+/* A failed peer: the receive pending from it and later ones fail with its status; a
+ * message it sent whole (through the mailbox) is still received, one whose data stayed
+ * with it (a single-copy descriptor) is not. */
+static void test_peer_fail_keeps_whole(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    size_t big = 256 << 10;
+    uint8_t small[100], *src = calloc(1, big), out[100] = {0}, *bout = malloc(big);
+    for (size_t i = 0; i < sizeof(small); i++)
+        small[i] = (uint8_t)(i * 5 + 3);
+    gcoll_treq_t s1 = req(1, 5, small, sizeof(small)), s2 = req(1, 6, src, big);
+    assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s1), GCOLL_OK);
+    assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s2), GCOLL_OK);
+    uint64_t deadline = gcoll_time_ms() + 5000;
+    int n = 0;
+    while (n < 2) { /* both wait unexpected at rank 1 */
+        assert_true(gcoll_time_ms() < deadline);
+        progress_both(p);
+        n = 0;
+        for (gcoll_unexp_t *u = p->t[1]->peers[0].rx.unexp; u; u = u->next)
+            n++;
+    }
+    uint8_t buf[8];
+    gcoll_treq_t pending = req(0, 9, buf, sizeof(buf));
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &pending), GCOLL_OK);
+    gcoll_ucx_peer_fail(p->t[1], 0, GCOLL_ERR_PEER);
+    assert_true(pending.done);
+    assert_int_equal(pending.status, GCOLL_ERR_PEER);
+    gcoll_treq_t r1 = req(0, 5, out, sizeof(out)), r2 = req(0, 6, bout, big),
+                 later = req(0, 10, buf, sizeof(buf));
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r1), GCOLL_OK);
+    assert_true(r1.done);
+    assert_int_equal(r1.status, GCOLL_OK);
+    assert_memory_equal(out, small, sizeof(small));
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r2), GCOLL_OK);
+    assert_true(r2.done);
+    assert_int_equal(r2.status, GCOLL_ERR_PEER);
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &later), GCOLL_OK);
+    assert_true(later.done);
+    assert_int_equal(later.status, GCOLL_ERR_PEER);
+    gcoll_ucx_ops.destroy(p->t[1]); /* before the buffers of rank 0's sends go */
+    p->t[1] = NULL;
+    deadline = gcoll_time_ms() + 5000;
+    while (!s2.done && gcoll_time_ms() < deadline)
+        gcoll_ucx_ops.progress(p->t[0], 1);
+    gcoll_ucx_ops.destroy(p->t[0]);
+    p->t[0] = NULL;
+    free(src);
+    free(bout);
+}
+
 /* The registration cache: a lookup finds a live registration covering the range, and
  * nothing once it is deregistered (or when nothing is registered: the lock-free path). */
 static void test_registration(void **state)
@@ -615,6 +667,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_fin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_answers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_fail_keeps_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stranger_injection, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
