@@ -30,7 +30,8 @@ typedef struct gcoll_unexp {
     uint8_t *data; /* owned storage of `bytes` bytes, or NULL */
     size_t bytes;  /* counted against the store's bound */
     int whole;     /* the whole payload is here: it outlives its sender's failure */
-    /* the transport's: what the entry stands for (a UCX descriptor, a rendezvous offer) */
+    /* the transport's: what the entry stands for and holds (UCX's descriptor of the data,
+     * TCP's assembly of a message still arriving, a verbs rendezvous id) */
     int kind;
     void *priv;
     uint64_t aux;
