@@ -1,7 +1,8 @@
 /* ucx.c: the UCX transport's data path: one UCP active message per gcoll message, matched
- * here by (peer, tag) with length and signature checks, rendezvous data received straight
- * into the caller's buffer; progress sleeps on UCX's event fd. Setup is in ucx_setup.c,
- * single copy between ranks of one host in ucx_cma.c, peer failure in ucx_fail.c. */
+ * by (peer, tag) with length and signature checks (match.c), rendezvous data received
+ * straight into the caller's buffer; progress sleeps on UCX's event fd. Setup is in
+ * ucx_setup.c, single copy between ranks of one host in ucx_cma.c, peer failure in
+ * ucx_fail.c. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>

@@ -1,6 +1,6 @@
-/* verbs_p2p.c: the verbs transport's posting side: slot-message wire format, tag matching
- * helpers, isend/irecv/cancel, and pushing slot messages (credit flow control), credit
- * returns and rendezvous chunks onto the queue pairs. Arrivals are in verbs_cq.c. */
+/* verbs_p2p.c: the verbs transport's posting side: slot-message wire format, isend/irecv/
+ * cancel (receives matched in match.c), and pushing slot messages (credit flow control),
+ * credit returns and rendezvous chunks onto the queue pairs. Arrivals are in verbs_cq.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
