@@ -129,18 +129,18 @@ gcoll_unexp_t *gcoll_match_keep(gcoll_match_peer_t *mp, uint64_t tag, uint32_t s
                                 size_t bytes, const void *data, unsigned flags)
 {
     gcoll_match_t *m = mp->m;
-    gcoll_unexp_t *u = NULL;
+    /* The storage follows the entry in one allocation (a 16-byte aligned offset). */
+    size_t head = (sizeof(gcoll_unexp_t) + 15) & ~(size_t)15;
     int room =
         m->unexp_max == 0 || bytes <= m->unexp_max - GCOLL_MIN(mp->unexp_bytes, m->unexp_max);
-    if (room && (u = calloc(1, sizeof(*u))) != NULL && bytes && !(u->data = malloc(bytes))) {
-        free(u);
-        u = NULL;
-    }
+    gcoll_unexp_t *u = room && bytes <= SIZE_MAX - head ? malloc(head + bytes) : NULL;
     if (!u) {
         set_error(m, "%scannot buffer an unexpected message of %zu bytes from rank %d",
                   m->prefix ? m->prefix : "", len, mp->rank);
         return NULL;
     }
+    memset(u, 0, sizeof(*u));
+    u->data = bytes ? (uint8_t *)u + head : NULL;
     if (data && bytes)
         memcpy(u->data, data, bytes);
     u->tag = tag;
@@ -201,7 +201,6 @@ void gcoll_match_unexp_free(gcoll_match_peer_t *mp, gcoll_unexp_t *u)
     if (mp->m->release)
         mp->m->release(mp->m->ctx, u);
     mp->unexp_bytes -= GCOLL_MIN(u->bytes, mp->unexp_bytes);
-    free(u->data);
     free(u);
 }
 

@@ -27,7 +27,7 @@ typedef struct gcoll_unexp {
     uint64_t tag;
     uint32_t sig;
     size_t len;    /* the message's length */
-    uint8_t *data; /* owned storage of `bytes` bytes, or NULL */
+    uint8_t *data; /* storage of `bytes` bytes (allocated with the entry), or NULL */
     size_t bytes;  /* counted against the store's bound */
     int whole;     /* the whole payload is here: it outlives its sender's failure */
     /* the transport's: what the entry stands for and holds (UCX's descriptor of the data,
