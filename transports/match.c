@@ -16,8 +16,10 @@ gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, u
     if (len_ok && sig == req->sig)
         return GCOLL_OK;
     if (sig != req->sig)
-        snprintf(why, whylen, "rank %d is in a different call: another collective, or another "
-                 "count, dtype, op or root (signature %08x, here %08x)", peer, sig, req->sig);
+        snprintf(why, whylen,
+                 "rank %d is in a different call: another collective, or another "
+                 "count, dtype, op or root (signature %08x, here %08x)",
+                 peer, sig, req->sig);
     else
         snprintf(why, whylen, "rank %d sent %zu bytes where %s%zu were expected (counts differ)",
                  peer, len, (req->flags & GCOLL_TREQ_ANYLEN) ? "at most " : "", req->len);

@@ -244,8 +244,10 @@ static void sock_eof(gcoll_transport_t *t, tcp_sock_t *s)
     for (int i = 0; i < t->nsocks && !busy; i++)
         busy = p->socks[i].txq != NULL;
     if (busy) {
-        set_error(t, "connection to rank %d closed with operations pending (rank %d exited "
-                  "or died)", s->peer, s->peer);
+        set_error(t,
+                  "connection to rank %d closed with operations pending (rank %d exited "
+                  "or died)",
+                  s->peer, s->peer);
         GCOLL_WARN("%s", t->errmsg);
     } else {
         GCOLL_DEBUG(GCOLL_SUBSYS_NET, "rank %d closed its connections", s->peer);
@@ -503,8 +505,8 @@ static tx_frame_t *new_frame(int type, gcoll_treq_t *req, uint64_t tag, uint32_t
     tx_frame_t *f = calloc(1, sizeof(*f));
     if (!f)
         return NULL;
-    gcoll_frame_t fr = {.type = type, .sig = sig, .tag = tag, .msg_len = msg_len,
-                        .frag_off = off, .frag_len = len};
+    gcoll_frame_t fr = {
+        .type = type, .sig = sig, .tag = tag, .msg_len = msg_len, .frag_off = off, .frag_len = len};
     gcoll_frame_encode(&fr, f->hdr);
     f->req = req;
     f->data = data;
@@ -515,8 +517,12 @@ static tx_frame_t *new_frame(int type, gcoll_treq_t *req, uint64_t tag, uint32_t
 /* Sends to oneself never touch a socket: deliver straight into the receive side. */
 static gcoll_status_t send_self(gcoll_transport_t *t, gcoll_treq_t *req)
 {
-    gcoll_frame_t f = {.type = GCOLL_FRAME_DATA, .sig = req->sig, .tag = req->tag,
-                       .msg_len = req->len, .frag_off = 0, .frag_len = req->len};
+    gcoll_frame_t f = {.type = GCOLL_FRAME_DATA,
+                       .sig = req->sig,
+                       .tag = req->tag,
+                       .msg_len = req->len,
+                       .frag_off = 0,
+                       .frag_len = req->len};
     gcoll_status_t st = GCOLL_OK;
     int whole = 0;
     rx_msg_t *m = rx_msg_for(t, t->rank, &f, &st, &whole);

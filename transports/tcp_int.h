@@ -28,8 +28,8 @@ typedef struct tx_frame {
     gcoll_treq_t *req; /* NULL for control frames */
     uint8_t hdr[GCOLL_FRAME_HDR_LEN];
     const uint8_t *data;
-    size_t len;  /* payload bytes */
-    size_t sent; /* header + payload bytes sent so far */
+    size_t len;     /* payload bytes */
+    size_t sent;    /* header + payload bytes sent so far */
     uint8_t *owned; /* payload owned by the frame (control frames) */
 } tx_frame_t;
 
@@ -66,8 +66,8 @@ typedef struct {
 typedef struct {
     tcp_sock_t *socks;
     int nopen;
-    int draining; /* reading its other sockets after one was reset (tcp.c handle_read) */
-    unsigned rr;  /* round-robin socket for unstriped messages */
+    int draining;          /* reading its other sockets after one was reset (tcp.c handle_read) */
+    unsigned rr;           /* round-robin socket for unstriped messages */
     rx_msg_t *msgs;        /* being assembled */
     gcoll_match_peer_t rx; /* posted receives, unexpected messages, failure */
 } tcp_peer_t;

@@ -17,7 +17,10 @@
 #include "tcp_int.h"
 #include "topo.h"
 
-static const char *tcp_last_error(gcoll_transport_t *t) { return t->errmsg; }
+static const char *tcp_last_error(gcoll_transport_t *t)
+{
+    return t->errmsg;
+}
 
 static gcoll_status_t tcp_mem_reg(gcoll_transport_t *t, void *buf, size_t len, void **handle_p)
 {
@@ -54,10 +57,10 @@ static gcoll_status_t tcp_probe(char *why, size_t whylen)
     return GCOLL_OK;
 }
 
-static int resolve(const char *host, const char *port, struct sockaddr_storage *ss,
-                   socklen_t *len)
+static int resolve(const char *host, const char *port, struct sockaddr_storage *ss, socklen_t *len)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
@@ -193,8 +196,8 @@ static gcoll_status_t tcp_create(const gcoll_transport_params_t *params, gcoll_t
                                       : (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr,
               ip, sizeof(ip));
     snprintf(t->addr, sizeof(t->addr), "%s %d", ip, port);
-    GCOLL_INFO(GCOLL_SUBSYS_NET, "tcp: listening on %s port %d, %d socket(s) per peer", ip,
-               port, t->nsocks);
+    GCOLL_INFO(GCOLL_SUBSYS_NET, "tcp: listening on %s port %d, %d socket(s) per peer", ip, port,
+               t->nsocks);
     *t_p = t;
     return GCOLL_OK;
 err_free:
@@ -245,8 +248,8 @@ static gcoll_status_t dial(gcoll_transport_t *t, int peer, int idx, const char *
             gcoll_put_u32(id + 4, (uint32_t)idx);
             gcoll_put_u32(id + 8, (uint32_t)t->size);
             char err[256];
-            gcoll_status_t st = gcoll_auth_client(fd, &t->key, id, sizeof(id), deadline_ms, err,
-                                                  sizeof(err));
+            gcoll_status_t st =
+                gcoll_auth_client(fd, &t->key, id, sizeof(id), deadline_ms, err, sizeof(err));
             if (st != GCOLL_OK) {
                 close(fd);
                 set_error(t, "connecting to rank %d at %s port %s: %s", peer, host, port, err);

@@ -60,8 +60,8 @@ typedef struct gcoll_transport_ops {
     /* Writes the local address blob (at most *len_p bytes; *len_p receives the length). */
     gcoll_status_t (*address)(gcoll_transport_t *t, void *buf, size_t *len_p);
     /* Connects to every peer from all ranks' blobs. Blocks until connected or deadline. */
-    gcoll_status_t (*connect)(gcoll_transport_t *t, const void *const *blobs,
-                              const size_t *lens, uint64_t deadline_ms);
+    gcoll_status_t (*connect)(gcoll_transport_t *t, const void *const *blobs, const size_t *lens,
+                              uint64_t deadline_ms);
     /* Posts a send/receive. Never blocks. A failure to post is returned; a failure later
      * is reported in req->status when req->done is set. */
     gcoll_status_t (*isend)(gcoll_transport_t *t, gcoll_treq_t *req);

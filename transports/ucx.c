@@ -152,10 +152,10 @@ void gcoll_ucx_op_release(gcoll_transport_t *t, ucx_op_t *op)
 
 /* A peer's operation failed before any abort from it arrived (it may be failing a call on
  * a mismatch it is telling everyone about): the request is held like one on a failed
- * endpoint, so that the abort, if one is on its way, decides the status (gcoll_ucx_handle_ep_errors,
- * gcoll_ucx_peer_fail). */
+ * endpoint, so that the abort, if one is on its way, decides the status
+ * (gcoll_ucx_handle_ep_errors, gcoll_ucx_peer_fail). */
 void gcoll_ucx_hold_for_abort(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req,
-                           ucs_status_t status)
+                              ucs_status_t status)
 {
     if (p->ep_error == UCS_OK) {
         p->ep_error = status;
@@ -317,8 +317,8 @@ static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32
     return UCS_OK;
 }
 
-void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig,
-                       const void *data, size_t len)
+void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig, const void *data,
+                       size_t len)
 {
     deliver(t, peer, tag, sig, (void *)data, len, 0, 0, 0); /* copies, never keeps data */
 }
@@ -352,8 +352,8 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
     if (why) {
         /* a stranger may send many: the first few, then one in 1024 */
         if (t->dropped++ < 8 || (t->dropped & 1023) == 0)
-            GCOLL_WARN("ucx: dropped a message of %zu bytes: %s (%lu dropped so far)", length,
-                       why, t->dropped);
+            GCOLL_WARN("ucx: dropped a message of %zu bytes: %s (%lu dropped so far)", length, why,
+                       t->dropped);
         return UCS_OK;
     }
     int peer = (int)h.src;
@@ -413,8 +413,8 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
 /* Posting                                                                              */
 
 /* Sends one message; a control message's payload is copied (owned by the op). */
-gcoll_status_t gcoll_ucx_send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const ucx_hdr_t *h,
-                              const void *buf, size_t len)
+gcoll_status_t gcoll_ucx_send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *req,
+                                 const ucx_hdr_t *h, const void *buf, size_t len)
 {
     ucx_peer_t *p = &t->peers[peer];
     ucx_op_t *op = gcoll_ucx_op_alloc(t);

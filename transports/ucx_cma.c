@@ -113,8 +113,8 @@ void gcoll_ucx_on_fin(gcoll_transport_t *t, int peer, int status, const void *da
          * read that failed) fails its call and tells everyone, with the status that
          * decides; failing the send here would race that abort with a PEER error. */
         if (status != GCOLL_OK)
-            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d did not take a single-copy send: %s",
-                        peer, gcoll_status_string(status));
+            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d did not take a single-copy send: %s", peer,
+                        gcoll_status_string(status));
         gcoll_ucx_cma_send_end(t, op, GCOLL_OK);
         return;
     }

@@ -128,12 +128,12 @@ typedef struct ucx_peer {
     int cma_pid;           /* its pid when we can read its memory (CMA), else 0 */
     int cma_send;          /* it said it can read ours: large sends go single-copy */
     /* shared-memory mailbox (ucx_shm.c) */
-    uint8_t *shm_box;       /* its mailbox mapped here, or NULL */
-    uint8_t *shm_ring;      /* our ring in it */
-    uint64_t shm_tail;      /* bytes we wrote into that ring */
-    uint64_t shm_head_seen; /* its consumption as last read */
-    int shm_from;           /* it writes into our mailbox: poll its ring */
-    uint64_t shm_head;      /* bytes of its ring in our mailbox consumed */
+    uint8_t *shm_box;                     /* its mailbox mapped here, or NULL */
+    uint8_t *shm_ring;                    /* our ring in it */
+    uint64_t shm_tail;                    /* bytes we wrote into that ring */
+    uint64_t shm_head_seen;               /* its consumption as last read */
+    int shm_from;                         /* it writes into our mailbox: poll its ring */
+    uint64_t shm_head;                    /* bytes of its ring in our mailbox consumed */
     gcoll_treq_t *failing, *failing_tail; /* failed in UCX, held for an abort (EP_ERROR_GRACE) */
 } ucx_peer_t;
 
@@ -160,8 +160,8 @@ struct gcoll_transport {
     size_t addr_len;
     ucx_peer_t *peers;
     gcoll_match_t match;
-    ucx_op_t *ops;        /* in flight in UCX */
-    ucx_op_t *op_cache;   /* finished operations kept for reuse (linked by next) */
+    ucx_op_t *ops;      /* in flight in UCX */
+    ucx_op_t *op_cache; /* finished operations kept for reuse (linked by next) */
     int op_cached;
     unsigned long events; /* completions and arrivals, to tell progress it did something */
     int in_cb;            /* inside a UCX callback: defer endpoint closes */
@@ -170,10 +170,13 @@ struct gcoll_transport {
     int closing;          /* destroy: arrivals are dropped */
     int close_any;        /* some peer has close_pending */
     /* single copy (CMA) */
-    size_t cma_min;            /* GCOLL_UCX_CMA_MIN; 0: off */
-    uint64_t cma_probe;        /* the word peers read at connect to test access */
-    uint64_t cma_next;         /* next send token */
-    struct ucx_fin { int peer, status; uint64_t token; } *fin; /* FINs to send */
+    size_t cma_min;     /* GCOLL_UCX_CMA_MIN; 0: off */
+    uint64_t cma_probe; /* the word peers read at connect to test access */
+    uint64_t cma_next;  /* next send token */
+    struct ucx_fin {
+        int peer, status;
+        uint64_t token;
+    } * fin; /* FINs to send */
     int nfin, capfin;
     unsigned long st_cma_sends, st_cma_recvs; /* logged by destroy (test-ucx.sh) */
 
@@ -264,8 +267,8 @@ int gcoll_ucx_shm_peer_cpu(gcoll_transport_t *t, int peer);
 int gcoll_ucx_shm_sleep(gcoll_transport_t *t);
 void gcoll_ucx_shm_wake(gcoll_transport_t *t);
 /* Hands an arrived message (copied out of data) to its receive or the unexpected list. */
-void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig,
-                       const void *data, size_t len);
+void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig, const void *data,
+                       size_t len);
 
 /* Drives UCX until it has nothing more to do right now; returns the work done. */
 unsigned gcoll_ucx_drive(gcoll_transport_t *t);

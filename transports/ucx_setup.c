@@ -16,8 +16,9 @@
 
 #define BLOB_MAGIC 0x41554347u /* "GCUA" */
 #define BLOB_HDR_LEN 20        /* magic u32, version u8, pad 3, cookie u64, address length u32 */
-#define BLOB_CMA_LEN 24        /* after the address: pid u32 (0: no single copy), pad u32,
-                                * address of the probe word u64, its value u64 */
+#define BLOB_CMA_LEN                                                                               \
+    24 /* after the address: pid u32 (0: no single copy), pad u32,                                 \
+        * address of the probe word u64, its value u64 */
 #define BLOB_TAIL_LEN (BLOB_CMA_LEN + GCOLL_UCX_BLOB_SHM_LEN) /* then the mailbox's */
 #define CLOSE_DRAIN_MS 1000
 
@@ -54,8 +55,8 @@ static int tls_may_use_mm(const char *tls)
  * lets UCX use such transports itself (UCX_TLS=tcp means tcp, also on one host). */
 int gcoll_ucx_tls_local(void)
 {
-    static const char *const local[] = {"all", "sm", "shm", "mm", "posix", "sysv", "cma", "knem",
-                                        "xpmem"};
+    static const char *const local[] = {"all",  "sm",  "shm",  "mm",   "posix",
+                                        "sysv", "cma", "knem", "xpmem"};
     static const char *const cma[] = {"cma"};
     const char *tls = getenv("UCX_TLS");
     /* an exclusion list that names cma (UCX_TLS=^cma,...) excludes ours too */
@@ -75,8 +76,7 @@ static ucs_status_t context_init(int64_t timeout_ms, int nranks, ucp_context_h *
         return s;
     if (!getenv("UCX_KEEPALIVE_INTERVAL") && timeout_ms > 0) {
         char v[32];
-        snprintf(v, sizeof(v), "%lldms",
-                 (long long)GCOLL_MAX(GCOLL_MIN(timeout_ms / 4, 500), 100));
+        snprintf(v, sizeof(v), "%lldms", (long long)GCOLL_MAX(GCOLL_MIN(timeout_ms / 4, 500), 100));
         if (ucp_config_modify(config, "KEEPALIVE_INTERVAL", v) != UCS_OK)
             GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: cannot set KEEPALIVE_INTERVAL=%s", v);
     }
@@ -191,8 +191,8 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
                 "cma_sends=%lu cma_recvs=%lu shm_sends=%lu shm_recvs=%lu shm_bells=%lu "
                 "shm_full=%lu",
                 t->st_sleeps, t->st_sleep_timeouts, t->st_held_polls, t->st_held_naps,
-                t->st_cma_sends, t->st_cma_recvs, t->st_shm_sends, t->st_shm_recvs,
-                t->st_shm_bells, t->st_shm_full);
+                t->st_cma_sends, t->st_cma_recvs, t->st_shm_sends, t->st_shm_recvs, t->st_shm_bells,
+                t->st_shm_full);
     /* Operations still in flight belong to requests the caller has given up on: whatever
      * completes them from here on (UCX purging them, a single-copy answer, a peer failing
      * during the drain) must find nobody to tell. */
@@ -333,8 +333,10 @@ gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_tr
         t->shm_max = GCOLL_UCX_SHM_MAX_LIMIT;
     }
     if (t->shm_max && !tls_may_use_mm(getenv("UCX_TLS"))) {
-        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: shared-memory mailbox off: UCX_TLS=%s has no "
-                    "shared-memory transport", getenv("UCX_TLS"));
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET,
+                    "ucx: shared-memory mailbox off: UCX_TLS=%s has no "
+                    "shared-memory transport",
+                    getenv("UCX_TLS"));
         t->shm_max = 0;
     }
     GCOLL_CHECK_GOTO(gcoll_ucx_shm_create(t), st, err_destroy);

@@ -422,8 +422,8 @@ static gcoll_status_t vb_progress(gcoll_transport_t *t, int timeout_ms, int *pro
 gcoll_status_t gcoll_vb_progress(gcoll_transport_t *t, int timeout_ms)
 {
     int progressed = 0;
-    gcoll_status_t st = vb_progress(t, t->abort_status < 0 ? GCOLL_MIN(timeout_ms, 20) : timeout_ms,
-                                    &progressed);
+    gcoll_status_t st =
+        vb_progress(t, t->abort_status < 0 ? GCOLL_MIN(timeout_ms, 20) : timeout_ms, &progressed);
     abort_grace(t, progressed);
     return st;
 }

@@ -17,14 +17,21 @@
 
 /* ---- frame headers ---------------------------------------------------------------- */
 
-static void encode(gcoll_frame_t f, uint8_t *hdr) { gcoll_frame_encode(&f, hdr); }
+static void encode(gcoll_frame_t f, uint8_t *hdr)
+{
+    gcoll_frame_encode(&f, hdr);
+}
 
 static void test_frame_roundtrip(void **state)
 {
     (void)state;
     uint8_t hdr[GCOLL_FRAME_HDR_LEN];
-    gcoll_frame_t f = {.type = GCOLL_FRAME_DATA, .sig = 0xabcdef01, .tag = 0x1122334455667788ull,
-                       .msg_len = 1000, .frag_off = 500, .frag_len = 500};
+    gcoll_frame_t f = {.type = GCOLL_FRAME_DATA,
+                       .sig = 0xabcdef01,
+                       .tag = 0x1122334455667788ull,
+                       .msg_len = 1000,
+                       .frag_off = 500,
+                       .frag_len = 500};
     gcoll_frame_encode(&f, hdr);
     gcoll_frame_t g;
     assert_null(gcoll_frame_decode(hdr, &g));
@@ -52,20 +59,26 @@ static void test_frame_invalid(void **state)
     assert_non_null(gcoll_frame_decode(hdr, &g));
     encode((gcoll_frame_t){.type = 7, .msg_len = 10, .frag_len = 10}, hdr);
     assert_string_equal(gcoll_frame_decode(hdr, &g), "unknown frame type");
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = GCOLL_FRAME_MAX_MSG + 1,
-                           .frag_len = 1}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .msg_len = GCOLL_FRAME_MAX_MSG + 1,
+                           .frag_len = 1},
+           hdr);
     assert_non_null(strstr(gcoll_frame_decode(hdr, &g), "sane maximum"));
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_off = 5,
-                           .frag_len = 6}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_off = 5, .frag_len = 6},
+           hdr);
     assert_string_equal(gcoll_frame_decode(hdr, &g), "fragment outside its message");
     /* offsets that overflow when added */
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_off = UINT64_MAX - 2,
-                           .frag_len = 5}, hdr);
+    encode(
+        (gcoll_frame_t){
+            .type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_off = UINT64_MAX - 2, .frag_len = 5},
+        hdr);
     assert_string_equal(gcoll_frame_decode(hdr, &g), "fragment outside its message");
     encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_len = 0}, hdr);
     assert_non_null(gcoll_frame_decode(hdr, &g));
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_ABORT, .msg_len = GCOLL_FRAME_MAX_CTL + 1,
-                           .frag_len = GCOLL_FRAME_MAX_CTL + 1}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_ABORT,
+                           .msg_len = GCOLL_FRAME_MAX_CTL + 1,
+                           .frag_len = GCOLL_FRAME_MAX_CTL + 1},
+           hdr);
     assert_string_equal(gcoll_frame_decode(hdr, &g), "malformed abort frame");
 }
 
@@ -79,9 +92,12 @@ typedef struct {
 
 static gcoll_transport_t *make(pair_t *p, int rank)
 {
-    gcoll_transport_params_t params = {.rank = rank, .size = 2, .cfg = &p->cfg,
+    gcoll_transport_params_t params = {.rank = rank,
+                                       .size = 2,
+                                       .cfg = &p->cfg,
                                        .local_ip = "127.0.0.1",
-                                       .key = {(const uint8_t *)"k", 1}, .wake_fd = -1};
+                                       .key = {(const uint8_t *)"k", 1},
+                                       .wake_fd = -1};
     gcoll_transport_t *t = NULL;
     assert_int_equal(gcoll_tcp_ops.create(&params, &t), GCOLL_OK);
     return t;
@@ -303,8 +319,10 @@ static void test_oversized(void **state)
     pair_t *p = *state;
     uint8_t hdr[GCOLL_FRAME_HDR_LEN], payload[1000] = {0};
     /* a message longer than the posted 64-byte receive: mismatch, never an overrun */
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 77, .msg_len = 1000,
-                           .frag_len = 1000}, hdr);
+    encode(
+        (gcoll_frame_t){
+            .type = GCOLL_FRAME_DATA, .sig = 7, .tag = 77, .msg_len = 1000, .frag_len = 1000},
+        hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     write_all(p->raw[0], payload, sizeof(payload));
     uint8_t buf[64];
@@ -314,12 +332,19 @@ static void test_oversized(void **state)
     drive(p, one, 1);
     assert_int_equal(r.status, GCOLL_ERR_MISMATCH);
     /* fragments that disagree about their message's length are fatal */
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 88, .msg_len = 100,
-                           .frag_len = 50}, hdr);
+    encode(
+        (gcoll_frame_t){
+            .type = GCOLL_FRAME_DATA, .sig = 7, .tag = 88, .msg_len = 100, .frag_len = 50},
+        hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     write_all(p->raw[0], payload, 50);
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 88, .msg_len = 200,
-                           .frag_off = 50, .frag_len = 50}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 88,
+                           .msg_len = 200,
+                           .frag_off = 50,
+                           .frag_len = 50},
+           hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     expect_recv_fails(p, GCOLL_ERR_TRANSPORT);
 }
@@ -328,8 +353,10 @@ static void test_truncated(void **state)
 {
     pair_t *p = *state;
     uint8_t hdr[GCOLL_FRAME_HDR_LEN];
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 77, .msg_len = 64,
-                           .frag_len = 64}, hdr);
+    encode(
+        (gcoll_frame_t){
+            .type = GCOLL_FRAME_DATA, .sig = 7, .tag = 77, .msg_len = 64, .frag_len = 64},
+        hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     write_all(p->raw[0], hdr, 10); /* 10 payload bytes of 64, then the peer dies */
     close(p->raw[0]);
@@ -368,8 +395,13 @@ static void test_posted_mid_message(void **state)
     uint8_t hdr[GCOLL_FRAME_HDR_LEN], payload[3000], out[3000] = {0};
     for (size_t i = 0; i < sizeof(payload); i++)
         payload[i] = (uint8_t)(i * 7 + 1);
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 5, .msg_len = 3000,
-                           .frag_off = 0, .frag_len = 1000}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 5,
+                           .msg_len = 3000,
+                           .frag_off = 0,
+                           .frag_len = 1000},
+           hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     write_all(p->raw[0], payload, 1000);
     /* an empty message arriving before its receive, too */
@@ -382,8 +414,13 @@ static void test_posted_mid_message(void **state)
     assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &e), GCOLL_OK);
     assert_true(e.done);
     assert_int_equal(e.status, GCOLL_OK);
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 5, .msg_len = 3000,
-                           .frag_off = 1000, .frag_len = 2000}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 5,
+                           .msg_len = 3000,
+                           .frag_off = 1000,
+                           .frag_len = 2000},
+           hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     write_all(p->raw[0], payload + 1000, 2000);
     gcoll_treq_t *one[] = {&r};

@@ -55,9 +55,12 @@ static int setup(void **state)
     p->cfg.ucx_cma_min = 128 << 10;
     p->cfg.ucx_shm_max = 4096;
     for (int r = 0; r < 2; r++) {
-        gcoll_transport_params_t params = {.rank = r, .size = 2, .cfg = &p->cfg,
+        gcoll_transport_params_t params = {.rank = r,
+                                           .size = 2,
+                                           .cfg = &p->cfg,
                                            .local_ip = "127.0.0.1",
-                                           .key = {(const uint8_t *)"k", 1}, .wake_fd = -1};
+                                           .key = {(const uint8_t *)"k", 1},
+                                           .wake_fd = -1};
         assert_int_equal(gcoll_ucx_ops.create(&params, &p->t[r]), GCOLL_OK);
         p->len[r] = sizeof(p->blob[r]);
         assert_int_equal(gcoll_ucx_ops.address(p->t[r], p->blob[r], &p->len[r]), GCOLL_OK);
@@ -95,10 +98,10 @@ static int teardown(void **state)
     return 0;
 }
 
-#define SKIP_WITHOUT_UCX(p)                                                                   \
-    do {                                                                                      \
-        if (!(p))                                                                             \
-            skip();                                                                           \
+#define SKIP_WITHOUT_UCX(p)                                                                        \
+    do {                                                                                           \
+        if (!(p))                                                                                  \
+            skip();                                                                                \
     } while (0)
 
 static void progress_both(pair_t *p)
@@ -242,7 +245,7 @@ static void test_mailbox_full(void **state)
             assert_memory_equal(src[i], dst[i], s[i].len);
         }
     }
-    assert_true(p->t[0]->st_shm_full > full);        /* some went through UCX */
+    assert_true(p->t[0]->st_shm_full > full);              /* some went through UCX */
     assert_true(p->t[0]->st_shm_sends - via_shm > 5 * 10); /* most through the mailbox */
 }
 
@@ -440,8 +443,7 @@ static void test_malformed_desc(void **state)
     uint8_t *dst = calloc(1, len);
     gcoll_treq_t r = req(0, 0, dst, len);
     assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
-    assert_int_equal(gcoll_ucx_send_ctl(p->t[0], 1, UCX_MSG_CMA, 0, junk, sizeof(junk)),
-                     GCOLL_OK);
+    assert_int_equal(gcoll_ucx_send_ctl(p->t[0], 1, UCX_MSG_CMA, 0, junk, sizeof(junk)), GCOLL_OK);
     gcoll_treq_t *one[] = {&r};
     drive(p, one, 1);
     assert_int_equal(r.status, GCOLL_ERR_PEER);
@@ -463,8 +465,7 @@ static void test_malformed_fin(void **state)
     gcoll_treq_t s = req(1, 5, src, len);
     assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s), GCOLL_OK);
     wait_unexpected(p);
-    assert_int_equal(gcoll_ucx_send_ctl(p->t[1], 0, UCX_MSG_FIN, 0, junk, sizeof(junk)),
-                     GCOLL_OK);
+    assert_int_equal(gcoll_ucx_send_ctl(p->t[1], 0, UCX_MSG_FIN, 0, junk, sizeof(junk)), GCOLL_OK);
     gcoll_treq_t *snd[] = {&s};
     drive(p, snd, 1);
     assert_int_equal(s.status, GCOLL_ERR_PEER);
@@ -558,7 +559,7 @@ static void test_registration(void **state)
     assert_non_null(h);
     assert_non_null(gcoll_ucx_reg_lookup(p->t[0], buf + 4096, 8192));
     assert_null(gcoll_ucx_reg_lookup(p->t[0], buf + 4096, len)); /* runs past the end */
-    transfer(p, len, 1, VIA_CMA); /* other buffers meanwhile */
+    transfer(p, len, 1, VIA_CMA);                                /* other buffers meanwhile */
     gcoll_ucx_ops.mem_dereg(p->t[0], h);
     assert_null(gcoll_ucx_reg_lookup(p->t[0], buf, len));
     free(buf);
@@ -570,8 +571,8 @@ static void test_registration(void **state)
  * cookie, which only the authenticated bootstrap hands out, nothing is delivered; with it
  * (read here from the transport, which a stranger cannot do) the same message is, so the
  * cookie is what keeps it out. */
-static void stranger_send(pair_t *p, ucp_worker_h w, ucp_ep_h ep, uint64_t cookie,
-                          uint64_t tag, const void *data, size_t len)
+static void stranger_send(pair_t *p, ucp_worker_h w, ucp_ep_h ep, uint64_t cookie, uint64_t tag,
+                          const void *data, size_t len)
 {
     ucx_hdr_t h = {.type = UCX_MSG_DATA, .src = 0, .sig = 7, .cookie = cookie, .tag = tag};
     uint8_t hdr[GCOLL_UCX_HDR_LEN];
