@@ -1,7 +1,13 @@
-/* match.c: what every transport checks when a message meets the receive it matched. */
-#include <stdio.h>
+/* match.c: the receive side the transports share: matching a message against its receive,
+ * the posted receives and unexpected messages of each peer, and a peer's failure. */
+#include "match.h"
 
-#include "transport.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
 
 gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, uint32_t sig,
                                 char *why, size_t whylen)
@@ -10,16 +16,16 @@ gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, u
     if (len_ok && sig == req->sig)
         return GCOLL_OK;
     if (sig != req->sig)
-        snprintf(why, whylen, "rank %d is in a different call: another collective, or another "
-                 "count, dtype, op or root (signature %08x, here %08x)", peer, sig, req->sig);
+        snprintf(why, whylen,
+                 "rank %d is in a different call: another collective, or another "
+                 "count, dtype, op or root (signature %08x, here %08x)",
+                 peer, sig, req->sig);
     else
         snprintf(why, whylen, "rank %d sent %zu bytes where %s%zu were expected (counts differ)",
                  peer, len, (req->flags & GCOLL_TREQ_ANYLEN) ? "at most " : "", req->len);
     return GCOLL_ERR_MISMATCH;
 }
 
-/* Receives not yet matched, kept per peer in posting order (a singly linked list with a
- * tail pointer): every transport uses these three operations. */
 void gcoll_treq_list_push(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_t *req)
 {
     req->next = NULL;
@@ -55,4 +61,202 @@ gcoll_treq_t *gcoll_treq_list_take(gcoll_treq_t **head, gcoll_treq_t **tail, uin
 int gcoll_treq_list_remove(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_t *req)
 {
     return unlink_first(head, tail, 0, req) != NULL;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* A peer's receive side                                                                */
+
+/* Records the first failure worth reporting in the transport's error; later ones are
+ * left to the log, as every transport does. */
+static void set_error(gcoll_match_t *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error(gcoll_match_t *m, const char *fmt, ...)
+{
+    if (!m->errmsg || m->errlen == 0 || m->errmsg[0] != '\0')
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->errmsg, m->errlen, fmt, ap);
+    va_end(ap);
+}
+
+static void complete(gcoll_match_peer_t *mp, gcoll_treq_t *req, gcoll_status_t st)
+{
+    mp->m->complete(mp->m->ctx, req, st);
+}
+
+static gcoll_status_t check(gcoll_match_peer_t *mp, const gcoll_treq_t *req, size_t len,
+                            uint32_t sig)
+{
+    char why[256];
+    gcoll_status_t st = gcoll_treq_match(req, mp->rank, len, sig, why, sizeof(why));
+    if (st != GCOLL_OK)
+        set_error(mp->m, "%s", why);
+    return st;
+}
+
+void gcoll_match_peer_init(gcoll_match_peer_t *mp, gcoll_match_t *m, int rank)
+{
+    memset(mp, 0, sizeof(*mp));
+    mp->m = m;
+    mp->rank = rank;
+}
+
+void gcoll_match_peer_fini(gcoll_match_peer_t *mp)
+{
+    mp->posted = mp->posted_tail = NULL;
+    while (mp->unexp) {
+        gcoll_unexp_t *u = mp->unexp;
+        mp->unexp = u->next;
+        gcoll_match_unexp_free(mp, u);
+    }
+    mp->unexp_tail = NULL;
+}
+
+gcoll_treq_t *gcoll_match_arrived(gcoll_match_peer_t *mp, uint64_t tag, size_t len, uint32_t sig,
+                                  gcoll_status_t *st_p)
+{
+    *st_p = GCOLL_OK;
+    gcoll_treq_t *req = gcoll_treq_list_take(&mp->posted, &mp->posted_tail, tag);
+    if (!req)
+        return NULL;
+    gcoll_status_t st = check(mp, req, len, sig);
+    if (st == GCOLL_OK)
+        return req;
+    complete(mp, req, st);
+    *st_p = st;
+    return NULL;
+}
+
+gcoll_unexp_t *gcoll_match_keep(gcoll_match_peer_t *mp, uint64_t tag, uint32_t sig, size_t len,
+                                size_t bytes, const void *data, unsigned flags)
+{
+    gcoll_match_t *m = mp->m;
+    /* The storage follows the entry in one allocation (a 16-byte aligned offset). */
+    size_t head = (sizeof(gcoll_unexp_t) + 15) & ~(size_t)15;
+    int room =
+        m->unexp_max == 0 || bytes <= m->unexp_max - GCOLL_MIN(mp->unexp_bytes, m->unexp_max);
+    gcoll_unexp_t *u = room && bytes <= SIZE_MAX - head ? malloc(head + bytes) : NULL;
+    if (!u) {
+        set_error(m, "%scannot buffer an unexpected message of %zu bytes from rank %d",
+                  m->prefix ? m->prefix : "", len, mp->rank);
+        return NULL;
+    }
+    memset(u, 0, sizeof(*u));
+    u->data = bytes ? (uint8_t *)u + head : NULL;
+    if (data && bytes)
+        memcpy(u->data, data, bytes);
+    u->tag = tag;
+    u->sig = sig;
+    u->len = len;
+    u->bytes = bytes;
+    u->whole = (flags & GCOLL_UNEXP_WHOLE) != 0;
+    mp->unexp_bytes += bytes;
+    if (mp->unexp_tail)
+        mp->unexp_tail->next = u;
+    else
+        mp->unexp = u;
+    mp->unexp_tail = u;
+    return u;
+}
+
+gcoll_unexp_t *gcoll_match_find(gcoll_match_peer_t *mp, uint64_t tag)
+{
+    for (gcoll_unexp_t *u = mp->unexp; u; u = u->next)
+        if (u->tag == tag)
+            return u;
+    return NULL;
+}
+
+/* Unlinks u (prev: its predecessor, or NULL at the head). */
+static void unexp_unlink(gcoll_match_peer_t *mp, gcoll_unexp_t *prev, gcoll_unexp_t *u)
+{
+    if (prev)
+        prev->next = u->next;
+    else
+        mp->unexp = u->next;
+    if (mp->unexp_tail == u)
+        mp->unexp_tail = prev;
+    u->next = NULL;
+}
+
+gcoll_unexp_t *gcoll_match_claim(gcoll_match_peer_t *mp, gcoll_treq_t *req, gcoll_status_t *st_p)
+{
+    *st_p = GCOLL_OK;
+    gcoll_unexp_t *prev = NULL;
+    for (gcoll_unexp_t *u = mp->unexp; u; prev = u, u = u->next) {
+        if (u->tag != req->tag)
+            continue;
+        unexp_unlink(mp, prev, u);
+        *st_p = check(mp, req, u->len, u->sig);
+        if (*st_p != GCOLL_OK)
+            complete(mp, req, *st_p);
+        return u;
+    }
+    return NULL;
+}
+
+/* Frees an entry out of the store (claimed, or being dropped). */
+void gcoll_match_unexp_free(gcoll_match_peer_t *mp, gcoll_unexp_t *u)
+{
+    if (!u)
+        return;
+    if (mp->m->release)
+        mp->m->release(mp->m->ctx, u);
+    mp->unexp_bytes -= GCOLL_MIN(u->bytes, mp->unexp_bytes);
+    free(u);
+}
+
+void gcoll_match_land(gcoll_match_peer_t *mp, gcoll_treq_t *req, const void *src, size_t len)
+{
+    if (len)
+        memcpy(req->buf, src, len);
+    req->nbytes = len;
+    complete(mp, req, GCOLL_OK);
+}
+
+void gcoll_match_post(gcoll_match_peer_t *mp, gcoll_treq_t *req)
+{
+    if (mp->failed) {
+        complete(mp, req, mp->status);
+        return;
+    }
+    gcoll_treq_list_push(&mp->posted, &mp->posted_tail, req);
+}
+
+int gcoll_match_cancel(gcoll_match_peer_t *mp, gcoll_treq_t *req)
+{
+    if (!gcoll_treq_list_remove(&mp->posted, &mp->posted_tail, req))
+        return 0;
+    complete(mp, req, GCOLL_ERR_ABORTED);
+    return 1;
+}
+
+void gcoll_match_fail_posted(gcoll_match_peer_t *mp, gcoll_status_t st)
+{
+    gcoll_treq_t *r = mp->posted;
+    mp->posted = mp->posted_tail = NULL;
+    while (r) {
+        gcoll_treq_t *next = r->next;
+        complete(mp, r, st);
+        r = next;
+    }
+}
+
+void gcoll_match_fail(gcoll_match_peer_t *mp, gcoll_status_t st, int keep)
+{
+    if (mp->failed)
+        return;
+    mp->failed = 1;
+    mp->status = st;
+    gcoll_match_fail_posted(mp, st);
+    gcoll_unexp_t *prev = NULL;
+    for (gcoll_unexp_t *u = mp->unexp, *next; u; u = next) {
+        next = u->next;
+        if (keep == GCOLL_MATCH_KEEP_WHOLE && u->whole) {
+            prev = u;
+            continue;
+        }
+        unexp_unlink(mp, prev, u);
+        gcoll_match_unexp_free(mp, u);
+    }
 }

@@ -35,24 +35,60 @@ static void complete_ok(gcoll_transport_t *t, gcoll_treq_t *req)
     complete(req, GCOLL_OK);
 }
 
+void gcoll_tcp_complete(void *ctx, gcoll_treq_t *req, gcoll_status_t st)
+{
+    if (st == GCOLL_OK)
+        complete_ok(ctx, req);
+    else
+        complete(req, st);
+}
+
+/* Whether a message under assembly still sits in the peer's store (not yet claimed). */
+static int msg_in_store(const rx_msg_t *m)
+{
+    return m->u && !m->req && !m->discard;
+}
+
+/* Unlinks a message under assembly and frees it, with its storage unless that is still
+ * the store's. */
+static void msg_free(tcp_peer_t *p, rx_msg_t *m)
+{
+    for (rx_msg_t **pp = &p->msgs; *pp; pp = &(*pp)->next) {
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    }
+    if (!msg_in_store(m))
+        gcoll_match_unexp_free(&p->rx, m->u);
+    free(m);
+}
+
+void gcoll_tcp_rx_free(gcoll_transport_t *t, tcp_peer_t *p)
+{
+    (void)t;
+    while (p->msgs)
+        msg_free(p, p->msgs);
+    gcoll_match_peer_fini(&p->rx);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Peer failure                                                                         */
 
-/* A message that arrived whole before its receive was posted: kept when the peer leaves
- * (an orderly close follows the peer's last message, whose receive may come later). */
-static int msg_whole_unclaimed(const rx_msg_t *m)
-{
-    return !m->req && !m->discard && m->got == m->len;
-}
-
-/* Fails everything pending with this peer; later posts to it fail at once. */
+/* Fails everything pending with this peer; later posts to it fail at once. The messages
+ * it sent whole stay for their receives (an orderly close follows the peer's last
+ * message, whose receive may come later). */
 static void peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
 {
     tcp_peer_t *p = &t->peers[peer];
-    if (p->failed)
+    if (p->rx.failed)
         return;
-    p->failed = 1;
-    p->status = st;
+    for (rx_msg_t *m = p->msgs; m; m = m->next)
+        if (m->req)
+            complete(m->req, st);
+    while (p->msgs)
+        msg_free(p, p->msgs);
+    gcoll_match_fail(&p->rx, st, GCOLL_MATCH_KEEP_WHOLE);
     for (int i = 0; i < t->nsocks; i++) {
         tcp_sock_t *s = &p->socks[i];
         for (tx_frame_t *f = s->txq; f; f = f->next)
@@ -61,21 +97,6 @@ static void peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
         sock_close(t, s);
     }
     p->nopen = 0;
-    for (gcoll_treq_t *r = p->posted; r; r = r->next)
-        complete(r, st);
-    p->posted = p->posted_tail = NULL;
-    for (rx_msg_t **pp = &p->msgs; *pp;) {
-        rx_msg_t *m = *pp;
-        if (msg_whole_unclaimed(m)) {
-            pp = &m->next;
-            continue;
-        }
-        *pp = m->next;
-        if (m->req)
-            complete(m->req, st);
-        free(m->ubuf);
-        free(m);
-    }
 }
 
 /* Drops a socket's queued frames, failing their requests. A frame partly on the wire
@@ -123,12 +144,10 @@ static void fail_pending_all(gcoll_transport_t *t, gcoll_status_t st)
         for (int k = 0; k < t->nsocks; k++) {
             tcp_sock_t *s = &p->socks[k];
             abandon_tx(t, s, st);
-            if (s->msg && s->msg->req && !s->msg->ubuf)
+            if (s->msg && s->msg->req && !s->msg->u)
                 s->dst = NULL; /* the rest of this frame is dropped */
         }
-        for (gcoll_treq_t *r = p->posted; r; r = r->next)
-            complete(r, st);
-        p->posted = p->posted_tail = NULL;
+        gcoll_match_fail_posted(&p->rx, st);
         for (rx_msg_t *m = p->msgs; m; m = m->next) {
             if (m->req) {
                 complete(m->req, st);
@@ -142,53 +161,48 @@ static void fail_pending_all(gcoll_transport_t *t, gcoll_status_t st)
 /* ---------------------------------------------------------------------------------- */
 /* Matching                                                                             */
 
-static gcoll_status_t check_match(gcoll_transport_t *t, int peer, const gcoll_treq_t *req,
-                                  size_t len, uint32_t sig)
-{
-    char why[256];
-    gcoll_status_t st = gcoll_treq_match(req, peer, len, sig, why, sizeof(why));
-    if (st != GCOLL_OK)
-        set_error(t, "%s", why);
-    return st;
-}
-
 static void finish_msg(gcoll_transport_t *t, tcp_peer_t *p, rx_msg_t *m)
 {
     if (m->req) {
-        if (m->ubuf && !m->discard)
-            memcpy(m->req->buf, m->ubuf, m->len);
+        if (m->u && !m->discard)
+            memcpy(m->req->buf, m->u->data, m->len);
         m->req->nbytes = m->len;
         complete_ok(t, m->req);
-    } else if (!m->discard) {
-        return; /* unexpected: stays until a receive claims it */
+    } else if (msg_in_store(m)) {
+        m->u->whole = 1; /* stays in the store until a receive claims it */
+        m->u->priv = NULL;
     }
-    for (rx_msg_t **pp = &p->msgs; *pp; pp = &(*pp)->next) {
-        if (*pp == m) {
-            *pp = m->next;
-            break;
-        }
-    }
-    free(m->ubuf);
-    free(m);
+    msg_free(p, m);
 }
 
-/* Finds or creates the message a frame belongs to. NULL with *st set on failure. */
+/* Finds or creates the message a frame belongs to. NULL with *st set on failure; NULL
+ * with *st GCOLL_OK and *whole set when the tag's message already arrived whole and waits
+ * in the store (more of it than its length, unless it is empty). */
 static rx_msg_t *rx_msg_for(gcoll_transport_t *t, int peer, const gcoll_frame_t *f,
-                            gcoll_status_t *st)
+                            gcoll_status_t *st, int *whole)
 {
     tcp_peer_t *p = &t->peers[peer];
-    for (rx_msg_t *m = p->msgs; m; m = m->next) {
-        if (m->tag != f->tag)
-            continue;
-        if (m->len != f->msg_len || m->sig != f->sig) {
-            set_error(t, "malformed frame from rank %d: message length or signature changed "
-                      "between frames of tag %llx", peer, (unsigned long long)f->tag);
-            *st = GCOLL_ERR_TRANSPORT;
-            return NULL;
-        }
-        return m;
+    rx_msg_t *m = p->msgs;
+    while (m && m->tag != f->tag)
+        m = m->next;
+    gcoll_unexp_t *w = m ? NULL : gcoll_match_find(&p->rx, f->tag);
+    size_t len = m ? m->len : w ? w->len : 0;
+    uint32_t sig = m ? m->sig : w ? w->sig : 0;
+    if ((m || w) && (len != f->msg_len || sig != f->sig)) {
+        set_error(t,
+                  "malformed frame from rank %d: message length or signature changed "
+                  "between frames of tag %llx",
+                  peer, (unsigned long long)f->tag);
+        *st = GCOLL_ERR_TRANSPORT;
+        return NULL;
     }
-    rx_msg_t *m = calloc(1, sizeof(*m));
+    if (m)
+        return m;
+    if (w) {
+        *whole = 1;
+        return NULL;
+    }
+    m = calloc(1, sizeof(*m));
     if (!m) {
         *st = GCOLL_ERR_NOMEM;
         return NULL;
@@ -196,24 +210,20 @@ static rx_msg_t *rx_msg_for(gcoll_transport_t *t, int peer, const gcoll_frame_t 
     m->tag = f->tag;
     m->sig = f->sig;
     m->len = f->msg_len;
-    gcoll_treq_t *req = gcoll_treq_list_take(&p->posted, &p->posted_tail, f->tag);
-    if (req) {
-        gcoll_status_t mst = check_match(t, peer, req, m->len, m->sig);
-        if (mst != GCOLL_OK) {
-            complete(req, mst);
-            m->discard = 1;
-        } else {
-            m->req = req;
-        }
-    } else if (m->len > 0) {
-        m->ubuf = malloc(m->len);
-        if (!m->ubuf) {
-            set_error(t, "cannot buffer an unexpected message of %zu bytes from rank %d",
-                      m->len, peer);
+    gcoll_status_t mst;
+    gcoll_treq_t *req = gcoll_match_arrived(&p->rx, m->tag, m->len, m->sig, &mst);
+    if (mst != GCOLL_OK) {
+        m->discard = 1; /* the receive has failed with the mismatch */
+    } else if (req) {
+        m->req = req;
+    } else {
+        m->u = gcoll_match_keep(&p->rx, m->tag, m->sig, m->len, m->len, NULL, 0);
+        if (!m->u) {
             free(m);
             *st = GCOLL_ERR_NOMEM;
             return NULL;
         }
+        m->u->priv = m;
     }
     m->next = p->msgs;
     p->msgs = m;
@@ -230,14 +240,14 @@ static void sock_eof(gcoll_transport_t *t, tcp_sock_t *s)
     /* Data precedes the FIN on each socket, so the peer is gone only when all are shut. */
     if (--p->nopen > 0)
         return;
-    int busy = p->posted != NULL;
-    for (rx_msg_t *m = p->msgs; m && !busy; m = m->next)
-        busy = !msg_whole_unclaimed(m);
+    int busy = p->rx.posted != NULL || p->msgs != NULL;
     for (int i = 0; i < t->nsocks && !busy; i++)
         busy = p->socks[i].txq != NULL;
     if (busy) {
-        set_error(t, "connection to rank %d closed with operations pending (rank %d exited "
-                  "or died)", s->peer, s->peer);
+        set_error(t,
+                  "connection to rank %d closed with operations pending (rank %d exited "
+                  "or died)",
+                  s->peer, s->peer);
         GCOLL_WARN("%s", t->errmsg);
     } else {
         GCOLL_DEBUG(GCOLL_SUBSYS_NET, "rank %d closed its connections", s->peer);
@@ -269,22 +279,25 @@ static int on_header(gcoll_transport_t *t, tcp_sock_t *s)
         return 0;
     }
     gcoll_status_t st = GCOLL_OK;
-    rx_msg_t *m = rx_msg_for(t, s->peer, &s->frame, &st);
-    if (!m) {
+    int whole = 0;
+    rx_msg_t *m = rx_msg_for(t, s->peer, &s->frame, &st, &whole);
+    if (!m && !whole) {
         if (st == GCOLL_ERR_TRANSPORT)
             proto_error(t, s, "inconsistent fragments");
         else
             peer_fail(t, s->peer, st);
         return -1;
     }
-    if (s->frame.frag_len > m->len - m->got) {
+    if (s->frame.frag_len > (m ? m->len - m->got : 0)) {
         proto_error(t, s, "fragments exceed the message length");
         return -1;
     }
     s->msg = m;
+    if (!m)
+        return 0; /* an empty message again: nothing to place */
     /* A message that began unexpected stays in its buffer until complete, even if its
      * receive is posted in between: finish_msg copies it out whole. */
-    uint8_t *base = m->ubuf ? m->ubuf : m->req ? (uint8_t *)m->req->buf : NULL;
+    uint8_t *base = m->u ? m->u->data : m->req ? (uint8_t *)m->req->buf : NULL;
     if (!m->discard && base) /* no base: an empty message, nothing to place */
         s->dst = base + s->frame.frag_off;
     return 0;
@@ -304,6 +317,8 @@ static void on_payload_done(gcoll_transport_t *t, tcp_sock_t *s)
         return;
     }
     rx_msg_t *m = s->msg;
+    if (!m)
+        return;
     m->got += s->frame.frag_len;
     s->msg = NULL;
     if (m->got == m->len)
@@ -396,11 +411,11 @@ static void handle_read(gcoll_transport_t *t, tcp_sock_t *s, int to_end)
              * before is still readable on the others, its abort notice among them (on
              * the first socket): read that first, so a mismatch stays a mismatch. */
             p->draining = 1;
-            for (int k = 0; k < t->nsocks && !p->failed; k++)
+            for (int k = 0; k < t->nsocks && !p->rx.failed; k++)
                 if (&p->socks[k] != s && p->socks[k].open)
                     handle_read(t, &p->socks[k], 1);
             p->draining = 0;
-            if (p->failed)
+            if (p->rx.failed)
                 return;
         }
         set_error(t, "connection to rank %d failed: %s", peer, strerror(err));
@@ -490,8 +505,8 @@ static tx_frame_t *new_frame(int type, gcoll_treq_t *req, uint64_t tag, uint32_t
     tx_frame_t *f = calloc(1, sizeof(*f));
     if (!f)
         return NULL;
-    gcoll_frame_t fr = {.type = type, .sig = sig, .tag = tag, .msg_len = msg_len,
-                        .frag_off = off, .frag_len = len};
+    gcoll_frame_t fr = {
+        .type = type, .sig = sig, .tag = tag, .msg_len = msg_len, .frag_off = off, .frag_len = len};
     gcoll_frame_encode(&fr, f->hdr);
     f->req = req;
     f->data = data;
@@ -502,16 +517,23 @@ static tx_frame_t *new_frame(int type, gcoll_treq_t *req, uint64_t tag, uint32_t
 /* Sends to oneself never touch a socket: deliver straight into the receive side. */
 static gcoll_status_t send_self(gcoll_transport_t *t, gcoll_treq_t *req)
 {
-    gcoll_frame_t f = {.type = GCOLL_FRAME_DATA, .sig = req->sig, .tag = req->tag,
-                       .msg_len = req->len, .frag_off = 0, .frag_len = req->len};
+    gcoll_frame_t f = {.type = GCOLL_FRAME_DATA,
+                       .sig = req->sig,
+                       .tag = req->tag,
+                       .msg_len = req->len,
+                       .frag_off = 0,
+                       .frag_len = req->len};
     gcoll_status_t st = GCOLL_OK;
-    rx_msg_t *m = rx_msg_for(t, t->rank, &f, &st);
-    if (!m)
+    int whole = 0;
+    rx_msg_t *m = rx_msg_for(t, t->rank, &f, &st, &whole);
+    if (!m && !whole)
         return st == GCOLL_ERR_TRANSPORT ? GCOLL_ERR_INVALID : st;
-    if (!m->discard && req->len)
-        memcpy(m->req ? m->req->buf : m->ubuf, req->buf, req->len);
-    m->got = m->len;
-    finish_msg(t, &t->peers[t->rank], m);
+    if (m) { /* else the same message waits unexpected already */
+        if (!m->discard && req->len)
+            memcpy(m->req ? m->req->buf : m->u->data, req->buf, req->len);
+        m->got = m->len;
+        finish_msg(t, &t->peers[t->rank], m);
+    }
     complete_ok(t, req);
     return GCOLL_OK;
 }
@@ -529,8 +551,8 @@ gcoll_status_t gcoll_tcp_isend(gcoll_transport_t *t, gcoll_treq_t *req)
     if (req->peer == t->rank)
         return send_self(t, req);
     tcp_peer_t *p = &t->peers[req->peer];
-    if (p->failed) {
-        complete(req, p->status);
+    if (p->rx.failed) {
+        complete(req, p->rx.status);
         return GCOLL_OK;
     }
     int nfrag = (req->len >= t->stripe_min && t->nsocks > 1) ? t->nsocks : 1;
@@ -548,7 +570,7 @@ gcoll_status_t gcoll_tcp_isend(gcoll_transport_t *t, gcoll_treq_t *req)
         tcp_sock_t *s = &p->socks[nfrag > 1 ? i : (int)(p->rr++ % (unsigned)t->nsocks)];
         enqueue(s, f);
         flush(t, s);
-        if (p->failed)
+        if (p->rx.failed)
             break;
     }
     return GCOLL_OK;
@@ -566,27 +588,23 @@ gcoll_status_t gcoll_tcp_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
         return GCOLL_OK;
     }
     tcp_peer_t *p = &t->peers[req->peer];
-    for (rx_msg_t *m = p->msgs; m; m = m->next) {
-        if (m->tag != req->tag || m->req || m->discard)
-            continue;
-        gcoll_status_t st = check_match(t, req->peer, req, m->len, m->sig);
-        if (st != GCOLL_OK) {
-            complete(req, st);
+    gcoll_status_t st;
+    gcoll_unexp_t *u = gcoll_match_claim(&p->rx, req, &st);
+    if (!u) {
+        gcoll_match_post(&p->rx, req);
+        return GCOLL_OK;
+    }
+    rx_msg_t *m = u->priv; /* still arriving: the message takes the entry over */
+    if (m) {
+        if (st != GCOLL_OK)
             m->discard = 1;
-            if (m->got == m->len)
-                finish_msg(t, p, m);
-            return GCOLL_OK;
-        }
-        m->req = req;
-        if (m->got == m->len)
-            finish_msg(t, p, m);
+        else
+            m->req = req;
         return GCOLL_OK;
     }
-    if (p->failed && req->peer != t->rank) {
-        complete(req, p->status);
-        return GCOLL_OK;
-    }
-    gcoll_treq_list_push(&p->posted, &p->posted_tail, req);
+    if (st == GCOLL_OK)
+        gcoll_match_land(&p->rx, req, u->data, u->len);
+    gcoll_match_unexp_free(&p->rx, u);
     return GCOLL_OK;
 }
 
@@ -594,11 +612,8 @@ void gcoll_tcp_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
 {
     if (req->done || req->peer < 0 || req->peer >= t->size)
         return;
-    tcp_peer_t *p = &t->peers[req->peer];
-    if (gcoll_treq_list_remove(&p->posted, &p->posted_tail, req)) {
-        complete(req, GCOLL_ERR_ABORTED);
+    if (gcoll_match_cancel(&t->peers[req->peer].rx, req))
         return;
-    }
     /* Partly received or partly sent: the byte stream cannot be resynchronised, so the
      * peer connection is given up (the communicator is broken at this point anyway). */
     peer_fail(t, req->peer, GCOLL_ERR_ABORTED);
@@ -640,7 +655,7 @@ void gcoll_tcp_abort(gcoll_transport_t *t, gcoll_status_t status, const char *re
     uint64_t deadline = gcoll_time_ms() + 1000;
     for (int peer = 0; peer < t->size; peer++) {
         tcp_peer_t *p = &t->peers[peer];
-        if (peer == t->rank || p->failed || !p->socks[0].open)
+        if (peer == t->rank || p->rx.failed || !p->socks[0].open)
             continue;
         /* Whatever is half-sent stays in front, so the abort frame starts on a boundary. */
         tx_frame_t *f = new_frame(GCOLL_FRAME_ABORT, NULL, 0, 0, len, 0, NULL, len);
@@ -664,7 +679,7 @@ void gcoll_tcp_abort(gcoll_transport_t *t, gcoll_status_t status, const char *re
         int pending = 0;
         for (int peer = 0; peer < t->size && !pending; peer++) {
             tcp_sock_t *s = &t->peers[peer].socks[0];
-            if (peer == t->rank || t->peers[peer].failed || !s->open)
+            if (peer == t->rank || t->peers[peer].rx.failed || !s->open)
                 continue;
             int outq = 0;
             pending = s->txq != NULL || (ioctl(s->fd, SIOCOUTQ, &outq) == 0 && outq > 0);

@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "match.h"
 #include "tcp.h"
 #include "tcp_frame.h"
 #include "transport.h"
@@ -27,12 +28,14 @@ typedef struct tx_frame {
     gcoll_treq_t *req; /* NULL for control frames */
     uint8_t hdr[GCOLL_FRAME_HDR_LEN];
     const uint8_t *data;
-    size_t len;  /* payload bytes */
-    size_t sent; /* header + payload bytes sent so far */
+    size_t len;     /* payload bytes */
+    size_t sent;    /* header + payload bytes sent so far */
     uint8_t *owned; /* payload owned by the frame (control frames) */
 } tx_frame_t;
 
-/* An incoming message being assembled from its frames. */
+/* An incoming message being assembled from its frames. One that began unexpected is
+ * assembled in its entry of the peer's store (u), which stays there until a receive claims
+ * it (req set) or refuses it (discard set); from then on the entry is the message's. */
 typedef struct rx_msg {
     struct rx_msg *next;
     uint64_t tag;
@@ -40,7 +43,7 @@ typedef struct rx_msg {
     size_t len;
     size_t got;
     gcoll_treq_t *req; /* matched receive, NULL while unexpected */
-    uint8_t *ubuf;     /* storage of an unexpected message */
+    gcoll_unexp_t *u;  /* storage of a message that began unexpected */
     int discard;       /* a mismatch was reported: drop the payload */
 } rx_msg_t;
 
@@ -63,13 +66,10 @@ typedef struct {
 typedef struct {
     tcp_sock_t *socks;
     int nopen;
-    int draining; /* reading its other sockets after one was reset (tcp.c handle_read) */
-    int failed;
-    gcoll_status_t status;
-    unsigned rr; /* round-robin socket for unstriped messages */
-    rx_msg_t *msgs;       /* in progress or unexpected */
-    gcoll_treq_t *posted; /* receives not yet matched, oldest first */
-    gcoll_treq_t *posted_tail;
+    int draining;          /* reading its other sockets after one was reset (tcp.c handle_read) */
+    unsigned rr;           /* round-robin socket for unstriped messages */
+    rx_msg_t *msgs;        /* being assembled */
+    gcoll_match_peer_t rx; /* posted receives, unexpected messages, failure */
 } tcp_peer_t;
 
 struct gcoll_transport {
@@ -81,6 +81,7 @@ struct gcoll_transport {
     int wake_fd;
     char addr[128];
     tcp_peer_t *peers;
+    gcoll_match_t match;
     /* A peer announced an abort. Its notice can overtake data it sent earlier on another
      * socket, so pending operations are failed only after a grace period without any
      * completion (ABORT_GRACE_MS): whatever was in flight still lands. */
@@ -129,6 +130,10 @@ static inline void sock_close(gcoll_transport_t *t, tcp_sock_t *s)
 }
 
 /* The data path (tcp.c), called through the ops table in tcp_setup.c. */
+/* The completion hook of t->match (ctx: the transport). */
+void gcoll_tcp_complete(void *ctx, gcoll_treq_t *req, gcoll_status_t st);
+/* Frees a peer's messages under assembly and its store (destroy). */
+void gcoll_tcp_rx_free(gcoll_transport_t *t, tcp_peer_t *p);
 gcoll_status_t gcoll_tcp_isend(gcoll_transport_t *t, gcoll_treq_t *req);
 gcoll_status_t gcoll_tcp_irecv(gcoll_transport_t *t, gcoll_treq_t *req);
 gcoll_status_t gcoll_tcp_progress(gcoll_transport_t *t, int timeout_ms);

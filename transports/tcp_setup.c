@@ -17,7 +17,10 @@
 #include "tcp_int.h"
 #include "topo.h"
 
-static const char *tcp_last_error(gcoll_transport_t *t) { return t->errmsg; }
+static const char *tcp_last_error(gcoll_transport_t *t)
+{
+    return t->errmsg;
+}
 
 static gcoll_status_t tcp_mem_reg(gcoll_transport_t *t, void *buf, size_t len, void **handle_p)
 {
@@ -54,10 +57,10 @@ static gcoll_status_t tcp_probe(char *why, size_t whylen)
     return GCOLL_OK;
 }
 
-static int resolve(const char *host, const char *port, struct sockaddr_storage *ss,
-                   socklen_t *len)
+static int resolve(const char *host, const char *port, struct sockaddr_storage *ss, socklen_t *len)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
@@ -122,12 +125,7 @@ static void tcp_destroy(gcoll_transport_t *t)
             if (p->socks)
                 for (int k = 0; k < t->nsocks; k++)
                     sock_close(t, &p->socks[k]);
-            while (p->msgs) {
-                rx_msg_t *m = p->msgs;
-                p->msgs = m->next;
-                free(m->ubuf);
-                free(m);
-            }
+            gcoll_tcp_rx_free(t, p);
             free(p->socks);
         }
         free(t->peers);
@@ -153,10 +151,16 @@ static gcoll_status_t tcp_create(const gcoll_transport_params_t *params, gcoll_t
     t->listen_fd = -1;
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
     t->peers = calloc((size_t)t->size, sizeof(*t->peers));
+    t->match = (gcoll_match_t){.errmsg = t->errmsg,
+                               .errlen = sizeof(t->errmsg),
+                               .prefix = "",
+                               .complete = gcoll_tcp_complete,
+                               .ctx = t};
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (t->epfd < 0 || !t->peers)
         goto err_free;
     for (int i = 0; i < t->size; i++) {
+        gcoll_match_peer_init(&t->peers[i].rx, &t->match, i);
         t->peers[i].socks = calloc((size_t)t->nsocks, sizeof(tcp_sock_t));
         if (!t->peers[i].socks)
             goto err_free;
@@ -192,8 +196,8 @@ static gcoll_status_t tcp_create(const gcoll_transport_params_t *params, gcoll_t
                                       : (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr,
               ip, sizeof(ip));
     snprintf(t->addr, sizeof(t->addr), "%s %d", ip, port);
-    GCOLL_INFO(GCOLL_SUBSYS_NET, "tcp: listening on %s port %d, %d socket(s) per peer", ip,
-               port, t->nsocks);
+    GCOLL_INFO(GCOLL_SUBSYS_NET, "tcp: listening on %s port %d, %d socket(s) per peer", ip, port,
+               t->nsocks);
     *t_p = t;
     return GCOLL_OK;
 err_free:
@@ -244,8 +248,8 @@ static gcoll_status_t dial(gcoll_transport_t *t, int peer, int idx, const char *
             gcoll_put_u32(id + 4, (uint32_t)idx);
             gcoll_put_u32(id + 8, (uint32_t)t->size);
             char err[256];
-            gcoll_status_t st = gcoll_auth_client(fd, &t->key, id, sizeof(id), deadline_ms, err,
-                                                  sizeof(err));
+            gcoll_status_t st =
+                gcoll_auth_client(fd, &t->key, id, sizeof(id), deadline_ms, err, sizeof(err));
             if (st != GCOLL_OK) {
                 close(fd);
                 set_error(t, "connecting to rank %d at %s port %s: %s", peer, host, port, err);

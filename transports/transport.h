@@ -60,8 +60,8 @@ typedef struct gcoll_transport_ops {
     /* Writes the local address blob (at most *len_p bytes; *len_p receives the length). */
     gcoll_status_t (*address)(gcoll_transport_t *t, void *buf, size_t *len_p);
     /* Connects to every peer from all ranks' blobs. Blocks until connected or deadline. */
-    gcoll_status_t (*connect)(gcoll_transport_t *t, const void *const *blobs,
-                              const size_t *lens, uint64_t deadline_ms);
+    gcoll_status_t (*connect)(gcoll_transport_t *t, const void *const *blobs, const size_t *lens,
+                              uint64_t deadline_ms);
     /* Posts a send/receive. Never blocks. A failure to post is returned; a failure later
      * is reported in req->status when req->done is set. */
     gcoll_status_t (*isend)(gcoll_transport_t *t, gcoll_treq_t *req);
@@ -104,18 +104,6 @@ extern const gcoll_transport_ops_t gcoll_ucx_ops;
 #ifdef GCOLL_HAVE_VERBS
 extern const gcoll_transport_ops_t gcoll_verbs_ops;
 #endif
-
-/* The check every transport makes when a message meets its receive: the same signature,
- * and the same length (at most the posted one with GCOLL_TREQ_ANYLEN). On a difference,
- * GCOLL_ERR_MISMATCH with the reason in why. */
-gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, uint32_t sig,
-                                char *why, size_t whylen);
-
-/* A peer's receives not yet matched, oldest first: append; take the oldest with a tag;
- * remove a given one (returns 1 if it was there). */
-void gcoll_treq_list_push(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_t *req);
-gcoll_treq_t *gcoll_treq_list_take(gcoll_treq_t **head, gcoll_treq_t **tail, uint64_t tag);
-int gcoll_treq_list_remove(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_t *req);
 
 /* Looks up a built transport by name; NULL if not built. */
 const gcoll_transport_ops_t *gcoll_transport_find(const char *name);

@@ -1,7 +1,8 @@
 /* ucx.c: the UCX transport's data path: one UCP active message per gcoll message, matched
- * here by (peer, tag) with length and signature checks, rendezvous data received straight
- * into the caller's buffer; progress sleeps on UCX's event fd. Setup is in ucx_setup.c,
- * single copy between ranks of one host in ucx_cma.c, peer failure in ucx_fail.c. */
+ * by (peer, tag) with length and signature checks (match.c), rendezvous data received
+ * straight into the caller's buffer; progress sleeps on UCX's event fd. Setup is in
+ * ucx_setup.c, single copy between ranks of one host in ucx_cma.c, peer failure in
+ * ucx_fail.c. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -94,6 +95,11 @@ void gcoll_ucx_complete(gcoll_transport_t *t, gcoll_treq_t *req, gcoll_status_t 
     t->events++;
 }
 
+void gcoll_ucx_match_complete(void *ctx, gcoll_treq_t *req, gcoll_status_t st)
+{
+    gcoll_ucx_complete(ctx, req, st);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Operations owned by UCX                                                              */
 
@@ -146,10 +152,10 @@ void gcoll_ucx_op_release(gcoll_transport_t *t, ucx_op_t *op)
 
 /* A peer's operation failed before any abort from it arrived (it may be failing a call on
  * a mismatch it is telling everyone about): the request is held like one on a failed
- * endpoint, so that the abort, if one is on its way, decides the status (gcoll_ucx_handle_ep_errors,
- * gcoll_ucx_peer_fail). */
+ * endpoint, so that the abort, if one is on its way, decides the status
+ * (gcoll_ucx_handle_ep_errors, gcoll_ucx_peer_fail). */
 void gcoll_ucx_hold_for_abort(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req,
-                           ucs_status_t status)
+                              ucs_status_t status)
 {
     if (p->ep_error == UCS_OK) {
         p->ep_error = status;
@@ -167,9 +173,9 @@ static void op_finish(ucx_op_t *op, void *ucp_req, ucs_status_t status)
     if (op->req) {
         gcoll_status_t st = gcoll_ucx_status(status);
         ucx_peer_t *p = &t->peers[op->peer];
-        if (st != GCOLL_OK && p->failed)
-            st = p->status; /* the peer's failure says more than UCX's purge status */
-        if (st != GCOLL_OK && !p->failed && !t->closing) {
+        if (st != GCOLL_OK && p->rx.failed)
+            st = p->rx.status; /* the peer's failure says more than UCX's purge status */
+        if (st != GCOLL_OK && !p->rx.failed && !t->closing) {
             GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: %s rank %d failed: %s; waiting for an abort",
                         op->is_recv ? "receive from" : "send to", op->peer,
                         ucs_status_string(status));
@@ -255,25 +261,12 @@ static int rndv_recv(gcoll_transport_t *t, int peer, gcoll_treq_t *req, void *de
     return 1;
 }
 
-/* ---------------------------------------------------------------------------------- */
-/* Matching                                                                             */
-
-static gcoll_status_t check_match(gcoll_transport_t *t, int peer, const gcoll_treq_t *req,
-                                  size_t len, uint32_t sig)
+void gcoll_ucx_match_release(void *ctx, gcoll_unexp_t *u)
 {
-    char why[256];
-    gcoll_status_t st = gcoll_treq_match(req, peer, len, sig, why, sizeof(why));
-    if (st != GCOLL_OK)
-        gcoll_ucx_set_error(t, "%s", why);
-    return st;
-}
-
-void gcoll_ucx_msg_free(gcoll_transport_t *t, ucx_msg_t *m)
-{
-    if (m->desc)
-        ucp_am_data_release(t->worker, m->desc); /* rendezvous: tells the sender it is done */
-    free(m->copy);
-    free(m);
+    gcoll_transport_t *t = ctx;
+    if (u->priv)
+        ucp_am_data_release(t->worker, u->priv); /* rendezvous: tells the sender it is done */
+    u->priv = NULL;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -287,68 +280,45 @@ static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32
 {
     ucx_peer_t *p = &t->peers[peer];
     t->events++;
-    gcoll_treq_t *req = gcoll_treq_list_take(&p->posted, &p->posted_tail, tag);
+    gcoll_status_t st;
+    gcoll_treq_t *req = gcoll_match_arrived(&p->rx, tag, len, sig, &st);
+    if (st != GCOLL_OK) {
+        if (cma) /* the sender waits for an answer */
+            gcoll_ucx_fin_queue(t, peer, gcoll_get_u64((uint8_t *)data + 24), st);
+        return UCS_OK; /* dropped; for rendezvous UCX acknowledges the sender */
+    }
     if (req) {
-        gcoll_status_t st = check_match(t, peer, req, len, sig);
-        if (st != GCOLL_OK) {
-            if (cma) /* the sender waits for an answer */
-                gcoll_ucx_fin_queue(t, peer, gcoll_get_u64((uint8_t *)data + 24), st);
-            gcoll_ucx_complete(t, req, st);
-            return UCS_OK; /* dropped; for rendezvous UCX acknowledges the sender */
-        }
         if (cma) {
             gcoll_ucx_cma_pull(t, peer, req, data);
             return UCS_OK;
         }
         if (rndv) /* UCS_INPROGRESS: the descriptor now belongs to the receive */
             return rndv_recv(t, peer, req, data, len) ? UCS_INPROGRESS : UCS_OK;
-        if (len)
-            memcpy(req->buf, data, len);
-        req->nbytes = len;
-        gcoll_ucx_complete(t, req, GCOLL_OK);
+        gcoll_match_land(&p->rx, req, data, len);
         return UCS_OK;
     }
-    ucx_msg_t *m = calloc(1, sizeof(*m));
-    if (!m)
-        goto err_nomem;
-    m->tag = tag;
-    m->sig = sig;
-    m->len = len;
-    m->cma = cma;
-    ucs_status_t ret = UCS_OK;
-    if (cma) {
-        if (!(m->copy = malloc(GCOLL_UCX_CMA_DESC))) {
-            free(m);
-            goto err_nomem;
-        }
-        memcpy(m->copy, data, GCOLL_UCX_CMA_DESC);
-    } else if (rndv || persistent) {
-        m->desc = data;
-        m->rndv = rndv;
-        ret = UCS_INPROGRESS;
-    } else if (len) {
-        m->copy = malloc(len);
-        if (!m->copy) {
-            free(m);
-            goto err_nomem;
-        }
-        memcpy(m->copy, data, len);
+    int kind = cma          ? UCX_UNEXP_CMA
+               : rndv       ? UCX_UNEXP_RNDV
+               : persistent ? UCX_UNEXP_DESC
+                            : UCX_UNEXP_COPY;
+    size_t bytes = kind == UCX_UNEXP_CMA ? GCOLL_UCX_CMA_DESC : kind == UCX_UNEXP_COPY ? len : 0;
+    gcoll_unexp_t *u =
+        gcoll_match_keep(&p->rx, tag, sig, len, bytes, bytes ? data : NULL,
+                         kind == UCX_UNEXP_COPY || kind == UCX_UNEXP_DESC ? GCOLL_UNEXP_WHOLE : 0);
+    if (!u) {
+        gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_NOMEM);
+        return UCS_OK;
     }
-    if (p->unexp_tail)
-        p->unexp_tail->next = m;
-    else
-        p->unexp = m;
-    p->unexp_tail = m;
-    return ret;
-err_nomem:
-    gcoll_ucx_set_error(t, "cannot buffer an unexpected message of %zu bytes from rank %d", len,
-                        peer);
-    gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_NOMEM);
+    u->kind = kind;
+    if (kind == UCX_UNEXP_DESC || kind == UCX_UNEXP_RNDV) {
+        u->priv = data; /* UCX's until released */
+        return UCS_INPROGRESS;
+    }
     return UCS_OK;
 }
 
-void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig,
-                       const void *data, size_t len)
+void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig, const void *data,
+                       size_t len)
 {
     deliver(t, peer, tag, sig, (void *)data, len, 0, 0, 0); /* copies, never keeps data */
 }
@@ -382,15 +352,15 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
     if (why) {
         /* a stranger may send many: the first few, then one in 1024 */
         if (t->dropped++ < 8 || (t->dropped & 1023) == 0)
-            GCOLL_WARN("ucx: dropped a message of %zu bytes: %s (%lu dropped so far)", length,
-                       why, t->dropped);
+            GCOLL_WARN("ucx: dropped a message of %zu bytes: %s (%lu dropped so far)", length, why,
+                       t->dropped);
         return UCS_OK;
     }
     int peer = (int)h.src;
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     GCOLL_TRACE(GCOLL_SUBSYS_NET, "ucx: from rank %d: type %d tag %016llx sig %08x, %zu bytes%s",
                 peer, h.type, (unsigned long long)h.tag, h.sig, length, rndv ? " (rndv)" : "");
-    if (t->peers[peer].failed || t->closing)
+    if (t->peers[peer].rx.failed || t->closing)
         return UCS_OK;
     switch (h.type) {
     case UCX_MSG_HELLO:
@@ -443,8 +413,8 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
 /* Posting                                                                              */
 
 /* Sends one message; a control message's payload is copied (owned by the op). */
-gcoll_status_t gcoll_ucx_send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const ucx_hdr_t *h,
-                              const void *buf, size_t len)
+gcoll_status_t gcoll_ucx_send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *req,
+                                 const ucx_hdr_t *h, const void *buf, size_t len)
 {
     ucx_peer_t *p = &t->peers[peer];
     ucx_op_t *op = gcoll_ucx_op_alloc(t);
@@ -484,7 +454,7 @@ gcoll_status_t gcoll_ucx_send_op(gcoll_transport_t *t, int peer, gcoll_treq_t *r
 gcoll_status_t gcoll_ucx_send_ctl(gcoll_transport_t *t, int peer, int type, int status,
                                   const void *data, size_t len)
 {
-    if (t->peers[peer].failed || !t->peers[peer].ep)
+    if (t->peers[peer].rx.failed || !t->peers[peer].ep)
         return GCOLL_ERR_PEER;
     ucx_hdr_t h = {
         .type = type, .status = status, .src = (uint32_t)t->rank, .cookie = t->peers[peer].cookie};
@@ -507,14 +477,14 @@ static gcoll_status_t ucx_isend(gcoll_transport_t *t, gcoll_treq_t *req)
     if (req->peer == t->rank) {
         /* Sends to oneself never touch UCX: delivered (copied) into the receive side. */
         deliver(t, t->rank, req->tag, req->sig, req->buf, req->len, 0, 0, 0);
-        if (t->peers[t->rank].failed)
+        if (t->peers[t->rank].rx.failed)
             return GCOLL_ERR_NOMEM;
         gcoll_ucx_complete(t, req, GCOLL_OK);
         return GCOLL_OK;
     }
     ucx_peer_t *p = &t->peers[req->peer];
-    if (p->failed) {
-        gcoll_ucx_complete(t, req, p->status);
+    if (p->rx.failed) {
+        gcoll_ucx_complete(t, req, p->rx.status);
         return GCOLL_OK;
     }
     ucx_hdr_t h = {.type = UCX_MSG_DATA,
@@ -534,40 +504,24 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
     GCOLL_CHECK(check_req(t, req));
     req->nbytes = 0;
     ucx_peer_t *p = &t->peers[req->peer];
-    ucx_msg_t *prev = NULL;
-    for (ucx_msg_t *m = p->unexp; m; prev = m, m = m->next) {
-        if (m->tag != req->tag)
-            continue;
-        if (prev)
-            prev->next = m->next;
-        else
-            p->unexp = m->next;
-        if (p->unexp_tail == m)
-            p->unexp_tail = prev;
-        gcoll_status_t st = check_match(t, req->peer, req, m->len, m->sig);
-        if (st != GCOLL_OK) {
-            if (m->cma) /* the sender waits for an answer */
-                gcoll_ucx_fin_queue(t, req->peer, gcoll_get_u64(m->copy + 24), st);
-            gcoll_ucx_complete(t, req, st);
-        } else if (m->cma) {
-            gcoll_ucx_cma_pull(t, req->peer, req, m->copy);
-        } else if (m->rndv) {
-            if (rndv_recv(t, req->peer, req, m->desc, m->len))
-                m->desc = NULL; /* UCX took the descriptor over */
-        } else {
-            if (m->len)
-                memcpy(req->buf, m->copy ? (void *)m->copy : m->desc, m->len);
-            req->nbytes = m->len;
-            gcoll_ucx_complete(t, req, GCOLL_OK);
-        }
-        gcoll_ucx_msg_free(t, m);
+    gcoll_status_t st;
+    gcoll_unexp_t *u = gcoll_match_claim(&p->rx, req, &st);
+    if (!u) {
+        gcoll_match_post(&p->rx, req);
         return GCOLL_OK;
     }
-    if (p->failed) {
-        gcoll_ucx_complete(t, req, p->status);
-        return GCOLL_OK;
+    if (st != GCOLL_OK) {
+        if (u->kind == UCX_UNEXP_CMA) /* the sender waits for an answer */
+            gcoll_ucx_fin_queue(t, req->peer, gcoll_get_u64(u->data + 24), st);
+    } else if (u->kind == UCX_UNEXP_CMA) {
+        gcoll_ucx_cma_pull(t, req->peer, req, u->data);
+    } else if (u->kind == UCX_UNEXP_RNDV) {
+        if (rndv_recv(t, req->peer, req, u->priv, u->len))
+            u->priv = NULL; /* UCX took the descriptor over */
+    } else {
+        gcoll_match_land(&p->rx, req, u->kind == UCX_UNEXP_DESC ? u->priv : u->data, u->len);
     }
-    gcoll_treq_list_push(&p->posted, &p->posted_tail, req);
+    gcoll_match_unexp_free(&p->rx, u);
     return GCOLL_OK;
 }
 
@@ -676,8 +630,9 @@ static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     if (req->done || req->peer < 0 || req->peer >= t->size)
         return;
     ucx_peer_t *p = &t->peers[req->peer];
-    if (gcoll_treq_list_remove(&p->posted, &p->posted_tail, req) ||
-        gcoll_treq_list_remove(&p->failing, &p->failing_tail, req)) {
+    if (gcoll_match_cancel(&p->rx, req))
+        return;
+    if (gcoll_treq_list_remove(&p->failing, &p->failing_tail, req)) {
         gcoll_ucx_complete(t, req, GCOLL_ERR_ABORTED);
         return;
     }
@@ -696,11 +651,11 @@ static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
      * before the caller frees it. The communicator is failing at this point anyway. */
     ucp_request_cancel(t->worker, op->ucp_req);
     uint64_t end = gcoll_time_ms() + CANCEL_DRAIN_MS;
-    while (!req->done && !p->failed && gcoll_time_ms() < end)
+    while (!req->done && !p->rx.failed && gcoll_time_ms() < end)
         ucx_progress(t, gcoll_ms_left(end, 10)); /* sleeps when idle */
     if (req->done)
         return;
-    if (!p->failed) {
+    if (!p->rx.failed) {
         GCOLL_DEBUG(GCOLL_SUBSYS_NET,
                     "ucx: cancel: %s rank %d did not finish in %d ms; "
                     "closing the endpoint",
@@ -738,7 +693,7 @@ static void ucx_abort(gcoll_transport_t *t, gcoll_status_t status, const char *f
     size_t len = compact_reason(status, full, reason);
     int sent = 0;
     for (int peer = 0; peer < t->size; peer++) {
-        if (peer == t->rank || t->peers[peer].failed || !t->peers[peer].ep)
+        if (peer == t->rank || t->peers[peer].rx.failed || !t->peers[peer].ep)
             continue;
         if (gcoll_ucx_send_ctl(t, peer, UCX_MSG_ABORT, status, reason, len) == GCOLL_OK)
             sent++;
@@ -749,7 +704,7 @@ static void ucx_abort(gcoll_transport_t *t, gcoll_status_t status, const char *f
     for (;;) {
         int pending = 0;
         for (ucx_op_t *op = t->ops; op && !pending; op = op->next)
-            pending = op->is_ctl && !t->peers[op->peer].failed;
+            pending = op->is_ctl && !t->peers[op->peer].rx.failed;
         if (!pending || gcoll_time_ms() >= end)
             break;
         ucx_progress(t, 10);

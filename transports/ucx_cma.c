@@ -82,10 +82,10 @@ void gcoll_ucx_cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const
         gcoll_ucx_set_error(t, "single-copy receive of %llu bytes from rank %d failed: %s%s%s",
                             (unsigned long long)len, peer, what, err ? ": " : "",
                             err ? strerror(err) : "");
-        if (!p->failed && !t->closing)
+        if (!p->rx.failed && !t->closing)
             gcoll_ucx_hold_for_abort(t, p, req, UCS_ERR_IO_ERROR);
         else
-            gcoll_ucx_complete(t, req, p->failed ? p->status : GCOLL_ERR_PEER);
+            gcoll_ucx_complete(t, req, p->rx.failed ? p->rx.status : GCOLL_ERR_PEER);
         gcoll_ucx_fin_queue(t, peer, token, GCOLL_ERR_PEER);
         return;
     }
@@ -113,8 +113,8 @@ void gcoll_ucx_on_fin(gcoll_transport_t *t, int peer, int status, const void *da
          * read that failed) fails its call and tells everyone, with the status that
          * decides; failing the send here would race that abort with a PEER error. */
         if (status != GCOLL_OK)
-            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d did not take a single-copy send: %s",
-                        peer, gcoll_status_string(status));
+            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d did not take a single-copy send: %s", peer,
+                        gcoll_status_string(status));
         gcoll_ucx_cma_send_end(t, op, GCOLL_OK);
         return;
     }

@@ -44,36 +44,15 @@ void gcoll_ucx_close_failed_eps(gcoll_transport_t *t)
 void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
 {
     ucx_peer_t *p = &t->peers[peer];
-    if (p->failed)
+    if (p->rx.failed)
         return;
-    p->failed = 1;
-    p->status = st;
-    for (gcoll_treq_t *r = p->posted; r; r = r->next)
-        gcoll_ucx_complete(t, r, st);
-    p->posted = p->posted_tail = NULL;
-    for (gcoll_treq_t *r = p->failing; r; r = r->next)
-        gcoll_ucx_complete(t, r, st);
-    p->failing = p->failing_tail = NULL;
     /* A message whose data arrived before the peer left is still delivered (an orderly
      * close follows the peer's last message, whose receive may not be posted yet); one
      * whose data is still at the peer (rendezvous, single copy) cannot be. */
-    ucx_msg_t *keep = NULL, *keep_tail = NULL;
-    while (p->unexp) {
-        ucx_msg_t *m = p->unexp;
-        p->unexp = m->next;
-        if (m->rndv || m->cma) {
-            gcoll_ucx_msg_free(t, m);
-            continue;
-        }
-        m->next = NULL;
-        if (keep_tail)
-            keep_tail->next = m;
-        else
-            keep = m;
-        keep_tail = m;
-    }
-    p->unexp = keep;
-    p->unexp_tail = keep_tail;
+    gcoll_match_fail(&p->rx, st, GCOLL_MATCH_KEEP_WHOLE);
+    for (gcoll_treq_t *r = p->failing; r; r = r->next)
+        gcoll_ucx_complete(t, r, st);
+    p->failing = p->failing_tail = NULL;
     /* Single-copy sends waiting for this peer's answer are ours to end. */
     for (ucx_op_t *op = t->ops, *next; op; op = next) {
         next = op->next;
@@ -98,7 +77,7 @@ void gcoll_ucx_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     ucx_peer_t *p = arg;
     (void)ep;
-    if (p->failed || p->ep_error != UCS_OK)
+    if (p->rx.failed || p->ep_error != UCS_OK)
         return;
     p->ep_error = status;
     p->ep_error_ms = gcoll_time_ms();
@@ -116,9 +95,9 @@ void gcoll_ucx_handle_ep_errors(gcoll_transport_t *t)
     for (int r = 0; r < t->size; r++) {
         ucx_peer_t *p = &t->peers[r];
         ucs_status_t status = p->ep_error;
-        if (status == UCS_OK || p->failed)
+        if (status == UCS_OK || p->rx.failed)
             continue;
-        int busy = p->posted != NULL || p->failing != NULL;
+        int busy = p->rx.posted != NULL || p->failing != NULL;
         for (ucx_op_t *op = t->ops; op && !busy; op = op->next)
             busy = op->peer == r && op->req;
         if (busy && now < p->ep_error_ms + EP_ERROR_GRACE_MS) {

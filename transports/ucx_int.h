@@ -9,6 +9,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "match.h"
 #include "transport.h"
 #include "ucx.h"
 
@@ -108,24 +109,17 @@ typedef struct ucx_op {
     uint8_t hdr[GCOLL_UCX_HDR_LEN]; /* send: must live until UCX completes the send */
 } ucx_op_t;
 
-/* A message that arrived before its receive was posted. */
-typedef struct ucx_msg {
-    struct ucx_msg *next;
-    uint64_t tag;
-    uint32_t sig;
-    size_t len;
-    void *desc;    /* UCX data descriptor (eager persistent or rendezvous), or NULL */
-    int rndv;      /* desc is a rendezvous descriptor: data still at the sender */
-    uint8_t *copy; /* our copy when UCX's data could not be kept (and sends to self) */
-    int cma;       /* copy holds a single-copy descriptor; the data is at the sender */
-} ucx_msg_t;
+/* What an unexpected message's entry (gcoll_unexp_t, kind) holds: a copy of its data
+ * (data), UCX's descriptor of it (priv; eager persistent data, or a rendezvous whose data
+ * is still at the sender), or a single-copy descriptor (data, GCOLL_UCX_CMA_DESC bytes;
+ * the data is at the sender). */
+enum { UCX_UNEXP_COPY = 0, UCX_UNEXP_DESC, UCX_UNEXP_RNDV, UCX_UNEXP_CMA };
 
 typedef struct ucx_peer {
     gcoll_transport_t *t;
     int rank;
     ucp_ep_h ep;
-    int failed;
-    gcoll_status_t status;
+    gcoll_match_peer_t rx; /* posted receives, unexpected messages, failure */
     int close_pending;     /* failed: force-close ep once out of UCX's callbacks */
     ucs_status_t ep_error; /* UCX reported the endpoint failed; handled after progress */
     uint64_t ep_error_ms;  /* when */
@@ -134,15 +128,13 @@ typedef struct ucx_peer {
     int cma_pid;           /* its pid when we can read its memory (CMA), else 0 */
     int cma_send;          /* it said it can read ours: large sends go single-copy */
     /* shared-memory mailbox (ucx_shm.c) */
-    uint8_t *shm_box;       /* its mailbox mapped here, or NULL */
-    uint8_t *shm_ring;      /* our ring in it */
-    uint64_t shm_tail;      /* bytes we wrote into that ring */
-    uint64_t shm_head_seen; /* its consumption as last read */
-    int shm_from;           /* it writes into our mailbox: poll its ring */
-    uint64_t shm_head;      /* bytes of its ring in our mailbox consumed */
-    gcoll_treq_t *posted, *posted_tail; /* receives not yet matched, oldest first */
+    uint8_t *shm_box;                     /* its mailbox mapped here, or NULL */
+    uint8_t *shm_ring;                    /* our ring in it */
+    uint64_t shm_tail;                    /* bytes we wrote into that ring */
+    uint64_t shm_head_seen;               /* its consumption as last read */
+    int shm_from;                         /* it writes into our mailbox: poll its ring */
+    uint64_t shm_head;                    /* bytes of its ring in our mailbox consumed */
     gcoll_treq_t *failing, *failing_tail; /* failed in UCX, held for an abort (EP_ERROR_GRACE) */
-    ucx_msg_t *unexp, *unexp_tail;      /* unexpected messages, oldest first */
 } ucx_peer_t;
 
 #define GCOLL_UCX_RCACHE_SIZE 16
@@ -167,8 +159,9 @@ struct gcoll_transport {
     void *addr; /* worker address */
     size_t addr_len;
     ucx_peer_t *peers;
-    ucx_op_t *ops;        /* in flight in UCX */
-    ucx_op_t *op_cache;   /* finished operations kept for reuse (linked by next) */
+    gcoll_match_t match;
+    ucx_op_t *ops;      /* in flight in UCX */
+    ucx_op_t *op_cache; /* finished operations kept for reuse (linked by next) */
     int op_cached;
     unsigned long events; /* completions and arrivals, to tell progress it did something */
     int in_cb;            /* inside a UCX callback: defer endpoint closes */
@@ -177,10 +170,13 @@ struct gcoll_transport {
     int closing;          /* destroy: arrivals are dropped */
     int close_any;        /* some peer has close_pending */
     /* single copy (CMA) */
-    size_t cma_min;            /* GCOLL_UCX_CMA_MIN; 0: off */
-    uint64_t cma_probe;        /* the word peers read at connect to test access */
-    uint64_t cma_next;         /* next send token */
-    struct ucx_fin { int peer, status; uint64_t token; } *fin; /* FINs to send */
+    size_t cma_min;     /* GCOLL_UCX_CMA_MIN; 0: off */
+    uint64_t cma_probe; /* the word peers read at connect to test access */
+    uint64_t cma_next;  /* next send token */
+    struct ucx_fin {
+        int peer, status;
+        uint64_t token;
+    } * fin; /* FINs to send */
     int nfin, capfin;
     unsigned long st_cma_sends, st_cma_recvs; /* logged by destroy (test-ucx.sh) */
 
@@ -218,8 +214,10 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st);
  * endpoints UCX reported, taken up once their grace period allows. */
 void gcoll_ucx_close_failed_eps(gcoll_transport_t *t);
 void gcoll_ucx_handle_ep_errors(gcoll_transport_t *t);
-/* Frees an unexpected message, releasing UCX's descriptor (rendezvous: tells the sender). */
-void gcoll_ucx_msg_free(gcoll_transport_t *t, ucx_msg_t *m);
+/* The hooks of t->match (ctx: the transport): completing a request; releasing UCX's
+ * descriptor of an unexpected message (rendezvous: tells the sender). */
+void gcoll_ucx_match_complete(void *ctx, gcoll_treq_t *req, gcoll_status_t st);
+void gcoll_ucx_match_release(void *ctx, gcoll_unexp_t *u);
 /* Whether UCX_TLS leaves us shared-memory transports to bypass (single copy). */
 int gcoll_ucx_tls_local(void);
 /* Data path helpers shared by ucx.c and ucx_cma.c. */
@@ -269,8 +267,8 @@ int gcoll_ucx_shm_peer_cpu(gcoll_transport_t *t, int peer);
 int gcoll_ucx_shm_sleep(gcoll_transport_t *t);
 void gcoll_ucx_shm_wake(gcoll_transport_t *t);
 /* Hands an arrived message (copied out of data) to its receive or the unexpected list. */
-void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig,
-                       const void *data, size_t len);
+void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t sig, const void *data,
+                       size_t len);
 
 /* Drives UCX until it has nothing more to do right now; returns the work done. */
 unsigned gcoll_ucx_drive(gcoll_transport_t *t);

@@ -16,8 +16,9 @@
 
 #define BLOB_MAGIC 0x41554347u /* "GCUA" */
 #define BLOB_HDR_LEN 20        /* magic u32, version u8, pad 3, cookie u64, address length u32 */
-#define BLOB_CMA_LEN 24        /* after the address: pid u32 (0: no single copy), pad u32,
-                                * address of the probe word u64, its value u64 */
+#define BLOB_CMA_LEN                                                                               \
+    24 /* after the address: pid u32 (0: no single copy), pad u32,                                 \
+        * address of the probe word u64, its value u64 */
 #define BLOB_TAIL_LEN (BLOB_CMA_LEN + GCOLL_UCX_BLOB_SHM_LEN) /* then the mailbox's */
 #define CLOSE_DRAIN_MS 1000
 
@@ -54,8 +55,8 @@ static int tls_may_use_mm(const char *tls)
  * lets UCX use such transports itself (UCX_TLS=tcp means tcp, also on one host). */
 int gcoll_ucx_tls_local(void)
 {
-    static const char *const local[] = {"all", "sm", "shm", "mm", "posix", "sysv", "cma", "knem",
-                                        "xpmem"};
+    static const char *const local[] = {"all",  "sm",  "shm",  "mm",   "posix",
+                                        "sysv", "cma", "knem", "xpmem"};
     static const char *const cma[] = {"cma"};
     const char *tls = getenv("UCX_TLS");
     /* an exclusion list that names cma (UCX_TLS=^cma,...) excludes ours too */
@@ -75,8 +76,7 @@ static ucs_status_t context_init(int64_t timeout_ms, int nranks, ucp_context_h *
         return s;
     if (!getenv("UCX_KEEPALIVE_INTERVAL") && timeout_ms > 0) {
         char v[32];
-        snprintf(v, sizeof(v), "%lldms",
-                 (long long)GCOLL_MAX(GCOLL_MIN(timeout_ms / 4, 500), 100));
+        snprintf(v, sizeof(v), "%lldms", (long long)GCOLL_MAX(GCOLL_MIN(timeout_ms / 4, 500), 100));
         if (ucp_config_modify(config, "KEEPALIVE_INTERVAL", v) != UCS_OK)
             GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: cannot set KEEPALIVE_INTERVAL=%s", v);
     }
@@ -191,8 +191,8 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
                 "cma_sends=%lu cma_recvs=%lu shm_sends=%lu shm_recvs=%lu shm_bells=%lu "
                 "shm_full=%lu",
                 t->st_sleeps, t->st_sleep_timeouts, t->st_held_polls, t->st_held_naps,
-                t->st_cma_sends, t->st_cma_recvs, t->st_shm_sends, t->st_shm_recvs,
-                t->st_shm_bells, t->st_shm_full);
+                t->st_cma_sends, t->st_cma_recvs, t->st_shm_sends, t->st_shm_recvs, t->st_shm_bells,
+                t->st_shm_full);
     /* Operations still in flight belong to requests the caller has given up on: whatever
      * completes them from here on (UCX purging them, a single-copy answer, a peer failing
      * during the drain) must find nobody to tell. */
@@ -201,22 +201,11 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
     if (t->peers) {
         for (int i = 0; i < t->size; i++) {
             ucx_peer_t *p = &t->peers[i];
-            p->posted = p->posted_tail = NULL; /* the caller's requests: not ours to touch */
-            p->failing = p->failing_tail = NULL;
-            while (p->unexp) {
-                ucx_msg_t *m = p->unexp;
-                p->unexp = m->next;
-                if (m->cma && m->copy) { /* its sender waits for an answer: none will come */
-                    uint8_t tok[8];
-                    memcpy(tok, m->copy + 24, sizeof(tok));
-                    gcoll_ucx_send_ctl(t, i, UCX_MSG_FIN, GCOLL_ERR_ABORTED, tok, sizeof(tok));
-                }
-                if (m->desc)
-                    ucp_am_data_release(t->worker, m->desc);
-                free(m->copy);
-                free(m);
-            }
-            p->unexp_tail = NULL;
+            p->failing = p->failing_tail = NULL; /* the caller's requests: not ours to touch */
+            for (gcoll_unexp_t *u = p->rx.unexp; u; u = u->next)
+                if (u->kind == UCX_UNEXP_CMA) /* its sender waits for an answer: none will come */
+                    gcoll_ucx_send_ctl(t, i, UCX_MSG_FIN, GCOLL_ERR_ABORTED, u->data + 24, 8);
+            gcoll_match_peer_fini(&p->rx);
         }
         gcoll_ucx_fin_flush(t); /* single-copy answers still queued: their senders wait */
         /* Close every endpoint, flushing what is still on its way unless the peer failed,
@@ -227,7 +216,7 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
             if (!p->ep)
                 continue;
             ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                       .flags = p->failed ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+                                       .flags = p->rx.failed ? UCP_EP_CLOSE_FLAG_FORCE : 0};
             ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
             p->ep = NULL;
             if (UCS_PTR_IS_PTR(sp)) {
@@ -303,12 +292,19 @@ gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_tr
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
     t->peers = calloc((size_t)t->size, sizeof(*t->peers));
     t->shm_senders = calloc((size_t)t->size, sizeof(*t->shm_senders));
+    t->match = (gcoll_match_t){.errmsg = t->errmsg,
+                               .errlen = sizeof(t->errmsg),
+                               .prefix = "",
+                               .complete = gcoll_ucx_match_complete,
+                               .release = gcoll_ucx_match_release,
+                               .ctx = t};
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (t->epfd < 0 || !t->peers || !t->shm_senders || gcoll_ucx_reg_init(t) != GCOLL_OK)
         goto err_destroy;
     for (int i = 0; i < t->size; i++) {
         t->peers[i].t = t;
         t->peers[i].rank = i;
+        gcoll_match_peer_init(&t->peers[i].rx, &t->match, i);
     }
     while (t->cookie == 0)
         if (getrandom(&t->cookie, sizeof(t->cookie), 0) != sizeof(t->cookie))
@@ -337,8 +333,10 @@ gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_tr
         t->shm_max = GCOLL_UCX_SHM_MAX_LIMIT;
     }
     if (t->shm_max && !tls_may_use_mm(getenv("UCX_TLS"))) {
-        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: shared-memory mailbox off: UCX_TLS=%s has no "
-                    "shared-memory transport", getenv("UCX_TLS"));
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET,
+                    "ucx: shared-memory mailbox off: UCX_TLS=%s has no "
+                    "shared-memory transport",
+                    getenv("UCX_TLS"));
         t->shm_max = 0;
     }
     GCOLL_CHECK_GOTO(gcoll_ucx_shm_create(t), st, err_destroy);
@@ -499,7 +497,7 @@ static gcoll_status_t connect_round(gcoll_transport_t *t, int round, uint64_t de
             return GCOLL_OK;
         }
         for (int peer = 0; peer < t->size; peer++) {
-            if (t->peers[peer].failed) {
+            if (t->peers[peer].rx.failed) {
                 gcoll_ucx_set_error(t, "ucx: rank %d failed while connecting", peer);
                 return GCOLL_ERR_PEER;
             }
@@ -540,11 +538,11 @@ static gcoll_status_t flush_ep(gcoll_transport_t *t, int peer, uint64_t deadline
     if (!sp)
         return GCOLL_OK;
     while (ucp_request_check_status(sp) == UCS_INPROGRESS && gcoll_time_ms() < deadline_ms &&
-           !t->aborted && !t->peers[peer].failed)
+           !t->aborted && !t->peers[peer].rx.failed)
         gcoll_ucx_ops.progress(t, gcoll_ms_left(deadline_ms, 100));
     ucs_status_t s = ucp_request_check_status(sp);
     ucp_request_free(sp);
-    if (s == UCS_INPROGRESS && !t->aborted && !t->peers[peer].failed) {
+    if (s == UCS_INPROGRESS && !t->aborted && !t->peers[peer].rx.failed) {
         gcoll_ucx_set_error(t, "ucx: endpoint to rank %d not flushed before the deadline", peer);
         return GCOLL_ERR_TIMEOUT;
     }

@@ -26,7 +26,10 @@
 #define SHM_SLEEP_OFF 64u               /* the receiver's "asleep in epoll" word */
 #define SHM_CPU_OFF 128u                /* the CPU its owner last polled on, plus one */
 
-static size_t ring_stride(void) { return SHM_CTL_BYTES + GCOLL_UCX_SHM_RING; }
+static size_t ring_stride(void)
+{
+    return SHM_CTL_BYTES + GCOLL_UCX_SHM_RING;
+}
 
 static size_t mailbox_bytes(int size)
 {
@@ -38,8 +41,14 @@ static uint8_t *ring_of(uint8_t *mailbox, int sender)
     return mailbox + SHM_HDR_BYTES + (size_t)sender * ring_stride();
 }
 
-static inline uint64_t *ring_head(uint8_t *ring) { return (uint64_t *)(ring + 64); }
-static inline uint8_t *ring_data(uint8_t *ring) { return ring + SHM_CTL_BYTES; }
+static inline uint64_t *ring_head(uint8_t *ring)
+{
+    return (uint64_t *)(ring + 64);
+}
+static inline uint8_t *ring_data(uint8_t *ring)
+{
+    return ring + SHM_CTL_BYTES;
+}
 static inline uint32_t *mailbox_sleep(uint8_t *mailbox)
 {
     return (uint32_t *)(mailbox + SHM_SLEEP_OFF);
@@ -93,8 +102,7 @@ gcoll_status_t gcoll_ucx_shm_create(gcoll_transport_t *t)
     /* pages are allocated on first touch: only the rings of senders that use them */
     void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) {
-        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: shared-memory mailbox off: mmap: %s",
-                    strerror(errno));
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: shared-memory mailbox off: mmap: %s", strerror(errno));
         close(fd);
         t->shm_max = 0;
         return GCOLL_OK;
@@ -150,11 +158,9 @@ void gcoll_ucx_shm_attach(gcoll_transport_t *t, int peer, const uint8_t *c)
             why = strerror(errno);
         else if (!(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK)) /* -1 sets it too: not a memfd */
             why = "not sealed at its size";
-        else if ((m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
-                 MAP_FAILED)
+        else if ((m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
             why = strerror(errno);
-        else if (gcoll_get_u64(m) != SHM_MAGIC ||
-                 gcoll_get_u64((uint8_t *)m + 8) != p->cookie ||
+        else if (gcoll_get_u64(m) != SHM_MAGIC || gcoll_get_u64((uint8_t *)m + 8) != p->cookie ||
                  gcoll_get_u32((uint8_t *)m + 16) != (uint32_t)t->size ||
                  gcoll_get_u32((uint8_t *)m + 20) != GCOLL_UCX_SHM_RING)
             why = "its header does not match";
@@ -166,15 +172,15 @@ void gcoll_ucx_shm_attach(gcoll_transport_t *t, int peer, const uint8_t *c)
     if (why) {
         if (m != MAP_FAILED)
             munmap(m, bytes);
-        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d (pid %u): no shared-memory mailbox (%s)",
-                    peer, pid, why);
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d (pid %u): no shared-memory mailbox (%s)", peer,
+                    pid, why);
         return;
     }
     p->shm_box = m;
     p->shm_ring = ring_of(m, t->rank);
     populate_ring(p->shm_ring);
-    GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d (pid %u): small messages through its mailbox",
-                peer, pid);
+    GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: rank %d (pid %u): small messages through its mailbox", peer,
+                pid);
 }
 
 /* The peer said (hello) it writes into our mailbox: poll its ring. */
@@ -267,8 +273,8 @@ int gcoll_ucx_shm_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req)
 
 static void malformed(gcoll_transport_t *t, int peer, const char *what, uint64_t a, uint64_t b)
 {
-    gcoll_ucx_set_error(t, "rank %d wrote a malformed shared-memory message (%s: %llu, %llu)",
-                        peer, what, (unsigned long long)a, (unsigned long long)b);
+    gcoll_ucx_set_error(t, "rank %d wrote a malformed shared-memory message (%s: %llu, %llu)", peer,
+                        what, (unsigned long long)a, (unsigned long long)b);
     gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_PEER);
 }
 
@@ -281,7 +287,7 @@ static unsigned poll_ring(gcoll_transport_t *t, ucx_peer_t *p)
     const uint64_t R = GCOLL_UCX_SHM_RING;
     uint64_t head = p->shm_head;
     unsigned n = 0;
-    while (!p->failed) {
+    while (!p->rx.failed) {
         uint64_t pos = head & (R - 1);
         if (__atomic_load_n((uint64_t *)(data + pos), __ATOMIC_ACQUIRE) != head + 1)
             break;
@@ -340,7 +346,7 @@ unsigned gcoll_ucx_shm_poll(gcoll_transport_t *t)
     publish_cpu(t);
     for (int i = 0; i < t->nshm_senders; i++) {
         ucx_peer_t *p = &t->peers[t->shm_senders[i]];
-        if (!p->failed)
+        if (!p->rx.failed)
             n += poll_ring(t, p);
     }
     return n;

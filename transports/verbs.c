@@ -32,6 +32,12 @@ void gcoll_vb_complete(gcoll_treq_t *req, gcoll_status_t st)
     req->done = 1;
 }
 
+void gcoll_vb_match_complete(void *ctx, gcoll_treq_t *req, gcoll_status_t st)
+{
+    (void)ctx;
+    gcoll_vb_complete(req, st);
+}
+
 /* How each work-completion status reaches the collectives. A peer that stopped answering
  * (retries exhausted) is GCOLL_ERR_PEER; a local protection, length or QP-state error
  * means gcoll posted something wrong (GCOLL_ERR_INTERNAL); the rest are failures of the
@@ -80,15 +86,15 @@ const char *gcoll_vb_wc_name(enum ibv_wc_status s)
     return wc_table[s].name;
 }
 
-/* Fails everything pending with this peer; later posts to it fail at once. The QPs go to
- * the error state first so the adapter stops reading and writing our buffers for it. */
+/* Fails everything pending with this peer, and its buffered messages; later posts to it
+ * fail at once. The QPs go to the error state before any request the adapter may be
+ * reading or writing for it completes. */
 void gcoll_vb_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
 {
     gcoll_vb_peer_t *p = &t->peers[peer];
-    if (p->failed)
+    if (p->rx.failed)
         return;
-    p->failed = 1;
-    p->status = st;
+    gcoll_match_fail(&p->rx, st, GCOLL_MATCH_DROP_ALL);
     for (int q = 0; p->qps && q < t->nqp; q++) {
         if (!p->qps[q].qp)
             continue;

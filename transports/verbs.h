@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "ibvwrap.h"
+#include "match.h"
 #include "transport.h"
 
 /* ---- wire format -------------------------------------------------------------------
@@ -128,15 +129,10 @@ typedef struct gcoll_vb_rdv {
     int chunks_out;     /* posted, not completed */
 } gcoll_vb_rdv_t;
 
-typedef struct gcoll_vb_unexp {
-    struct gcoll_vb_unexp *next;
-    uint64_t tag;
-    uint32_t sig;
-    size_t len;
-    uint8_t *data; /* eager payload (NULL for an RTS or an empty message) */
-    int rdv;
-    uint32_t sid; /* RTS: the sender's rendezvous id */
-} gcoll_vb_unexp_t;
+/* An unexpected message's entry (gcoll_unexp_t) holds an eager payload (kind
+ * GCOLL_VB_UNEXP_EAGER, data), or a rendezvous offer (GCOLL_VB_UNEXP_RTS, aux: the sender's
+ * rendezvous id). */
+enum { GCOLL_VB_UNEXP_EAGER = 0, GCOLL_VB_UNEXP_RTS = 1 };
 
 typedef struct {
     uint8_t busy;
@@ -147,9 +143,9 @@ typedef struct {
     gcoll_vb_qp_t *qps;
     unsigned rr;
     int fd;     /* side channel (TCP): QP exchange at connect, then abort notices and EOF */
-    int failed; /* every operation with this peer fails with status */
     int closed; /* the peer left cleanly: buffered messages can still be received */
-    gcoll_status_t status;
+    gcoll_match_peer_t rx; /* posted receives, unexpected messages; failed: every operation
+                            * with this peer fails with rx.status */
     /* remote ring */
     uint64_t ring_raddr;
     uint32_t ring_rkey;
@@ -165,8 +161,6 @@ typedef struct {
     uint64_t rx_count, rx_head, owed;
     gcoll_vb_rdv_t **rdv_rx;
     uint32_t nrx;
-    gcoll_treq_t *posted, *posted_tail;
-    gcoll_vb_unexp_t *unexp;
 } gcoll_vb_peer_t;
 
 struct gcoll_transport {
@@ -197,6 +191,7 @@ struct gcoll_transport {
     struct ibv_mr *rx_mr, *tx_mr;
     gcoll_vb_regcache_t reg;
     gcoll_vb_peer_t *peers;
+    gcoll_match_t match;
     /* side channel */
     int listen_fd, epfd;
     char ip[64];
@@ -216,6 +211,8 @@ struct gcoll_transport {
 void gcoll_vb_set_error(gcoll_transport_t *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void gcoll_vb_complete(gcoll_treq_t *req, gcoll_status_t st);
+/* The completion hook of t->match. */
+void gcoll_vb_match_complete(void *ctx, gcoll_treq_t *req, gcoll_status_t st);
 void gcoll_vb_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st);
 /* gcoll status for a work completion status, and its enum name ("IBV_WC_RETRY_EXC_ERR"). */
 gcoll_status_t gcoll_vb_wc_status(enum ibv_wc_status s);
@@ -231,12 +228,8 @@ void gcoll_vb_destroy(gcoll_transport_t *t);
 /* Parses GCOLL_IB_HCA ("mlx5_0:1,^mlx4"): whether device name / port is selected. */
 int gcoll_vb_hca_match(const char *spec, const char *dev, int port);
 
-/* verbs_p2p.c: matching helpers shared with verbs_cq.c */
+/* verbs_p2p.c: helpers shared with verbs_cq.c */
 void gcoll_vb_proto_error(gcoll_transport_t *t, int peer, const char *why);
-gcoll_status_t gcoll_vb_check_match(gcoll_transport_t *t, int peer, const gcoll_treq_t *req,
-                                    size_t len, uint32_t sig);
-/* Unlinks and returns the posted receive with this tag, or NULL. */
-gcoll_treq_t *gcoll_vb_take_posted(gcoll_vb_peer_t *p, uint64_t tag);
 /* A rendezvous record under the lowest free id of a table; NULL when out of memory. */
 gcoll_vb_rdv_t *gcoll_vb_rdv_new(gcoll_vb_rdv_t ***tab, uint32_t *n);
 void gcoll_vb_rdv_free(gcoll_transport_t *t, gcoll_vb_rdv_t **tab, gcoll_vb_rdv_t *r);
@@ -260,8 +253,9 @@ gcoll_status_t gcoll_vb_progress(gcoll_transport_t *t, int timeout_ms);
 void gcoll_vb_abort(gcoll_transport_t *t, gcoll_status_t status, const char *reason);
 /* Polls the completion queue until empty; returns completions handled. */
 int gcoll_vb_drain(gcoll_transport_t *t);
-/* Frees a peer's queues, rendezvous and buffered messages; with st < 0 their requests are
- * completed with st first (destroy passes GCOLL_OK: requests may be gone by then). */
+/* Frees a peer's send queues and rendezvous; with st < 0 their requests are completed
+ * with st first (destroy passes GCOLL_OK: requests may be gone by then). The receive side
+ * is rx's (gcoll_match_fail, gcoll_match_peer_fini). */
 void gcoll_vb_peer_release(gcoll_transport_t *t, gcoll_vb_peer_t *p, gcoll_status_t st);
 
 #endif /* GCOLL_VERBS_H */

@@ -58,62 +58,35 @@ void gcoll_vb_deliver_data(gcoll_transport_t *t, int peer, uint64_t tag, uint32_
                            const uint8_t *data, size_t len)
 {
     gcoll_vb_peer_t *p = &t->peers[peer];
-    gcoll_treq_t *req = gcoll_vb_take_posted(p, tag);
-    if (req) {
-        gcoll_status_t st = gcoll_vb_check_match(t, peer, req, len, sig);
-        if (st == GCOLL_OK) {
-            if (len)
-                memcpy(req->buf, data, len);
-            req->nbytes = len;
-        }
-        gcoll_vb_complete(req, st);
-        return;
-    }
-    gcoll_vb_unexp_t *u = calloc(1, sizeof(*u));
-    if (!u || (len && !(u->data = malloc(len)))) {
-        free(u);
-        gcoll_vb_set_error(t,
-                           "verbs: cannot buffer an unexpected message of %zu bytes from "
-                           "rank %d",
-                           len, peer);
+    gcoll_status_t st;
+    gcoll_treq_t *req = gcoll_match_arrived(&p->rx, tag, len, sig, &st);
+    if (req)
+        gcoll_match_land(&p->rx, req, data, len);
+    else if (st == GCOLL_OK &&
+             !gcoll_match_keep(&p->rx, tag, sig, len, len, data, GCOLL_UNEXP_WHOLE))
         gcoll_vb_peer_fail(t, peer, GCOLL_ERR_NOMEM);
-        return;
-    }
-    if (len)
-        memcpy(u->data, data, len);
-    u->tag = tag;
-    u->sig = sig;
-    u->len = len;
-    u->next = p->unexp;
-    p->unexp = u;
 }
 
 static void deliver_rts(gcoll_transport_t *t, int peer, const gcoll_vb_hdr_t *h)
 {
     gcoll_vb_peer_t *p = &t->peers[peer];
-    gcoll_treq_t *req = gcoll_vb_take_posted(p, h->tag);
+    gcoll_status_t st;
+    gcoll_treq_t *req = gcoll_match_arrived(&p->rx, h->tag, h->len, h->sig, &st);
     if (req) {
-        gcoll_status_t st = gcoll_vb_check_match(t, peer, req, h->len, h->sig);
-        if (st == GCOLL_OK) {
-            gcoll_vb_rdv_recv_start(t, peer, req, h->len, h->id1);
-        } else {
-            gcoll_vb_complete(req, st);
-            gcoll_vb_queue_nack(t, peer, h->id1, st);
-        }
+        gcoll_vb_rdv_recv_start(t, peer, req, h->len, h->id1);
         return;
     }
-    gcoll_vb_unexp_t *u = calloc(1, sizeof(*u));
+    if (st != GCOLL_OK) {
+        gcoll_vb_queue_nack(t, peer, h->id1, st);
+        return;
+    }
+    gcoll_unexp_t *u = gcoll_match_keep(&p->rx, h->tag, h->sig, h->len, 0, NULL, 0);
     if (!u) {
         gcoll_vb_peer_fail(t, peer, GCOLL_ERR_NOMEM);
         return;
     }
-    u->tag = h->tag;
-    u->sig = h->sig;
-    u->len = h->len;
-    u->rdv = 1;
-    u->sid = h->id1;
-    u->next = p->unexp;
-    p->unexp = u;
+    u->kind = GCOLL_VB_UNEXP_RTS;
+    u->aux = h->id1;
 }
 
 static void on_cts(gcoll_transport_t *t, int peer, const gcoll_vb_hdr_t *h)
@@ -263,7 +236,7 @@ static void on_wc(gcoll_transport_t *t, const struct ibv_wc *wc)
         return;
     }
     gcoll_vb_peer_t *p = &t->peers[peer];
-    if (p->failed)
+    if (p->rx.failed)
         return; /* flushed after the failure was reported */
     if (kind != GCOLL_VB_WR_RECV) {
         int q = kind == GCOLL_VB_WR_RDV && val < p->ntx && p->rdv_tx[val]
@@ -364,7 +337,7 @@ static void peer_fail_all(gcoll_transport_t *t, gcoll_status_t st)
 
 static int peer_busy(gcoll_transport_t *t, gcoll_vb_peer_t *p)
 {
-    if (p->posted || p->txq || p->wq)
+    if (p->rx.posted || p->txq || p->wq)
         return 1;
     for (uint32_t i = 0; i < p->ntx; i++)
         if (p->rdv_tx[i])
@@ -409,7 +382,7 @@ static void on_sock(gcoll_transport_t *t, int peer)
     }
     /* End of file (or reset). Whatever landed before the peer left still counts. */
     gcoll_vb_drain(t);
-    if (p->failed)
+    if (p->rx.failed)
         return;
     epoll_ctl(t->epfd, EPOLL_CTL_DEL, p->fd, NULL);
     close(p->fd);
@@ -449,8 +422,8 @@ static gcoll_status_t vb_progress(gcoll_transport_t *t, int timeout_ms, int *pro
 gcoll_status_t gcoll_vb_progress(gcoll_transport_t *t, int timeout_ms)
 {
     int progressed = 0;
-    gcoll_status_t st = vb_progress(t, t->abort_status < 0 ? GCOLL_MIN(timeout_ms, 20) : timeout_ms,
-                                    &progressed);
+    gcoll_status_t st =
+        vb_progress(t, t->abort_status < 0 ? GCOLL_MIN(timeout_ms, 20) : timeout_ms, &progressed);
     abort_grace(t, progressed);
     return st;
 }
@@ -507,7 +480,7 @@ void gcoll_vb_abort(gcoll_transport_t *t, gcoll_status_t status, const char *rea
     uint64_t deadline = gcoll_time_ms() + 1000;
     for (int peer = 0; peer < t->size; peer++) {
         gcoll_vb_peer_t *p = &t->peers[peer];
-        if (peer == t->rank || p->failed || p->fd < 0)
+        if (peer == t->rank || p->rx.failed || p->fd < 0)
             continue;
         if (gcoll_sock_write_all(p->fd, frame, 4 + len, deadline) != GCOLL_OK)
             GCOLL_DEBUG(GCOLL_SUBSYS_NET, "verbs: cannot tell rank %d about the abort", peer);

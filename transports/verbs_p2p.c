@@ -1,6 +1,6 @@
-/* verbs_p2p.c: the verbs transport's posting side: slot-message wire format, tag matching
- * helpers, isend/irecv/cancel, and pushing slot messages (credit flow control), credit
- * returns and rendezvous chunks onto the queue pairs. Arrivals are in verbs_cq.c. */
+/* verbs_p2p.c: the verbs transport's posting side: slot-message wire format, isend/irecv/
+ * cancel (receives matched in match.c), and pushing slot messages (credit flow control),
+ * credit returns and rendezvous chunks onto the queue pairs. Arrivals are in verbs_cq.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -84,21 +84,6 @@ void gcoll_vb_proto_error(gcoll_transport_t *t, int peer, const char *why)
                        why);
     GCOLL_WARN("verbs: malformed message from rank %d: %s; connection dropped", peer, why);
     gcoll_vb_peer_fail(t, peer, GCOLL_ERR_TRANSPORT);
-}
-
-gcoll_status_t gcoll_vb_check_match(gcoll_transport_t *t, int peer, const gcoll_treq_t *req,
-                                    size_t len, uint32_t sig)
-{
-    char why[256];
-    gcoll_status_t st = gcoll_treq_match(req, peer, len, sig, why, sizeof(why));
-    if (st != GCOLL_OK)
-        gcoll_vb_set_error(t, "%s", why);
-    return st;
-}
-
-gcoll_treq_t *gcoll_vb_take_posted(gcoll_vb_peer_t *p, uint64_t tag)
-{
-    return gcoll_treq_list_take(&p->posted, &p->posted_tail, tag);
 }
 
 /* Lowest free index of a rendezvous table (grown by doubling); -1 when out of memory. */
@@ -205,7 +190,7 @@ static int post_write(gcoll_transport_t *t, int peer, int q, const void *laddr, 
 void gcoll_vb_push(gcoll_transport_t *t, int peer)
 {
     gcoll_vb_peer_t *p = &t->peers[peer];
-    if (p->failed || peer == t->rank)
+    if (p->rx.failed || peer == t->rank)
         return;
     /* Slot messages, in order, while the receiver has room and we have a staging slot. */
     while (p->txq) {
@@ -285,7 +270,7 @@ void gcoll_vb_push_all(gcoll_transport_t *t)
 {
     for (int i = 0; i < t->size; i++) {
         gcoll_vb_peer_t *p = &t->peers[i];
-        if (i != t->rank && !p->failed && (p->txq || p->wq || p->owed))
+        if (i != t->rank && !p->rx.failed && (p->txq || p->wq || p->owed))
             gcoll_vb_push(t, i);
     }
 }
@@ -305,8 +290,8 @@ gcoll_status_t gcoll_vb_isend(gcoll_transport_t *t, gcoll_treq_t *req)
         return GCOLL_OK;
     }
     gcoll_vb_peer_t *p = &t->peers[req->peer];
-    if (p->failed || p->closed) {
-        gcoll_vb_complete(req, p->failed ? p->status : GCOLL_ERR_PEER);
+    if (p->rx.failed || p->closed) {
+        gcoll_vb_complete(req, p->rx.failed ? p->rx.status : GCOLL_ERR_PEER);
         return GCOLL_OK;
     }
     gcoll_vb_hdr_t h = {
@@ -350,39 +335,27 @@ gcoll_status_t gcoll_vb_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
     req->status = GCOLL_INPROGRESS;
     req->nbytes = 0;
     gcoll_vb_peer_t *p = &t->peers[req->peer];
-    for (gcoll_vb_unexp_t **up = &p->unexp; *up; up = &(*up)->next) {
-        gcoll_vb_unexp_t *u = *up;
-        if (u->tag != req->tag)
-            continue;
-        *up = u->next;
-        gcoll_status_t st = gcoll_vb_check_match(t, req->peer, req, u->len, u->sig);
-        if (u->rdv) {
-            if (st == GCOLL_OK) {
-                gcoll_vb_rdv_recv_start(t, req->peer, req, u->len, u->sid);
-            } else {
-                gcoll_vb_complete(req, st);
-                gcoll_vb_queue_nack(t, req->peer, u->sid, st);
-            }
+    gcoll_status_t st;
+    gcoll_unexp_t *u = gcoll_match_claim(&p->rx, req, &st);
+    if (u) {
+        if (u->kind == GCOLL_VB_UNEXP_RTS) {
+            if (st == GCOLL_OK)
+                gcoll_vb_rdv_recv_start(t, req->peer, req, u->len, (uint32_t)u->aux);
+            else
+                gcoll_vb_queue_nack(t, req->peer, (uint32_t)u->aux, st);
             gcoll_vb_push(t, req->peer);
-        } else {
-            if (st == GCOLL_OK) {
-                if (u->len)
-                    memcpy(req->buf, u->data, u->len);
-                req->nbytes = u->len;
-            }
-            gcoll_vb_complete(req, st);
+        } else if (st == GCOLL_OK) {
+            gcoll_match_land(&p->rx, req, u->data, u->len);
         }
-        free(u->data);
-        free(u);
+        gcoll_match_unexp_free(&p->rx, u);
         return GCOLL_OK;
     }
-    if (req->peer != t->rank && (p->failed || p->closed)) {
-        if (p->closed && !p->failed)
-            gcoll_vb_set_error(t, "verbs: rank %d has left (it closed its connection)", req->peer);
-        gcoll_vb_complete(req, p->failed ? p->status : GCOLL_ERR_PEER);
+    if (req->peer != t->rank && p->closed && !p->rx.failed) {
+        gcoll_vb_set_error(t, "verbs: rank %d has left (it closed its connection)", req->peer);
+        gcoll_vb_complete(req, GCOLL_ERR_PEER);
         return GCOLL_OK;
     }
-    gcoll_treq_list_push(&p->posted, &p->posted_tail, req);
+    gcoll_match_post(&p->rx, req);
     return GCOLL_OK;
 }
 
@@ -391,10 +364,8 @@ void gcoll_vb_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     if (req->done || req->peer < 0 || req->peer >= t->size)
         return;
     gcoll_vb_peer_t *p = &t->peers[req->peer];
-    if (gcoll_treq_list_remove(&p->posted, &p->posted_tail, req)) {
-        gcoll_vb_complete(req, GCOLL_ERR_ABORTED);
+    if (gcoll_match_cancel(&p->rx, req))
         return;
-    }
     gcoll_vb_txop_t *oprev = NULL;
     for (gcoll_vb_txop_t **op = &p->txq; *op; oprev = *op, op = &(*op)->next) {
         gcoll_vb_txop_t *o = *op;
@@ -456,14 +427,4 @@ void gcoll_vb_peer_release(gcoll_transport_t *t, gcoll_vb_peer_t *p, gcoll_statu
     p->rdv_tx = p->rdv_rx = NULL;
     p->ntx = p->nrx = 0;
     p->wq = p->wq_tail = NULL;
-    for (gcoll_treq_t *r = p->posted; r; r = r->next)
-        if (fail)
-            gcoll_vb_complete(r, st);
-    p->posted = p->posted_tail = NULL;
-    while (p->unexp) {
-        gcoll_vb_unexp_t *u = p->unexp;
-        p->unexp = u->next;
-        free(u->data);
-        free(u);
-    }
 }

@@ -301,6 +301,7 @@ void gcoll_vb_destroy(gcoll_transport_t *t)
             if (p->qps[q].qp)
                 ibv->destroy_qp(p->qps[q].qp);
         gcoll_vb_peer_release(t, p, GCOLL_OK);
+        gcoll_match_peer_fini(&p->rx);
         free(p->qps);
         free(p->stage);
         free(p->rx_done);
@@ -447,8 +448,15 @@ gcoll_status_t gcoll_vb_create(const gcoll_transport_params_t *params, gcoll_tra
     st = GCOLL_ERR_NOMEM;
     if (!(t->peers = calloc((size_t)t->size, sizeof(*t->peers))))
         goto err_free;
-    for (int i = 0; i < t->size; i++)
+    t->match = (gcoll_match_t){.errmsg = t->errmsg,
+                               .errlen = sizeof(t->errmsg),
+                               .prefix = "verbs: ",
+                               .complete = gcoll_vb_match_complete,
+                               .ctx = t};
+    for (int i = 0; i < t->size; i++) {
         t->peers[i].fd = -1;
+        gcoll_match_peer_init(&t->peers[i].rx, &t->match, i);
+    }
     for (int i = 0; i < t->size; i++) {
         if (i == t->rank)
             continue;

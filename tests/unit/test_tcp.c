@@ -17,14 +17,21 @@
 
 /* ---- frame headers ---------------------------------------------------------------- */
 
-static void encode(gcoll_frame_t f, uint8_t *hdr) { gcoll_frame_encode(&f, hdr); }
+static void encode(gcoll_frame_t f, uint8_t *hdr)
+{
+    gcoll_frame_encode(&f, hdr);
+}
 
 static void test_frame_roundtrip(void **state)
 {
     (void)state;
     uint8_t hdr[GCOLL_FRAME_HDR_LEN];
-    gcoll_frame_t f = {.type = GCOLL_FRAME_DATA, .sig = 0xabcdef01, .tag = 0x1122334455667788ull,
-                       .msg_len = 1000, .frag_off = 500, .frag_len = 500};
+    gcoll_frame_t f = {.type = GCOLL_FRAME_DATA,
+                       .sig = 0xabcdef01,
+                       .tag = 0x1122334455667788ull,
+                       .msg_len = 1000,
+                       .frag_off = 500,
+                       .frag_len = 500};
     gcoll_frame_encode(&f, hdr);
     gcoll_frame_t g;
     assert_null(gcoll_frame_decode(hdr, &g));
@@ -52,20 +59,26 @@ static void test_frame_invalid(void **state)
     assert_non_null(gcoll_frame_decode(hdr, &g));
     encode((gcoll_frame_t){.type = 7, .msg_len = 10, .frag_len = 10}, hdr);
     assert_string_equal(gcoll_frame_decode(hdr, &g), "unknown frame type");
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = GCOLL_FRAME_MAX_MSG + 1,
-                           .frag_len = 1}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .msg_len = GCOLL_FRAME_MAX_MSG + 1,
+                           .frag_len = 1},
+           hdr);
     assert_non_null(strstr(gcoll_frame_decode(hdr, &g), "sane maximum"));
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_off = 5,
-                           .frag_len = 6}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_off = 5, .frag_len = 6},
+           hdr);
     assert_string_equal(gcoll_frame_decode(hdr, &g), "fragment outside its message");
     /* offsets that overflow when added */
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_off = UINT64_MAX - 2,
-                           .frag_len = 5}, hdr);
+    encode(
+        (gcoll_frame_t){
+            .type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_off = UINT64_MAX - 2, .frag_len = 5},
+        hdr);
     assert_string_equal(gcoll_frame_decode(hdr, &g), "fragment outside its message");
     encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .msg_len = 10, .frag_len = 0}, hdr);
     assert_non_null(gcoll_frame_decode(hdr, &g));
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_ABORT, .msg_len = GCOLL_FRAME_MAX_CTL + 1,
-                           .frag_len = GCOLL_FRAME_MAX_CTL + 1}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_ABORT,
+                           .msg_len = GCOLL_FRAME_MAX_CTL + 1,
+                           .frag_len = GCOLL_FRAME_MAX_CTL + 1},
+           hdr);
     assert_string_equal(gcoll_frame_decode(hdr, &g), "malformed abort frame");
 }
 
@@ -79,9 +92,12 @@ typedef struct {
 
 static gcoll_transport_t *make(pair_t *p, int rank)
 {
-    gcoll_transport_params_t params = {.rank = rank, .size = 2, .cfg = &p->cfg,
+    gcoll_transport_params_t params = {.rank = rank,
+                                       .size = 2,
+                                       .cfg = &p->cfg,
                                        .local_ip = "127.0.0.1",
-                                       .key = {(const uint8_t *)"k", 1}, .wake_fd = -1};
+                                       .key = {(const uint8_t *)"k", 1},
+                                       .wake_fd = -1};
     gcoll_transport_t *t = NULL;
     assert_int_equal(gcoll_tcp_ops.create(&params, &t), GCOLL_OK);
     return t;
@@ -303,8 +319,10 @@ static void test_oversized(void **state)
     pair_t *p = *state;
     uint8_t hdr[GCOLL_FRAME_HDR_LEN], payload[1000] = {0};
     /* a message longer than the posted 64-byte receive: mismatch, never an overrun */
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 77, .msg_len = 1000,
-                           .frag_len = 1000}, hdr);
+    encode(
+        (gcoll_frame_t){
+            .type = GCOLL_FRAME_DATA, .sig = 7, .tag = 77, .msg_len = 1000, .frag_len = 1000},
+        hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     write_all(p->raw[0], payload, sizeof(payload));
     uint8_t buf[64];
@@ -314,12 +332,19 @@ static void test_oversized(void **state)
     drive(p, one, 1);
     assert_int_equal(r.status, GCOLL_ERR_MISMATCH);
     /* fragments that disagree about their message's length are fatal */
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 88, .msg_len = 100,
-                           .frag_len = 50}, hdr);
+    encode(
+        (gcoll_frame_t){
+            .type = GCOLL_FRAME_DATA, .sig = 7, .tag = 88, .msg_len = 100, .frag_len = 50},
+        hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     write_all(p->raw[0], payload, 50);
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 88, .msg_len = 200,
-                           .frag_off = 50, .frag_len = 50}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 88,
+                           .msg_len = 200,
+                           .frag_off = 50,
+                           .frag_len = 50},
+           hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     expect_recv_fails(p, GCOLL_ERR_TRANSPORT);
 }
@@ -328,8 +353,10 @@ static void test_truncated(void **state)
 {
     pair_t *p = *state;
     uint8_t hdr[GCOLL_FRAME_HDR_LEN];
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 77, .msg_len = 64,
-                           .frag_len = 64}, hdr);
+    encode(
+        (gcoll_frame_t){
+            .type = GCOLL_FRAME_DATA, .sig = 7, .tag = 77, .msg_len = 64, .frag_len = 64},
+        hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     write_all(p->raw[0], hdr, 10); /* 10 payload bytes of 64, then the peer dies */
     close(p->raw[0]);
@@ -368,8 +395,13 @@ static void test_posted_mid_message(void **state)
     uint8_t hdr[GCOLL_FRAME_HDR_LEN], payload[3000], out[3000] = {0};
     for (size_t i = 0; i < sizeof(payload); i++)
         payload[i] = (uint8_t)(i * 7 + 1);
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 5, .msg_len = 3000,
-                           .frag_off = 0, .frag_len = 1000}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 5,
+                           .msg_len = 3000,
+                           .frag_off = 0,
+                           .frag_len = 1000},
+           hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     write_all(p->raw[0], payload, 1000);
     /* an empty message arriving before its receive, too */
@@ -382,14 +414,92 @@ static void test_posted_mid_message(void **state)
     assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &e), GCOLL_OK);
     assert_true(e.done);
     assert_int_equal(e.status, GCOLL_OK);
-    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA, .sig = 7, .tag = 5, .msg_len = 3000,
-                           .frag_off = 1000, .frag_len = 2000}, hdr);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 5,
+                           .msg_len = 3000,
+                           .frag_off = 1000,
+                           .frag_len = 2000},
+           hdr);
     write_all(p->raw[0], hdr, sizeof(hdr));
     write_all(p->raw[0], payload + 1000, 2000);
     gcoll_treq_t *one[] = {&r};
     drive(p, one, 1);
     assert_int_equal(r.status, GCOLL_OK);
     assert_memory_equal(out, payload, sizeof(payload));
+}
+
+/* The peer leaves with a receive pending: that receive and later ones fail with
+ * GCOLL_ERR_PEER, the message it sent whole is still received, the one it left half sent
+ * is not (tcp keeps whole messages past a failure, match.c). */
+static void test_peer_gone_keeps_whole(void **state)
+{
+    pair_t *p = *state;
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN], payload[500], out[500] = {0};
+    for (size_t i = 0; i < sizeof(payload); i++)
+        payload[i] = (uint8_t)(i * 3 + 2);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 5,
+                           .msg_len = 500,
+                           .frag_off = 0,
+                           .frag_len = 500},
+           hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    write_all(p->raw[0], payload, 500);
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 6,
+                           .msg_len = 500,
+                           .frag_off = 0,
+                           .frag_len = 200},
+           hdr);
+    write_all(p->raw[0], hdr, sizeof(hdr));
+    write_all(p->raw[0], payload, 200);
+    uint8_t buf[8];
+    gcoll_treq_t pending = req(1, 9, buf, sizeof(buf));
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &pending), GCOLL_OK);
+    close(p->raw[0]);
+    p->raw[0] = -1;
+    gcoll_treq_t *one[] = {&pending};
+    drive(p, one, 1);
+    assert_int_equal(pending.status, GCOLL_ERR_PEER);
+    assert_non_null(strstr(gcoll_tcp_ops.last_error(p->t[0]), "closed with operations pending"));
+    gcoll_treq_t whole = req(1, 5, out, sizeof(out)), half = req(1, 6, out, sizeof(out)),
+                 later = req(1, 10, buf, sizeof(buf));
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &whole), GCOLL_OK);
+    assert_true(whole.done);
+    assert_int_equal(whole.status, GCOLL_OK);
+    assert_int_equal(whole.nbytes, 500);
+    assert_memory_equal(out, payload, sizeof(payload));
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &half), GCOLL_OK);
+    assert_true(half.done);
+    assert_int_equal(half.status, GCOLL_ERR_PEER);
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &later), GCOLL_OK);
+    assert_true(later.done);
+    assert_int_equal(later.status, GCOLL_ERR_PEER);
+}
+
+/* More of a message that already arrived whole (a tag repeated while its first message
+ * waits for its receive) breaks the stream: the connection is dropped. */
+static void test_repeated_tag(void **state)
+{
+    pair_t *p = *state;
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN], payload[16] = {0};
+    encode((gcoll_frame_t){.type = GCOLL_FRAME_DATA,
+                           .sig = 7,
+                           .tag = 5,
+                           .msg_len = 16,
+                           .frag_off = 0,
+                           .frag_len = 16},
+           hdr);
+    for (int i = 0; i < 2; i++) {
+        write_all(p->raw[0], hdr, sizeof(hdr));
+        write_all(p->raw[0], payload, sizeof(payload));
+    }
+    expect_recv_fails(p, GCOLL_ERR_TRANSPORT);
+    assert_non_null(
+        strstr(gcoll_tcp_ops.last_error(p->t[0]), "fragments exceed the message length"));
 }
 
 static void test_cancel(void **state)
@@ -416,6 +526,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_abort_frame, setup_pair, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup_pair, teardown),
         cmocka_unit_test_setup_teardown(test_posted_mid_message, setup_raw, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_gone_keeps_whole, setup_raw, teardown),
+        cmocka_unit_test_setup_teardown(test_repeated_tag, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_garbage, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_oversized, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_truncated, setup_raw, teardown),

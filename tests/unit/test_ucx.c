@@ -2,9 +2,9 @@
  * mailbox (GCOLL_UCX_SHM_MAX) between two transport instances in one process: transfers
  * either way round, a send withdrawn while its message waits unexpected, a receive of
  * another length, malformed single-copy messages; a full mailbox, its records wrapping,
- * a malformed record, the doorbell that wakes a sleeping receiver; and the registration
- * cache; a stranger's endpoint sending gcoll's active messages without the cookie. Skips
- * when UCX cannot run here. */
+ * a malformed record, the doorbell that wakes a sleeping receiver; what a failed peer's
+ * unexpected messages become; the registration cache; a stranger's endpoint sending
+ * gcoll's active messages without the cookie. Skips when UCX cannot run here. */
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -55,9 +55,12 @@ static int setup(void **state)
     p->cfg.ucx_cma_min = 128 << 10;
     p->cfg.ucx_shm_max = 4096;
     for (int r = 0; r < 2; r++) {
-        gcoll_transport_params_t params = {.rank = r, .size = 2, .cfg = &p->cfg,
+        gcoll_transport_params_t params = {.rank = r,
+                                           .size = 2,
+                                           .cfg = &p->cfg,
                                            .local_ip = "127.0.0.1",
-                                           .key = {(const uint8_t *)"k", 1}, .wake_fd = -1};
+                                           .key = {(const uint8_t *)"k", 1},
+                                           .wake_fd = -1};
         assert_int_equal(gcoll_ucx_ops.create(&params, &p->t[r]), GCOLL_OK);
         p->len[r] = sizeof(p->blob[r]);
         assert_int_equal(gcoll_ucx_ops.address(p->t[r], p->blob[r], &p->len[r]), GCOLL_OK);
@@ -95,10 +98,10 @@ static int teardown(void **state)
     return 0;
 }
 
-#define SKIP_WITHOUT_UCX(p)                                                                   \
-    do {                                                                                      \
-        if (!(p))                                                                             \
-            skip();                                                                           \
+#define SKIP_WITHOUT_UCX(p)                                                                        \
+    do {                                                                                           \
+        if (!(p))                                                                                  \
+            skip();                                                                                \
     } while (0)
 
 static void progress_both(pair_t *p)
@@ -131,7 +134,7 @@ static gcoll_treq_t req(int peer, uint64_t tag, void *buf, size_t len)
 static void wait_unexpected(pair_t *p)
 {
     uint64_t deadline = gcoll_time_ms() + 5000;
-    while (!p->t[1]->peers[0].unexp) {
+    while (!p->t[1]->peers[0].rx.unexp) {
         assert_true(gcoll_time_ms() < deadline);
         progress_both(p);
     }
@@ -242,7 +245,7 @@ static void test_mailbox_full(void **state)
             assert_memory_equal(src[i], dst[i], s[i].len);
         }
     }
-    assert_true(p->t[0]->st_shm_full > full);        /* some went through UCX */
+    assert_true(p->t[0]->st_shm_full > full);              /* some went through UCX */
     assert_true(p->t[0]->st_shm_sends - via_shm > 5 * 10); /* most through the mailbox */
 }
 
@@ -265,7 +268,7 @@ static void test_mailbox_malformed(void **state)
     drive(p, one, 1);
     assert_int_equal(r.status, GCOLL_ERR_PEER);
     assert_non_null(strstr(gcoll_ucx_ops.last_error(p->t[1]), "malformed shared-memory"));
-    assert_true(p->t[1]->peers[0].failed);
+    assert_true(p->t[1]->peers[0].rx.failed);
 }
 
 /* Payload bytes left in the ring from an earlier lap are never taken for a record: here the
@@ -288,9 +291,9 @@ static void test_mailbox_stale_lap(void **state)
         drive(p, both, 2);
         assert_int_equal(r.status, GCOLL_OK);
         assert_memory_equal(src, dst, sizeof(src));
-        assert_null(p->t[1]->peers[0].unexp); /* nothing made up */
+        assert_null(p->t[1]->peers[0].rx.unexp); /* nothing made up */
     }
-    assert_false(p->t[1]->peers[0].failed);
+    assert_false(p->t[1]->peers[0].rx.failed);
 }
 
 /* Where the peer runs (peer_shares_cpu): both instances poll on this thread's CPU (pinned
@@ -440,13 +443,12 @@ static void test_malformed_desc(void **state)
     uint8_t *dst = calloc(1, len);
     gcoll_treq_t r = req(0, 0, dst, len);
     assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
-    assert_int_equal(gcoll_ucx_send_ctl(p->t[0], 1, UCX_MSG_CMA, 0, junk, sizeof(junk)),
-                     GCOLL_OK);
+    assert_int_equal(gcoll_ucx_send_ctl(p->t[0], 1, UCX_MSG_CMA, 0, junk, sizeof(junk)), GCOLL_OK);
     gcoll_treq_t *one[] = {&r};
     drive(p, one, 1);
     assert_int_equal(r.status, GCOLL_ERR_PEER);
     assert_non_null(strstr(gcoll_ucx_ops.last_error(p->t[1]), "malformed single-copy"));
-    assert_true(p->t[1]->peers[0].failed);
+    assert_true(p->t[1]->peers[0].rx.failed);
     /* nothing more goes to a failed peer */
     assert_int_equal(gcoll_ucx_send_ctl(p->t[1], 0, UCX_MSG_FIN, 0, junk, 8), GCOLL_ERR_PEER);
     free(dst);
@@ -463,8 +465,7 @@ static void test_malformed_fin(void **state)
     gcoll_treq_t s = req(1, 5, src, len);
     assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s), GCOLL_OK);
     wait_unexpected(p);
-    assert_int_equal(gcoll_ucx_send_ctl(p->t[1], 0, UCX_MSG_FIN, 0, junk, sizeof(junk)),
-                     GCOLL_OK);
+    assert_int_equal(gcoll_ucx_send_ctl(p->t[1], 0, UCX_MSG_FIN, 0, junk, sizeof(junk)), GCOLL_OK);
     gcoll_treq_t *snd[] = {&s};
     drive(p, snd, 1);
     assert_int_equal(s.status, GCOLL_ERR_PEER);
@@ -492,6 +493,58 @@ static void test_destroy_answers(void **state)
     free(src);
 }
 
+/* A failed peer: the receive pending from it and later ones fail with its status; a
+ * message it sent whole (through the mailbox) is still received, one whose data stayed
+ * with it (a single-copy descriptor) is not. */
+static void test_peer_fail_keeps_whole(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    size_t big = 256 << 10;
+    uint8_t small[100], *src = calloc(1, big), out[100] = {0}, *bout = malloc(big);
+    for (size_t i = 0; i < sizeof(small); i++)
+        small[i] = (uint8_t)(i * 5 + 3);
+    gcoll_treq_t s1 = req(1, 5, small, sizeof(small)), s2 = req(1, 6, src, big);
+    assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s1), GCOLL_OK);
+    assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s2), GCOLL_OK);
+    uint64_t deadline = gcoll_time_ms() + 5000;
+    int n = 0;
+    while (n < 2) { /* both wait unexpected at rank 1 */
+        assert_true(gcoll_time_ms() < deadline);
+        progress_both(p);
+        n = 0;
+        for (gcoll_unexp_t *u = p->t[1]->peers[0].rx.unexp; u; u = u->next)
+            n++;
+    }
+    uint8_t buf[8];
+    gcoll_treq_t pending = req(0, 9, buf, sizeof(buf));
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &pending), GCOLL_OK);
+    gcoll_ucx_peer_fail(p->t[1], 0, GCOLL_ERR_PEER);
+    assert_true(pending.done);
+    assert_int_equal(pending.status, GCOLL_ERR_PEER);
+    gcoll_treq_t r1 = req(0, 5, out, sizeof(out)), r2 = req(0, 6, bout, big),
+                 later = req(0, 10, buf, sizeof(buf));
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r1), GCOLL_OK);
+    assert_true(r1.done);
+    assert_int_equal(r1.status, GCOLL_OK);
+    assert_memory_equal(out, small, sizeof(small));
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r2), GCOLL_OK);
+    assert_true(r2.done);
+    assert_int_equal(r2.status, GCOLL_ERR_PEER);
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &later), GCOLL_OK);
+    assert_true(later.done);
+    assert_int_equal(later.status, GCOLL_ERR_PEER);
+    gcoll_ucx_ops.destroy(p->t[1]); /* before the buffers of rank 0's sends go */
+    p->t[1] = NULL;
+    deadline = gcoll_time_ms() + 5000;
+    while (!s2.done && gcoll_time_ms() < deadline)
+        gcoll_ucx_ops.progress(p->t[0], 1);
+    gcoll_ucx_ops.destroy(p->t[0]);
+    p->t[0] = NULL;
+    free(src);
+    free(bout);
+}
+
 /* The registration cache: a lookup finds a live registration covering the range, and
  * nothing once it is deregistered (or when nothing is registered: the lock-free path). */
 static void test_registration(void **state)
@@ -506,7 +559,7 @@ static void test_registration(void **state)
     assert_non_null(h);
     assert_non_null(gcoll_ucx_reg_lookup(p->t[0], buf + 4096, 8192));
     assert_null(gcoll_ucx_reg_lookup(p->t[0], buf + 4096, len)); /* runs past the end */
-    transfer(p, len, 1, VIA_CMA); /* other buffers meanwhile */
+    transfer(p, len, 1, VIA_CMA);                                /* other buffers meanwhile */
     gcoll_ucx_ops.mem_dereg(p->t[0], h);
     assert_null(gcoll_ucx_reg_lookup(p->t[0], buf, len));
     free(buf);
@@ -518,8 +571,8 @@ static void test_registration(void **state)
  * cookie, which only the authenticated bootstrap hands out, nothing is delivered; with it
  * (read here from the transport, which a stranger cannot do) the same message is, so the
  * cookie is what keeps it out. */
-static void stranger_send(pair_t *p, ucp_worker_h w, ucp_ep_h ep, uint64_t cookie,
-                          uint64_t tag, const void *data, size_t len)
+static void stranger_send(pair_t *p, ucp_worker_h w, ucp_ep_h ep, uint64_t cookie, uint64_t tag,
+                          const void *data, size_t len)
 {
     ucx_hdr_t h = {.type = UCX_MSG_DATA, .src = 0, .sig = 7, .cookie = cookie, .tag = tag};
     uint8_t hdr[GCOLL_UCX_HDR_LEN];
@@ -573,7 +626,7 @@ static void test_stranger_injection(void **state)
         ucp_worker_progress(w);
     }
     assert_int_equal(r.done, 0);
-    assert_null(p->t[1]->peers[0].unexp); /* not kept for a later receive either */
+    assert_null(p->t[1]->peers[0].rx.unexp); /* not kept for a later receive either */
     for (size_t i = 0; i < sizeof(got); i++)
         assert_int_equal(got[i], 0);
 
@@ -615,6 +668,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_fin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_answers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_fail_keeps_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stranger_injection, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

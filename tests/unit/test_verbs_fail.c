@@ -71,6 +71,36 @@ static void test_completion_errors(void **state)
     assert_string_equal(gcoll_vb_wc_name((enum ibv_wc_status)200), "IBV_WC_(unknown)");
 }
 
+/* A peer that fails (not one that leaves cleanly, test_peer_closed) takes the messages
+ * it sent with it: one that waited unexpected is not received after the failure, which
+ * fails that receive with the failure's status instead. */
+static void test_failure_drops_buffered(void **state)
+{
+    (void)state;
+    pair_t *p = pair_open(NULL);
+    char msg[] = "early";
+    gcoll_treq_t s = req(0, 5, msg, sizeof(msg));
+    OPS.isend(p->t[1], &s);
+    gcoll_treq_t *sone[] = {&s};
+    drive(p, sone, 1);
+    idle(p, 3); /* rank 0 holds it unexpected */
+    uint8_t buf[16];
+    gcoll_treq_t pending = req(1, 9, buf, sizeof(buf));
+    OPS.irecv(p->t[0], &pending);
+    fake_verbs_fail_sends(1, IBV_WC_RETRY_EXC_ERR);
+    gcoll_treq_t snd = req(1, 1, buf, sizeof(buf));
+    assert_int_equal(OPS.isend(p->t[0], &snd), GCOLL_OK);
+    gcoll_treq_t *two[] = {&snd, &pending};
+    drive(p, two, 2);
+    assert_int_equal(snd.status, GCOLL_ERR_PEER);
+    assert_int_equal(pending.status, GCOLL_ERR_PEER);
+    gcoll_treq_t r = req(1, 5, buf, sizeof(msg));
+    OPS.irecv(p->t[0], &r);
+    assert_true(r.done);
+    assert_int_equal(r.status, GCOLL_ERR_PEER);
+    pair_close(p);
+}
+
 static void test_abort(void **state)
 {
     (void)state;
@@ -134,7 +164,7 @@ static void test_cancel(void **state)
     idle(p, 2);
     OPS.cancel(p->t[0], &bs);
     assert_int_equal(bs.status, GCOLL_ERR_ABORTED);
-    assert_true(p->t[0]->peers[1].failed);
+    assert_true(p->t[0]->peers[1].rx.failed);
     free(big);
     pair_close(p);
 }
@@ -399,6 +429,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_codec),
         cmocka_unit_test_setup_teardown(test_completion_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failure_drops_buffered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_closed, setup, teardown),

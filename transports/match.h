@@ -1,0 +1,108 @@
+/* match.h: the receive side every transport shares: the check a message meets at its
+ * receive, the receives posted per peer, the messages that came before their receive
+ * (unexpected), and a peer's failure. Internal to transports/. */
+#ifndef GCOLL_MATCH_H
+#define GCOLL_MATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport.h"
+
+/* The check every transport makes when a message meets its receive: the same signature,
+ * and the same length (at most the posted one with GCOLL_TREQ_ANYLEN). On a difference,
+ * GCOLL_ERR_MISMATCH with the reason in why. */
+gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, uint32_t sig,
+                                char *why, size_t whylen);
+
+/* Requests in posting order, oldest first: append; take the oldest with a tag; remove a
+ * given one (returns 1 if it was there). */
+void gcoll_treq_list_push(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_t *req);
+gcoll_treq_t *gcoll_treq_list_take(gcoll_treq_t **head, gcoll_treq_t **tail, uint64_t tag);
+int gcoll_treq_list_remove(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_t *req);
+
+/* A message that arrived before its receive was posted. */
+typedef struct gcoll_unexp {
+    struct gcoll_unexp *next;
+    uint64_t tag;
+    uint32_t sig;
+    size_t len;    /* the message's length */
+    uint8_t *data; /* storage of `bytes` bytes (allocated with the entry), or NULL */
+    size_t bytes;  /* counted against the store's bound */
+    int whole;     /* the whole payload is here: it outlives its sender's failure */
+    /* the transport's: what the entry stands for and holds (UCX's descriptor of the data,
+     * TCP's assembly of a message still arriving, a verbs rendezvous id) */
+    int kind;
+    void *priv;
+    uint64_t aux;
+} gcoll_unexp_t;
+
+enum { GCOLL_UNEXP_WHOLE = 1 };
+
+/* What a transport's instance shares with its peers' stores. */
+typedef struct gcoll_match {
+    char *errmsg; /* the transport's last_error: the first failure written is kept */
+    size_t errlen;
+    const char *prefix; /* put before "cannot buffer..." ("verbs: "), or "" */
+    size_t unexp_max;   /* bytes one peer's unexpected messages may hold; 0: what memory allows */
+    /* Completes a request (the transport counts completions its own way). */
+    void (*complete)(void *ctx, gcoll_treq_t *req, gcoll_status_t st);
+    /* Optional: lets go of what the transport holds in an entry (before it is freed). */
+    void (*release)(void *ctx, gcoll_unexp_t *u);
+    void *ctx;
+} gcoll_match_t;
+
+/* One peer's receive side. */
+typedef struct {
+    gcoll_match_t *m;
+    int rank;
+    int failed; /* every receive from this peer fails with status */
+    gcoll_status_t status;
+    gcoll_treq_t *posted, *posted_tail; /* receives not yet matched, oldest first */
+    gcoll_unexp_t *unexp, *unexp_tail;  /* unexpected messages, oldest first */
+    size_t unexp_bytes;
+} gcoll_match_peer_t;
+
+void gcoll_match_peer_init(gcoll_match_peer_t *mp, gcoll_match_t *m, int rank);
+/* Forgets the posted receives (the caller's) and frees the unexpected messages. */
+void gcoll_match_peer_fini(gcoll_match_peer_t *mp);
+
+/* A message (tag, len, sig) arrived: unlinks and checks the oldest receive posted for its
+ * tag. Returns it when the message lands there (*st_p GCOLL_OK). NULL with *st_p GCOLL_OK:
+ * no receive, the message is unexpected. NULL with an error in *st_p: the receive refused
+ * it, has completed with that status (reason in the error), and the message is dropped. */
+gcoll_treq_t *gcoll_match_arrived(gcoll_match_peer_t *mp, uint64_t tag, size_t len, uint32_t sig,
+                                  gcoll_status_t *st_p);
+/* Keeps an unexpected message: an entry with `bytes` bytes of storage, copied from data
+ * when data is not NULL; flags GCOLL_UNEXP_WHOLE says its payload is all here. NULL when
+ * the store's bound or memory does not allow it: the error says so and the caller fails
+ * the peer with GCOLL_ERR_NOMEM. */
+gcoll_unexp_t *gcoll_match_keep(gcoll_match_peer_t *mp, uint64_t tag, uint32_t sig, size_t len,
+                                size_t bytes, const void *data, unsigned flags);
+/* The oldest unexpected message with this tag, left in the store; NULL if none. */
+gcoll_unexp_t *gcoll_match_find(gcoll_match_peer_t *mp, uint64_t tag);
+/* A receive is posted: takes the oldest unexpected message with its tag out of the store
+ * and checks it against req. NULL when there is none. With *st_p GCOLL_OK the caller
+ * receives the message; otherwise req has completed with the mismatch. Either way the
+ * entry is the caller's to free (gcoll_match_unexp_free), after answering its sender. */
+gcoll_unexp_t *gcoll_match_claim(gcoll_match_peer_t *mp, gcoll_treq_t *req, gcoll_status_t *st_p);
+void gcoll_match_unexp_free(gcoll_match_peer_t *mp, gcoll_unexp_t *u);
+/* Copies a message of len bytes from src into req and completes it. */
+void gcoll_match_land(gcoll_match_peer_t *mp, gcoll_treq_t *req, const void *src, size_t len);
+/* Queues a receive no message claimed; from a failed peer it completes at once with the
+ * peer's status. */
+void gcoll_match_post(gcoll_match_peer_t *mp, gcoll_treq_t *req);
+/* Withdraws a posted receive, completing it with GCOLL_ERR_ABORTED; 0 if it was not
+ * posted (matched already, or not a receive from this peer). */
+int gcoll_match_cancel(gcoll_match_peer_t *mp, gcoll_treq_t *req);
+/* Completes every posted receive with st; the peer is not marked failed. */
+void gcoll_match_fail_posted(gcoll_match_peer_t *mp, gcoll_status_t st);
+
+enum { GCOLL_MATCH_DROP_ALL = 0, GCOLL_MATCH_KEEP_WHOLE = 1 };
+/* Marks the peer failed with st (once: later calls do nothing): its posted receives
+ * complete with st, later posts complete with st at once. Its unexpected messages are
+ * dropped, but with GCOLL_MATCH_KEEP_WHOLE those whose payload is all here stay for the
+ * receives still to come (an orderly close follows a peer's last message). */
+void gcoll_match_fail(gcoll_match_peer_t *mp, gcoll_status_t st, int keep);
+
+#endif /* GCOLL_MATCH_H */
