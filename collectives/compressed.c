@@ -647,12 +647,11 @@ gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_ten
     uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
     e->sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, count, (int)(h & 0xffff), op, (int)(h >> 32));
     /* as gcoll_compressed_run: folding is run_compressed's alone */
-    const gcoll_encode_opts_t opt = {
-        .check = check == GCOLL_NANCHECK_FOLD ? GCOLL_NANCHECK_SCAN : check};
+    const gcoll_encode_opts_t opt = {.check = check == GCOLL_NANCHECK_FOLD ? GCOLL_NANCHECK_SCAN
+                                                                           : check};
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (grow((void **)&e->msg, &e->cap, gcoll_codec_bound(c, count), 1))
-        st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, &opt, e->msg, e->cap,
-                                      &e->len);
+        st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, &opt, e->msg, e->cap, &e->len);
     if (st == GCOLL_OK && sc == S_RANDOMK) {
         size_t k = 0, kv = 0;
         st = gcoll_decode_info(e->msg, e->len, NULL, &k);
@@ -670,8 +669,7 @@ gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_ten
 
 gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                                gcoll_encoded_t *e, const float *grad, float *out,
-                                               size_t count, gcoll_op_t op,
-                                               gcoll_nancheck_t check)
+                                               size_t count, gcoll_op_t op, gcoll_nancheck_t check)
 {
     if (!e->staged)
         return gcoll_compressed_run(comm, s, grad, out, count, op, 0, check);
@@ -691,8 +689,8 @@ gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_
     const gcoll_compressor_t *c = s->c;
     gcoll_status_t st;
     if (e->scheme == S_RANDOMK) {
-        st = gcoll_ring_allreduce_at(comm, e->val, e->k, GCOLL_FLOAT32, GCOLL_SUM, e->sig,
-                                     PHASE(0));
+        st =
+            gcoll_ring_allreduce_at(comm, e->val, e->k, GCOLL_FLOAT32, GCOLL_SUM, e->sig, PHASE(0));
         if (st == GCOLL_OK) {
             uint64_t t0 = gcoll_time_ns();
             gcoll_sum_src_t src = {.idx = e->idx, .val = e->val, .n = e->k};
@@ -705,9 +703,15 @@ gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_
     } else {
         gcoll_pairs_t pairs = {0};
         st = gcoll_decode_info(e->msg, e->len, NULL, &pairs.n);
-        gcoll_sparse_call_t call = {.codec = c, .pairs = &pairs, .msg = e->msg,
-                                    .msglen = e->len, .count = count, .out = out, .op = op,
-                                    .kind = GCOLL_KIND_COMPRESSED, .sig = e->sig};
+        gcoll_sparse_call_t call = {.codec = c,
+                                    .pairs = &pairs,
+                                    .msg = e->msg,
+                                    .msglen = e->len,
+                                    .count = count,
+                                    .out = out,
+                                    .op = op,
+                                    .kind = GCOLL_KIND_COMPRESSED,
+                                    .sig = e->sig};
         if (st == GCOLL_OK)
             st = gcoll_sparse_run(comm, &call, NULL);
         gcoll_pairs_free(&pairs);

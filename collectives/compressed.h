@@ -78,8 +78,7 @@ gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_ten
 /* Returns e->st when the encode failed (with e->err, if set, as the communicator's error). */
 gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                                gcoll_encoded_t *e, const float *grad, float *out,
-                                               size_t count, gcoll_op_t op,
-                                               gcoll_nancheck_t check);
+                                               size_t count, gcoll_op_t op, gcoll_nancheck_t check);
 void gcoll_encoded_free(gcoll_encoded_t *e);
 
 #endif /* GCOLL_COMPRESSED_H */

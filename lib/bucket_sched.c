@@ -159,7 +159,8 @@ gcoll_status_t gcoll_bk_worker_start(gcoll_bucketer_t *b)
     int rc = pthread_create(&b->worker, NULL, codec_worker, b);
     if (rc != 0) { /* the progress thread encodes each bucket in its turn instead */
         GCOLL_WARN("gcoll_bucketer: cannot start the codec worker (%s); buckets are encoded "
-                   "in their turn", strerror(rc));
+                   "in their turn",
+                   strerror(rc));
         b->pipeline = 0;
         return GCOLL_OK;
     }
@@ -190,8 +191,10 @@ gcoll_status_t gcoll_bk_encodes_idle(gcoll_bucketer_t *b)
         if (busy < 0)
             return GCOLL_OK;
         if (gcoll_time_ms() > give_up) {
-            gcoll_comm_set_error(b->comm, "gcoll_bucketer: the encode of %s did not end "
-                                          "within GCOLL_TIMEOUT_MS", b->bk[busy].label);
+            gcoll_comm_set_error(b->comm,
+                                 "gcoll_bucketer: the encode of %s did not end "
+                                 "within GCOLL_TIMEOUT_MS",
+                                 b->bk[busy].label);
             return GCOLL_ERR_TIMEOUT;
         }
         struct timespec ts = in_ms(100);
@@ -222,8 +225,10 @@ gcoll_status_t gcoll_bk_encoded(gcoll_comm_t *comm, bucket_t *k)
             break;
         }
         if (gcoll_time_ms() > give_up) {
-            gcoll_comm_set_error(comm, "gcoll_bucketer: the encode of %s did not end within "
-                                       "GCOLL_TIMEOUT_MS", k->label);
+            gcoll_comm_set_error(comm,
+                                 "gcoll_bucketer: the encode of %s did not end within "
+                                 "GCOLL_TIMEOUT_MS",
+                                 k->label);
             st = GCOLL_ERR_TIMEOUT;
             break;
         }

@@ -373,8 +373,8 @@ static gcoll_status_t gather(bucket_t *k, int scan, char *err, size_t errlen)
             memcpy(dst + o, src + o, n * sizeof(float));
             size_t bad = gcoll_kernels()->first_bad(dst + o, n);
             if (bad < n) {
-                snprintf(err, errlen, "%s: tensor '%s' element %zu is NaN or infinite",
-                         k->label, t->name, g->toff + o + bad);
+                snprintf(err, errlen, "%s: tensor '%s' element %zu is NaN or infinite", k->label,
+                         t->name, g->toff + o + bad);
                 return GCOLL_ERR_INVALID;
             }
         }
@@ -446,10 +446,9 @@ static gcoll_status_t run_staged(gcoll_comm_t *comm, bucket_t *k, double *t0_p)
     *t0_p = t0;
     uint64_t sent0 = comm->chan.counters.bytes_sent, comp0 = comm->chan.counters.ns_compress;
     uint64_t wire0 = comm->chan.counters.ns_wire;
-    gcoll_status_t st =
-        gcoll_compressed_exchange_stage(comm, k->state, &k->staged, k->fused, k->fused, k->count,
-                                        b->cfg.op, k->acc ? GCOLL_NANCHECK_SCAN
-                                                          : GCOLL_NANCHECK_DONE);
+    gcoll_status_t st = gcoll_compressed_exchange_stage(
+        comm, k->state, &k->staged, k->fused, k->fused, k->count, b->cfg.op,
+        k->acc ? GCOLL_NANCHECK_SCAN : GCOLL_NANCHECK_DONE);
     k->run_s = k->enc_s + (double)gcoll_time_ns() * 1e-9 - t0;
     k->wire_s = k->run_s;
     k->comp_s = (double)(comm->chan.counters.ns_compress - comp0) * 1e-9;

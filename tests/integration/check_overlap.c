@@ -226,8 +226,7 @@ static gcoll_comm_t *dup_pipeline(const char *pipeline)
 /* The same steps through a pipelined bucketer and one that encodes in each bucket's turn,
  * on two communicators, with different shuffled ready() orders: bit-identical results,
  * step after step (the residuals carry every difference forward). */
-static void ov_pipeline(gcoll_comm_t *on, gcoll_comm_t *off, const char *spec,
-                        size_t bucket_bytes)
+static void ov_pipeline(gcoll_comm_t *on, gcoll_comm_t *off, const char *spec, size_t bucket_bytes)
 {
     gcoll_bucketer_config_t cfg = {
         .bucket_bytes = bucket_bytes, .op = GCOLL_AVG, .default_spec = spec};
@@ -242,8 +241,8 @@ static void ov_pipeline(gcoll_comm_t *on, gcoll_comm_t *off, const char *spec,
         }
         for (int l = 0; l < NOV; l++) {
             g[v][l] = malloc(ov[l].count * sizeof(float));
-            gcoll_bucketer_add_tensor(b[v], ov[l].name, g[v][l], ov[l].count, GCOLL_FLOAT32,
-                                      NULL, &id[v][l]);
+            gcoll_bucketer_add_tensor(b[v], ov[l].name, g[v][l], ov[l].count, GCOLL_FLOAT32, NULL,
+                                      &id[v][l]);
         }
     }
     for (int step = 0; step < 5 && !failures; step++) {
@@ -262,14 +261,15 @@ static void ov_pipeline(gcoll_comm_t *on, gcoll_comm_t *off, const char *spec,
         for (int l = 0; l < NOV && !failures; l++)
             if (memcmp(g[0][l], g[1][l], ov[l].count * sizeof(float)) != 0)
                 FAIL("%s bucket_bytes %zu step %d: %s encoded ahead differs from the same "
-                     "encoded in its turn", spec, bucket_bytes, step, ov[l].name);
+                     "encoded in its turn",
+                     spec, bucket_bytes, step, ov[l].name);
     }
     if (!failures && gcoll_bucketer_num_buckets(b[0]) != gcoll_bucketer_num_buckets(b[1]))
         FAIL("%s: %d buckets pipelined, %d not", spec, gcoll_bucketer_num_buckets(b[0]),
              gcoll_bucketer_num_buckets(b[1]));
     if (rank == 0)
-        printf("pipeline %s bucket_bytes %zu: %d buckets, 5 steps identical\n", spec,
-               bucket_bytes, gcoll_bucketer_num_buckets(b[0]));
+        printf("pipeline %s bucket_bytes %zu: %d buckets, 5 steps identical\n", spec, bucket_bytes,
+               gcoll_bucketer_num_buckets(b[0]));
 out:
     for (int v = 0; v < 2; v++) {
         gcoll_bucketer_destroy(b[v]);
