@@ -114,14 +114,16 @@ static struct timespec in_ms(long ms)
  * order reaches the bucket, its message is ready. A thread rather than slices of encode
  * between the progress thread's polls: the encodes are single calls of the codec (a
  * selection over the whole bucket), and the progress thread keeps its latency to the wire.
- * The worker takes the launched bucket the progress thread runs first (by priority the
- * latest in backward order, else the earliest); the progress thread encodes a bucket
- * itself when its turn comes before the worker took it. Each bucket's encode reads only
+ * The worker takes a bucket only while the progress thread has another on the wire, and
+ * then the launched one the progress thread runs first (by priority the latest in backward
+ * order, else the earliest); otherwise the progress thread encodes the bucket itself in its
+ * turn: with the link idle a hand-over between threads would only add a wake-up (on cores
+ * the backward pass keeps busy, measured slower). Each bucket's encode reads only
  * its own tensors and state, so the results are those of the unpipelined run whatever
  * thread encodes and in which order. */
 static bucket_t *next_encode(gcoll_bucketer_t *b)
 {
-    for (int i = 0; i < b->nb; i++) {
+    for (int i = 0; b->on_wire && i < b->nb; i++) {
         bucket_t *k = &b->bk[b->priority ? b->nb - 1 - i : i];
         if (k->pre_ok && k->launched && !k->ran && k->enc == ENC_NONE)
             return k;
@@ -178,6 +180,15 @@ void gcoll_bk_worker_stop(gcoll_bucketer_t *b)
     pthread_mutex_unlock(&b->lock);
     if (on) /* it sleeps in 1 s waits or runs one encode: a bounded join */
         pthread_join(b->worker, NULL);
+}
+
+void gcoll_bk_on_wire(gcoll_bucketer_t *b, int on)
+{
+    pthread_mutex_lock(&b->lock);
+    b->on_wire = on;
+    if (on && b->worker_on)
+        pthread_cond_signal(&b->wcond);
+    pthread_mutex_unlock(&b->lock);
 }
 
 gcoll_status_t gcoll_bk_encodes_idle(gcoll_bucketer_t *b)

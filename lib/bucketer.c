@@ -446,9 +446,11 @@ static gcoll_status_t run_staged(gcoll_comm_t *comm, bucket_t *k, double *t0_p)
     *t0_p = t0;
     uint64_t sent0 = comm->chan.counters.bytes_sent, comp0 = comm->chan.counters.ns_compress;
     uint64_t wire0 = comm->chan.counters.ns_wire;
+    gcoll_bk_on_wire(k->b, 1);
     gcoll_status_t st = gcoll_compressed_exchange_stage(
         comm, k->state, &k->staged, k->fused, k->fused, k->count, b->cfg.op,
         k->acc ? GCOLL_NANCHECK_SCAN : GCOLL_NANCHECK_DONE);
+    gcoll_bk_on_wire(k->b, 0);
     k->run_s = k->enc_s + (double)gcoll_time_ns() * 1e-9 - t0;
     k->wire_s = k->run_s;
     k->comp_s = (double)(comm->chan.counters.ns_compress - comp0) * 1e-9;
@@ -483,6 +485,7 @@ static gcoll_status_t run_inline(gcoll_comm_t *comm, bucket_t *k, double *t0_p)
             return st;
     }
     uint64_t w0 = gcoll_time_ns();
+    gcoll_bk_on_wire(b, 1);
     if (k->dtype == GCOLL_FLOAT32) {
         k->streamed = stream_eligible(k);
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0,
@@ -497,6 +500,7 @@ static gcoll_status_t run_inline(gcoll_comm_t *comm, bucket_t *k, double *t0_p)
         if (st == GCOLL_OK)
             gcoll_reduce_finish(k->fused, k->count, k->dtype, b->cfg.op, comm->size);
     }
+    gcoll_bk_on_wire(b, 0);
     k->wire_s = (double)(gcoll_time_ns() - w0) * 1e-9;
     return st;
 }

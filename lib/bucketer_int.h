@@ -119,6 +119,7 @@ struct gcoll_bucketer {
      * thread has another on the wire */
     int pipeline;
     int worker_on, worker_stop;
+    int on_wire; /* the progress thread is exchanging a bucket: the worker may encode */
     pthread_t worker;
     pthread_cond_t wcond; /* a bucket to encode, or stop */
     char err[512];
@@ -159,6 +160,8 @@ gcoll_status_t gcoll_bk_encodes_idle(gcoll_bucketer_t *b);
 /* On the progress thread, before bucket k's exchange: its encode done (by the worker, or
  * here if the worker has not started it), within GCOLL_TIMEOUT_MS. */
 gcoll_status_t gcoll_bk_encoded(gcoll_comm_t *comm, bucket_t *k);
+/* The progress thread starts (on 1) or ends (0) a bucket's exchange. */
+void gcoll_bk_on_wire(gcoll_bucketer_t *b, int on);
 
 /* adapt_bucket.c. Swaps a bucket's compressor for a copy at density d; the residuals stay. */
 gcoll_status_t gcoll_bucket_set_density(bucket_t *k, double d);
