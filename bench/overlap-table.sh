@@ -13,7 +13,9 @@
 # ERR_DIR=DIR each run's rank-0 stderr (its GCOLL_DEBUG log) is kept there.
 # PIPE_ROUNDS=N (N > 0) prints the other table of docs/overlap.md instead: each compressed
 # spec with the codec worker on and off (GCOLL_BUCKET_PIPELINE=1 / 0), the two alternating
-# N times at the same compute (the first run's -c match), each column the best over rounds.
+# N times at the same compute (the first run's -c match) and the same buckets (the automatic
+# first layout, GCOLL_BUCKET_REBUILD=0: a rebuild from measured times would cut each run's
+# differently), each column the best over rounds.
 # Needs root, iproute2 and tc; skips with a message where namespaces cannot be made.
 # Everything it creates (namespaces gcov-ns*, gcov-br, temp files) is removed on exit.
 set -u
@@ -106,7 +108,7 @@ pipe_table() {
                 nb="" good=1
                 for round in $(seq "$PIPE_ROUNDS"); do
                     for pipe in 1 0; do
-                        run "$n" "$TMP/pp" GCOLL_BUCKET_PIPELINE=$pipe -- -m "$model" -z "$spec" \
+                        run "$n" "$TMP/pp" GCOLL_BUCKET_PIPELINE=$pipe GCOLL_BUCKET_REBUILD=0 -- -m "$model" -z "$spec" \
                             -c "${compute:-match}" || { good=0; continue; }
                         [ -n "$compute" ] || compute=$(val "$TMP/pp" "# compute loops")
                         [ -n "$nb" ] || nb=$(sed -n 's/.* in \([0-9]*\) buckets.*/\1/p' "$TMP/pp")
