@@ -11,6 +11,11 @@
 # resnet50": 4 MB in 8 layers, 24 MB in 24 layers, ResNet-50's 161 tensors), SPECS ("none
 # topk:density=0.01"). GCOLL_* tuning variables set by the caller reach every rank; with
 # ERR_DIR=DIR each run's rank-0 stderr (its GCOLL_DEBUG log) is kept there.
+# PIPE_ROUNDS=N (N > 0) prints the other table of docs/overlap.md instead: each compressed
+# spec with the codec worker on and off (GCOLL_BUCKET_PIPELINE=1 / 0), the two alternating
+# N times at the same compute (the first run's -c match) and the same buckets (the automatic
+# first layout, GCOLL_BUCKET_REBUILD=0: a rebuild from measured times would cut each run's
+# differently), each column the best over rounds.
 # Needs root, iproute2 and tc; skips with a message where namespaces cannot be made.
 # Everything it creates (namespaces gcov-ns*, gcov-br, temp files) is removed on exit.
 set -u
@@ -85,6 +90,56 @@ run() {
 }
 
 val() { awk -v k="$2" 'index($0, k) == 1 { sub(k, ""); print $1 + 0; exit }' "$1"; }
+
+# pipe_table: the codec worker on and off, alternating PIPE_ROUNDS times per row
+pipe_table() {
+    printf '# overlap-table: links %s per direction, %s iterations (best), %s rounds of pipelining on/off, load %s\n' \
+        "$RATE" "$ITERS" "$PIPE_ROUNDS" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '%-5s %-10s %-20s %-7s %9s %9s %9s %6s %9s %9s %6s %7s\n' ranks model codec buckets \
+        compute comm-p1 overlap-p1 eff-p1 comm-p0 overlap-p0 eff-p0 p0/p1
+    for n in $RANKS_LIST; do
+        setup "$n"
+        for model in $MODELS; do
+            for spec in $SPECS; do
+                [ "$spec" != none ] || continue
+                compute=""
+                : >"$TMP/best1"
+                : >"$TMP/best0"
+                nb="" good=1
+                for round in $(seq "$PIPE_ROUNDS"); do
+                    for pipe in 1 0; do
+                        run "$n" "$TMP/pp" GCOLL_BUCKET_PIPELINE=$pipe GCOLL_BUCKET_REBUILD=0 -- -m "$model" -z "$spec" \
+                            -c "${compute:-match}" || { good=0; continue; }
+                        [ -n "$compute" ] || compute=$(val "$TMP/pp" "# compute loops")
+                        [ -n "$nb" ] || nb=$(sed -n 's/.* in \([0-9]*\) buckets.*/\1/p' "$TMP/pp")
+                        printf '%s %s %s\n' "$(val "$TMP/pp" "compute alone")" \
+                            "$(val "$TMP/pp" "communication alone")" \
+                            "$(val "$TMP/pp" "bucketer, overlapped")" >>"$TMP/best$pipe"
+                    done
+                done
+                [ "$good" = 1 ] || continue
+                # each column's best over the rounds (compute alone over both settings)
+                awk -v n="$n" -v m="$model" -v z="$spec" -v nb="$nb" '
+                    function lo(a, b) { return a == "" || b < a ? b : a }
+                    FNR == 1 { f++ }
+                    { c = lo(c, $1); cm[f] = lo(cm[f], $2); ov[f] = lo(ov[f], $3) }
+                    END {
+                        for (i = 1; i <= 2; i++) {
+                            mn = c < cm[i] ? c : cm[i]
+                            e[i] = mn > 0 ? (c + cm[i] - ov[i]) / mn : 0
+                        }
+                        printf "%-5s %-10s %-20s %-7s %9.1f %9.1f %9.1f %6.2f %9.1f %9.1f %6.2f %7.2f\n",
+                            n, m, z, nb, c, cm[1], ov[1], e[1], cm[2], ov[2], e[2], ov[2] / ov[1]
+                    }' "$TMP/best1" "$TMP/best0"
+            done
+        done
+    done
+    printf '# load at the end %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+}
+if [ "${PIPE_ROUNDS:-0}" -gt 0 ]; then
+    pipe_table
+    exit 0
+fi
 
 printf '# overlap-table: links %s per direction, %s iterations (best), load %s\n' "$RATE" "$ITERS" \
     "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -651,3 +651,134 @@ void gcoll_shard_range(const gcoll_comm_t *comm, size_t count, size_t *offset_p,
     if (len_p)
         *len_p = ch.len;
 }
+
+/* ---- the two stages of a pipelined caller (compressed.h) ---- */
+
+void gcoll_encoded_free(gcoll_encoded_t *e)
+{
+    free(e->msg);
+    free(e->idx);
+    free(e->val);
+    memset(e, 0, sizeof(*e));
+}
+
+/* Grows *buf to hold n elements of size esz (*cap_p counts elements). */
+static int grow(void **buf, size_t *cap_p, size_t n, size_t esz)
+{
+    if (*buf && *cap_p >= n)
+        return 1;
+    void *p = realloc(*buf, (n + 1) * esz);
+    if (!p)
+        return 0;
+    *buf = p;
+    *cap_p = n;
+    return 1;
+}
+
+/* run_scheme's and run_sparse's or run_randomk's local part: this step's codec and
+ * signature, then the encode (and random-k's values at their indices). */
+gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+                                             const float *grad, size_t count, gcoll_op_t op,
+                                             gcoll_nancheck_t check, gcoll_encoded_t *e)
+{
+    char why[160];
+    e->staged = 0;
+    e->st = GCOLL_OK;
+    e->err[0] = '\0';
+    e->ns = 0;
+    scheme_t sc = pick_scheme(comm, s->c, s, count, 0, why, sizeof(why));
+    if (sc != S_SPARSE && sc != S_RANDOMK)
+        return GCOLL_OK;
+    uint64_t t0 = gcoll_time_ns();
+    const gcoll_compressor_t *orig = s->c;
+    e->staged = 1;
+    e->scheme = (int)sc;
+    e->use_at = gcoll_codec_at_step(orig, s->step, &e->at);
+    if (e->use_at)
+        s->c = &e->at;
+    const gcoll_compressor_t *c = s->c;
+    s->nranks = comm->size;
+    uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
+    e->sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, count, (int)(h & 0xffff), op, (int)(h >> 32));
+    /* as gcoll_compressed_run: folding is run_compressed's alone */
+    const gcoll_encode_opts_t opt = {.check = check == GCOLL_NANCHECK_FOLD ? GCOLL_NANCHECK_SCAN
+                                                                           : check};
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (grow((void **)&e->msg, &e->cap, gcoll_codec_bound(c, count), 1))
+        st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, &opt, e->msg, e->cap, &e->len);
+    if (st == GCOLL_OK && sc == S_RANDOMK) {
+        size_t k = 0, kv = 0;
+        st = gcoll_decode_info(e->msg, e->len, NULL, &k);
+        if (st == GCOLL_OK && (!grow((void **)&e->idx, &e->kcap, k, sizeof(uint32_t)) ||
+                               !grow((void **)&e->val, &kv, k, sizeof(float))))
+            st = GCOLL_ERR_NOMEM;
+        if (st == GCOLL_OK)
+            st = gcoll_codec_decode_pairs(c, e->msg, e->len, count, e->idx, e->val, k, &e->k);
+    }
+    s->c = orig;
+    e->st = st;
+    e->ns = gcoll_time_ns() - t0;
+    return st;
+}
+
+gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+                                               gcoll_encoded_t *e, const float *grad, float *out,
+                                               size_t count, gcoll_op_t op, gcoll_nancheck_t check)
+{
+    if (!e->staged)
+        return gcoll_compressed_run(comm, s, grad, out, count, op, 0, check);
+    e->staged = 0; /* consumed, whatever happens */
+    comm->chan.counters.ns_compress += e->ns;
+    if (e->st != GCOLL_OK) {
+        if (e->err[0])
+            gcoll_comm_set_error(comm, "%s", e->err);
+        return e->st;
+    }
+    const gcoll_compressor_t *orig = s->c;
+    if (e->use_at) {
+        s->c = &e->at;
+        if (s->server)
+            s->server->c = &e->at;
+    }
+    const gcoll_compressor_t *c = s->c;
+    gcoll_status_t st;
+    if (e->scheme == S_RANDOMK) {
+        st =
+            gcoll_ring_allreduce_at(comm, e->val, e->k, GCOLL_FLOAT32, GCOLL_SUM, e->sig, PHASE(0));
+        if (st == GCOLL_OK) {
+            uint64_t t0 = gcoll_time_ns();
+            gcoll_sum_src_t src = {.idx = e->idx, .val = e->val, .n = e->k};
+            st = gcoll_sum_sources(c, &src, 1, out, count,
+                                   op == GCOLL_AVG ? (float)comm->size : 1.0f, NULL);
+            comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+        }
+    } else if (gather_direct(comm, c, count)) {
+        st = gather_and_sum(comm, c, e->msg, e->len, out, count, op, e->sig);
+    } else {
+        gcoll_pairs_t pairs = {0};
+        st = gcoll_decode_info(e->msg, e->len, NULL, &pairs.n);
+        gcoll_sparse_call_t call = {.codec = c,
+                                    .pairs = &pairs,
+                                    .msg = e->msg,
+                                    .msglen = e->len,
+                                    .count = count,
+                                    .out = out,
+                                    .op = op,
+                                    .kind = GCOLL_KIND_COMPRESSED,
+                                    .sig = e->sig};
+        if (st == GCOLL_OK)
+            st = gcoll_sparse_run(comm, &call, NULL);
+        gcoll_pairs_free(&pairs);
+    }
+    GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS,
+                "compressed allreduce of %zu floats with %s: %s scheme, step %llu, encoded ahead",
+                count, c->spec, scheme_names[e->scheme], (unsigned long long)s->step);
+    s->c = orig;
+    if (s->server)
+        s->server->c = orig;
+    if (st == GCOLL_OK) {
+        gcoll_state_advance(s);
+        comm->chan.counters.bytes_raw += count * sizeof(float);
+    }
+    return st;
+}

@@ -47,4 +47,41 @@ gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state
 int gcoll_topk_stream_eligible(gcoll_comm_t *comm, const gcoll_compressor_t *c, int ef,
                                size_t count, size_t k);
 
+/* A compressed allreduce in two stages, for a caller that encodes ahead of its turn on the
+ * wire (the bucketer's codec worker, lib/bucket_sched.c). The encode stage is local work
+ * only -- the scheme's choice, the selection or quantization, the error-feedback update --
+ * reads only the communicator's rank, size and configuration and writes only the state and
+ * e, so it may run on any thread while the progress thread runs other operations (the
+ * state's owner keeps everyone else off the state meanwhile). The exchange stage, in the
+ * operation's turn on the progress thread, sends, reduces and decodes. Together they give
+ * bit for bit what gcoll_compressed_run gives: the same encode of the same state at the
+ * same step, then the same exchange. Only schemes whose encode precedes all traffic are
+ * split (the sparse allgather and allreduce of top-k and DGC, random-k's dense values);
+ * for the others (dense, the quantizers' schemes, streamed top-k) the encode stage leaves
+ * staged 0 and the exchange stage runs gcoll_compressed_run whole. */
+typedef struct {
+    int staged;            /* the encode ran: the exchange stage sends what it made */
+    int scheme;            /* compressed.c's scheme */
+    gcoll_status_t st;     /* of the encode */
+    char err[256];         /* the caller's reason for st (the exchange stage reports it) */
+    gcoll_compressor_t at; /* this step's codec, where its warm-up changes it (use_at) */
+    int use_at;
+    uint32_t sig;
+    uint8_t *msg; /* the message (grown, kept across steps) */
+    size_t cap, len;
+    uint32_t *idx; /* random-k: the k values at their indices (grown, kept) */
+    float *val;
+    size_t k, kcap;
+    uint64_t ns; /* the encode's time, counted as codec time by the exchange stage */
+} gcoll_encoded_t;
+
+gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+                                             const float *grad, size_t count, gcoll_op_t op,
+                                             gcoll_nancheck_t check, gcoll_encoded_t *e);
+/* Returns e->st when the encode failed (with e->err, if set, as the communicator's error). */
+gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
+                                               gcoll_encoded_t *e, const float *grad, float *out,
+                                               size_t count, gcoll_op_t op, gcoll_nancheck_t check);
+void gcoll_encoded_free(gcoll_encoded_t *e);
+
 #endif /* GCOLL_COMPRESSED_H */

@@ -1,6 +1,7 @@
 /* bucket_sched.c: when and in which order the bucketer's buckets run on the progress
- * thread -- in launch order, or by priority with the ranks agreeing on what is ready --
- * and the wait for one tensor's result. */
+ * thread -- in launch order, or by priority with the ranks agreeing on what is ready --,
+ * the codec worker that encodes launched buckets while another is on the wire, and the
+ * wait for one tensor's result. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -92,6 +93,163 @@ static gcoll_status_t run_token(gcoll_comm_t *comm, gcoll_request_t *req)
     }
 }
 
+/* A timespec ms from now, for the timed waits. */
+static struct timespec in_ms(long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* The codec worker (GCOLL_BUCKET_PIPELINE). A bucket's encode -- gather, selection or
+ * quantization, error-feedback update -- depends on no other rank, so it can run as soon
+ * as the bucket is complete, on its own thread, while the progress thread has an earlier
+ * bucket on the wire (where it mostly sleeps in the transport's poll): when the agreed
+ * order reaches the bucket, its message is ready. A thread rather than slices of encode
+ * between the progress thread's polls: the encodes are single calls of the codec (a
+ * selection over the whole bucket), and the progress thread keeps its latency to the wire.
+ * The worker takes a bucket only while the progress thread has another on the wire, and
+ * then the launched one the progress thread runs first (by priority the latest in backward
+ * order, else the earliest); otherwise the progress thread encodes the bucket itself in its
+ * turn: with the link idle a hand-over between threads would only add a wake-up (on cores
+ * the backward pass keeps busy, measured slower). Each bucket's encode reads only
+ * its own tensors and state, so the results are those of the unpipelined run whatever
+ * thread encodes and in which order. */
+static bucket_t *next_encode(gcoll_bucketer_t *b)
+{
+    for (int i = 0; b->on_wire && i < b->nb; i++) {
+        bucket_t *k = &b->bk[b->priority ? b->nb - 1 - i : i];
+        if (k->pre_ok && k->launched && !k->ran && k->enc == ENC_NONE)
+            return k;
+    }
+    return NULL;
+}
+
+static void *codec_worker(void *arg)
+{
+    gcoll_bucketer_t *b = arg;
+    pthread_mutex_lock(&b->lock);
+    while (!b->worker_stop) {
+        bucket_t *k = next_encode(b);
+        if (!k) {
+            struct timespec ts = in_ms(1000); /* woken by a launch or the stop */
+            pthread_cond_timedwait(&b->wcond, &b->lock, &ts);
+            continue;
+        }
+        k->enc = ENC_BUSY;
+        pthread_mutex_unlock(&b->lock);
+        gcoll_bk_encode(k);
+        pthread_mutex_lock(&b->lock);
+        k->enc = ENC_DONE;
+        pthread_cond_broadcast(&b->cond);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return NULL;
+}
+
+gcoll_status_t gcoll_bk_worker_start(gcoll_bucketer_t *b)
+{
+    if (b->worker_on)
+        return GCOLL_OK;
+    b->worker_stop = 0;
+    int rc = pthread_create(&b->worker, NULL, codec_worker, b);
+    if (rc != 0) { /* the progress thread encodes each bucket in its turn instead */
+        GCOLL_WARN("gcoll_bucketer: cannot start the codec worker (%s); buckets are encoded "
+                   "in their turn",
+                   strerror(rc));
+        b->pipeline = 0;
+        return GCOLL_OK;
+    }
+    b->worker_on = 1;
+    return GCOLL_OK;
+}
+
+void gcoll_bk_worker_stop(gcoll_bucketer_t *b)
+{
+    pthread_mutex_lock(&b->lock);
+    int on = b->worker_on;
+    b->worker_stop = 1;
+    b->worker_on = 0;
+    pthread_cond_broadcast(&b->wcond);
+    pthread_mutex_unlock(&b->lock);
+    if (on) /* it sleeps in 1 s waits or runs one encode: a bounded join */
+        pthread_join(b->worker, NULL);
+}
+
+void gcoll_bk_on_wire(gcoll_bucketer_t *b, int on)
+{
+    pthread_mutex_lock(&b->lock);
+    b->on_wire = on;
+    if (on && b->worker_on)
+        pthread_cond_signal(&b->wcond);
+    pthread_mutex_unlock(&b->lock);
+}
+
+gcoll_status_t gcoll_bk_encodes_idle(gcoll_bucketer_t *b)
+{
+    uint64_t give_up = gcoll_time_ms() + (uint64_t)b->comm->cfg.timeout_ms;
+    for (;;) {
+        int busy = -1;
+        for (int j = 0; j < b->nb && busy < 0; j++)
+            if (b->bk[j].enc == ENC_BUSY)
+                busy = j;
+        if (busy < 0)
+            return GCOLL_OK;
+        if (gcoll_time_ms() > give_up) {
+            gcoll_comm_set_error(b->comm,
+                                 "gcoll_bucketer: the encode of %s did not end "
+                                 "within GCOLL_TIMEOUT_MS",
+                                 b->bk[busy].label);
+            return GCOLL_ERR_TIMEOUT;
+        }
+        struct timespec ts = in_ms(100);
+        pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+    }
+}
+
+gcoll_status_t gcoll_bk_encoded(gcoll_comm_t *comm, bucket_t *k)
+{
+    gcoll_bucketer_t *b = k->b;
+    gcoll_status_t st = GCOLL_OK;
+    pthread_mutex_lock(&b->lock);
+    if (k->enc == ENC_NONE) { /* not taken yet: encode here rather than wait */
+        k->enc = ENC_BUSY;
+        pthread_mutex_unlock(&b->lock);
+        gcoll_bk_encode(k);
+        pthread_mutex_lock(&b->lock);
+        k->enc = ENC_DONE;
+        pthread_cond_broadcast(&b->cond);
+        pthread_mutex_unlock(&b->lock);
+        return GCOLL_OK;
+    }
+    uint64_t give_up = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
+    while (k->enc != ENC_DONE) {
+        if (comm->abort_requested) {
+            gcoll_comm_set_error(comm, "gcoll_comm_abort was called");
+            st = GCOLL_ERR_ABORTED;
+            break;
+        }
+        if (gcoll_time_ms() > give_up) {
+            gcoll_comm_set_error(comm,
+                                 "gcoll_bucketer: the encode of %s did not end within "
+                                 "GCOLL_TIMEOUT_MS",
+                                 k->label);
+            st = GCOLL_ERR_TIMEOUT;
+            break;
+        }
+        struct timespec ts = in_ms(100);
+        pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return st;
+}
+
 static gcoll_status_t submit(gcoll_bucketer_t *b, const char *label, gcoll_run_fn_t fn,
                              size_t count, gcoll_dtype_t dtype, void *ext, gcoll_request_t **req_p)
 {
@@ -104,6 +262,16 @@ static gcoll_status_t submit(gcoll_bucketer_t *b, const char *label, gcoll_run_f
 
 /* Queues complete buckets. In launch order, each once its predecessors are queued (the same
  * order everywhere); with priorities, each as soon as it is complete, as a token. */
+/* Bucket k complete here: the codec worker may take it. */
+static gcoll_status_t to_worker(gcoll_bucketer_t *b, const bucket_t *k)
+{
+    if (!k->pre_ok || !b->pipeline)
+        return GCOLL_OK;
+    GCOLL_CHECK(gcoll_bk_worker_start(b));
+    pthread_cond_signal(&b->wcond);
+    return GCOLL_OK;
+}
+
 gcoll_status_t gcoll_bk_launch(gcoll_bucketer_t *b, const tensor_t *t)
 {
     if (b->priority) {
@@ -113,6 +281,7 @@ gcoll_status_t gcoll_bk_launch(gcoll_bucketer_t *b, const tensor_t *t)
                 continue;
             k->launched = 1;
             k->t_launch = (double)gcoll_time_ns() * 1e-9;
+            GCOLL_CHECK(to_worker(b, k));
             GCOLL_CHECK(submit(b, "gcoll_bucketer bucket (by priority)", run_token, 0, GCOLL_INT32,
                                b, &b->tok[b->ntok]));
             b->ntok++;
@@ -124,6 +293,7 @@ gcoll_status_t gcoll_bk_launch(gcoll_bucketer_t *b, const tensor_t *t)
         bucket_t *k = &b->bk[b->next_launch];
         k->t_launch = (double)gcoll_time_ns() * 1e-9;
         k->launched = 1;
+        GCOLL_CHECK(to_worker(b, k));
         GCOLL_CHECK(submit(b, k->label, run_bucket, k->count, k->dtype, k, &k->req));
         b->next_launch++;
     }

@@ -30,6 +30,7 @@ void gcoll_bk_free(bucket_t *k)
     free(k->fused);
     free(k->acc);
     free(k->spec);
+    gcoll_encoded_free(&k->staged);
 }
 
 GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b)
@@ -38,11 +39,12 @@ GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b)
         return;
     for (int i = 0; i < b->ntok; i++)
         gcoll_wait(b->tok[i]);
-    for (int i = 0; i < b->nb; i++) {
+    for (int i = 0; i < b->nb; i++)
         if (b->bk[i].req)
             gcoll_wait(b->bk[i].req);
+    gcoll_bk_worker_stop(b);
+    for (int i = 0; i < b->nb; i++)
         gcoll_bk_free(&b->bk[i]);
-    }
     for (int i = 0; i < b->nt; i++) {
         free(b->t[i].name);
         free(b->t[i].spec);
@@ -55,6 +57,7 @@ GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b)
     free(b->seg);
     free(b->tok);
     free(b->neg);
+    pthread_cond_destroy(&b->wcond);
     pthread_cond_destroy(&b->cond);
     pthread_mutex_destroy(&b->lock);
     free(b);
@@ -70,6 +73,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
         return GCOLL_ERR_NOMEM;
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
+    pthread_cond_init(&b->wcond, NULL);
     b->comm = comm;
     if (cfg) {
         b->cfg = *cfg;
@@ -86,6 +90,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
     b->autosize = b->cfg.bucket_bytes == 0;
     b->priority = comm->cfg.bucket_priority;
     b->rebuild = comm->cfg.bucket_rebuild;
+    b->pipeline = comm->cfg.bucket_pipeline;
     b->link.msg_s = gcoll_bk_default_msg_s(comm->size);
     if (comm->probe_bw > 0 && comm->size > 1) /* a dense ring sends 2(P-1)/P of a bucket */
         b->link.bw = comm->probe_bw * comm->size / (2.0 * (comm->size - 1));
@@ -266,13 +271,25 @@ gcoll_status_t gcoll_bk_setup(gcoll_bucketer_t *b, int j)
     }
     return GCOLL_OK;
 }
-/* The mid-step checks run after an adaptive bucket with another adaptive one after it. */
+/* The mid-step checks run after an adaptive bucket with another adaptive one after it.
+ * With them, the densities of the adaptive buckets a check may cut are decided on the wire
+ * in the bucket's turn: only the other float32 buckets of a codec that compresses may be
+ * encoded ahead (GCOLL_BUCKET_PIPELINE). */
 void gcoll_bk_mark_checks(gcoll_bucketer_t *b)
 {
+    int checks = 0;
     for (int j = 0, later = 0; (b->adapt & 1) && j < b->nb; j++) {
         bucket_t *k = &b->bk[b->nb - 1 - j];
         k->check_after = k->adaptive && !k->quant && later;
         later |= k->adaptive && !k->quant;
+        checks |= k->check_after;
+    }
+    for (int j = 0; j < b->nb; j++) {
+        bucket_t *k = &b->bk[j];
+        int dense = !k->comp || ((gcoll_codec_flags(k->comp) & GCOLL_CODEC_LOSSLESS) &&
+                                 k->comp->vs.fmt == GCOLL_VF_F32);
+        k->pre_ok = b->pipeline && b->comm->size > 1 && k->dtype == GCOLL_FLOAT32 && !dense &&
+                    !(checks && k->adaptive && !k->quant);
     }
 }
 
@@ -333,16 +350,14 @@ static void trace_tensors(const bucket_t *k, uint64_t step)
     }
 }
 
-/* On the progress thread: gather, reduce (compressed for float32), scatter back. */
-gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
+/* Gathers bucket k's pieces into its fused buffer and adds the local accumulation; with
+ * scan, looks for NaN/Inf while each block of the copy is in cache, instead of a separate
+ * pass over the fused buffer in the encoder. err: why not. */
+static gcoll_status_t gather(bucket_t *k, int scan, char *err, size_t errlen)
 {
-    gcoll_bucketer_t *b = k->b;
+    const gcoll_bucketer_t *b = k->b;
     size_t esz = gcoll_dtype_size(k->dtype);
     uint8_t *fused = (uint8_t *)k->fused;
-    double tc = (double)gcoll_time_ns() * 1e-9;
-    /* float32 without local accumulation: look for NaN/Inf while each block of the copy
-     * is in cache, instead of a separate pass over the fused buffer in the encoder */
-    const int scan = k->dtype == GCOLL_FLOAT32 && !k->acc;
     for (int i = k->seg0; i < k->seg0 + k->n; i++) {
         const seg_t *g = &b->seg[i];
         const tensor_t *t = &b->t[g->t];
@@ -358,8 +373,8 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
             memcpy(dst + o, src + o, n * sizeof(float));
             size_t bad = gcoll_kernels()->first_bad(dst + o, n);
             if (bad < n) {
-                gcoll_comm_set_error(comm, "%s: tensor '%s' element %zu is NaN or infinite",
-                                     k->label, t->name, g->toff + o + bad);
+                snprintf(err, errlen, "%s: tensor '%s' element %zu is NaN or infinite", k->label,
+                         t->name, g->toff + o + bad);
                 return GCOLL_ERR_INVALID;
             }
         }
@@ -368,14 +383,16 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
         accumulate(fused, k->acc, k->count, k->dtype);
         memset(k->acc, 0, k->count * esz);
     }
-    gcoll_status_t st;
-    double t0 = (double)gcoll_time_ns() * 1e-9;
-    k->copy_s = t0 - tc;
-    uint64_t sent0 = comm->chan.counters.bytes_sent, comp0 = comm->chan.counters.ns_compress;
-    uint64_t wire0 = comm->chan.counters.ns_wire;
+    return GCOLL_OK;
+}
+
+/* The adaptation's view of this step's input, before the in-place run: the sampled
+ * coordinates and the squared norm. */
+static void sample_input(bucket_t *k)
+{
+    const gcoll_bucketer_t *b = k->b;
     k->m = 0;
     if (k->adaptive && (b->adapt & (GCOLL_AR_STAT | GCOLL_AR_BUDGET))) {
-        /* the statistics' coordinates, before the in-place run */
         size_t idx[GCOLL_SNR_SAMPLE];
         k->m = gcoll_snr_sample_idx(k->count, b->step, (uint64_t)(k - b->bk), idx);
         for (size_t i = 0; i < k->m; i++)
@@ -387,17 +404,90 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
             n2 += (double)k->fused[i] * k->fused[i];
         k->norm2 = n2;
     }
+}
+
+static int stream_eligible(const bucket_t *k)
+{
+    return gcoll_topk_stream_eligible(k->b->comm, k->comp, k->state->e != NULL, k->count,
+                                      gcoll_codec_k(k->comp, k->count, k->state->step));
+}
+
+void gcoll_bk_encode(bucket_t *k)
+{
+    const gcoll_bucketer_t *b = k->b;
+    gcoll_encoded_t *e = &k->staged;
+    const int scan = !k->acc;
+    double tc = (double)gcoll_time_ns() * 1e-9;
+    gcoll_status_t st = gather(k, scan, e->err, sizeof(e->err));
+    double t0 = (double)gcoll_time_ns() * 1e-9;
+    k->copy_s = t0 - tc;
+    if (st != GCOLL_OK) { /* reported by the exchange stage, in the bucket's turn */
+        e->staged = 1;
+        e->st = st;
+        e->ns = 0;
+    } else {
+        sample_input(k);
+        k->streamed = stream_eligible(k);
+        gcoll_compressed_encode_stage(b->comm, k->state, k->fused, k->count, b->cfg.op,
+                                      scan ? GCOLL_NANCHECK_DONE : GCOLL_NANCHECK_SCAN, e);
+    }
+    k->enc_t = (double)gcoll_time_ns() * 1e-9;
+    k->enc_s = k->enc_t - t0;
+}
+
+/* The collective of a bucket encoded ahead (gcoll_bk_encode): its exchange stage. Its run
+ * and wire times count the encode as if it had run here, as the adaptation and the
+ * layout's link fit measure an unpipelined run. */
+static gcoll_status_t run_staged(gcoll_comm_t *comm, bucket_t *k, double *t0_p)
+{
+    const gcoll_bucketer_t *b = k->b;
+    GCOLL_CHECK(gcoll_bk_encoded(comm, k));
+    double t0 = (double)gcoll_time_ns() * 1e-9;
+    *t0_p = t0;
+    uint64_t sent0 = comm->chan.counters.bytes_sent, comp0 = comm->chan.counters.ns_compress;
+    uint64_t wire0 = comm->chan.counters.ns_wire;
+    gcoll_bk_on_wire(k->b, 1);
+    gcoll_status_t st = gcoll_compressed_exchange_stage(
+        comm, k->state, &k->staged, k->fused, k->fused, k->count, b->cfg.op,
+        k->acc ? GCOLL_NANCHECK_SCAN : GCOLL_NANCHECK_DONE);
+    gcoll_bk_on_wire(k->b, 0);
+    k->run_s = k->enc_s + (double)gcoll_time_ns() * 1e-9 - t0;
+    k->wire_s = k->run_s;
+    k->comp_s = (double)(comm->chan.counters.ns_compress - comp0) * 1e-9;
+    k->bytes = (double)(comm->chan.counters.bytes_sent - sent0);
+    k->wire_busy = (double)(comm->chan.counters.ns_wire - wire0) * 1e-9;
+    GCOLL_DEBUG(GCOLL_SUBSYS_COLL, "bucketer: step %ld %s: encoded %.1f ms before its turn",
+                b->step, k->label, (t0 - k->enc_t) * 1e3);
+    return st;
+}
+
+/* The collective of a bucket run whole here: gather, reduce (compressed for float32). */
+static gcoll_status_t run_inline(gcoll_comm_t *comm, bucket_t *k, double *t0_p)
+{
+    gcoll_bucketer_t *b = k->b;
+    const int scan = k->dtype == GCOLL_FLOAT32 && !k->acc;
+    double tc = (double)gcoll_time_ns() * 1e-9;
+    char err[256];
+    gcoll_status_t st = gather(k, scan, err, sizeof(err));
+    if (st != GCOLL_OK) {
+        gcoll_comm_set_error(comm, "%s", err);
+        return st;
+    }
+    double t0 = (double)gcoll_time_ns() * 1e-9;
+    *t0_p = t0;
+    k->copy_s = t0 - tc;
+    uint64_t sent0 = comm->chan.counters.bytes_sent, comp0 = comm->chan.counters.ns_compress;
+    uint64_t wire0 = comm->chan.counters.ns_wire;
+    sample_input(k);
     if (k->adaptive && !k->quant && b->mid_scale < 1) {
         double d = fmax(k->ctl.dmin, k->dens_now * b->mid_scale);
         if (d != k->comp->density && (st = gcoll_bucket_set_density(k, d)) != GCOLL_OK)
             return st;
     }
-    uint64_t cstep = k->state ? k->state->step : 0; /* the codec's step of this run */
     uint64_t w0 = gcoll_time_ns();
+    gcoll_bk_on_wire(b, 1);
     if (k->dtype == GCOLL_FLOAT32) {
-        k->streamed = gcoll_topk_stream_eligible(
-            comm, k->comp, k->state->e != NULL, k->count,
-            gcoll_codec_k(k->comp, k->count, k->state->step));
+        k->streamed = stream_eligible(k);
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0,
                                   scan ? GCOLL_NANCHECK_DONE : GCOLL_NANCHECK_SCAN);
         k->run_s = (double)gcoll_time_ns() * 1e-9 - t0;
@@ -406,11 +496,24 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
         k->wire_busy = (double)(comm->chan.counters.ns_wire - wire0) * 1e-9;
     } else {
         uint32_t sig = gcoll_call_sig(GCOLL_KIND_ALLREDUCE, k->count, k->dtype, b->cfg.op, 0);
-        st = gcoll_ring_allreduce(comm, fused, k->count, k->dtype, b->cfg.op, sig);
+        st = gcoll_ring_allreduce(comm, k->fused, k->count, k->dtype, b->cfg.op, sig);
         if (st == GCOLL_OK)
-            gcoll_reduce_finish(fused, k->count, k->dtype, b->cfg.op, comm->size);
+            gcoll_reduce_finish(k->fused, k->count, k->dtype, b->cfg.op, comm->size);
     }
+    gcoll_bk_on_wire(b, 0);
     k->wire_s = (double)(gcoll_time_ns() - w0) * 1e-9;
+    return st;
+}
+
+/* On the progress thread: the bucket's collective (encoded ahead, or whole here), the
+ * mid-step check, the scatter back. */
+gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
+{
+    gcoll_bucketer_t *b = k->b;
+    size_t esz = gcoll_dtype_size(k->dtype);
+    uint64_t cstep = k->state ? k->state->step : 0; /* the codec's step of this run */
+    double t0 = 0;
+    gcoll_status_t st = k->pre_ok ? run_staged(comm, k, &t0) : run_inline(comm, k, &t0);
     if (st == GCOLL_OK && k->check_after)
         st = gcoll_bucket_midstep(comm, k);
     if (st != GCOLL_OK)
@@ -420,7 +523,8 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
     double t1 = (double)gcoll_time_ns() * 1e-9;
     for (int i = k->seg0; i < k->seg0 + k->n; i++) {
         const seg_t *g = &b->seg[i];
-        memcpy((uint8_t *)b->t[g->t].grad + g->toff * esz, fused + g->foff * esz, g->n * esz);
+        memcpy((uint8_t *)b->t[g->t].grad + g->toff * esz, (uint8_t *)k->fused + g->foff * esz,
+               g->n * esz);
     }
     k->copy_s += (double)gcoll_time_ns() * 1e-9 - t1;
     /* where the time of a step goes: queueing behind earlier buckets, then the run */
@@ -512,13 +616,22 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
     if (st == GCOLL_OK && b->adapt && gcoll_bk_communicating(b))
         st = gcoll_bucketer_adapt(b, t_end);
     pthread_mutex_lock(&b->lock);
+    /* a failed step may leave the worker on a bucket that never ran: the buckets are reset
+     * (or rebuilt) only once it has let go */
+    gcoll_status_t s2 = gcoll_bk_encodes_idle(b);
+    if (st == GCOLL_OK)
+        st = s2;
     if (st == GCOLL_OK && gcoll_bk_communicating(b) && b->autosize && b->rebuild && !b->rebuilt &&
         ++b->comm_steps == 2)
         st = gcoll_bk_rebuild(b);
     for (int i = 0; i < b->nt; i++)
         b->t[i].ready = 0;
-    for (int j = 0; j < b->nb; j++)
-        b->bk[j].nready = b->bk[j].launched = b->bk[j].ran = 0;
+    for (int j = 0; j < b->nb && s2 == GCOLL_OK; j++) {
+        bucket_t *k = &b->bk[j];
+        k->nready = k->launched = k->ran = 0;
+        k->enc = ENC_NONE;
+        k->staged.staged = 0; /* encoded for a step that failed before its turn */
+    }
     b->ntok = 0;
     b->t_first_ready = 0;
     b->next_launch = 0;

@@ -12,6 +12,7 @@
 #include "bucket_plan.h"
 #include "comm.h"
 #include "compress/compress.h"
+#include "compressed.h"
 #include "policy.h"
 
 typedef struct {
@@ -68,7 +69,16 @@ typedef struct {
     gcoll_adapt_sig_t sig; /* noise scale, stage, energy */
     double sample[GCOLL_SNR_SAMPLE]; /* this rank's gradient at the sampled coordinates */
     size_t m;
+    /* the codec worker (GCOLL_BUCKET_PIPELINE, bucket_sched.c): this step's gather and
+     * encode done ahead of the bucket's turn on the wire */
+    int pre_ok;   /* may be encoded ahead: nothing decided on the wire changes its encode */
+    int enc;      /* this step: ENC_NONE, ENC_BUSY (worker or progress thread), ENC_DONE */
+    double enc_s; /* the gather and encode, seconds */
+    double enc_t; /* when the encode ended, seconds */
+    gcoll_encoded_t staged;
 } bucket_t;
+
+enum { ENC_NONE = 0, ENC_BUSY = 1, ENC_DONE = 2 };
 
 struct gcoll_bucketer {
     gcoll_comm_t *comm;
@@ -105,6 +115,13 @@ struct gcoll_bucketer {
     double mid_scale;  /* this step's mid-step cut of the densities (1: none) */
     int mid_fired;     /* mid-step checks that found the link slower this step */
     long adapted;      /* communicating steps adapt() has seen */
+    /* GCOLL_BUCKET_PIPELINE: a codec worker encodes launched buckets while the progress
+     * thread has another on the wire */
+    int pipeline;
+    int worker_on, worker_stop;
+    int on_wire; /* the progress thread is exchanging a bucket: the worker may encode */
+    pthread_t worker;
+    pthread_cond_t wcond; /* a bucket to encode, or stop */
     char err[512];
 };
 
@@ -120,6 +137,9 @@ gcoll_status_t gcoll_bk_setup(gcoll_bucketer_t *b, int j);
 void gcoll_bk_mark_checks(gcoll_bucketer_t *b);
 /* On the progress thread: gather, reduce (compressed for float32), scatter back. */
 gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k);
+/* Bucket k's local part, on any thread that holds k (k->enc ENC_BUSY): the gather, the
+ * adaptation's samples of the input and the encode stage; the outcome in k->staged. */
+void gcoll_bk_encode(bucket_t *k);
 
 /* bucket_layout.c */
 double gcoll_bk_default_msg_s(int size);
@@ -131,6 +151,17 @@ gcoll_status_t gcoll_bk_rebuild(gcoll_bucketer_t *b);
 
 /* bucket_sched.c: queues the complete buckets among those holding tensor t. */
 gcoll_status_t gcoll_bk_launch(gcoll_bucketer_t *b, const tensor_t *t);
+/* The codec worker: started at the first ready() where some bucket may be encoded ahead,
+ * stopped by gcoll_bucketer_destroy. Waiting (with b->lock held) until no encode runs,
+ * before the step's state is reset or the buckets rebuilt. */
+gcoll_status_t gcoll_bk_worker_start(gcoll_bucketer_t *b);
+void gcoll_bk_worker_stop(gcoll_bucketer_t *b);
+gcoll_status_t gcoll_bk_encodes_idle(gcoll_bucketer_t *b);
+/* On the progress thread, before bucket k's exchange: its encode done (by the worker, or
+ * here if the worker has not started it), within GCOLL_TIMEOUT_MS. */
+gcoll_status_t gcoll_bk_encoded(gcoll_comm_t *comm, bucket_t *k);
+/* The progress thread starts (on 1) or ends (0) a bucket's exchange. */
+void gcoll_bk_on_wire(gcoll_bucketer_t *b, int on);
 
 /* adapt_bucket.c. Swaps a bucket's compressor for a copy at density d; the residuals stay. */
 gcoll_status_t gcoll_bucket_set_density(bucket_t *k, double d);

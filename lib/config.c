@@ -153,6 +153,11 @@ static const param_t bucket_params[] = {
      "bucketer, automatic sizes: after the second step cut the buckets again from the ready "
      "order and times and the link rate measured (agreed by all ranks), as DDP rebuilds",
      OFF(bucket_rebuild), F_MUST_MATCH, NULL},
+    {"GCOLL_BUCKET_PIPELINE", P_BOOL, "1",
+     "bucketer: a codec worker thread encodes each complete compressed bucket (top-k, DGC, "
+     "random-k) while earlier buckets are on the wire; 0: each bucket is encoded in its turn "
+     "on the progress thread (the same results either way)",
+     OFF(bucket_pipeline), 0, NULL},
     {"GCOLL_BUCKET_OP", P_ENUM, "avg", "bucketer: average (as DDP) or sum the gradients",
      OFF(bucket_op), F_MUST_MATCH, "avg|sum"},
     {"GCOLL_LAYER_POLICY", P_STRING, "",

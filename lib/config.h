@@ -53,6 +53,7 @@ typedef struct gcoll_config {
     size_t bucket_bytes;   /* 0: automatic */
     int bucket_priority;   /* bucketer: first layers' buckets first */
     int bucket_rebuild;    /* bucketer: layout again from measured ready times */
+    int bucket_pipeline;   /* bucketer: compressed buckets encoded ahead of their turn */
     int bucket_op;         /* 0 avg, 1 sum */
     char *layer_policy;
     int layer_select;      /* bucketer: top-k/DGC select per tensor in a fused bucket */

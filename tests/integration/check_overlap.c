@@ -4,7 +4,11 @@
  * (GCOLL_BUCKET_PRIORITY, set by the caller); compressed buckets equal the compressed
  * allreduce of each bucket however the buckets are ordered; gcoll_bucketer_wait_tensor
  * returns the tensor's final result before the step ends. Every rank logs the order its
- * buckets ran in (GCOLL_DEBUG=debug), which the calling script compares across ranks. */
+ * buckets ran in (GCOLL_DEBUG=debug), which the calling script compares across ranks.
+ * CHECK_OVERLAP=pipeline: compressed buckets encoded ahead by the codec worker
+ * (GCOLL_BUCKET_PIPELINE=1) give bit for bit what buckets encoded in their turn give, and
+ * the compressed allreduce of each bucket; CHECK_OVERLAP=kill (stall): the last rank dies
+ * (stops) inside a pipelined step and the others end it with an error. */
 #include <unistd.h>
 
 #include "check.h"
@@ -193,8 +197,168 @@ static void ov_compressed(const char *spec, size_t bucket_bytes)
         free(g[l]);
 }
 
+/* A duplicate of comm that reads GCOLL_BUCKET_PIPELINE=pipeline and, with a fixed
+ * automatic layout (no rebuild from timings), GCOLL_BUCKET_REBUILD=0 at its creation. */
+static gcoll_comm_t *dup_pipeline(const char *pipeline)
+{
+    const char *was = getenv("GCOLL_BUCKET_PIPELINE"), *wr = getenv("GCOLL_BUCKET_REBUILD");
+    char *keep = was ? strdup(was) : NULL, *keepr = wr ? strdup(wr) : NULL;
+    setenv("GCOLL_BUCKET_PIPELINE", pipeline, 1);
+    setenv("GCOLL_BUCKET_REBUILD", "0", 1);
+    gcoll_comm_t *c = NULL;
+    if (gcoll_comm_dup(comm, &c) != GCOLL_OK) {
+        FAIL("comm_dup: %s", gcoll_comm_last_error(comm));
+        c = NULL;
+    }
+    if (keep)
+        setenv("GCOLL_BUCKET_PIPELINE", keep, 1);
+    else
+        unsetenv("GCOLL_BUCKET_PIPELINE");
+    if (keepr)
+        setenv("GCOLL_BUCKET_REBUILD", keepr, 1);
+    else
+        unsetenv("GCOLL_BUCKET_REBUILD");
+    free(keep);
+    free(keepr);
+    return c;
+}
+
+/* The same steps through a pipelined bucketer and one that encodes in each bucket's turn,
+ * on two communicators, with different shuffled ready() orders: bit-identical results,
+ * step after step (the residuals carry every difference forward). */
+static void ov_pipeline(gcoll_comm_t *on, gcoll_comm_t *off, const char *spec, size_t bucket_bytes)
+{
+    gcoll_bucketer_config_t cfg = {
+        .bucket_bytes = bucket_bytes, .op = GCOLL_AVG, .default_spec = spec};
+    gcoll_bucketer_t *b[2] = {NULL, NULL};
+    float *g[2][NOV];
+    int id[2][NOV];
+    memset(g, 0, sizeof(g));
+    for (int v = 0; v < 2; v++) {
+        if (gcoll_bucketer_create(v ? off : on, &cfg, &b[v]) != GCOLL_OK) {
+            FAIL("bucketer_create %s: %s", spec, gcoll_comm_last_error(v ? off : on));
+            goto out;
+        }
+        for (int l = 0; l < NOV; l++) {
+            g[v][l] = malloc(ov[l].count * sizeof(float));
+            gcoll_bucketer_add_tensor(b[v], ov[l].name, g[v][l], ov[l].count, GCOLL_FLOAT32, NULL,
+                                      &id[v][l]);
+        }
+    }
+    for (int step = 0; step < 5 && !failures; step++) {
+        for (int v = 0; v < 2 && !failures; v++) {
+            for (int l = 0; l < NOV; l++)
+                for (size_t i = 0; i < ov[l].count; i++)
+                    g[v][l][i] = ov_val(rank, step, l, i) * 0.37f;
+            ov_ready(b[v], id[v], 7 * step + 1 + 3 * v);
+            /* the first layer's result while later buckets may still run */
+            if (gcoll_bucketer_wait_tensor(b[v], id[v][NOV - 1]) != GCOLL_OK ||
+                gcoll_bucketer_wait(b[v]) != GCOLL_OK)
+                FAIL("bucketer %s (pipeline %d) step %d: %s", spec, !v, step,
+                     gcoll_comm_last_error(v ? off : on));
+        }
+        checks++;
+        for (int l = 0; l < NOV && !failures; l++)
+            if (memcmp(g[0][l], g[1][l], ov[l].count * sizeof(float)) != 0)
+                FAIL("%s bucket_bytes %zu step %d: %s encoded ahead differs from the same "
+                     "encoded in its turn",
+                     spec, bucket_bytes, step, ov[l].name);
+    }
+    if (!failures && gcoll_bucketer_num_buckets(b[0]) != gcoll_bucketer_num_buckets(b[1]))
+        FAIL("%s: %d buckets pipelined, %d not", spec, gcoll_bucketer_num_buckets(b[0]),
+             gcoll_bucketer_num_buckets(b[1]));
+    if (rank == 0)
+        printf("pipeline %s bucket_bytes %zu: %d buckets, 5 steps identical\n", spec, bucket_bytes,
+               gcoll_bucketer_num_buckets(b[0]));
+out:
+    for (int v = 0; v < 2; v++) {
+        gcoll_bucketer_destroy(b[v]);
+        for (int l = 0; l < NOV; l++)
+            free(g[v][l]);
+    }
+}
+
+/* The last rank exits (stall: stops for 12 s) in the middle of step 2's ready() calls;
+ * every other rank's step must end with an error (a dead peer, GCOLL_TIMEOUT_MS), not
+ * hang. Exit status 0 means the error came; the calling script bounds the time. */
+static int ov_kill(int stall)
+{
+    gcoll_bucketer_config_t cfg = {.op = GCOLL_AVG, .default_spec = "topk:density=0.05"};
+    gcoll_bucketer_t *b;
+    if (gcoll_bucketer_create(comm, &cfg, &b) != GCOLL_OK) {
+        FAIL("bucketer_create: %s", gcoll_comm_last_error(comm));
+        return failures;
+    }
+    float *g[NOV];
+    int id[NOV];
+    for (int l = 0; l < NOV; l++) {
+        g[l] = malloc(ov[l].count * sizeof(float));
+        for (size_t i = 0; i < ov[l].count; i++)
+            g[l][i] = ov_val(rank, 0, l, i);
+        gcoll_bucketer_add_tensor(b, ov[l].name, g[l], ov[l].count, GCOLL_FLOAT32, NULL, &id[l]);
+    }
+    gcoll_status_t st = GCOLL_OK;
+    double t0 = 0;
+    for (int step = 0; step < 4 && st == GCOLL_OK; step++) {
+        if (step == 2)
+            t0 = now();
+        for (int l = 0; l < NOV && st == GCOLL_OK; l++) {
+            if (step == 2 && l == NOV / 2 && rank == size - 1) {
+                if (!stall) {
+                    fprintf(stderr, "rank %d: exiting in step 2\n", rank);
+                    _exit(3);
+                }
+                fprintf(stderr, "rank %d: stalling 12 s in step 2\n", rank);
+                sleep(12);
+            }
+            st = gcoll_bucketer_ready(b, id[l]);
+        }
+        if (st == GCOLL_OK)
+            st = gcoll_bucketer_wait(b);
+    }
+    if (st == GCOLL_OK)
+        FAIL("the steps after rank %d died succeeded", size - 1);
+    else
+        printf("rank %d: pipelined step failed after %.1f s: %s (%s)\n", rank, now() - t0,
+               gcoll_status_string(st), gcoll_comm_last_error(comm));
+    gcoll_bucketer_destroy(b);
+    for (int l = 0; l < NOV; l++)
+        free(g[l]);
+    gcoll_comm_abort(comm);
+    return failures;
+}
+
+static int ov_pipelines(void)
+{
+    gcoll_comm_t *on = dup_pipeline("1"), *off = dup_pipeline("0");
+    static const char *const specs[] = {"topk:density=0.05", "dgc:density=0.05,momentum=0.9",
+                                        "randomk:density=0.05", "topk:density=0.05+q8", "sign"};
+    for (int i = 0; on && off && i < 5 && !failures; i++) {
+        ov_pipeline(on, off, specs[i], 0); /* automatic: split tensors, several buckets */
+        if (i != 4)
+            ov_pipeline(on, off, specs[i], 256 * 1024);
+    }
+    if (on)
+        gcoll_comm_destroy(on);
+    if (off)
+        gcoll_comm_destroy(off);
+    /* and against each bucket's compressed allreduce (one k across a bucket there) */
+    const char *ls = getenv("GCOLL_LAYER_SELECT");
+    if (!failures && ls && strcmp(ls, "0") == 0) {
+        ov_compressed("topk:density=0.05", 256 * 1024);
+        ov_compressed("dgc:density=0.05,momentum=0.9", 256 * 1024);
+        ov_compressed("randomk:density=0.05", 64 * 1024);
+    }
+    return failures;
+}
+
 int run_overlap(void)
 {
+    const char *only = getenv("CHECK_OVERLAP");
+    if (only && strcmp(only, "pipeline") == 0)
+        return ov_pipelines();
+    if (only && (strcmp(only, "kill") == 0 || strcmp(only, "stall") == 0))
+        return ov_kill(strcmp(only, "stall") == 0);
     ov_dense(0); /* automatic (GCOLL_BUCKET_BYTES unset) */
     ov_dense(4096);
     ov_dense(256 * 1024);

@@ -2,8 +2,10 @@
 # test-overlap.sh: the bucketer's overlap machinery across processes (check_overlap.c):
 # results bit-identical to per-tensor reduction for shuffled ready() orders and timings,
 # automatic and GCOLL_BUCKET_BYTES layouts, priorities on and off; and the order the
-# buckets ran in, logged by every rank, identical on all ranks. Ranks by gcoll-run and by
-# hand (GCOLL_RANK/SIZE/ROOT/JOB_KEY).
+# buckets ran in, logged by every rank, identical on all ranks; compressed buckets encoded
+# ahead by the codec worker bit-identical to the same encoded in their turn, and a rank
+# killed in a pipelined step failing the others' step in bounded time. Ranks by gcoll-run
+# and by hand (GCOLL_RANK/SIZE/ROOT/JOB_KEY).
 . "$(dirname "$0")/lib.sh"
 
 # The "ran bucket" sequence of rank r in log $1, one line per bucket run.
@@ -52,6 +54,67 @@ for tr in $(transports); do
         pass "$tr: priority 0 ran the buckets in launch order"
     else
         fail "$tr: priority 0 reordered the buckets"
+    fi
+done
+
+# compressed buckets encoded ahead by the codec worker (GCOLL_BUCKET_PIPELINE=1) against the
+# same encoded in their turn, and against each bucket's compressed allreduce (one k across a
+# bucket: GCOLL_LAYER_SELECT=0); the run order identical on every rank
+for tr in $(transports); do
+    for n in 2 3; do
+        for prio in 1 0; do
+            out="$TMP/pipe-$tr-$n-$prio.log"
+            if timeout 300 "$gcoll_run" -n "$n" --timeout 250 -x GCOLL_TRANSPORT="$tr" \
+                -x GCOLL_BUCKET_PRIORITY="$prio" -x GCOLL_LAYER_SELECT=0 -x CHECK_OVERLAP=pipeline \
+                -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=COLL -- "$CHECK" overlap >"$out" 2>&1; then
+                pass "$tr: compressed buckets pipelined = not pipelined = per-bucket compressed allreduce, priority $prio, $n ranks"
+            else
+                fail "$tr: compressed buckets pipelined, priority $prio, $n ranks"
+                grep -v ' DEBUG \| INFO ' "$out" | tail -n 30
+            fi
+            if same_order "$out" "$n"; then
+                pass "$tr: pipelined run order identical on $n ranks, priority $prio ($(wc -l <"$TMP/order0") runs)"
+            else
+                fail "$tr: pipelined run order differs between ranks, priority $prio, $n ranks"
+            fi
+            # the pipelined path ran, and some bucket was encoded before its turn came
+            if grep 'encoded [0-9.]* ms before its turn' "$out" | grep -qv 'encoded 0.0 ms'; then
+                pass "$tr: buckets encoded ahead of their turn, priority $prio, $n ranks"
+            else
+                fail "$tr: no bucket encoded ahead of its turn, priority $prio, $n ranks"
+            fi
+        done
+    done
+done
+
+# a rank killed (stalled) inside a pipelined step: the others end it with an error, in
+# bounded time (a stall: GCOLL_TIMEOUT_MS, 5 s, where the stalled rank sleeps 12 s)
+for how in kill stall; do
+    port=$(free_port)
+    pids=""
+    for r in 0 1 2; do
+        GCOLL_RANK=$r GCOLL_SIZE=3 GCOLL_ROOT="127.0.0.1:$port" GCOLL_JOB_KEY=overlap-key \
+            GCOLL_TIMEOUT_MS=5s CHECK_OVERLAP=$how timeout 60 "$CHECK" overlap >"$TMP/$how$r.log" 2>&1 &
+        pids="$pids $!"
+        BG_PIDS="$BG_PIDS $!"
+    done
+    rcs=""
+    for p in $pids; do
+        rc=0
+        wait "$p" || rc=$?
+        rcs="$rcs $rc"
+    done
+    want=" 0 0 3"
+    [ "$how" = kill ] || want=" 0 0 0"
+    t0=$(sed -n 's/.*failed after \([0-9.]*\) s.*/\1/p' "$TMP/${how}0.log")
+    t1=$(sed -n 's/.*failed after \([0-9.]*\) s.*/\1/p' "$TMP/${how}1.log")
+    # the error within the deadline (and well before the stalled rank would have come back)
+    if [ "$rcs" = "$want" ] && [ -n "$t0" ] && [ -n "$t1" ] &&
+        awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(a < 11 && b < 11) }'; then
+        pass "$how: a rank's failure inside a pipelined step ends the others' with an error (${t0} s, ${t1} s)"
+    else
+        fail "$how inside a pipelined step (exit codes$rcs, expected$want; errors after '$t0' '$t1' s)"
+        tail -n 5 "$TMP/${how}0.log" "$TMP/${how}1.log" "$TMP/${how}2.log"
     fi
 done
 
