@@ -686,7 +686,8 @@ gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_ten
     e->st = GCOLL_OK;
     e->err[0] = '\0';
     e->ns = 0;
-    scheme_t sc = pick_scheme(comm, s->c, s, count, 0, why, sizeof(why));
+    const gcoll_coll_t ctx = gcoll_comm_coll((gcoll_comm_t *)comm);
+    scheme_t sc = pick_scheme(&ctx, s->c, s, count, 0, why, sizeof(why));
     if (sc != S_SPARSE && sc != S_RANDOMK)
         return GCOLL_OK;
     uint64_t t0 = gcoll_time_ns();
@@ -741,6 +742,7 @@ gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_
             s->server->c = &e->at;
     }
     const gcoll_compressor_t *c = s->c;
+    const gcoll_coll_t ctx = gcoll_comm_coll(comm);
     gcoll_status_t st;
     if (e->scheme == S_RANDOMK) {
         st =
@@ -752,8 +754,8 @@ gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_
                                    op == GCOLL_AVG ? (float)comm->size : 1.0f, NULL);
             comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
         }
-    } else if (gather_direct(comm, c, count)) {
-        st = gather_and_sum(comm, c, e->msg, e->len, out, count, op, e->sig);
+    } else if (gather_direct(&ctx, c, count)) {
+        st = gather_and_sum(&ctx, c, e->msg, e->len, out, count, op, e->sig);
     } else {
         gcoll_pairs_t pairs = {0};
         st = gcoll_decode_info(e->msg, e->len, NULL, &pairs.n);
@@ -767,7 +769,7 @@ gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_
                                     .kind = GCOLL_KIND_COMPRESSED,
                                     .sig = e->sig};
         if (st == GCOLL_OK)
-            st = gcoll_sparse_run(comm, &call, NULL);
+            st = gcoll_sparse_run(&ctx, &call, NULL);
         gcoll_pairs_free(&pairs);
     }
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS,
