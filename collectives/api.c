@@ -11,8 +11,14 @@
 #include "reduce.h"
 #include "util.h"
 
-static int dtype_ok(gcoll_dtype_t d) { return d >= GCOLL_FLOAT32 && d <= GCOLL_INT64; }
-static int op_ok(gcoll_op_t o) { return o >= GCOLL_SUM && o <= GCOLL_PROD; }
+static int dtype_ok(gcoll_dtype_t d)
+{
+    return d >= GCOLL_FLOAT32 && d <= GCOLL_INT64;
+}
+static int op_ok(gcoll_op_t o)
+{
+    return o >= GCOLL_SUM && o <= GCOLL_PROD;
+}
 
 /* Common checks; count elements of dtype must fit in memory. */
 static gcoll_status_t check_common(gcoll_comm_t *comm, const char *what, size_t count,
@@ -90,16 +96,16 @@ gcoll_status_t gcoll_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *r
     GCOLL_CHECK(gcoll_hier_use(comm, what, count * gcoll_dtype_size(dtype), 1.0, 0.0, 0, &hier));
     if (hier)
         return gcoll_hier_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, req_p);
-    gcoll_args_t a = {.sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype,
-                      .op = op};
+    gcoll_args_t a = {
+        .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op};
     gcoll_request_t *req = gcoll_request_new(comm, what, run_allreduce, &a);
     if (!req)
         return GCOLL_ERR_NOMEM;
     return gcoll_comm_submit(comm, req, req_p);
 }
 
-gcoll_status_t gcoll_allreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
-                               size_t count, gcoll_dtype_t dtype, gcoll_op_t op)
+gcoll_status_t gcoll_allreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               gcoll_dtype_t dtype, gcoll_op_t op)
 {
     return gcoll_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, NULL);
 }
@@ -123,8 +129,8 @@ gcoll_status_t gcoll_ibroadcast(gcoll_comm_t *comm, void *buf, size_t count, gco
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, root >= 0 && root < comm->size,
                                       "root %d is not a rank of this %d-rank communicator", root,
                                       comm->size));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || buf,
-                                      "NULL buffer with count %zu", count));
+    GCOLL_CHECK(
+        gcoll_comm_check_args(comm, what, count == 0 || buf, "NULL buffer with count %zu", count));
     gcoll_args_t a = {.recvbuf = buf, .count = count, .dtype = dtype, .root = root};
     gcoll_request_t *req = gcoll_request_new(comm, what, run_broadcast, &a);
     if (!req)
@@ -158,7 +164,10 @@ gcoll_status_t gcoll_ibarrier(gcoll_comm_t *comm, gcoll_request_t **req_p)
     return gcoll_comm_submit(comm, req, req_p);
 }
 
-gcoll_status_t gcoll_barrier(gcoll_comm_t *comm) { return gcoll_ibarrier(comm, NULL); }
+gcoll_status_t gcoll_barrier(gcoll_comm_t *comm)
+{
+    return gcoll_ibarrier(comm, NULL);
+}
 
 /* ---- allgather(v), reduce-scatter, alltoall(v) (their plans: gather.c) ----------- */
 
@@ -444,6 +453,14 @@ gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t
 {
     gcoll_coll_t ctx = gcoll_comm_coll(comm);
     return gcoll_coll_ring_allreduce(&ctx, recvbuf, count, dtype, op, sig, sub0);
+}
+
+gcoll_status_t gcoll_small_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                        gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                        uint32_t sub0)
+{
+    gcoll_coll_t ctx = gcoll_comm_coll(comm);
+    return gcoll_rd_allreduce_at(&ctx, recvbuf, count, dtype, op, sig, sub0);
 }
 
 int gcoll_topk_stream_eligible(gcoll_comm_t *comm, const gcoll_compressor_t *c, int ef,

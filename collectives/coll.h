@@ -113,6 +113,10 @@ gcoll_status_t gcoll_rhd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_
 /* Recursive doubling: log2 P exchanges of the whole vector (latency-bound sizes). */
 gcoll_status_t gcoll_rd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
                                   gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
+/* The same with message tags starting at sub0 (for use inside another operation). */
+gcoll_status_t gcoll_rd_allreduce_at(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
+                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                     uint32_t sub0);
 
 /* Binomial-tree reduce to rank 0, then binomial broadcast: 2 log2 P latency-bound steps. */
 gcoll_status_t gcoll_tree_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
@@ -168,5 +172,9 @@ gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t co
 gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                        gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
                                        uint32_t sub0);
+/* Recursive doubling (log2 P latencies: for a few bytes) inside a running operation. */
+gcoll_status_t gcoll_small_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
+                                        gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                        uint32_t sub0);
 
 #endif /* GCOLL_COLL_H */

@@ -9,7 +9,10 @@
 
 /* Real rank of a rank in the power-of-two group: the first 2*rem ranks pair up and only
  * the odd one of each pair stays. */
-static int real_rank(int nr, int rem) { return nr < rem ? 2 * nr + 1 : nr + rem; }
+static int real_rank(int nr, int rem)
+{
+    return nr < rem ? 2 * nr + 1 : nr + rem;
+}
 
 /* Sends one span and receives another with a partner, then waits for both. */
 static gcoll_status_t exchange(const gcoll_coll_t *ctx, int peer, uint32_t sub, uint32_t sig,
@@ -50,9 +53,9 @@ typedef void (*reduce_fn_t)(void *dst, const void *src, size_t n, gcoll_dtype_t 
 /* Fold-in: the first 2*rem ranks pair up, the even one sends its whole vector to the odd
  * one, which combines it (with fold, in the operand order its algorithm keeps) and stays.
  * *nr_p: the rank in the power-of-two group, -1 if folded away. */
-static gcoll_status_t fold_in(const gcoll_coll_t *ctx, int rem, uint32_t sig, uint8_t *buf,
-                              uint8_t *tmp, size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
-                              reduce_fn_t fold, int *nr_p)
+static gcoll_status_t fold_in(const gcoll_coll_t *ctx, int rem, uint32_t sub, uint32_t sig,
+                              uint8_t *buf, uint8_t *tmp, size_t count, gcoll_dtype_t dtype,
+                              gcoll_op_t op, reduce_fn_t fold, int *nr_p)
 {
     const int r = ctx->rank;
     const size_t bytes = count * gcoll_dtype_size(dtype);
@@ -61,8 +64,8 @@ static gcoll_status_t fold_in(const gcoll_coll_t *ctx, int rem, uint32_t sig, ui
         return GCOLL_OK;
     *nr_p = r % 2 ? r / 2 : -1;
     if (r % 2 == 0)
-        return exchange(ctx, r + 1, 0, sig, buf, bytes, NULL, 0);
-    GCOLL_CHECK(exchange(ctx, r - 1, 0, sig, NULL, 0, tmp, bytes));
+        return exchange(ctx, r + 1, sub, sig, buf, bytes, NULL, 0);
+    GCOLL_CHECK(exchange(ctx, r - 1, sub, sig, NULL, 0, tmp, bytes));
     fold(buf, tmp, count, dtype, op);
     return GCOLL_OK;
 }
@@ -94,7 +97,7 @@ gcoll_status_t gcoll_rhd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_
     if (!tmp || !lo)
         goto out;
     int nr; /* rank in the power-of-two group, -1 if folded away */
-    GCOLL_CHECK_GOTO(fold_in(ctx, rem, sig, buf, tmp, count, dtype, op, gcoll_reduce, &nr), st,
+    GCOLL_CHECK_GOTO(fold_in(ctx, rem, 0, sig, buf, tmp, count, dtype, op, gcoll_reduce, &nr), st,
                      out);
     if (nr >= 0) {
         /* Halving: at each step keep one half of the current range and reduce into it. */
@@ -134,8 +137,9 @@ out:
  * combine in one order, lower group rank first (gcoll_reduce_rev on the upper one), so both
  * hold the same bits after every step and all ranks end identical whatever the op.
  * Non-power-of-two rank counts fold in and out as gcoll_rhd_allreduce does. */
-gcoll_status_t gcoll_rd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
-                                  gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
+gcoll_status_t gcoll_rd_allreduce_at(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
+                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
+                                     uint32_t sub0)
 {
     const int P = ctx->size;
     const size_t bytes = count * gcoll_dtype_size(dtype);
@@ -147,17 +151,23 @@ gcoll_status_t gcoll_rd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t
     if (!tmp)
         return GCOLL_ERR_NOMEM;
     int nr; /* rank in the power-of-two group, -1 if folded away */
-    GCOLL_CHECK(fold_in(ctx, rem, sig, buf, tmp, count, dtype, op, gcoll_reduce_rev, &nr));
+    GCOLL_CHECK(fold_in(ctx, rem, sub0, sig, buf, tmp, count, dtype, op, gcoll_reduce_rev, &nr));
     for (int s = 0, mask = 1; nr >= 0 && mask < p2; s++, mask <<= 1) {
         int pnr = nr ^ mask;
-        GCOLL_CHECK(
-            exchange(ctx, real_rank(pnr, rem), 1 + (uint32_t)s, sig, buf, bytes, tmp, bytes));
+        GCOLL_CHECK(exchange(ctx, real_rank(pnr, rem), sub0 + 1 + (uint32_t)s, sig, buf, bytes, tmp,
+                             bytes));
         if (nr < pnr)
             gcoll_reduce(buf, tmp, count, dtype, op);
         else
             gcoll_reduce_rev(buf, tmp, count, dtype, op);
     }
-    return fold_out(ctx, rem, 1 + (uint32_t)steps, sig, buf, bytes);
+    return fold_out(ctx, rem, sub0 + 1 + (uint32_t)steps, sig, buf, bytes);
+}
+
+gcoll_status_t gcoll_rd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t count,
+                                  gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig)
+{
+    return gcoll_rd_allreduce_at(ctx, recvbuf, count, dtype, op, sig, 0);
 }
 
 gcoll_status_t gcoll_tree_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_t count,

@@ -38,8 +38,8 @@ static gcoll_status_t run_bucket(gcoll_comm_t *comm, gcoll_request_t *req)
  * ready): each launched bucket queues a token; a token runs the highest-priority bucket
  * that every rank has launched and none has run -- the one latest in backward order, the
  * first layers the next forward pass needs first. The ranks agree on the candidates with a
- * tiny MIN allreduce of launched flags, so all run the same bucket even when their ready()
- * timings differ; the last bucket of a step needs no agreement. */
+ * tiny MIN allreduce of launched flags (recursive doubling: log2 P latencies), so all run the same
+ * bucket even when their ready() timings differ; the last bucket of a step needs no agreement. */
 #define NEGOTIATE_SUB 0xe0000000u /* tags apart from the bucket's and the mid-step check's */
 static gcoll_status_t run_token(gcoll_comm_t *comm, gcoll_request_t *req)
 {
@@ -62,8 +62,8 @@ static gcoll_status_t run_token(gcoll_comm_t *comm, gcoll_request_t *req)
         } else {
             uint32_t sig =
                 gcoll_call_sig(GCOLL_KIND_ALLREDUCE, (size_t)b->nb, GCOLL_INT32, GCOLL_MIN, 0);
-            GCOLL_CHECK(gcoll_ring_allreduce_at(comm, f, (size_t)b->nb, GCOLL_INT32, GCOLL_MIN, sig,
-                                                NEGOTIATE_SUB + ((round & 0xfffu) << 16)));
+            GCOLL_CHECK(gcoll_small_allreduce_at(comm, f, (size_t)b->nb, GCOLL_INT32, GCOLL_MIN,
+                                                 sig, NEGOTIATE_SUB + ((round & 0xfffu) << 16)));
             for (int j = b->nb - 1; j >= 0 && pick < 0; j--)
                 if (f[j])
                     pick = j;
