@@ -24,12 +24,15 @@
 
 typedef struct {
     gcoll_tensor_state_t *state;
-    int shard_only; /* reduce-scatter: stop after reducing this rank's chunk */
-    int checked;    /* the nonblocking call scanned the gradient for NaN/Inf already */
+    int shard_only;   /* reduce-scatter: stop after reducing this rank's chunk */
+    int checked;      /* the nonblocking call scanned the gradient for NaN/Inf already */
     uint64_t scan_ns; /* that scan, counted as codec time when the call runs */
 } comp_args_t;
 
-static gcoll_span_t chunk(size_t count, int P, int j) { return gcoll_even_chunk(count, P, j); }
+static gcoll_span_t chunk(size_t count, int P, int j)
+{
+    return gcoll_even_chunk(count, P, j);
+}
 
 gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n)
 {
@@ -328,9 +331,15 @@ static gcoll_status_t run_sparse(const gcoll_coll_t *ctx, gcoll_tensor_state_t *
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &nnz), st, out);
     pairs.n = nnz; /* decoded from msg only if the plan needs the pairs */
     ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
-    gcoll_sparse_call_t call = {.codec = c, .pairs = &pairs, .msg = msg, .msglen = len,
-                                .count = count, .out = out, .op = op,
-                                .kind = GCOLL_KIND_COMPRESSED, .sig = sig};
+    gcoll_sparse_call_t call = {.codec = c,
+                                .pairs = &pairs,
+                                .msg = msg,
+                                .msglen = len,
+                                .count = count,
+                                .out = out,
+                                .op = op,
+                                .kind = GCOLL_KIND_COMPRESSED,
+                                .sig = sig};
     st = gcoll_sparse_run(ctx, &call, NULL);
 out:
     gcoll_pairs_free(&pairs);
@@ -379,9 +388,8 @@ out:
 
 enum { ALGO_AUTO = 0, ALGO_ALLTOALL = 1, ALGO_RING = 2 }; /* GCOLL_COMPRESSED_ALGO */
 typedef enum { S_DENSE, S_ALLTOALL, S_RING, S_RANDOMK, S_SPARSE, S_STREAM } scheme_t;
-static const char *const scheme_names[] = {"dense ring", "alltoall", "ring",
-                                           "random-k dense values", "sparse", "streamed sparse"};
-
+static const char *const scheme_names[] = {
+    "dense ring", "alltoall", "ring", "random-k dense values", "sparse", "streamed sparse"};
 
 /* Scheme of a compressed allreduce; deterministic from the configuration, the codec, count,
  * P and the state's step (s NULL: a state of c past its warm-up), so every rank picks the
@@ -415,17 +423,19 @@ static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c
         return S_ALLTOALL;
     }
     if (P < 2 || c->clip > 0 || c->clip_value > 0) {
-        snprintf(why, len, "%s", P < 2 ? "one rank" : "clipping applies to each rank's own "
-                                                      "gradient: the ring would clip partial "
-                                                      "sums");
+        snprintf(why, len, "%s",
+                 P < 2 ? "one rank"
+                       : "clipping applies to each rank's own "
+                         "gradient: the ring would clip partial "
+                         "sums");
         return S_ALLTOALL;
     }
     if (ctx->cfg->compressed_algo == ALGO_RING) {
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_RING;
     }
-    snprintf(why, len, "%d ranks, %zu floats per rank: %s 4 segments of %zu to pipeline", P,
-             per, per >= 4 * segf ? "at least" : "fewer than", segf);
+    snprintf(why, len, "%d ranks, %zu floats per rank: %s 4 segments of %zu to pipeline", P, per,
+             per >= 4 * segf ? "at least" : "fewer than", segf);
     return per >= 4 * segf ? S_RING : S_ALLTOALL;
 }
 
@@ -593,8 +603,8 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
         uint64_t t0 = gcoll_time_ns();
         size_t bad = gcoll_kernels()->first_bad(grad, count);
         scan_ns = gcoll_time_ns() - t0;
-        GCOLL_CHECK(gcoll_comm_check_args(comm, what, bad >= count,
-                                          "grad[%zu] is NaN or infinite", bad));
+        GCOLL_CHECK(
+            gcoll_comm_check_args(comm, what, bad >= count, "grad[%zu] is NaN or infinite", bad));
     }
     comp_args_t *ca = calloc(1, sizeof(*ca));
     if (!ca)
@@ -603,8 +613,13 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
     ca->shard_only = shard_only;
     ca->checked = req_p != NULL;
     ca->scan_ns = scan_ns;
-    gcoll_args_t a = {.sendbuf = grad, .recvbuf = out, .count = count, .dtype = GCOLL_FLOAT32,
-                      .op = op, .ext = ca, .release = free};
+    gcoll_args_t a = {.sendbuf = grad,
+                      .recvbuf = out,
+                      .count = count,
+                      .dtype = GCOLL_FLOAT32,
+                      .op = op,
+                      .ext = ca,
+                      .release = free};
     gcoll_request_t *req = gcoll_request_new(comm, what, run_compressed, &a);
     if (!req) {
         free(ca);
@@ -631,16 +646,14 @@ gcoll_status_t gcoll_icompressed_reduce_scatter(gcoll_comm_t *comm, gcoll_tensor
                                                 const float *grad, float *shard, size_t count,
                                                 gcoll_op_t op, gcoll_request_t **req_p)
 {
-    return submit(comm, "gcoll_compressed_reduce_scatter", state, grad, shard, count, op, 1,
-                  req_p);
+    return submit(comm, "gcoll_compressed_reduce_scatter", state, grad, shard, count, op, 1, req_p);
 }
 
 gcoll_status_t gcoll_compressed_reduce_scatter(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
                                                const float *grad, float *shard, size_t count,
                                                gcoll_op_t op)
 {
-    return submit(comm, "gcoll_compressed_reduce_scatter", state, grad, shard, count, op, 1,
-                  NULL);
+    return submit(comm, "gcoll_compressed_reduce_scatter", state, grad, shard, count, op, 1, NULL);
 }
 
 void gcoll_shard_range(const gcoll_comm_t *comm, size_t count, size_t *offset_p, size_t *len_p)

@@ -24,7 +24,7 @@ gcoll_status_t gcoll_compressed_server_state(gcoll_tensor_state_t *s, size_t n);
  * headers), at most one rank's chunk, doubled until every (step, segment) pair has its
  * own tag below the phase bits. The ring and gcoll_compressed_scheme both use it. */
 #define GCOLL_CRING_MIN_SEG 1024
-#define GCOLL_CRING_SEG(ring_chunk) \
+#define GCOLL_CRING_SEG(ring_chunk)                                                                \
     GCOLL_MAX((ring_chunk) / (2 * sizeof(float)), (size_t)GCOLL_CRING_MIN_SEG)
 size_t gcoll_cring_segment(size_t ring_chunk, size_t count, int P);
 

@@ -42,12 +42,15 @@
 #define SUB_MAX ((uint32_t)1 << 24)
 
 typedef struct {
-    size_t segf;  /* floats per segment */
-    size_t nseg;  /* most segments of one chunk */
+    size_t segf;   /* floats per segment */
+    size_t nseg;   /* most segments of one chunk */
     size_t segcap; /* bound of one segment's message */
 } ring_geom_t;
 
-static size_t nseg_of(const ring_geom_t *g, size_t len) { return GCOLL_DIV_UP(len, g->segf); }
+static size_t nseg_of(const ring_geom_t *g, size_t len)
+{
+    return GCOLL_DIV_UP(len, g->segf);
+}
 
 static gcoll_span_t seg_of(const ring_geom_t *g, gcoll_span_t ch, size_t s)
 {
@@ -77,8 +80,8 @@ typedef struct {
     uint32_t sig;
     gcoll_treq_t *rreq[2], *sreq[2]; /* [0] reduce-scatter, [1] allgather */
     uint8_t *rstore, *sstore;
-    int ag;        /* an allgather follows (not a reduce-scatter alone) */
-    size_t *fk;    /* per allgather step t < P-2: the next segment to forward */
+    int ag;     /* an allgather follows (not a reduce-scatter alone) */
+    size_t *fk; /* per allgather step t < P-2: the next segment to forward */
 } ring_t;
 
 #define RS 0
@@ -89,7 +92,10 @@ typedef struct {
  * link while this rank works on other stages. */
 #define CRING_SKEW 8
 
-static size_t slot(const ring_t *R, size_t t, size_t k) { return t * R->g.nseg + k; }
+static size_t slot(const ring_t *R, size_t t, size_t k)
+{
+    return t * R->g.nseg + k;
+}
 static uint8_t *rbuf(const ring_t *R, size_t t, size_t k)
 {
     return R->rstore + slot(R, t, k) * R->g.segcap;
@@ -115,8 +121,7 @@ static gcoll_status_t ring_recv(ring_t *R, int ph, size_t t, size_t k)
                                GCOLL_TREQ_ANYLEN);
 }
 
-static gcoll_status_t ring_send(ring_t *R, int ph, size_t t, size_t k, const void *msg,
-                                size_t len)
+static gcoll_status_t ring_send(ring_t *R, int ph, size_t t, size_t k, const void *msg, size_t len)
 {
     return gcoll_channel_isend(R->ctx->ch, &R->sreq[ph][slot(R, t, k)], R->right,
                                tag_of(R, ph, t, k), R->sig, msg, len);
@@ -223,8 +228,8 @@ static gcoll_status_t forward_ready(ring_t *R, int poll)
 }
 
 /* Decodes the allgathered segment k of chunk ch into out. */
-static gcoll_status_t decode_out(ring_t *R, const gcoll_compressor_t *c, gcoll_span_t ch,
-                                 size_t k, const uint8_t *msg, size_t len, float *out, int from)
+static gcoll_status_t decode_out(ring_t *R, const gcoll_compressor_t *c, gcoll_span_t ch, size_t k,
+                                 const uint8_t *msg, size_t len, float *out, int from)
 {
     gcoll_span_t sg = seg_of(&R->g, ch, k);
     uint64_t t0 = gcoll_time_ns();
@@ -244,9 +249,8 @@ static gcoll_status_t decode_out(ring_t *R, const gcoll_compressor_t *c, gcoll_s
  * it with the server residual (as the all-to-all scheme does), sends it round at once and
  * decodes it into out from the bytes every rank gets, not from acc, so that results are
  * bit-identical on every rank. */
-static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const float *grad,
-                                  float *out, gcoll_op_t op, float *acc, uint8_t *own,
-                                  size_t *ownlen, size_t k)
+static gcoll_status_t own_segment(ring_t *R, gcoll_tensor_state_t *s, const float *grad, float *out,
+                                  gcoll_op_t op, float *acc, uint8_t *own, size_t *ownlen, size_t k)
 {
     const gcoll_compressor_t *c = s->c;
     const gcoll_span_t mine = gcoll_even_chunk(R->count, R->P, R->r);
@@ -389,8 +393,7 @@ gcoll_status_t gcoll_compressed_ring(const gcoll_coll_t *ctx, gcoll_tensor_state
             } else if (u == R.steps) {
                 if (k >= nmine)
                     continue;
-                GCOLL_CHECK_GOTO(own_segment(&R, s, grad, out, op, acc, own, ownlen, k), st,
-                                 out);
+                GCOLL_CHECK_GOTO(own_segment(&R, s, grad, out, op, acc, own, ownlen, k), st, out);
             } else {
                 GCOLL_CHECK_GOTO(ag_stage(&R, c, out, u - R.steps - 1, k), st, out);
                 continue;

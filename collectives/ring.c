@@ -12,7 +12,10 @@
 #include "reduce.h"
 #include "util.h"
 
-static size_t mod(long a, long p) { return (size_t)(((a % p) + p) % p); }
+static size_t mod(long a, long p)
+{
+    return (size_t)(((a % p) + p) % p);
+}
 
 /* Balanced split of n items into k parts: part i. */
 static gcoll_span_t split(size_t n, size_t k, size_t i)
@@ -158,8 +161,8 @@ static gcoll_status_t ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t 
                         gcoll_reduce_rev(p->buf + ch.off, p->src + ch.off, ch.len / p->esz,
                                          p->dtype, p->op);
                     else
-                        gcoll_reduce(p->buf + ch.off, p->tmp + ch.off, ch.len / p->esz,
-                                     p->dtype, p->op);
+                        gcoll_reduce(p->buf + ch.off, p->tmp + ch.off, ch.len / p->esz, p->dtype,
+                                     p->op);
                 }
                 if (g + 1 < nsteps) {
                     gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g + 1, 0), c, nch);
@@ -225,9 +228,17 @@ static gcoll_status_t ring_allreduce(const gcoll_coll_t *ctx, const void *sendbu
         gcoll_channel_set_error(ctx->ch, "cannot allocate %zu bytes for the ring", maxcount * esz);
         goto out;
     }
-    gcoll_ring_plan_t plan = {.tmp = tmp, .seg = seg, .esz = esz, .dtype = dtype, .op = op,
-                              .rs_steps = P - 1, .ag_steps = P - 1, .rs_shift = 0, .ag_shift = 1,
-                              .sig = sig, .sub0 = sub0};
+    gcoll_ring_plan_t plan = {.tmp = tmp,
+                              .seg = seg,
+                              .esz = esz,
+                              .dtype = dtype,
+                              .op = op,
+                              .rs_steps = P - 1,
+                              .ag_steps = P - 1,
+                              .rs_shift = 0,
+                              .ag_shift = 1,
+                              .sig = sig,
+                              .sub0 = sub0};
     for (size_t off = 0; off < count; off += slice) {
         size_t n = GCOLL_MIN(slice, count - off);
         for (size_t i = 0; i < P; i++) {

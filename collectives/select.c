@@ -55,8 +55,7 @@ static double cost(gcoll_algo_t a, double n, int P)
         return 2.0 * (P - 1) * ALPHA_NS + 2.0 * f * n * BETA_NS;
     case GCOLL_ALGO_RHD: {
         double fp = (double)(p2 - 1) / p2;
-        double c = 2.0 * lg * RHD_STEP * ALPHA_NS + RHD_WIRE * fp * n * BETA_NS +
-                   fp * n * GAMMA_NS;
+        double c = 2.0 * lg * RHD_STEP * ALPHA_NS + RHD_WIRE * fp * n * BETA_NS + fp * n * GAMMA_NS;
         if (p2 != P) /* fold-in and fold-out of the extra ranks: full vectors */
             c += 2.0 * ALPHA_NS + 2.0 * n * BETA_NS + n * GAMMA_NS;
         return c;
@@ -76,7 +75,8 @@ static double cost(gcoll_algo_t a, double n, int P)
             c += ALPHA_NS + 2.0 * n * BETA_NS + n * GAMMA_NS;
         return c;
     }
-    default: return 1e300;
+    default:
+        return 1e300;
     }
 }
 

@@ -24,8 +24,7 @@ const char *const gcoll_sparse_plan_names[] = {"allgather", "split", "dense"};
 
 /* Sorts pairs by index (LSD radix, two 16-bit passes) and sums repeats. Returns the new
  * count. tmp_idx/tmp_val have room for n. */
-static size_t sort_merge(uint32_t *idx, float *val, size_t n, uint32_t *tmp_idx,
-                         float *tmp_val)
+static size_t sort_merge(uint32_t *idx, float *val, size_t n, uint32_t *tmp_idx, float *tmp_val)
 {
     size_t *cnt = malloc(65536 * sizeof(size_t));
     if (!cnt)
@@ -114,8 +113,8 @@ static gcoll_status_t allgather_small(const gcoll_coll_t *ctx, uint8_t *all, siz
         return GCOLL_ERR_NOMEM;
     for (int i = 0; i < P; i++)
         seg[i] = (gcoll_span_t){(size_t)i * each, each};
-    gcoll_ring_plan_t plan = {.buf = all, .seg = seg, .esz = 1, .ag_steps = (size_t)P - 1,
-                              .sig = sig, .sub0 = sub0};
+    gcoll_ring_plan_t plan = {
+        .buf = all, .seg = seg, .esz = 1, .ag_steps = (size_t)P - 1, .sig = sig, .sub0 = sub0};
     gcoll_status_t st = gcoll_ring_run(ctx, &plan);
     free(seg);
     return st;
@@ -162,8 +161,8 @@ static gcoll_status_t plan_allgather(const gcoll_coll_t *ctx, const gcoll_sparse
     if (!all)
         goto out;
     memcpy(all + seg[r].off, c->msg, c->msglen);
-    gcoll_ring_plan_t plan = {.buf = all, .seg = seg, .esz = 1, .ag_steps = (size_t)P - 1,
-                              .sig = sig, .sub0 = PHASE(1)};
+    gcoll_ring_plan_t plan = {
+        .buf = all, .seg = seg, .esz = 1, .ag_steps = (size_t)P - 1, .sig = sig, .sub0 = PHASE(1)};
     GCOLL_CHECK_GOTO(gcoll_ring_run(ctx, &plan), st, out);
     const uint8_t **msg = (const uint8_t **)(seg + P);
     size_t *len = (size_t *)(msg + P);
@@ -415,7 +414,7 @@ static gcoll_sparse_plan_t choose(const gcoll_coll_t *ctx, const census_t *cen, 
         mtot += (double)cen[i].msglen;
     }
     double f = (double)(P - 1) / P, merged = ntot < (double)count ? ntot : (double)count;
-    double b_all = mtot * f;                          /* everyone else's message */
+    double b_all = mtot * f;                                /* everyone else's message */
     double b_split = 8.0 * ntot / P * f + 8.0 * merged * f; /* my share out, the pieces in */
     double b_dense = 2.0 * 4.0 * (double)count * f;
     gcoll_sparse_plan_t plan = GCOLL_SPARSE_ALLGATHER;
@@ -443,8 +442,9 @@ gcoll_status_t gcoll_sparse_run(const gcoll_coll_t *ctx, const gcoll_sparse_call
                                 gcoll_sparse_plan_t *plan_p)
 {
     const int P = ctx->size, r = ctx->rank;
-    uint32_t sig = c->sig ? c->sig
-                          : gcoll_call_sig(GCOLL_KIND_SPARSE, c->count, GCOLL_FLOAT32, c->op, c->kind);
+    uint32_t sig = c->sig
+                       ? c->sig
+                       : gcoll_call_sig(GCOLL_KIND_SPARSE, c->count, GCOLL_FLOAT32, c->op, c->kind);
     gcoll_pairs_t own = {0}; /* c->pairs decoded from c->msg, when needed */
     census_t *cen = calloc((size_t)P, sizeof(*cen));
     if (!cen)
@@ -479,9 +479,8 @@ gcoll_status_t gcoll_sparse_run(const gcoll_coll_t *ctx, const gcoll_sparse_call
         uint64_t t0 = gcoll_time_ns();
         own.idx = malloc((c->pairs->n + 1) * sizeof(uint32_t));
         own.val = malloc((c->pairs->n + 1) * sizeof(float));
-        st = own.idx && own.val ? gcoll_codec_decode_pairs(c->codec, c->msg, c->msglen,
-                                                             c->count, own.idx, own.val,
-                                                             c->pairs->n, &own.n)
+        st = own.idx && own.val ? gcoll_codec_decode_pairs(c->codec, c->msg, c->msglen, c->count,
+                                                           own.idx, own.val, c->pairs->n, &own.n)
                                 : GCOLL_ERR_NOMEM;
         ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
         if (st != GCOLL_OK)

@@ -43,8 +43,12 @@ static gcoll_status_t run_sparse(gcoll_comm_t *comm, gcoll_request_t *req)
                                       &len);
     comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
     if (st == GCOLL_OK) {
-        gcoll_sparse_call_t call = {.pairs = &pairs, .msg = msg, .msglen = len,
-                                    .count = a->count, .out = a->recvbuf, .op = a->op,
+        gcoll_sparse_call_t call = {.pairs = &pairs,
+                                    .msg = msg,
+                                    .msglen = len,
+                                    .count = a->count,
+                                    .out = a->recvbuf,
+                                    .op = a->op,
                                     .kind = GCOLL_KIND_SPARSE};
         gcoll_coll_t ctx = gcoll_comm_coll(comm);
         st = gcoll_sparse_run(&ctx, &call, NULL);
@@ -83,8 +87,8 @@ gcoll_status_t gcoll_sparse_submit(gcoll_comm_t *comm, const uint32_t *idx, cons
                                           "idx[%zu] = %u is not below dense_count %zu", i,
                                           i < nnz ? idx[i] : 0, dense_count));
         size_t bad = nnz ? gcoll_kernels()->first_bad(val, nnz) : 0;
-        GCOLL_CHECK(gcoll_comm_check_args(comm, what, bad >= nnz, "val[%zu] is NaN or infinite",
-                                          bad));
+        GCOLL_CHECK(
+            gcoll_comm_check_args(comm, what, bad >= nnz, "val[%zu] is NaN or infinite", bad));
     }
     if (!(flags & GCOLL_SPARSE_NOCHECK)) {
         int hier = 0; /* the wire carries about the pairs (8 bytes each) of every rank */
@@ -109,8 +113,12 @@ gcoll_status_t gcoll_sparse_submit(gcoll_comm_t *comm, const uint32_t *idx, cons
         memcpy(sa->idx, idx, nnz * sizeof(uint32_t));
         memcpy(sa->val, val, nnz * sizeof(float));
     }
-    gcoll_args_t a = {.recvbuf = out, .count = dense_count, .dtype = GCOLL_FLOAT32, .op = op,
-                      .ext = sa, .release = sparse_args_free};
+    gcoll_args_t a = {.recvbuf = out,
+                      .count = dense_count,
+                      .dtype = GCOLL_FLOAT32,
+                      .op = op,
+                      .ext = sa,
+                      .release = sparse_args_free};
     gcoll_request_t *req = gcoll_request_new(comm, what, run_sparse, &a);
     if (!req) {
         sparse_args_free(sa);

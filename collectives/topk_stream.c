@@ -140,8 +140,8 @@ static gcoll_status_t rx_complete(stream_t *t, int j)
         x->thr = gcoll_get_u32(p + 24);
         x->ties = gcoll_get_u64(p + 32);
         if (gcoll_get_u32(p) != TRAILER_MAGIC || (x->flags & ~TRAILER_FALLBACK) ||
-            gcoll_get_u32(p + 28) != 0 || x->nnz > t->k ||
-            x->cand > gcoll_select_cand_cap(t->k) || x->ties > x->nnz || x->thr > 0x7f800000u)
+            gcoll_get_u32(p + 28) != 0 || x->nnz > t->k || x->cand > gcoll_select_cand_cap(t->k) ||
+            x->ties > x->nnz || x->thr > 0x7f800000u)
             return bad_trailer(t, j);
         if (!(x->flags & TRAILER_FALLBACK))
             x->stage++; /* no full selection follows */

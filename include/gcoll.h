@@ -48,7 +48,7 @@ typedef enum {
 
 typedef enum {
     GCOLL_FLOAT32,
-    GCOLL_FLOAT16, /* IEEE binary16, reduced in fp32 */
+    GCOLL_FLOAT16,  /* IEEE binary16, reduced in fp32 */
     GCOLL_BFLOAT16, /* reduced in fp32 */
     GCOLL_FLOAT64,
     GCOLL_INT32,
@@ -80,11 +80,11 @@ GCOLL_EXPORT const char *gcoll_op_name(gcoll_op_t op);
  * gcoll_param_get(i, ...) for i in [0, gcoll_param_count()) describes one entry; value
  * is the current environment value or NULL if unset. Thread safe; never blocks. */
 typedef struct {
-    const char *name;    /* "GCOLL_TIMEOUT_MS" */
-    const char *type;    /* "int", "size", "duration", "string", "enum", "bool" */
-    const char *deflt;   /* default as text ("" when none) */
-    const char *help;    /* one line */
-    const char *value;   /* current environment value, NULL if unset */
+    const char *name;  /* "GCOLL_TIMEOUT_MS" */
+    const char *type;  /* "int", "size", "duration", "string", "enum", "bool" */
+    const char *deflt; /* default as text ("" when none) */
+    const char *help;  /* one line */
+    const char *value; /* current environment value, NULL if unset */
 } gcoll_param_info_t;
 GCOLL_EXPORT size_t gcoll_param_count(void);
 GCOLL_EXPORT gcoll_status_t gcoll_param_get(size_t i, gcoll_param_info_t *info_p);
@@ -211,15 +211,14 @@ GCOLL_EXPORT gcoll_status_t gcoll_comm_probe_bandwidth(const gcoll_comm_t *comm,
  * across hosts, an allgather inside (fp16/bf16 rounded between the steps); the first such
  * call learns the host layout (see gcoll_comm_host_info) and makes the two child
  * communicators, so it is slower once. */
-GCOLL_EXPORT gcoll_status_t gcoll_allreduce(gcoll_comm_t *comm, const void *sendbuf,
-                                            void *recvbuf, size_t count, gcoll_dtype_t dtype,
-                                            gcoll_op_t op);
+GCOLL_EXPORT gcoll_status_t gcoll_allreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                            size_t count, gcoll_dtype_t dtype, gcoll_op_t op);
 
 /* Nonblocking allreduce: queues the operation and returns a request at once. The buffers
  * must stay valid and untouched until gcoll_wait/gcoll_test reports completion. */
-GCOLL_EXPORT gcoll_status_t gcoll_iallreduce(gcoll_comm_t *comm, const void *sendbuf,
-                                             void *recvbuf, size_t count, gcoll_dtype_t dtype,
-                                             gcoll_op_t op, gcoll_request_t **req_p);
+GCOLL_EXPORT gcoll_status_t gcoll_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                             gcoll_request_t **req_p);
 
 /* Copies root's buf (count elements) to every rank's buf. Blocks. */
 GCOLL_EXPORT gcoll_status_t gcoll_broadcast(gcoll_comm_t *comm, void *buf, size_t count,
@@ -234,10 +233,10 @@ GCOLL_EXPORT gcoll_status_t gcoll_ibarrier(gcoll_comm_t *comm, gcoll_request_t *
 
 /* recvbuf (size * sendcount elements) receives every rank's sendbuf, in rank order. In
  * place when sendbuf == recvbuf + rank * sendcount elements (as in NCCL). Blocks. */
-GCOLL_EXPORT gcoll_status_t gcoll_allgather(gcoll_comm_t *comm, const void *sendbuf,
-                                            void *recvbuf, size_t sendcount, gcoll_dtype_t dtype);
-GCOLL_EXPORT gcoll_status_t gcoll_iallgather(gcoll_comm_t *comm, const void *sendbuf,
-                                             void *recvbuf, size_t sendcount, gcoll_dtype_t dtype,
+GCOLL_EXPORT gcoll_status_t gcoll_allgather(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                            size_t sendcount, gcoll_dtype_t dtype);
+GCOLL_EXPORT gcoll_status_t gcoll_iallgather(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                             size_t sendcount, gcoll_dtype_t dtype,
                                              gcoll_request_t **req_p);
 
 /* Rank i's sendbuf (recvcounts[i] elements, == sendcount on rank i) lands at
@@ -265,12 +264,11 @@ GCOLL_EXPORT gcoll_status_t gcoll_ireduce_scatter(gcoll_comm_t *comm, const void
 
 /* Block j (count_per_rank elements) of rank i's sendbuf lands in block i of rank j's
  * recvbuf. Not in place (GCOLL_ERR_INVALID). Blocks. */
-GCOLL_EXPORT gcoll_status_t gcoll_alltoall(gcoll_comm_t *comm, const void *sendbuf,
-                                           void *recvbuf, size_t count_per_rank,
-                                           gcoll_dtype_t dtype);
-GCOLL_EXPORT gcoll_status_t gcoll_ialltoall(gcoll_comm_t *comm, const void *sendbuf,
-                                            void *recvbuf, size_t count_per_rank,
-                                            gcoll_dtype_t dtype, gcoll_request_t **req_p);
+GCOLL_EXPORT gcoll_status_t gcoll_alltoall(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           size_t count_per_rank, gcoll_dtype_t dtype);
+GCOLL_EXPORT gcoll_status_t gcoll_ialltoall(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                            size_t count_per_rank, gcoll_dtype_t dtype,
+                                            gcoll_request_t **req_p);
 
 /* Rank i sends sendcounts[j] elements from sendbuf + sdispls[j] to rank j, which receives
  * them at recvbuf + rdispls[i] and must pass recvcounts[i] equal to that count
@@ -314,8 +312,7 @@ typedef struct gcoll_tensor_state gcoll_tensor_state_t;
 /* Parses spec. GCOLL_ERR_INVALID with a logged message naming the bad part. Thread safe. */
 GCOLL_EXPORT gcoll_status_t gcoll_compressor_create(const char *spec, gcoll_compressor_t **c_p);
 /* As create, without creating: errbuf (if not NULL) receives the message on error. */
-GCOLL_EXPORT gcoll_status_t gcoll_compressor_check(const char *spec, char *errbuf,
-                                                   size_t errlen);
+GCOLL_EXPORT gcoll_status_t gcoll_compressor_check(const char *spec, char *errbuf, size_t errlen);
 GCOLL_EXPORT void gcoll_compressor_destroy(gcoll_compressor_t *c);
 /* Canonical spec: every parameter spelled out, equal for equal settings (ranks compare
  * it at init). Valid while c lives. */
@@ -325,11 +322,11 @@ GCOLL_EXPORT const char *gcoll_compressor_spec(const gcoll_compressor_t *c);
 GCOLL_EXPORT size_t gcoll_compressor_bound(const gcoll_compressor_t *c, size_t count);
 
 /* Properties of a codec (bits of gcoll_compressor_flags). */
-#define GCOLL_CODEC_SPARSE 0x1u      /* sends (index, value) pairs: topk, randomk, threshold, dgc */
-#define GCOLL_CODEC_RANDOMK 0x2u     /* indices follow from (seed, step): only values travel */
-#define GCOLL_CODEC_QUANTIZED 0x4u   /* values travel at reduced precision */
-#define GCOLL_CODEC_STOCHASTIC 0x8u  /* unbiased random rounding (qsgd) */
-#define GCOLL_CODEC_LOSSLESS 0x10u   /* decode(encode(x)) == x */
+#define GCOLL_CODEC_SPARSE 0x1u     /* sends (index, value) pairs: topk, randomk, threshold, dgc */
+#define GCOLL_CODEC_RANDOMK 0x2u    /* indices follow from (seed, step): only values travel */
+#define GCOLL_CODEC_QUANTIZED 0x4u  /* values travel at reduced precision */
+#define GCOLL_CODEC_STOCHASTIC 0x8u /* unbiased random rounding (qsgd) */
+#define GCOLL_CODEC_LOSSLESS 0x10u  /* decode(encode(x)) == x */
 #define GCOLL_CODEC_NEEDS_STATE 0x20u /* gcoll_encode needs a tensor state (dgc) */
 GCOLL_EXPORT unsigned gcoll_compressor_flags(const gcoll_compressor_t *c);
 
@@ -366,20 +363,19 @@ GCOLL_EXPORT void gcoll_state_advance(gcoll_tensor_state_t *s);
  * compressor's canonical spec into buf (cap bytes); *len_p receives the length. buf NULL
  * with cap 0 only sets *len_p. Host byte order (gcoll builds on little-endian hosts only).
  * GCOLL_ERR_INVALID for NULL arguments or a too small cap. */
-GCOLL_EXPORT gcoll_status_t gcoll_state_save(const gcoll_tensor_state_t *s, void *buf,
-                                             size_t cap, size_t *len_p);
+GCOLL_EXPORT gcoll_status_t gcoll_state_save(const gcoll_tensor_state_t *s, void *buf, size_t cap,
+                                             size_t *len_p);
 /* Restores what gcoll_state_save wrote into s, a state of a compressor with the same
  * canonical spec and count: the next encode is then bit-identical to the saved state's.
  * GCOLL_ERR_MISMATCH (other spec, count or buffers) or GCOLL_ERR_INVALID (malformed,
  * truncated) leave s unchanged; GCOLL_ERR_NOMEM (the server residual) may leave it half
  * loaded. Not while a collective uses s. */
-GCOLL_EXPORT gcoll_status_t gcoll_state_load(gcoll_tensor_state_t *s, const void *buf,
-                                             size_t len);
+GCOLL_EXPORT gcoll_status_t gcoll_state_load(gcoll_tensor_state_t *s, const void *buf, size_t len);
 /* Decodes len bytes into out[0..count) (overwrite, or add when accumulate != 0). Every
  * field is checked against len and count: GCOLL_ERR_INVALID on malformed input, never an
  * out-of-bounds access; out is untouched on error. Adding a sparse message costs O(nnz). */
-GCOLL_EXPORT gcoll_status_t gcoll_decode(const gcoll_compressor_t *c, const void *in,
-                                         size_t len, float *out, size_t count, int accumulate);
+GCOLL_EXPORT gcoll_status_t gcoll_decode(const gcoll_compressor_t *c, const void *in, size_t len,
+                                         float *out, size_t count, int accumulate);
 /* Elements and carried values of a well-formed message (header checks only). */
 GCOLL_EXPORT gcoll_status_t gcoll_decode_info(const void *in, size_t len, size_t *count_p,
                                               size_t *nnz_p);
@@ -387,8 +383,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_decode_info(const void *in, size_t len, size_t
  * random-k messages, every element for dense ones. cap is the room in idx and val;
  * GCOLL_ERR_INVALID if the message holds more (get nnz from gcoll_decode_info). */
 GCOLL_EXPORT gcoll_status_t gcoll_decode_pairs(const gcoll_compressor_t *c, const void *in,
-                                               size_t len, size_t count, uint32_t *idx,
-                                               float *val, size_t cap, size_t *nnz_p);
+                                               size_t len, size_t count, uint32_t *idx, float *val,
+                                               size_t cap, size_t *nnz_p);
 
 /* END COMPRESSOR SECTION */
 
@@ -404,13 +400,12 @@ GCOLL_EXPORT gcoll_status_t gcoll_decode_pairs(const gcoll_compressor_t *c, cons
  * (bad index, NaN/Inf, NULL buffers, op), GCOLL_ERR_MISMATCH (dense_count or op differ
  * across ranks), the transport errors. Blocks. */
 GCOLL_EXPORT gcoll_status_t gcoll_sparse_allreduce(gcoll_comm_t *comm, const uint32_t *idx,
-                                                   const float *val, size_t nnz,
-                                                   size_t dense_count, float *out,
-                                                   gcoll_op_t op);
+                                                   const float *val, size_t nnz, size_t dense_count,
+                                                   float *out, gcoll_op_t op);
 GCOLL_EXPORT gcoll_status_t gcoll_isparse_allreduce(gcoll_comm_t *comm, const uint32_t *idx,
                                                     const float *val, size_t nnz,
-                                                    size_t dense_count, float *out,
-                                                    gcoll_op_t op, gcoll_request_t **req_p);
+                                                    size_t dense_count, float *out, gcoll_op_t op,
+                                                    gcoll_request_t **req_p);
 
 /* out[0..count) = SUM or AVG over ranks of grad, each rank's grad passed through its
  * tensor state's compressor with error feedback (and DGC state): the residual keeps what
@@ -420,23 +415,22 @@ GCOLL_EXPORT gcoll_status_t gcoll_isparse_allreduce(gcoll_comm_t *comm, const ui
  * bf16, q8, sign, qsgd) by all-to-all of compressed chunks, reduction of its chunk on each
  * rank, re-compression with a per-state server residual, and a gather (1-bit Adam's
  * scheme), or by a pipelined ring re-quantizing partial sums at every hop
- * (GCOLL_COMPRESSED_ALGO; see gcoll_compressed_scheme); "none" by the dense ring. The result is bit-identical on every rank. Every rank
- * must pass states of the same spec, count and step: GCOLL_ERR_MISMATCH otherwise.
- * GCOLL_ERR_INVALID for NaN/Inf in grad, a count that is not the state's, op other than
- * SUM/AVG. The state must not be used elsewhere until the call completes. Blocks.
- * Hierarchical (GCOLL_HIER, see gcoll_allreduce): the sum inside each host is exact, and
+ * (GCOLL_COMPRESSED_ALGO; see gcoll_compressed_scheme); "none" by the dense ring. The result is
+ * bit-identical on every rank. Every rank must pass states of the same spec, count and step:
+ * GCOLL_ERR_MISMATCH otherwise. GCOLL_ERR_INVALID for NaN/Inf in grad, a count that is not the
+ * state's, op other than SUM/AVG. The state must not be used elsewhere until the call completes.
+ * Blocks. Hierarchical (GCOLL_HIER, see gcoll_allreduce): the sum inside each host is exact, and
  * only this rank's part of it is compressed across hosts, with its error feedback in a
  * second state the call keeps inside state: gcoll_state_residual does not show that
  * residual; gcoll_state_save and gcoll_state_load carry it. */
 GCOLL_EXPORT gcoll_status_t gcoll_compressed_allreduce(gcoll_comm_t *comm,
                                                        gcoll_tensor_state_t *state,
-                                                       const float *grad, float *out,
-                                                       size_t count, gcoll_op_t op);
+                                                       const float *grad, float *out, size_t count,
+                                                       gcoll_op_t op);
 GCOLL_EXPORT gcoll_status_t gcoll_icompressed_allreduce(gcoll_comm_t *comm,
                                                         gcoll_tensor_state_t *state,
-                                                        const float *grad, float *out,
-                                                        size_t count, gcoll_op_t op,
-                                                        gcoll_request_t **req_p);
+                                                        const float *grad, float *out, size_t count,
+                                                        gcoll_op_t op, gcoll_request_t **req_p);
 
 /* ZeRO-style sharding: shard receives this rank's part of the SUM/AVG over ranks of the
  * compressed grad: elements [offset, offset+len) as given by gcoll_shard_range (balanced
@@ -538,18 +532,18 @@ GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b);
 
 /* What a controller measured and decided, the same on every rank. */
 typedef struct {
-    long steps;          /* decisions taken */
-    double noise_scale;  /* B_noise = tr(Sigma) / |G|^2, in per-rank batches (multiply by the
-                          * per-rank batch size for examples); 0 unknown (one rank) */
-    double grad_sq;      /* smoothed estimate of |G|^2, the true gradient's squared norm */
-    double noise_sq;     /* smoothed estimate of tr(Sigma) / b, one rank's batch noise */
-    double noise_share;  /* tr(Sigma)/(P b) over |G|^2 + tr(Sigma)/(P b): the noise's share
-                          * of the reduced gradient's energy, 0..1; -1 unknown */
-    double stage;        /* convergence stage, 1 (start) falling towards 0 */
-    double phase_boost;  /* ACCORDION ramp, 0..1 */
-    double bandwidth;    /* bytes per second of the wire estimate; 0 none */
-    double density;      /* density in force (1 for codecs without one) */
-    unsigned bits;       /* bit width in force for qsgd / q8 codecs, else 0 */
+    long steps;         /* decisions taken */
+    double noise_scale; /* B_noise = tr(Sigma) / |G|^2, in per-rank batches (multiply by the
+                         * per-rank batch size for examples); 0 unknown (one rank) */
+    double grad_sq;     /* smoothed estimate of |G|^2, the true gradient's squared norm */
+    double noise_sq;    /* smoothed estimate of tr(Sigma) / b, one rank's batch noise */
+    double noise_share; /* tr(Sigma)/(P b) over |G|^2 + tr(Sigma)/(P b): the noise's share
+                         * of the reduced gradient's energy, 0..1; -1 unknown */
+    double stage;       /* convergence stage, 1 (start) falling towards 0 */
+    double phase_boost; /* ACCORDION ramp, 0..1 */
+    double bandwidth;   /* bytes per second of the wire estimate; 0 none */
+    double density;     /* density in force (1 for codecs without one) */
+    unsigned bits;      /* bit width in force for qsgd / q8 codecs, else 0 */
 } gcoll_adapt_stats_t;
 
 /* Parses GCOLL_ADAPT syntax ("off", "bandwidth", "snr+bandwidth", "both" = bandwidth+phase)
@@ -573,8 +567,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_adapt_create(gcoll_comm_t *comm, const char *r
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_attach(gcoll_adapt_t *a, gcoll_tensor_state_t *state);
 /* What the controller measured and decided so far; read it between calls (not while a
  * nonblocking call on its state is in flight). Does not block. */
-GCOLL_EXPORT gcoll_status_t gcoll_adapt_stats(const gcoll_adapt_t *a,
-                                              gcoll_adapt_stats_t *stats_p);
+GCOLL_EXPORT gcoll_status_t gcoll_adapt_stats(const gcoll_adapt_t *a, gcoll_adapt_stats_t *stats_p);
 /* Detaches (the state goes back to its own compressor) and frees. Call it after the last
  * call on the state completed and before gcoll_state_destroy of that state. */
 GCOLL_EXPORT void gcoll_adapt_destroy(gcoll_adapt_t *a);
@@ -598,8 +591,8 @@ typedef struct gcoll_localsgd gcoll_localsgd_t;
 /* What happens to the optimizer's momentum buffers (registered with add_tensor) at a
  * synchronisation. With H = 1 all three equal synchronous SGD with momentum. */
 typedef enum {
-    GCOLL_LSGD_MOMENTUM_LOCAL = 0, /* each rank keeps its own buffer (default; no traffic) */
-    GCOLL_LSGD_MOMENTUM_RESET = 1, /* buffers zeroed (restart from the averaged model) */
+    GCOLL_LSGD_MOMENTUM_LOCAL = 0,  /* each rank keeps its own buffer (default; no traffic) */
+    GCOLL_LSGD_MOMENTUM_RESET = 1,  /* buffers zeroed (restart from the averaged model) */
     GCOLL_LSGD_MOMENTUM_AVERAGE = 2 /* buffers averaged with a dense allreduce (fp32 bytes) */
 } gcoll_lsgd_momentum_t;
 
@@ -623,8 +616,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_localsgd_create(gcoll_comm_t *comm,
  * synced model: it must be the same on every rank (broadcast it first). id_p (may be
  * NULL) receives its index. GCOLL_ERR_INVALID after the first step or for NULL param. */
 GCOLL_EXPORT gcoll_status_t gcoll_localsgd_add_tensor(gcoll_localsgd_t *ls, float *param,
-                                                      float *momentum, size_t count,
-                                                      int *id_p);
+                                                      float *momentum, size_t count, int *id_p);
 /* Call after each local optimizer step. Every H-th call (every call during warm-up)
  * synchronises as above and blocks until the params hold the new synced model; *synced_p
  * (may be NULL) receives 1 then, else 0. Collective at those calls: every rank must call
@@ -644,10 +636,10 @@ GCOLL_EXPORT gcoll_status_t gcoll_localsgd_wait(gcoll_localsgd_t *ls);
 GCOLL_EXPORT gcoll_status_t gcoll_localsgd_sync(gcoll_localsgd_t *ls);
 
 typedef struct {
-    uint64_t steps;  /* step/istep calls so far */
-    uint64_t syncs;  /* synchronisations (scheduled and forced) */
-    int period;      /* H in force for the next step (1 during warm-up) */
-    int since_sync;  /* steps since the last synchronisation */
+    uint64_t steps; /* step/istep calls so far */
+    uint64_t syncs; /* synchronisations (scheduled and forced) */
+    int period;     /* H in force for the next step (1 during warm-up) */
+    int since_sync; /* steps since the last synchronisation */
     int ntensors;
 } gcoll_localsgd_info_t;
 GCOLL_EXPORT gcoll_status_t gcoll_localsgd_info(const gcoll_localsgd_t *ls,
@@ -660,8 +652,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_localsgd_get_tensor(const gcoll_localsgd_t *ls
  * gcoll_localsgd_set_counters the step and sync counts; no sync may be pending.
  * GCOLL_ERR_INVALID for a bad id, NaN/Inf, or a codec without residual given one. */
 GCOLL_EXPORT gcoll_status_t gcoll_localsgd_set_tensor(gcoll_localsgd_t *ls, int id,
-                                                      const float *synced,
-                                                      const float *residual);
+                                                      const float *synced, const float *residual);
 GCOLL_EXPORT gcoll_status_t gcoll_localsgd_set_counters(gcoll_localsgd_t *ls, uint64_t steps,
                                                         uint64_t syncs, int since_sync);
 /* Waits for a pending sync (its error is lost), then frees. NULL is a no-op. */

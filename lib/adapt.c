@@ -103,8 +103,8 @@ static double pipeline_finish(int n, const double *offset, const double *fixed,
     return t;
 }
 
-double gcoll_fit_density(int n, const double *offset, const double *fixed,
-                         const double *wire_full, double deadline, double dmin, double dmax)
+double gcoll_fit_density(int n, const double *offset, const double *fixed, const double *wire_full,
+                         double deadline, double dmin, double dmax)
 {
     if (pipeline_finish(n, offset, fixed, wire_full, dmax) <= deadline)
         return dmax;
@@ -134,9 +134,8 @@ double gcoll_fit_density(int n, const double *offset, const double *fixed,
  * over an intercept of 1. */
 #define COMP_SLOPE 12.0
 
-void gcoll_bucket_cost(double run_s, double wire_s, double comp_s, double copy_s,
-                       double bytes, double d0, double bw, double *fixed_p,
-                       double *per_density_p)
+void gcoll_bucket_cost(double run_s, double wire_s, double comp_s, double copy_s, double bytes,
+                       double d0, double bw, double *fixed_p, double *per_density_p)
 {
     double wire = wire_s > 1e-6 ? wire_s : 1e-6;
     if (wire > run_s - comp_s)

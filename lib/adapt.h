@@ -25,15 +25,15 @@ void gcoll_bw_update(gcoll_bw_est_t *e, double bytes, double seconds);
 
 /* Density controller of one bucket. */
 typedef struct {
-    double dmin, dmax;  /* bounds (GCOLL_DENSITY_MIN, GCOLL_DENSITY_MAX) */
-    double density;     /* current decision */
-    double hysteresis;  /* relative change below which the density stays */
-    int min_hold;       /* steps between two changes */
-    int held;           /* steps since the last change */
-    double fit[3];      /* the last targets fitted (a ring), since the last change */
+    double dmin, dmax; /* bounds (GCOLL_DENSITY_MIN, GCOLL_DENSITY_MAX) */
+    double density;    /* current decision */
+    double hysteresis; /* relative change below which the density stays */
+    int min_hold;      /* steps between two changes */
+    int held;          /* steps since the last change */
+    double fit[3];     /* the last targets fitted (a ring), since the last change */
     int nfit;
-    int slower;         /* set by the caller: the link measurably slowed (the estimate
-                         * jumped down), so the next fit acts at once; cleared by it */
+    int slower; /* set by the caller: the link measurably slowed (the estimate
+                 * jumped down), so the next fit acts at once; cleared by it */
     long changes;
 } gcoll_density_ctl_t;
 
@@ -55,8 +55,8 @@ double gcoll_ctl_step(gcoll_density_ctl_t *c, double window_s, double fixed_s, d
  * that buckets launched late cannot leave their communication exposed. When even dmin
  * overruns (fixed costs bind the step), compressing harder buys nothing: the largest d
  * whose finish is within 3.5% of the window of dmin's. Buckets are in launch order. */
-double gcoll_fit_density(int n, const double *offset, const double *fixed,
-                         const double *wire_full, double deadline, double dmin, double dmax);
+double gcoll_fit_density(int n, const double *offset, const double *fixed, const double *wire_full,
+                         double deadline, double dmin, double dmax);
 
 /* Mid-step check after one bucket of a step planned at bw bytes/s: the ranks agreed that
  * the bucket put `bytes` on the wire in wire_s seconds. When that rate is under half the
@@ -82,9 +82,8 @@ void gcoll_bw_jump(gcoll_bw_est_t *e, double bytes, double seconds);
  * compression that selects and packs the values (a sparsifier's time per element goes as
  * 1 + 12 d); the rest of the run (the rest of compression, waiting for peers still
  * compressing on a busy CPU) is fixed. At d0 the cost is the measured run plus copies. */
-void gcoll_bucket_cost(double run_s, double wire_s, double comp_s, double copy_s,
-                       double bytes, double d0, double bw, double *fixed_p,
-                       double *per_density_p);
+void gcoll_bucket_cost(double run_s, double wire_s, double comp_s, double copy_s, double bytes,
+                       double d0, double bw, double *fixed_p, double *per_density_p);
 
 /* gcoll_ctl_step with the target density already computed (critical: the phase signal).
  * A target at dmax is taken after the hold even when within the hysteresis. */
@@ -118,8 +117,9 @@ void gcoll_adapt_set_bits(struct gcoll_compressor *c, unsigned bits, int orig_q8
 /* The compressed allreduce's hooks for a state with a controller attached: before the
  * call (on the progress thread: samples grad), and after a successful one (the agreement
  * allreduce and the next decision). */
-void gcoll_adapt_before(struct gcoll_comm *comm, struct gcoll_tensor_state *s,
-                        const float *grad, size_t count);
-gcoll_status_t gcoll_adapt_after(struct gcoll_comm *comm, struct gcoll_tensor_state *s, size_t count);
+void gcoll_adapt_before(struct gcoll_comm *comm, struct gcoll_tensor_state *s, const float *grad,
+                        size_t count);
+gcoll_status_t gcoll_adapt_after(struct gcoll_comm *comm, struct gcoll_tensor_state *s,
+                                 size_t count);
 
 #endif /* GCOLL_ADAPT_H */

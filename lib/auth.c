@@ -151,8 +151,8 @@ gcoll_status_t gcoll_sock_read_all(int fd, void *buf, size_t len, uint64_t deadl
     return GCOLL_OK;
 }
 
-gcoll_status_t gcoll_auth_client(int fd, const gcoll_key_t *key, const void *payload,
-                                 size_t plen, uint64_t deadline_ms, char *err, size_t errlen)
+gcoll_status_t gcoll_auth_client(int fd, const gcoll_key_t *key, const void *payload, size_t plen,
+                                 uint64_t deadline_ms, char *err, size_t errlen)
 {
     uint8_t chal[CHALLENGE_LEN];
     gcoll_status_t st;
@@ -189,10 +189,10 @@ gcoll_status_t gcoll_auth_client(int fd, const gcoll_key_t *key, const void *pay
     uint8_t conf[CONFIRM_LEN], want[GCOLL_AUTH_MAC];
     st = gcoll_sock_read_all(fd, conf, sizeof(conf), deadline_ms);
     if (st != GCOLL_OK) {
-        snprintf(err, errlen, "%s", st == GCOLL_ERR_TIMEOUT
-                                        ? "no handshake confirmation (timed out)"
-                                        : "the server refused the job key (is GCOLL_JOB_KEY the "
-                                          "same on every rank?)");
+        snprintf(err, errlen, "%s",
+                 st == GCOLL_ERR_TIMEOUT ? "no handshake confirmation (timed out)"
+                                         : "the server refused the job key (is GCOLL_JOB_KEY the "
+                                           "same on every rank?)");
         return st == GCOLL_ERR_TIMEOUT ? st : GCOLL_ERR_PEER;
     }
     compute_mac(key, "server", nonce, chal + 4, NULL, 0, want);
@@ -238,8 +238,7 @@ static int refuse(gcoll_auth_server_t *s, char *err, size_t errlen, const char *
     return -1;
 }
 
-int gcoll_auth_server_step(gcoll_auth_server_t *s, const gcoll_key_t *key, char *err,
-                           size_t errlen)
+int gcoll_auth_server_step(gcoll_auth_server_t *s, const gcoll_key_t *key, char *err, size_t errlen)
 {
     if (s->state == S_FAILED)
         return refuse(s, err, errlen, "socket error during handshake");
@@ -371,8 +370,10 @@ gcoll_status_t gcoll_auth_accept(int listen_fd, const gcoll_key_t *key, int want
                 got++;
                 pend[i].fd = -1; /* the callback owns it now */
             } else {
-                snprintf(why, sizeof(why), "refused connection from %s: invalid identity in "
-                         "handshake", pend[i].peer);
+                snprintf(why, sizeof(why),
+                         "refused connection from %s: invalid identity in "
+                         "handshake",
+                         pend[i].peer);
                 log_refusal(&rf, why);
             }
             drop_pending(pend, &npend, i);
@@ -395,8 +396,10 @@ gcoll_status_t gcoll_auth_accept(int listen_fd, const gcoll_key_t *key, int want
             }
             if (npend == MAX_PENDING) {
                 char why[256];
-                snprintf(why, sizeof(why), "dropped connection from %s: %d handshakes pending, "
-                         "the oldest gives way", pend[0].peer, MAX_PENDING);
+                snprintf(why, sizeof(why),
+                         "dropped connection from %s: %d handshakes pending, "
+                         "the oldest gives way",
+                         pend[0].peer, MAX_PENDING);
                 log_refusal(&rf, why);
                 drop_pending(pend, &npend, 0);
             }

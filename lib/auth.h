@@ -21,8 +21,8 @@ typedef struct {
 /* Client side: runs the handshake on a connected socket (blocking or not; this polls),
  * sending payload (at most GCOLL_AUTH_MAX_PAYLOAD bytes) authenticated. Fails by
  * deadline_ms with a message in err. */
-gcoll_status_t gcoll_auth_client(int fd, const gcoll_key_t *key, const void *payload,
-                                 size_t plen, uint64_t deadline_ms, char *err, size_t errlen);
+gcoll_status_t gcoll_auth_client(int fd, const gcoll_key_t *key, const void *payload, size_t plen,
+                                 uint64_t deadline_ms, char *err, size_t errlen);
 
 /* Server side, one instance per accepted connection, driven by poll readiness. */
 typedef struct {

@@ -21,8 +21,8 @@
 struct gcoll_bootstrap {
     int rank, size;
     gcoll_key_t key;
-    int fd;           /* rank > 0: connection to the root; rank 0: listener */
-    int *peer_fd;     /* rank 0: connection from each rank */
+    int fd;       /* rank > 0: connection to the root; rank 0: listener */
+    int *peer_fd; /* rank 0: connection from each rank */
     char local_ip[INET6_ADDRSTRLEN];
 };
 
@@ -117,8 +117,8 @@ static gcoll_status_t open_client(gcoll_bootstrap_t *bs, const struct addrinfo *
             gcoll_put_u32(id, (uint32_t)bs->rank);
             gcoll_put_u32(id + 4, (uint32_t)bs->size);
             char why[256];
-            gcoll_status_t st = gcoll_auth_client(fd, &bs->key, id, sizeof(id), deadline_ms, why,
-                                                  sizeof(why));
+            gcoll_status_t st =
+                gcoll_auth_client(fd, &bs->key, id, sizeof(id), deadline_ms, why, sizeof(why));
             if (st != GCOLL_OK) {
                 close(fd);
                 snprintf(err, errlen, "rendezvous at %s: %s", a, why);
@@ -134,8 +134,10 @@ static gcoll_status_t open_client(gcoll_bootstrap_t *bs, const struct addrinfo *
         int e = errno;
         close(fd);
         if (gcoll_time_ms() >= deadline_ms) {
-            snprintf(err, errlen, "cannot reach the rendezvous at GCOLL_ROOT %s: %s "
-                     "(is rank 0 running?)", a, strerror(e));
+            snprintf(err, errlen,
+                     "cannot reach the rendezvous at GCOLL_ROOT %s: %s "
+                     "(is rank 0 running?)",
+                     a, strerror(e));
             return GCOLL_ERR_TIMEOUT;
         }
         usleep(50000);
@@ -169,7 +171,10 @@ err_free:
     return st;
 }
 
-const char *gcoll_bootstrap_local_ip(const gcoll_bootstrap_t *bs) { return bs->local_ip; }
+const char *gcoll_bootstrap_local_ip(const gcoll_bootstrap_t *bs)
+{
+    return bs->local_ip;
+}
 
 /* ---- wire forms --------------------------------------------------------------------- */
 
@@ -286,18 +291,18 @@ more:
 
 /* Reads one message, as many bytes at a time as its parser asks for (the parsers bound
  * every length first). The buffer is the caller's to free, also on error. */
-typedef int (*parse_fn)(const uint8_t *buf, size_t len, void *msg, size_t *need,
-                        const char **why, uint32_t max_n);
+typedef int (*parse_fn)(const uint8_t *buf, size_t len, void *msg, size_t *need, const char **why,
+                        uint32_t max_n);
 
-static int hello_parse_fn(const uint8_t *buf, size_t len, void *msg, size_t *need,
-                          const char **why, uint32_t max_n)
+static int hello_parse_fn(const uint8_t *buf, size_t len, void *msg, size_t *need, const char **why,
+                          uint32_t max_n)
 {
     (void)max_n;
     return gcoll_bs_hello_parse(buf, len, msg, need, why);
 }
 
-static int reply_parse_fn(const uint8_t *buf, size_t len, void *msg, size_t *need,
-                          const char **why, uint32_t max_n)
+static int reply_parse_fn(const uint8_t *buf, size_t len, void *msg, size_t *need, const char **why,
+                          uint32_t max_n)
 {
     return gcoll_bs_reply_parse(buf, len, max_n, msg, need, why);
 }
@@ -435,8 +440,8 @@ static void describe_mismatch(const gcoll_bs_hello_t *a, const gcoll_bs_hello_t 
         any = 1;
     }
     if (!any && off < len) /* same names and values, other hash: show both lists */
-        snprintf(msg + off, len - off, " rank 0 has [%.*s], rank %d has [%.*s]",
-                 (int)a->mlen, a->match, i, (int)b->mlen, b->match);
+        snprintf(msg + off, len - off, " rank 0 has [%.*s], rank %d has [%.*s]", (int)a->mlen,
+                 a->match, i, (int)b->mlen, b->match);
 }
 
 /* Everyone must run the same library with the same must-match settings. */
@@ -446,8 +451,8 @@ static gcoll_status_t check_agreement(const hello_t *all, int size, char *msg, s
     for (int i = 1; i < size; i++) {
         const gcoll_bs_hello_t *h = &all[i].h;
         if (h->size != h0->size) {
-            snprintf(msg, len, "rank %d was started with %u ranks but rank 0 with %u", i,
-                     h->size, h0->size);
+            snprintf(msg, len, "rank %d was started with %u ranks but rank 0 with %u", i, h->size,
+                     h0->size);
             return GCOLL_ERR_MISMATCH;
         }
         if (strcmp(h->version, h0->version) != 0) {
@@ -497,8 +502,8 @@ static gcoll_status_t exchange_root(gcoll_bootstrap_t *bs, hello_t *all, uint64_
                                     char *err, size_t errlen)
 {
     char why[512];
-    gcoll_status_t st = gcoll_auth_accept(bs->fd, &bs->key, bs->size - 1, on_rank, bs,
-                                          deadline_ms, why, sizeof(why));
+    gcoll_status_t st = gcoll_auth_accept(bs->fd, &bs->key, bs->size - 1, on_rank, bs, deadline_ms,
+                                          why, sizeof(why));
     if (st != GCOLL_OK) {
         int missing = 0;
         char list[256] = "";
@@ -512,8 +517,7 @@ static gcoll_status_t exchange_root(gcoll_bootstrap_t *bs, hello_t *all, uint64_
      * closes. Every connection here has proved it holds the job key. */
     for (int i = 1; i < bs->size && st == GCOLL_OK; i++) {
         const char *bad = "";
-        st = recv_msg(bs->peer_fd[i], hello_parse_fn, 0, &all[i].h, &all[i].raw, deadline_ms,
-                      &bad);
+        st = recv_msg(bs->peer_fd[i], hello_parse_fn, 0, &all[i].h, &all[i].raw, deadline_ms, &bad);
         if (st == GCOLL_OK && all[i].h.rank != (uint32_t)i) {
             bad = "it claims another rank";
             st = GCOLL_ERR_INVALID;
@@ -526,8 +530,8 @@ static gcoll_status_t exchange_root(gcoll_bootstrap_t *bs, hello_t *all, uint64_
         st = check_agreement(all, bs->size, why, sizeof(why));
     /* a failure goes to every rank, so that none waits for its timeout */
     for (int i = 1; i < bs->size; i++) {
-        gcoll_status_t sst = send_reply(bs->peer_fd[i], st, st == GCOLL_OK ? "" : why, all,
-                                        bs->size, deadline_ms);
+        gcoll_status_t sst =
+            send_reply(bs->peer_fd[i], st, st == GCOLL_OK ? "" : why, all, bs->size, deadline_ms);
         if (st == GCOLL_OK && sst != GCOLL_OK) {
             snprintf(err, errlen, "rendezvous: cannot send the address table to rank %d", i);
             return sst;
@@ -544,10 +548,11 @@ static gcoll_status_t exchange_client(gcoll_bootstrap_t *bs, void ***blobs_p, si
     gcoll_bs_reply_t r;
     uint8_t *buf = NULL;
     const char *why = "";
-    gcoll_status_t st = recv_msg(bs->fd, reply_parse_fn, (uint32_t)bs->size, &r, &buf,
-                                 deadline_ms, &why);
+    gcoll_status_t st =
+        recv_msg(bs->fd, reply_parse_fn, (uint32_t)bs->size, &r, &buf, deadline_ms, &why);
     if (st == GCOLL_ERR_TIMEOUT)
-        snprintf(err, errlen, "rendezvous: no reply from rank 0 (timed out: are all ranks "
+        snprintf(err, errlen,
+                 "rendezvous: no reply from rank 0 (timed out: are all ranks "
                  "started?)");
     else if (st != GCOLL_OK)
         snprintf(err, errlen, "rendezvous: bad reply from rank 0 (%s)", why);
@@ -569,9 +574,13 @@ gcoll_status_t gcoll_bootstrap_exchange(gcoll_bootstrap_t *bs, const char *match
 {
     if (len > GCOLL_BS_MAX_FIELD || strlen(match) > GCOLL_BS_MAX_FIELD)
         return GCOLL_ERR_INTERNAL;
-    gcoll_bs_hello_t mine = {.rank = (uint32_t)bs->rank, .size = (uint32_t)bs->size,
-                             .hash = gcoll_hash64(match, strlen(match), 0), .match = match,
-                             .mlen = strlen(match), .blob = blob, .blen = len};
+    gcoll_bs_hello_t mine = {.rank = (uint32_t)bs->rank,
+                             .size = (uint32_t)bs->size,
+                             .hash = gcoll_hash64(match, strlen(match), 0),
+                             .match = match,
+                             .mlen = strlen(match),
+                             .blob = blob,
+                             .blen = len};
     snprintf(mine.version, sizeof(mine.version), "%s", gcoll_version());
     if (bs->rank != 0) {
         gcoll_status_t st = send_hello(bs->fd, &mine, deadline_ms);

@@ -40,7 +40,7 @@ void gcoll_bootstrap_close(gcoll_bootstrap_t *bs);
 typedef struct {
     uint32_t rank, size;
     uint64_t hash;
-    char version[16]; /* NUL-terminated */
+    char version[16];  /* NUL-terminated */
     const char *match; /* not NUL-terminated */
     size_t mlen;
     const uint8_t *blob;
@@ -55,7 +55,7 @@ typedef struct {
     int32_t status;
     const char *msg; /* not NUL-terminated */
     size_t mlen;
-    uint32_t n;          /* address blobs in the table */
+    uint32_t n;           /* address blobs in the table */
     const uint8_t *table; /* n times (u32 length + blob) */
     size_t tlen;
 } gcoll_bs_reply_t;

@@ -21,7 +21,6 @@
 #include "sparse.h"
 #include "util.h"
 
-
 void gcoll_bk_free(bucket_t *k)
 {
     gcoll_state_destroy(k->state);
@@ -63,8 +62,9 @@ GCOLL_EXPORT void gcoll_bucketer_destroy(gcoll_bucketer_t *b)
     free(b);
 }
 
-GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcoll_bucketer_config_t *cfg,
-                                     gcoll_bucketer_t **b_p)
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm,
+                                                  const gcoll_bucketer_config_t *cfg,
+                                                  gcoll_bucketer_t **b_p)
 {
     if (!comm || !b_p)
         return GCOLL_ERR_INVALID;
@@ -103,8 +103,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
     if (comm->probe_bw > 0) /* GCOLL_PROBE: the first decision need not wait for a rate */
         gcoll_bw_jump(&b->bw, comm->probe_bw, 1.0);
     b->policy_text = strdup(b->cfg.policy ? b->cfg.policy : "");
-    b->default_spec = strdup(b->cfg.default_spec && *b->cfg.default_spec ? b->cfg.default_spec
-                                                                         : "none");
+    b->default_spec =
+        strdup(b->cfg.default_spec && *b->cfg.default_spec ? b->cfg.default_spec : "none");
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (!b->policy_text || !b->default_spec)
         goto err;
@@ -121,8 +121,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_create(gcoll_comm_t *comm, const gcol
     }
     char cerr[256];
     if (gcoll_compressor_check(b->default_spec, cerr, sizeof(cerr)) != GCOLL_OK) {
-        st = gcoll_comm_check_args(comm, "gcoll_bucketer_create", 0, "default compressor: %s",
-                                   cerr);
+        st =
+            gcoll_comm_check_args(comm, "gcoll_bucketer_create", 0, "default compressor: %s", cerr);
         goto err;
     }
     *b_p = b;
@@ -132,9 +132,10 @@ err:
     return st;
 }
 
-GCOLL_EXPORT gcoll_status_t gcoll_bucketer_add_tensor(gcoll_bucketer_t *b, const char *name, float *grad,
-                                         size_t count, gcoll_dtype_t dtype,
-                                         const char *compressor_spec, int *id_p)
+GCOLL_EXPORT gcoll_status_t gcoll_bucketer_add_tensor(gcoll_bucketer_t *b, const char *name,
+                                                      float *grad, size_t count,
+                                                      gcoll_dtype_t dtype,
+                                                      const char *compressor_spec, int *id_p)
 {
     const char *what = "gcoll_bucketer_add_tensor";
     if (!b || !name || !id_p)
@@ -142,7 +143,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_add_tensor(gcoll_bucketer_t *b, const
     gcoll_comm_t *comm = b->comm;
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, !b->finalized,
                                       "'%s' registered after the first ready(): register every "
-                                      "tensor once, before training", name));
+                                      "tensor once, before training",
+                                      name));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || grad, "NULL gradient '%s'", name));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, dtype >= GCOLL_FLOAT32 && dtype <= GCOLL_INT64,
                                       "unknown dtype for '%s'", name));
@@ -233,8 +235,8 @@ gcoll_status_t gcoll_bk_setup(gcoll_bucketer_t *b, int j)
 {
     bucket_t *k = &b->bk[j];
     const seg_t *s0 = &b->seg[k->seg0], *s1 = &b->seg[k->seg0 + k->n - 1];
-    snprintf(k->label, sizeof(k->label), "gcoll_bucketer bucket %d [%s .. %s]", j,
-             b->t[s0->t].name, b->t[s1->t].name);
+    snprintf(k->label, sizeof(k->label), "gcoll_bucketer bucket %d [%s .. %s]", j, b->t[s0->t].name,
+             b->t[s1->t].name);
     size_t esz = gcoll_dtype_size(k->dtype);
     k->fused = malloc(k->count * esz + 1);
     if (!k->fused || (b->cfg.accumulate_steps > 1 && !(k->acc = calloc(k->count + 1, esz))))
@@ -265,8 +267,7 @@ gcoll_status_t gcoll_bk_setup(gcoll_bucketer_t *b, int j)
         gcoll_ctl_init(&k->ctl, cf->density_min, cf->density_max, k->base_density);
         gcoll_bw_init(&k->bw, (double)cf->adapt_half_life);
         gcoll_sig_init(&k->sig, (unsigned)b->adapt, cf->density_min, cf->density_max,
-                       k->quant ? 0 : k->comp->density,
-                       k->quant ? gcoll_adapt_bits_of(k->comp) : 0,
+                       k->quant ? 0 : k->comp->density, k->quant ? gcoll_adapt_bits_of(k->comp) : 0,
                        (double)cf->adapt_stat_half_life);
     }
     return GCOLL_OK;
@@ -304,8 +305,9 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
         GCOLL_CHECK(gcoll_bk_setup(b, j));
     gcoll_bk_mark_checks(b);
     char why[96];
-    snprintf(why, sizeof(why), b->autosize ? "automatic, first %zu, then %zu bytes"
-                                           : "GCOLL_BUCKET_BYTES %zu bytes", r.first, r.target);
+    snprintf(why, sizeof(why),
+             b->autosize ? "automatic, first %zu, then %zu bytes" : "GCOLL_BUCKET_BYTES %zu bytes",
+             r.first, r.target);
     gcoll_bk_log_layout(b, why);
     b->finalized = 1;
     return GCOLL_OK;
@@ -316,7 +318,6 @@ static void accumulate(void *dst, const void *src, size_t n, gcoll_dtype_t dtype
 {
     gcoll_reduce(dst, src, n, dtype, GCOLL_SUM);
 }
-
 
 static double norm2(const float *x, size_t n)
 {
@@ -342,11 +343,12 @@ static void trace_tensors(const bucket_t *k, uint64_t step)
         size_t nz = 0;
         for (size_t j = 0; j < g->n; j++)
             nz += out[j] != 0;
-        GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "trace step %llu tensor '%s' n %zu density %.6g "
+        GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS,
+                    "trace step %llu tensor '%s' n %zu density %.6g "
                     "updated %zu grad %.6g residual %.6g velocity %.6g",
-                    (unsigned long long)step, t->name, g->n,
-                    gcoll_codec_density(k->comp, step), nz, norm2(t->grad + g->toff, g->n),
-                    e ? norm2(e + g->foff, g->n) : 0.0, u ? norm2(u + g->foff, g->n) : 0.0);
+                    (unsigned long long)step, t->name, g->n, gcoll_codec_density(k->comp, step), nz,
+                    norm2(t->grad + g->toff, g->n), e ? norm2(e + g->foff, g->n) : 0.0,
+                    u ? norm2(u + g->foff, g->n) : 0.0);
     }
 }
 
@@ -528,9 +530,11 @@ gcoll_status_t gcoll_bk_run_one(gcoll_comm_t *comm, bucket_t *k)
     }
     k->copy_s += (double)gcoll_time_ns() * 1e-9 - t1;
     /* where the time of a step goes: queueing behind earlier buckets, then the run */
-    GCOLL_DEBUG(GCOLL_SUBSYS_COLL, "bucketer: step %llu %s: queued %.1f ms, ran %.1f ms "
-                "(compression %.1f ms, %.0f bytes sent)", (unsigned long long)b->step, k->label,
-                (t0 - k->t_launch) * 1e3, k->run_s * 1e3, k->comp_s * 1e3, k->bytes);
+    GCOLL_DEBUG(GCOLL_SUBSYS_COLL,
+                "bucketer: step %llu %s: queued %.1f ms, ran %.1f ms "
+                "(compression %.1f ms, %.0f bytes sent)",
+                (unsigned long long)b->step, k->label, (t0 - k->t_launch) * 1e3, k->run_s * 1e3,
+                k->comp_s * 1e3, k->bytes);
     return GCOLL_OK;
 }
 
@@ -642,4 +646,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_bucketer_wait(gcoll_bucketer_t *b)
     return st;
 }
 
-GCOLL_EXPORT int gcoll_bucketer_num_buckets(const gcoll_bucketer_t *b) { return b ? b->nb : 0; }
+GCOLL_EXPORT int gcoll_bucketer_num_buckets(const gcoll_bucketer_t *b)
+{
+    return b ? b->nb : 0;
+}

@@ -58,9 +58,9 @@ typedef struct {
     gcoll_bw_est_t bw;   /* this bucket's own wire rate, for the mid-step check */
     double base_density; /* the spec's */
     double t_launch, run_s, comp_s, bytes, norm2;
-    double copy_s;     /* gathering into the fused buffer and scattering back */
-    double wire_s;     /* the collective alone (codec and wire), for the layout's link fit */
-    gcoll_status_t st; /* of its run this step */
+    double copy_s;         /* gathering into the fused buffer and scattering back */
+    double wire_s;         /* the collective alone (codec and wire), for the layout's link fit */
+    gcoll_status_t st;     /* of its run this step */
     int quant;             /* adaptive in bit width (qsgd, q8), not density */
     int orig_q8;           /* the spec's format was q8 */
     int streamed;          /* this run took the streamed top-k scheme */

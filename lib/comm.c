@@ -35,8 +35,8 @@ void gcoll_comm_set_error(gcoll_comm_t *comm, const char *fmt, ...)
     va_end(ap);
 }
 
-gcoll_status_t gcoll_comm_check_args(gcoll_comm_t *comm, const char *what, int ok,
-                                     const char *fmt, ...)
+gcoll_status_t gcoll_comm_check_args(gcoll_comm_t *comm, const char *what, int ok, const char *fmt,
+                                     ...)
 {
     if (ok)
         return GCOLL_OK;
@@ -164,8 +164,8 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
 }
 
 /* GCOLL_PROGRESS_CPU: a CPU number, none, or auto (lib/topo.h): a free core near the NIC
- * the transport names (ops->nic; TCP's: GCOLL_TCP_IFNAME, else the route to the root) apart from the
- * compute cores, and only when there are two cores per local rank, as pinning on an
+ * the transport names (ops->nic; TCP's: GCOLL_TCP_IFNAME, else the route to the root) apart from
+ * the compute cores, and only when there are two cores per local rank, as pinning on an
  * oversubscribed machine would only take a core away from compute. */
 static void place_progress_thread(gcoll_comm_t *comm, const char *root)
 {
@@ -212,8 +212,7 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req,
-                                 gcoll_request_t **req_p)
+gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req, gcoll_request_t **req_p)
 {
     req->blocking = req_p == NULL;
     pthread_mutex_lock(&comm->lock);
@@ -349,8 +348,10 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
     char slurm[300];
     if ((!root || !*root) && comm->size > 1 && gcoll_launch_slurm_root(slurm, sizeof(slurm)) == 0) {
         root = slurm;
-        GCOLL_INFO(GCOLL_SUBSYS_INIT, "rendezvous at %s, from Slurm's node list and job id "
-                   "(GCOLL_ROOT overrides)", root);
+        GCOLL_INFO(GCOLL_SUBSYS_INIT,
+                   "rendezvous at %s, from Slurm's node list and job id "
+                   "(GCOLL_ROOT overrides)",
+                   root);
     }
     uint64_t deadline = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
     gcoll_bootstrap_t *bs = NULL;
@@ -360,20 +361,27 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
     gcoll_status_t st;
     if (comm->size > 1) {
         if (!root || !*root) {
-            snprintf(err, errlen, "GCOLL_ROOT is not set: every rank needs the rendezvous "
+            snprintf(err, errlen,
+                     "GCOLL_ROOT is not set: every rank needs the rendezvous "
                      "address host:port (gcoll-run sets it; with mpirun pass -x GCOLL_ROOT; "
                      "under srun it defaults to the step's first node)");
             return GCOLL_ERR_INVALID;
         }
         GCOLL_CHECK_GOTO(gcoll_bootstrap_open(comm->rank, comm->size, root, &comm->key, deadline,
-                                              &bs, err, errlen), st, out);
+                                              &bs, err, errlen),
+                         st, out);
         snprintf(ip, sizeof(ip), "%s", gcoll_bootstrap_local_ip(bs));
     }
     if (comm->cfg.tcp_ifname && *comm->cfg.tcp_ifname)
-        GCOLL_CHECK_GOTO(gcoll_launch_ifname_ip(comm->cfg.tcp_ifname, ip, sizeof(ip), err, errlen), st, out);
+        GCOLL_CHECK_GOTO(gcoll_launch_ifname_ip(comm->cfg.tcp_ifname, ip, sizeof(ip), err, errlen),
+                         st, out);
     snprintf(comm->local_ip, sizeof(comm->local_ip), "%s", ip); /* for gcoll_comm_split */
-    gcoll_transport_params_t tp = {.rank = comm->rank, .size = comm->size, .cfg = &comm->cfg,
-                                   .local_ip = ip, .key = comm->key, .wake_fd = comm->wake_fd};
+    gcoll_transport_params_t tp = {.rank = comm->rank,
+                                   .size = comm->size,
+                                   .cfg = &comm->cfg,
+                                   .local_ip = ip,
+                                   .key = comm->key,
+                                   .wake_fd = comm->wake_fd};
     st = comm->chan.ops->create(&tp, &comm->chan.tp);
     if (st != GCOLL_OK) {
         snprintf(err, errlen, "cannot create the %s transport on %s", comm->chan.ops->name, ip);
@@ -385,8 +393,9 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
     if (comm->size > 1) {
         char match[2048];
         gcoll_config_match_string(&comm->cfg, match, sizeof(match));
-        GCOLL_CHECK_GOTO(gcoll_bootstrap_exchange(bs, match, blob, blen, &blobs, &lens, deadline,
-                                                  err, errlen), st, out);
+        GCOLL_CHECK_GOTO(
+            gcoll_bootstrap_exchange(bs, match, blob, blen, &blobs, &lens, deadline, err, errlen),
+            st, out);
     } else {
         const void *one[1] = {blob};
         size_t onelen[1] = {blen};
@@ -445,7 +454,10 @@ gcoll_status_t gcoll_comm_start(gcoll_comm_t *comm, const char *root, char *err,
     return GCOLL_OK;
 }
 
-void gcoll_comm_free(gcoll_comm_t *comm) { comm_free(comm); }
+void gcoll_comm_free(gcoll_comm_t *comm)
+{
+    comm_free(comm);
+}
 
 gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
                                     gcoll_comm_t **comm_p)
@@ -546,8 +558,14 @@ gcoll_status_t gcoll_comm_abort(gcoll_comm_t *comm)
     return GCOLL_OK;
 }
 
-int gcoll_comm_rank(const gcoll_comm_t *comm) { return comm ? comm->rank : -1; }
-int gcoll_comm_size(const gcoll_comm_t *comm) { return comm ? comm->size : -1; }
+int gcoll_comm_rank(const gcoll_comm_t *comm)
+{
+    return comm ? comm->rank : -1;
+}
+int gcoll_comm_size(const gcoll_comm_t *comm)
+{
+    return comm ? comm->size : -1;
+}
 
 const char *gcoll_comm_last_error(const gcoll_comm_t *comm)
 {

@@ -51,8 +51,8 @@ struct gcoll_comm {
     pthread_cond_t cond;
     gcoll_request_t *qhead, *qtail;
     gcoll_request_t *req_cache; /* a freed request kept for the next call (atomic) */
-    int busy; /* an operation is running (on the progress thread or inline) */
-    int waiters; /* threads in gcoll_wait */
+    int busy;                   /* an operation is running (on the progress thread or inline) */
+    int waiters;                /* threads in gcoll_wait */
     int stop;
     pthread_t thread;
     int thread_started;
@@ -68,9 +68,9 @@ struct gcoll_comm {
      * the peers' calls. */
     /* owned by the running operation */
     gcoll_coll_scratch_t scratch; /* reused temporary of the algorithms (coll.h) */
-    size_t algo_memo_bytes; /* allreduce: the last size the cost model chose for, and */
-    int algo_memo;          /* its choice (-1: none yet) */
-    double probe_bw; /* GCOLL_PROBE: bytes/s per rank the slowest rank saw at init; 0: none */
+    size_t algo_memo_bytes;       /* allreduce: the last size the cost model chose for, and */
+    int algo_memo;                /* its choice (-1: none yet) */
+    double probe_bw;   /* GCOLL_PROBE: bytes/s per rank the slowest rank saw at init; 0: none */
     char local_ip[64]; /* this rank's address for transports (a split's new instance) */
     struct gcoll_hier *hier; /* host layout and hierarchy children (collectives/hier.c) */
 };
@@ -99,14 +99,13 @@ static inline gcoll_coll_t gcoll_comm_coll(gcoll_comm_t *comm)
 }
 
 /* Queues req (nonblocking form) or runs it (blocking form, inline when idle). */
-gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req,
-                                 gcoll_request_t **req_p);
+gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req, gcoll_request_t **req_p);
 /* Allocates a request for run with args; NULL on ENOMEM. */
 gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_run_fn_t run,
                                    const gcoll_args_t *args);
 /* Validation shared by entry points: non-NULL comm; sets the comm's error on failure. */
-gcoll_status_t gcoll_comm_check_args(gcoll_comm_t *comm, const char *what, int ok,
-                                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+gcoll_status_t gcoll_comm_check_args(gcoll_comm_t *comm, const char *what, int ok, const char *fmt,
+                                     ...) __attribute__((format(printf, 4, 5)));
 
 /* The running collective records why it failed (first message wins). */
 void gcoll_comm_set_error(gcoll_comm_t *comm, const char *fmt, ...)

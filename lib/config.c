@@ -37,8 +37,10 @@ typedef struct {
 /* The GCOLL_* variables gcoll reads, one table per component (as UCX declares its
  * components' tables), in the order gcoll-info prints them under their headings;
  * docs/tuning.md documents every one. Offsets are into the one gcoll_config_t snapshot. */
+/* clang-format off */
 static const param_t core_params[] = {
-    {"GCOLL_RANK", P_INT, "", "rank of this process (else OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)",
+    {"GCOLL_RANK", P_INT, "",
+     "rank of this process (else OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)",
      OFF(rank), 0, "0:1048575"},
     {"GCOLL_SIZE", P_INT, "", "number of ranks (else OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, PMI_SIZE)",
      OFF(size), 0, "1:1048576"},
@@ -58,8 +60,8 @@ static const param_t core_params[] = {
     {"GCOLL_TIMEOUT_MS", P_DURATION, "300000ms",
      "deadline of every blocking wait (rendezvous, connect, collective); '500ms', '30s', '5m'",
      OFF(timeout_ms), 0, NULL},
-    {"GCOLL_DEBUG", P_ENUM, "warn", "log level of messages to stderr (or GCOLL_DEBUG_FILE)", OFF(log_level), 0,
-     "none|warn|info|debug|trace"},
+    {"GCOLL_DEBUG", P_ENUM, "warn", "log level of messages to stderr (or GCOLL_DEBUG_FILE)",
+     OFF(log_level), 0, "none|warn|info|debug|trace"},
     {"GCOLL_DEBUG_SUBSYS", P_STRING, "ALL",
      "subsystems logged: comma list of INIT,NET,COLL,COMPRESS,ADAPT,ALL; '^X' means all but X",
      OFF(log_subsys), 0, NULL},
@@ -79,13 +81,14 @@ static const param_t tcp_params[] = {
     {"GCOLL_TCP_IFNAME", P_STRING, "",
      "network interface for TCP data (default: the one that routes to GCOLL_ROOT)",
      OFF(tcp_ifname), 0, NULL},
-    {"GCOLL_TCP_STRIPE_MIN", P_SIZE, "256kb", "messages at least this large are striped over the sockets",
+    {"GCOLL_TCP_STRIPE_MIN", P_SIZE, "256kb",
+     "messages at least this large are striped over the sockets",
      OFF(tcp_stripe_min), F_MUST_MATCH, NULL},
 };
 
 static const param_t coll_params[] = {
-    {"GCOLL_RING_CHUNK", P_SIZE, "512kb", "pipelining chunk of ring algorithms", OFF(coll.ring_chunk),
-     F_MUST_MATCH, NULL},
+    {"GCOLL_RING_CHUNK", P_SIZE, "512kb", "pipelining chunk of ring algorithms",
+     OFF(coll.ring_chunk), F_MUST_MATCH, NULL},
     {"GCOLL_RING_DEPTH", P_INT, "-1",
      "pipelining depth of ring algorithms: chunks in flight to the right neighbour at a time "
      "(0: every chunk of a step at once; -1: 1 when the host's ranks outnumber its CPUs, "
@@ -264,6 +267,7 @@ static const param_table_t tables[] = {
     TABLE("ucx: UCX transport", ucx_params),
     TABLE("verbs: InfiniBand verbs transport (GCOLL_IB_*)", verbs_params),
 };
+/* clang-format on */
 
 uint64_t gcoll_hash64(const void *data, size_t len, uint64_t seed)
 {
@@ -309,13 +313,16 @@ static int split_number(const char *s, double *num, const char **suffix)
 
 int gcoll_parse_size(const char *s, size_t *out)
 {
+    /* clang-format off */
     static const struct {
         const char *sfx;
         double mul;
-    } units[] = {{"", 1},          {"b", 1},           {"k", 1024.0},      {"kb", 1024.0},
-                 {"kib", 1024.0},  {"m", 1048576.0},   {"mb", 1048576.0},  {"mib", 1048576.0},
-                 {"g", 1073741824.0}, {"gb", 1073741824.0}, {"gib", 1073741824.0},
+    } units[] = {{"", 1},                {"b", 1},
+                 {"k", 1024.0},          {"kb", 1024.0},          {"kib", 1024.0},
+                 {"m", 1048576.0},       {"mb", 1048576.0},       {"mib", 1048576.0},
+                 {"g", 1073741824.0},    {"gb", 1073741824.0},    {"gib", 1073741824.0},
                  {"t", 1099511627776.0}, {"tb", 1099511627776.0}, {"tib", 1099511627776.0}};
+    /* clang-format on */
     double num;
     const char *sfx;
     if (split_number(s, &num, &sfx) != 0)
@@ -337,8 +344,8 @@ int gcoll_parse_duration_ms(const char *s, int64_t *out)
     static const struct {
         const char *sfx;
         double ms;
-    } units[] = {{"", 1}, {"ms", 1}, {"us", 0.001}, {"s", 1000}, {"m", 60000}, {"min", 60000},
-                 {"h", 3600000}};
+    } units[] = {{"", 1},      {"ms", 1},      {"us", 0.001}, {"s", 1000},
+                 {"m", 60000}, {"min", 60000}, {"h", 3600000}};
     double num;
     const char *sfx;
     if (split_number(s, &num, &sfx) != 0)
@@ -401,10 +408,14 @@ static int parse_one(const param_t *p, const char *val, gcoll_config_t *cfg)
         *(long *)field = v;
         return 0;
     }
-    case P_SIZE: return gcoll_parse_size(val, (size_t *)field);
-    case P_DURATION: return gcoll_parse_duration_ms(val, (int64_t *)field);
-    case P_BOOL: return gcoll_parse_bool(val, (int *)field);
-    case P_ENUM: return gcoll_parse_enum(val, p->choices, (int *)field);
+    case P_SIZE:
+        return gcoll_parse_size(val, (size_t *)field);
+    case P_DURATION:
+        return gcoll_parse_duration_ms(val, (int64_t *)field);
+    case P_BOOL:
+        return gcoll_parse_bool(val, (int *)field);
+    case P_ENUM:
+        return gcoll_parse_enum(val, p->choices, (int *)field);
     case P_STRING: {
         char *dup = strdup(val);
         if (!dup)
@@ -425,6 +436,7 @@ static const char *type_name(param_type_t t)
 
 static void expectation(const param_t *p, char *buf, size_t len)
 {
+    /* clang-format off */
     switch (p->type) {
     case P_INT: snprintf(buf, len, "an integer in %s", p->choices); break;
     case P_SIZE: snprintf(buf, len, "a size such as 65536, 8kb, 2mb, 1gb"); break;
@@ -433,6 +445,7 @@ static void expectation(const param_t *p, char *buf, size_t len)
     case P_BOOL: snprintf(buf, len, "0/1, yes/no, true/false or on/off"); break;
     case P_STRING: snprintf(buf, len, "a string"); break;
     }
+    /* clang-format on */
 }
 
 #define NTABLES (sizeof(tables) / sizeof(tables[0]))
@@ -518,8 +531,8 @@ static gcoll_status_t load(gcoll_config_t *cfg, char *err, size_t errlen, int de
         char *end = NULL;
         double d = v ? strtod(v, &end) : 0;
         if (!v || end == v || *end || !(d > 0 && d <= 1)) {
-            snprintf(err, errlen, "%s='%s' is invalid: expected a density in (0, 1]",
-                     dens[i].name, v ? v : "");
+            snprintf(err, errlen, "%s='%s' is invalid: expected a density in (0, 1]", dens[i].name,
+                     v ? v : "");
             gcoll_config_free(cfg);
             return GCOLL_ERR_INVALID;
         }
@@ -533,7 +546,8 @@ static gcoll_status_t load(gcoll_config_t *cfg, char *err, size_t errlen, int de
     }
     unsigned rules = 0;
     if (!cfg->adapt_s || gcoll_adapt_rules_parse(cfg->adapt_s, &rules) != 0) {
-        snprintf(err, errlen, "GCOLL_ADAPT='%s' is invalid: expected off, both, or rules "
+        snprintf(err, errlen,
+                 "GCOLL_ADAPT='%s' is invalid: expected off, both, or rules "
                  "joined by '+' from bandwidth, phase, snr, stage, budget",
                  cfg->adapt_s ? cfg->adapt_s : "");
         gcoll_config_free(cfg);
@@ -543,8 +557,10 @@ static gcoll_status_t load(gcoll_config_t *cfg, char *err, size_t errlen, int de
     if (cfg->log_subsys) {
         unsigned mask;
         if (gcoll_log_parse_subsys(cfg->log_subsys, &mask) != 0) {
-            snprintf(err, errlen, "GCOLL_DEBUG_SUBSYS='%s' is invalid: expected a comma list of "
-                     "INIT,NET,COLL,COMPRESS,ADAPT,ALL", cfg->log_subsys);
+            snprintf(err, errlen,
+                     "GCOLL_DEBUG_SUBSYS='%s' is invalid: expected a comma list of "
+                     "INIT,NET,COLL,COMPRESS,ADAPT,ALL",
+                     cfg->log_subsys);
             gcoll_config_free(cfg);
             return GCOLL_ERR_INVALID;
         }
@@ -576,11 +592,19 @@ static void format_value(const param_t *p, const gcoll_config_t *cfg, char *buf,
 {
     const void *field = (const char *)cfg + p->offset;
     switch (p->type) {
-    case P_INT: snprintf(buf, len, "%ld", *(const long *)field); break;
-    case P_SIZE: snprintf(buf, len, "%zu", *(const size_t *)field); break;
-    case P_DURATION: snprintf(buf, len, "%" PRId64 "ms", *(const int64_t *)field); break;
+    case P_INT:
+        snprintf(buf, len, "%ld", *(const long *)field);
+        break;
+    case P_SIZE:
+        snprintf(buf, len, "%zu", *(const size_t *)field);
+        break;
+    case P_DURATION:
+        snprintf(buf, len, "%" PRId64 "ms", *(const int64_t *)field);
+        break;
     case P_BOOL:
-    case P_ENUM: snprintf(buf, len, "%d", *(const int *)field); break;
+    case P_ENUM:
+        snprintf(buf, len, "%d", *(const int *)field);
+        break;
     case P_STRING: {
         const char *s = *(char *const *)field;
         snprintf(buf, len, "%s", s ? s : "");
@@ -613,7 +637,10 @@ uint64_t gcoll_config_match_hash(const gcoll_config_t *cfg)
     return gcoll_hash64(buf, strlen(buf), 0);
 }
 
-size_t gcoll_param_count(void) { return NPARAMS; }
+size_t gcoll_param_count(void)
+{
+    return NPARAMS;
+}
 
 gcoll_status_t gcoll_param_get(size_t i, gcoll_param_info_t *info_p)
 {

@@ -26,19 +26,19 @@ typedef struct gcoll_coll_cfg {
  * config.c's per-component tables. */
 typedef struct gcoll_config {
     /* core: identity, rendezvous, waits, logging, transport, progress thread */
-    long rank;            /* -1 when unset */
-    long size;            /* -1 when unset */
-    char *root;           /* "host:port" or NULL */
-    char *job_key;        /* NULL when unset */
-    long local_rank;      /* informational (set by gcoll-run) */
+    long rank;       /* -1 when unset */
+    long size;       /* -1 when unset */
+    char *root;      /* "host:port" or NULL */
+    char *job_key;   /* NULL when unset */
+    long local_rank; /* informational (set by gcoll-run) */
     long local_size;
     long spin_us;
     int64_t timeout_ms;
     int log_level;
     char *log_subsys;
     char *log_file;
-    int transport;        /* index into gcoll_transport_names */
-    char *progress_cpu;   /* "auto", "none" or a CPU number */
+    int transport;      /* index into gcoll_transport_names */
+    char *progress_cpu; /* "auto", "none" or a CPU number */
     /* tcp transport */
     long tcp_nsocks;
     char *tcp_ifname;
@@ -47,41 +47,41 @@ typedef struct gcoll_config {
     /* compression */
     int ef_spare;        /* top-k, random-k: fold the NaN/Inf scan into the feedback pass */
     size_t ef_spare_max; /* bytes all the spare residuals of the process may take */
-    int codec_simd;  /* read by lib/compress/kernels.c at first use */
-    char *compressor;      /* default compressor spec of tools and the bucketer */
+    int codec_simd;      /* read by lib/compress/kernels.c at first use */
+    char *compressor;    /* default compressor spec of tools and the bucketer */
     /* bucketer */
-    size_t bucket_bytes;   /* 0: automatic */
-    int bucket_priority;   /* bucketer: first layers' buckets first */
-    int bucket_rebuild;    /* bucketer: layout again from measured ready times */
-    int bucket_pipeline;   /* bucketer: compressed buckets encoded ahead of their turn */
-    int bucket_op;         /* 0 avg, 1 sum */
+    size_t bucket_bytes; /* 0: automatic */
+    int bucket_priority; /* bucketer: first layers' buckets first */
+    int bucket_rebuild;  /* bucketer: layout again from measured ready times */
+    int bucket_pipeline; /* bucketer: compressed buckets encoded ahead of their turn */
+    int bucket_op;       /* 0 avg, 1 sum */
     char *layer_policy;
-    int layer_select;      /* bucketer: top-k/DGC select per tensor in a fused bucket */
+    int layer_select; /* bucketer: top-k/DGC select per tensor in a fused bucket */
     long accumulate_steps;
     /* adaptation */
-    int adapt;             /* GCOLL_ADAPT parsed: GCOLL_AR_* bits (1 bandwidth, 2 phase) */
+    int adapt; /* GCOLL_ADAPT parsed: GCOLL_AR_* bits (1 bandwidth, 2 phase) */
     char *adapt_s;
     long adapt_stat_half_life;
     double density_min, density_max;
     char *density_min_s, *density_max_s;
     long adapt_half_life;
-    int probe;             /* GCOLL_PROBE: time an exchange at init */
+    int probe; /* GCOLL_PROBE: time an exchange at init */
     /* python */
     char *library; /* read by the Python binding only */
     /* ucx transport */
-    size_t ucx_cma_min;   /* ucx: single-copy (CMA) from this many bytes; 0: off */
-    size_t ucx_shm_max;   /* ucx: shared-memory mailbox up to this many bytes; 0: off */
+    size_t ucx_cma_min; /* ucx: single-copy (CMA) from this many bytes; 0: off */
+    size_t ucx_shm_max; /* ucx: shared-memory mailbox up to this many bytes; 0: off */
     /* verbs transport (GCOLL_IB_*) */
-    char *ib_hca;         /* "mlx5_0:1,mlx5_1" or NULL */
-    long ib_gid_index;    /* -1: automatic */
+    char *ib_hca;      /* "mlx5_0:1,mlx5_1" or NULL */
+    long ib_gid_index; /* -1: automatic */
     long ib_qps_per_peer;
-    int ib_mtu;           /* 0 auto, else enum ibv_mtu (1 = 256 ... 5 = 4096) */
-    long ib_timeout;      /* local ACK timeout exponent: 4.096 us * 2^n */
+    int ib_mtu;      /* 0 auto, else enum ibv_mtu (1 = 256 ... 5 = 4096) */
+    long ib_timeout; /* local ACK timeout exponent: 4.096 us * 2^n */
     long ib_retry_cnt;
     long ib_eager_slots;
     size_t ib_eager_size;
-    size_t ib_chunk;      /* 0: the port's max_msg_sz */
-    long ib_reg_cache;    /* cached registrations; 0: off */
+    size_t ib_chunk;   /* 0: the port's max_msg_sz */
+    long ib_reg_cache; /* cached registrations; 0: off */
 } gcoll_config_t;
 
 enum { GCOLL_TRANSPORT_AUTO, GCOLL_TRANSPORT_TCP, GCOLL_TRANSPORT_UCX, GCOLL_TRANSPORT_VERBS };
@@ -101,7 +101,7 @@ void gcoll_config_match_string(const gcoll_config_t *cfg, char *buf, size_t len)
 
 /* Typed parsers, exposed for unit tests. All return 0 on success, -1 on error. */
 int gcoll_parse_long(const char *s, long min, long max, long *out);
-int gcoll_parse_size(const char *s, size_t *out);        /* "8kb", "2MiB", "123" */
+int gcoll_parse_size(const char *s, size_t *out);         /* "8kb", "2MiB", "123" */
 int gcoll_parse_duration_ms(const char *s, int64_t *out); /* "500ms", "2s", "1m", "300" (ms) */
 int gcoll_parse_bool(const char *s, int *out);
 int gcoll_parse_enum(const char *s, const char *choices, int *out); /* "a|b|c" */

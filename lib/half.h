@@ -29,7 +29,10 @@ static inline uint16_t gcoll_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static inline float gcoll_bf16_to_f32(uint16_t h) { return gcoll_bits_f32((uint32_t)h << 16); }
+static inline float gcoll_bf16_to_f32(uint16_t h)
+{
+    return gcoll_bits_f32((uint32_t)h << 16);
+}
 
 /* IEEE binary16 from fp32, round to nearest even, with subnormals, overflow to inf. */
 static inline uint16_t gcoll_f32_to_f16(float f)
@@ -41,7 +44,7 @@ static inline uint16_t gcoll_f32_to_f16(float f)
         return (uint16_t)(sign | 0x7c00u | (absu > 0x7f800000u ? 0x200u : 0u));
     if (absu >= 0x477ff000u) /* rounds to >= 65520: overflow */
         return (uint16_t)(sign | 0x7c00u);
-    if (absu < 0x38800000u) { /* below 2^-14: subnormal or zero */
+    if (absu < 0x38800000u) {   /* below 2^-14: subnormal or zero */
         if (absu < 0x33000000u) /* below 2^-25 rounds to zero */
             return (uint16_t)sign;
         uint32_t e = absu >> 23;

@@ -27,9 +27,8 @@ static const struct {
     const char *name;
     unsigned bit;
 } subsys_names[] = {
-    {"INIT", GCOLL_SUBSYS_INIT},   {"NET", GCOLL_SUBSYS_NET},
-    {"COLL", GCOLL_SUBSYS_COLL},   {"COMPRESS", GCOLL_SUBSYS_COMPRESS},
-    {"ADAPT", GCOLL_SUBSYS_ADAPT}, {"ALL", GCOLL_SUBSYS_ALL},
+    {"INIT", GCOLL_SUBSYS_INIT},         {"NET", GCOLL_SUBSYS_NET},     {"COLL", GCOLL_SUBSYS_COLL},
+    {"COMPRESS", GCOLL_SUBSYS_COMPRESS}, {"ADAPT", GCOLL_SUBSYS_ADAPT}, {"ALL", GCOLL_SUBSYS_ALL},
 };
 
 static const char *subsys_name(unsigned subsys)
@@ -105,15 +104,19 @@ static void log_init_once(void)
     if (lvl && *lvl) {
         int l = gcoll_log_parse_level(lvl);
         if (l < 0)
-            fprintf(stderr, "gcoll WARN GCOLL_DEBUG='%s' is not one of none|warn|info|debug|trace;"
-                            " using warn\n", lvl);
+            fprintf(stderr,
+                    "gcoll WARN GCOLL_DEBUG='%s' is not one of none|warn|info|debug|trace;"
+                    " using warn\n",
+                    lvl);
         else
             gcoll_log_level_g = l;
     }
     const char *sub = getenv("GCOLL_DEBUG_SUBSYS");
     if (sub && *sub && gcoll_log_parse_subsys(sub, &gcoll_log_subsys_g) != 0) {
-        fprintf(stderr, "gcoll WARN GCOLL_DEBUG_SUBSYS='%s' names an unknown subsystem"
-                        " (INIT,NET,COLL,COMPRESS,ADAPT,ALL); logging all\n", sub);
+        fprintf(stderr,
+                "gcoll WARN GCOLL_DEBUG_SUBSYS='%s' names an unknown subsystem"
+                " (INIT,NET,COLL,COMPRESS,ADAPT,ALL); logging all\n",
+                sub);
         gcoll_log_subsys_g = GCOLL_SUBSYS_ALL;
     }
     const char *file = getenv("GCOLL_DEBUG_FILE");
@@ -121,7 +124,10 @@ static void log_init_once(void)
         open_log_file(file);
 }
 
-void gcoll_log_init(void) { pthread_once(&log_once, log_init_once); }
+void gcoll_log_init(void)
+{
+    pthread_once(&log_once, log_init_once);
+}
 
 void gcoll_log_set_rank(int rank)
 {
@@ -152,8 +158,8 @@ void gcoll_log_write(int level, unsigned subsys, const char *file, int line, con
         fprintf(out, "%s:%d [%s] gcoll %s %s %s:%d %s\n", log_host, (int)getpid(), rank,
                 level_names[level], subsys_name(subsys), base, line, msg);
     else
-        fprintf(out, "%s:%d [%s] gcoll %s %s\n", log_host, (int)getpid(), rank,
-                level_names[level], msg);
+        fprintf(out, "%s:%d [%s] gcoll %s %s\n", log_host, (int)getpid(), rank, level_names[level],
+                msg);
     fflush(out);
     pthread_mutex_unlock(&log_lock);
 }

@@ -28,28 +28,29 @@ extern unsigned gcoll_log_subsys_g;
 void gcoll_log_init(void);
 /* Sets the rank shown in the line prefix (-1: unknown). */
 void gcoll_log_set_rank(int rank);
-void gcoll_log_write(int level, unsigned subsys, const char *file, int line, const char *fmt,
-                     ...) __attribute__((format(printf, 5, 6)));
+void gcoll_log_write(int level, unsigned subsys, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 void gcoll_log_trace_status(const char *file, int line, gcoll_status_t st);
 
-#define GCOLL_LOG_ON(level, subsys)                                                       \
+#define GCOLL_LOG_ON(level, subsys)                                                                \
     (gcoll_log_level_g >= (level) && (gcoll_log_subsys_g & (subsys)))
 
-#define GCOLL_WARN(...) gcoll_log_write(GCOLL_LOG_WARN, GCOLL_SUBSYS_ALL, __FILE__, __LINE__, __VA_ARGS__)
-#define GCOLL_INFO(subsys, ...)                                                           \
-    do {                                                                                  \
-        if (GCOLL_LOG_ON(GCOLL_LOG_INFO, subsys))                                         \
-            gcoll_log_write(GCOLL_LOG_INFO, subsys, __FILE__, __LINE__, __VA_ARGS__);     \
+#define GCOLL_WARN(...)                                                                            \
+    gcoll_log_write(GCOLL_LOG_WARN, GCOLL_SUBSYS_ALL, __FILE__, __LINE__, __VA_ARGS__)
+#define GCOLL_INFO(subsys, ...)                                                                    \
+    do {                                                                                           \
+        if (GCOLL_LOG_ON(GCOLL_LOG_INFO, subsys))                                                  \
+            gcoll_log_write(GCOLL_LOG_INFO, subsys, __FILE__, __LINE__, __VA_ARGS__);              \
     } while (0)
-#define GCOLL_DEBUG(subsys, ...)                                                          \
-    do {                                                                                  \
-        if (GCOLL_LOG_ON(GCOLL_LOG_DEBUG, subsys))                                        \
-            gcoll_log_write(GCOLL_LOG_DEBUG, subsys, __FILE__, __LINE__, __VA_ARGS__);    \
+#define GCOLL_DEBUG(subsys, ...)                                                                   \
+    do {                                                                                           \
+        if (GCOLL_LOG_ON(GCOLL_LOG_DEBUG, subsys))                                                 \
+            gcoll_log_write(GCOLL_LOG_DEBUG, subsys, __FILE__, __LINE__, __VA_ARGS__);             \
     } while (0)
-#define GCOLL_TRACE(subsys, ...)                                                          \
-    do {                                                                                  \
-        if (GCOLL_LOG_ON(GCOLL_LOG_TRACE, subsys))                                        \
-            gcoll_log_write(GCOLL_LOG_TRACE, subsys, __FILE__, __LINE__, __VA_ARGS__);    \
+#define GCOLL_TRACE(subsys, ...)                                                                   \
+    do {                                                                                           \
+        if (GCOLL_LOG_ON(GCOLL_LOG_TRACE, subsys))                                                 \
+            gcoll_log_write(GCOLL_LOG_TRACE, subsys, __FILE__, __LINE__, __VA_ARGS__);             \
     } while (0)
 
 #endif /* GCOLL_LOG_H */

@@ -21,7 +21,10 @@ static void free_rules(gcoll_policy_t *p)
     p->n = 0;
 }
 
-void gcoll_policy_free(gcoll_policy_t *p) { free_rules(p); }
+void gcoll_policy_free(gcoll_policy_t *p)
+{
+    free_rules(p);
+}
 
 /* "selector=spec" where selector is a glob on the name, size<N, size>N, first or last. */
 static gcoll_status_t parse_rule(const char *text, gcoll_rule_t *r, char *err, size_t errlen)
@@ -114,14 +117,15 @@ static int has_rule(const gcoll_policy_t *p, gcoll_rule_kind_t kind)
     return 0;
 }
 
-const char *gcoll_policy_pick(const gcoll_policy_t *p, const char *name, size_t count,
-                              int in_first, int in_last, const char *deflt, int *rule_p)
+const char *gcoll_policy_pick(const gcoll_policy_t *p, const char *name, size_t count, int in_first,
+                              int in_last, const char *deflt, int *rule_p)
 {
-    int named = (in_first && has_rule(p, GCOLL_RULE_FIRST)) ||
-                (in_last && has_rule(p, GCOLL_RULE_LAST));
+    int named =
+        (in_first && has_rule(p, GCOLL_RULE_FIRST)) || (in_last && has_rule(p, GCOLL_RULE_LAST));
     for (size_t i = 0; i < p->n; i++) {
         const gcoll_rule_t *r = &p->rule[i];
         int hit = 0;
+        /* clang-format off */
         switch (r->kind) {
         case GCOLL_RULE_NAME: hit = fnmatch(r->pattern, name, 0) == 0; break;
         case GCOLL_RULE_SMALLER: hit = !named && count < r->size; break;
@@ -129,6 +133,7 @@ const char *gcoll_policy_pick(const gcoll_policy_t *p, const char *name, size_t 
         case GCOLL_RULE_FIRST: hit = in_first; break;
         case GCOLL_RULE_LAST: hit = in_last; break;
         }
+        /* clang-format on */
         if (hit) {
             if (rule_p)
                 *rule_p = (int)i;

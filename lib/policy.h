@@ -41,7 +41,7 @@ int gcoll_policy_same_layer(const char *a, const char *b);
  * / last layer in forward order. A size rule does not match a tensor of the first or last
  * layer when the policy has a first or last rule for it: a position names layers, a size
  * describes tensors in general (ResNet-50's conv1 has 9408 weights). */
-const char *gcoll_policy_pick(const gcoll_policy_t *p, const char *name, size_t count,
-                              int in_first, int in_last, const char *deflt, int *rule_p);
+const char *gcoll_policy_pick(const gcoll_policy_t *p, const char *name, size_t count, int in_first,
+                              int in_last, const char *deflt, int *rule_p);
 
 #endif /* GCOLL_POLICY_H */

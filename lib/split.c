@@ -50,7 +50,8 @@ static gcoll_status_t child_create(gcoll_comm_t *parent, int size, int rank, gco
                                    .wake_fd = c->wake_fd};
     st = c->chan.ops->create(&tp, &c->chan.tp);
     if (st != GCOLL_OK) {
-        snprintf(err, errlen, "cannot create the %s transport on %s", c->chan.ops->name, c->local_ip);
+        snprintf(err, errlen, "cannot create the %s transport on %s", c->chan.ops->name,
+                 c->local_ip);
         return st;
     }
     size_t len = BLOB_MAX;

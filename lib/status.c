@@ -11,6 +11,7 @@ const char *gcoll_version(void)
 
 const char *gcoll_status_string(gcoll_status_t status)
 {
+    /* clang-format off */
     switch (status) {
     case GCOLL_OK: return "GCOLL_OK: success";
     case GCOLL_INPROGRESS: return "GCOLL_INPROGRESS: operation in progress";
@@ -24,11 +25,13 @@ const char *gcoll_status_string(gcoll_status_t status)
     case GCOLL_ERR_ABORTED: return "GCOLL_ERR_ABORTED: communicator aborted";
     case GCOLL_ERR_INTERNAL: return "GCOLL_ERR_INTERNAL: internal error";
     }
+    /* clang-format on */
     return "GCOLL_ERR_UNKNOWN: unknown status";
 }
 
 size_t gcoll_dtype_size(gcoll_dtype_t dtype)
 {
+    /* clang-format off */
     switch (dtype) {
     case GCOLL_FLOAT32: return 4;
     case GCOLL_FLOAT16: return 2;
@@ -37,11 +40,13 @@ size_t gcoll_dtype_size(gcoll_dtype_t dtype)
     case GCOLL_INT32: return 4;
     case GCOLL_INT64: return 8;
     }
+    /* clang-format on */
     return 0;
 }
 
 const char *gcoll_dtype_name(gcoll_dtype_t dtype)
 {
+    /* clang-format off */
     switch (dtype) {
     case GCOLL_FLOAT32: return "float32";
     case GCOLL_FLOAT16: return "float16";
@@ -50,11 +55,13 @@ const char *gcoll_dtype_name(gcoll_dtype_t dtype)
     case GCOLL_INT32: return "int32";
     case GCOLL_INT64: return "int64";
     }
+    /* clang-format on */
     return "?";
 }
 
 const char *gcoll_op_name(gcoll_op_t op)
 {
+    /* clang-format off */
     switch (op) {
     case GCOLL_SUM: return "sum";
     case GCOLL_AVG: return "avg";
@@ -62,5 +69,6 @@ const char *gcoll_op_name(gcoll_op_t op)
     case GCOLL_MAX: return "max";
     case GCOLL_PROD: return "prod";
     }
+    /* clang-format on */
     return "?";
 }

@@ -18,23 +18,23 @@
 #define GCOLL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Propagate a failing status, logging where it passed through (as NCCL's NCCLCHECK). */
-#define GCOLL_CHECK(call)                                                                 \
-    do {                                                                                  \
-        gcoll_status_t _st = (call);                                                      \
-        if (GCOLL_UNLIKELY(_st < 0)) {                                                    \
-            gcoll_log_trace_status(__FILE__, __LINE__, _st);                              \
-            return _st;                                                                   \
-        }                                                                                 \
+#define GCOLL_CHECK(call)                                                                          \
+    do {                                                                                           \
+        gcoll_status_t _st = (call);                                                               \
+        if (GCOLL_UNLIKELY(_st < 0)) {                                                             \
+            gcoll_log_trace_status(__FILE__, __LINE__, _st);                                       \
+            return _st;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* Store a failing status in st and jump to a cleanup label named after what it undoes. */
-#define GCOLL_CHECK_GOTO(call, st, label)                                                 \
-    do {                                                                                  \
-        (st) = (call);                                                                    \
-        if (GCOLL_UNLIKELY((st) < 0)) {                                                   \
-            gcoll_log_trace_status(__FILE__, __LINE__, (st));                             \
-            goto label;                                                                   \
-        }                                                                                 \
+#define GCOLL_CHECK_GOTO(call, st, label)                                                          \
+    do {                                                                                           \
+        (st) = (call);                                                                             \
+        if (GCOLL_UNLIKELY((st) < 0)) {                                                            \
+            gcoll_log_trace_status(__FILE__, __LINE__, (st));                                      \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* Monotonic clock in nanoseconds / milliseconds. */
@@ -45,7 +45,10 @@ static inline uint64_t gcoll_time_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline uint64_t gcoll_time_ms(void) { return gcoll_time_ns() / 1000000ull; }
+static inline uint64_t gcoll_time_ms(void)
+{
+    return gcoll_time_ns() / 1000000ull;
+}
 
 /* Milliseconds left until deadline_ms (monotonic), clamped to [0, cap_ms]. */
 static inline int gcoll_ms_left(uint64_t deadline_ms, int cap_ms)
@@ -65,7 +68,11 @@ static inline int gcoll_mul_size(size_t a, size_t b, size_t *out)
 
 /* Little-endian load/store helpers for wire formats (host is little-endian on every
  * platform we build for, but the helpers keep the intent visible and unaligned-safe). */
-static inline void gcoll_put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void gcoll_put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 static inline void gcoll_put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
@@ -76,7 +83,10 @@ static inline void gcoll_put_u64(uint8_t *p, uint64_t v)
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
-static inline uint16_t gcoll_get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint16_t gcoll_get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
 static inline uint32_t gcoll_get_u32(const uint8_t *p)
 {
     uint32_t v = 0;

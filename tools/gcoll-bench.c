@@ -66,7 +66,8 @@ static void emit(const bench_row_t *r, void *ctx)
         return;
     const char *type = gcoll_dtype_name(p->o->dtype);
     const char *op = (p->o->coll == BENCH_ALLREDUCE || p->o->coll == BENCH_REDUCE_SCATTER)
-                         ? gcoll_op_name(p->o->op) : "none";
+                         ? gcoll_op_name(p->o->op)
+                         : "none";
     char wrong[32];
     if (r->wrong < 0)
         snprintf(wrong, sizeof(wrong), "N/A");
@@ -75,21 +76,21 @@ static void emit(const bench_row_t *r, void *ctx)
     if (p->o->spec) {
         switch (p->out) {
         case OUT_TABLE:
-            printf("%12zu %12zu %12.2f %10.3f %10.3f %12.0f %8.1f %10.2f %9.2e %8s  %s\n",
-                   r->bytes, r->count, r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio,
-                   r->comp_us, r->rel_err, wrong, r->scheme);
+            printf("%12zu %12zu %12.2f %10.3f %10.3f %12.0f %8.1f %10.2f %9.2e %8s  %s\n", r->bytes,
+                   r->count, r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio, r->comp_us,
+                   r->rel_err, wrong, r->scheme);
             break;
         case OUT_CSV:
             printf("%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.3f,%.3f,%.4e,%s,%s\n", r->bytes, r->count,
-                   r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio, r->comp_us,
-                   r->rel_err, wrong, r->scheme);
+                   r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio, r->comp_us, r->rel_err,
+                   wrong, r->scheme);
             break;
         case OUT_JSON:
             printf("%s\n  {\"size\": %zu, \"count\": %zu, \"time_us\": %.3f, \"algbw\": %.4f, "
                    "\"busbw\": %.4f, \"wire_bytes\": %.0f, \"ratio\": %.3f, \"comp_us\": %.3f, "
-                   "\"rel_err\": %.4e, \"wrong\": %ld, \"scheme\": \"%s\"}", p->rows ? "," : "",
-                   r->bytes, r->count, r->time_us, r->algbw, r->busbw, r->wire_bytes, r->ratio,
-                   r->comp_us, r->rel_err, r->wrong, r->scheme);
+                   "\"rel_err\": %.4e, \"wrong\": %ld, \"scheme\": \"%s\"}",
+                   p->rows ? "," : "", r->bytes, r->count, r->time_us, r->algbw, r->busbw,
+                   r->wire_bytes, r->ratio, r->comp_us, r->rel_err, r->wrong, r->scheme);
             break;
         }
         p->rows++;
@@ -118,8 +119,13 @@ static void emit(const bench_row_t *r, void *ctx)
 
 int main(int argc, char **argv)
 {
-    bench_opts_t o = {.coll = BENCH_ALLREDUCE, .dtype = GCOLL_FLOAT32, .op = GCOLL_SUM,
-                      .min_bytes = 8, .max_bytes = 32 << 20, .factor = 2, .iters = 20,
+    bench_opts_t o = {.coll = BENCH_ALLREDUCE,
+                      .dtype = GCOLL_FLOAT32,
+                      .op = GCOLL_SUM,
+                      .min_bytes = 8,
+                      .max_bytes = 32 << 20,
+                      .factor = 2,
+                      .iters = 20,
                       .warmup = 5};
     printer_t p = {.out = OUT_TABLE, .o = &o};
     static const struct option longopts[] = {{"csv", no_argument, NULL, 'C'},
@@ -129,6 +135,7 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "o:b:e:f:i:n:w:cd:r:R:a:z:h", longopts, NULL)) != -1) {
         int bad = 0;
+        /* clang-format off */
         switch (c) {
         case 'o': bad = bench_parse_coll(optarg, &o.coll); break;
         case 'b': bad = parse_size(optarg, &o.min_bytes); break;
@@ -148,6 +155,7 @@ int main(int argc, char **argv)
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
+        /* clang-format on */
         if (bad) {
             fprintf(stderr, "gcoll-bench: bad value '%s' for -%c\n", optarg, c);
             return 2;
@@ -173,20 +181,22 @@ int main(int argc, char **argv)
         const char *algo = getenv("GCOLL_ALGO");
         if (p.out == OUT_TABLE) {
             printf("# gcoll-bench %s: %s%s%s on %d ranks over %s, algorithm %s, %d iterations "
-                   "(%d warm-up)\n", gcoll_version(), o.spec ? "compressed " : "",
-                   bench_coll_name(o.coll), o.spec ? "" : "", gcoll_comm_size(comm),
-                   gcoll_comm_transport(comm), algo ? algo : "auto", o.iters, o.warmup);
+                   "(%d warm-up)\n",
+                   gcoll_version(), o.spec ? "compressed " : "", bench_coll_name(o.coll),
+                   o.spec ? "" : "", gcoll_comm_size(comm), gcoll_comm_transport(comm),
+                   algo ? algo : "auto", o.iters, o.warmup);
             if (o.spec)
                 printf("# compressor %s; algbw and busbw count uncompressed bytes (effective)\n"
-                       "#%11s %12s %12s %10s %10s %12s %8s %10s %9s %8s  %s\n", o.spec,
-                       "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw", "wire(B)",
+                       "#%11s %12s %12s %10s %10s %12s %8s %10s %9s %8s  %s\n",
+                       o.spec, "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw", "wire(B)",
                        "ratio", "comp(us)", "relerr", "#wrong", "scheme");
             else
                 printf("#%11s %12s %9s %6s %12s %10s %10s %8s\n", "size(B)", "count", "type",
                        "redop", "time(us)", "algbw(GB/s)", "busbw", "#wrong");
         } else if (p.out == OUT_CSV && o.spec) {
-            printf("size,count,time_us,algbw_GBps,busbw_GBps,wire_bytes,ratio,comp_us,rel_err,wrong,"
-                   "scheme\n");
+            printf(
+                "size,count,time_us,algbw_GBps,busbw_GBps,wire_bytes,ratio,comp_us,rel_err,wrong,"
+                "scheme\n");
         } else if (p.out == OUT_CSV) {
             printf("size,count,type,redop,time_us,algbw_GBps,busbw_GBps,wrong\n");
         } else {

@@ -85,24 +85,23 @@ typedef struct {
     int min_reps;
 } opts_t;
 
-#define TIME_BEST(opt, best, stmt)                                                        \
-    do {                                                                                  \
-        double t_start = now_s();                                                         \
-        best = 1e30;                                                                      \
-        for (int rep = 0; rep < (opt)->min_reps || now_s() - t_start < (opt)->min_time;   \
-             rep++) {                                                                     \
-            double t0 = now_s();                                                          \
-            stmt;                                                                         \
-            double dt = now_s() - t0;                                                     \
-            if (dt < best)                                                                \
-                best = dt;                                                                \
-            if (rep > 200)                                                                \
-                break;                                                                    \
-        }                                                                                 \
+#define TIME_BEST(opt, best, stmt)                                                                 \
+    do {                                                                                           \
+        double t_start = now_s();                                                                  \
+        best = 1e30;                                                                               \
+        for (int rep = 0; rep < (opt)->min_reps || now_s() - t_start < (opt)->min_time; rep++) {   \
+            double t0 = now_s();                                                                   \
+            stmt;                                                                                  \
+            double dt = now_s() - t0;                                                              \
+            if (dt < best)                                                                         \
+                best = dt;                                                                         \
+            if (rep > 200)                                                                         \
+                break;                                                                             \
+        }                                                                                          \
     } while (0)
 
-static int bench_codec(const opts_t *o, const char *spec, const float *x, size_t n,
-                       double t_memcpy, float *dec)
+static int bench_codec(const opts_t *o, const char *spec, const float *x, size_t n, double t_memcpy,
+                       float *dec)
 {
     gcoll_compressor_t *c;
     gcoll_status_t st = gcoll_compressor_create(spec, &c);
@@ -181,12 +180,11 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     int lo = 20, hi = 24, step = 2, ncodecs = 0;
-    const char **codecs = calloc((size_t)argc + sizeof(default_codecs) / sizeof(*default_codecs),
-                                 sizeof(*codecs));
+    const char **codecs =
+        calloc((size_t)argc + sizeof(default_codecs) / sizeof(*default_codecs), sizeof(*codecs));
     opts_t o = {0.3, 3};
-    static const struct option longopts[] = {{"full", no_argument, NULL, 'F'},
-                                              {"help", no_argument, NULL, 'h'},
-                                              {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"full", no_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "b:e:s:c:t:h", longopts, NULL)) != -1) {
         switch (ch) {
@@ -245,10 +243,10 @@ int main(int argc, char **argv)
         TIME_BEST(&o, t_read, stream_read(x, n));
         double gb = 4.0 * (double)n / 1e9;
         printf("\n# n = 2^%d floats (%zu MiB): memcpy %.2f GB/s, streaming read %.2f GB/s "
-               "(%.2fx memcpy)\n", lg, (n * 4) >> 20, gb / t_memcpy, gb / t_read,
-               t_memcpy / t_read);
-        printf("%-36s %7s %7s %6s %7s %6s %7s %6s %7s %6s %9s %10s\n", "codec", "ratio",
-               "enc", "x", "ef", "x", "dec", "x", "acc", "x", "acc ns/nz", "target");
+               "(%.2fx memcpy)\n",
+               lg, (n * 4) >> 20, gb / t_memcpy, gb / t_read, t_memcpy / t_read);
+        printf("%-36s %7s %7s %6s %7s %6s %7s %6s %7s %6s %9s %10s\n", "codec", "ratio", "enc", "x",
+               "ef", "x", "dec", "x", "acc", "x", "acc ns/nz", "target");
         for (int i = 0; i < ncodecs; i++)
             if (bench_codec(&o, codecs[i], x, n, t_memcpy, dec))
                 rc = 1;

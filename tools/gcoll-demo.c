@@ -47,9 +47,8 @@ int main(int argc, char **argv)
         if (x[i] != want)
             wrong++;
     }
-    printf("rank %d/%d: allreduce of %zu floats over %s: %s (%zu wrong) in %.2f ms\n", rank,
-           size, count, gcoll_comm_transport(comm), wrong ? "WRONG" : "verified", wrong,
-           dt * 1e3);
+    printf("rank %d/%d: allreduce of %zu floats over %s: %s (%zu wrong) in %.2f ms\n", rank, size,
+           count, gcoll_comm_transport(comm), wrong ? "WRONG" : "verified", wrong, dt * 1e3);
     free(x);
     st = gcoll_comm_destroy(comm);
     return wrong || st != GCOLL_OK ? 1 : 0;

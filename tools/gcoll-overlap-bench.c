@@ -147,6 +147,7 @@ int main(int argc, char **argv)
     int c;
     int compute_cpu = -1, list = 0, match = 0;
     while ((c = getopt(argc, argv, "c:n:z:s:C:m:Lh")) != -1) {
+        /* clang-format off */
         switch (c) {
         case 'L': list = 1; break;
         case 'C': compute_cpu = atoi(optarg); break;
@@ -159,7 +160,8 @@ int main(int argc, char **argv)
         case 'n': iters = atoi(optarg); break;
         case 'z': spec = optarg; break;
         default:
-            printf("usage: gcoll-overlap-bench [-c COMPUTE_MS|match] [-n ITERS] [-z SPEC] [-s STEPS] [-C CPU]\n"
+            printf("usage: gcoll-overlap-bench [-c COMPUTE_MS|match] [-n ITERS] [-z SPEC] "
+                   "[-s STEPS] [-C CPU]\n"
                    "       [-m resnet50|NxCOUNT] [-L]\n"
                    "  -m NxCOUNT: N layers of COUNT floats instead of ResNet-50 (e.g. 24x250000)\n"
                    "  -c match: compute for as long as the communication alone takes (measured\n"
@@ -178,6 +180,7 @@ int main(int argc, char **argv)
                    "  the bucketer with compressor SPEC (default GCOLL_COMPRESSOR, else none)\n");
             return c == 'h' ? 0 : 2;
         }
+        /* clang-format on */
     }
     char model_name[64] = "ResNet-50";
     int mn = 0;
@@ -207,7 +210,8 @@ int main(int argc, char **argv)
         }
     }
     gcoll_bucketer_config_t cfg = {.default_spec = spec ? spec : getenv("GCOLL_COMPRESSOR"),
-                                   .op = GCOLL_AVG, .policy = getenv("GCOLL_LAYER_POLICY")};
+                                   .op = GCOLL_AVG,
+                                   .policy = getenv("GCOLL_LAYER_POLICY")};
     gcoll_bucketer_t *b;
     if (gcoll_bucketer_create(comm, spec ? &cfg : NULL, &b) != GCOLL_OK) {
         fprintf(stderr, "gcoll-overlap-bench: %s\n", gcoll_comm_last_error(comm));
@@ -221,8 +225,8 @@ int main(int argc, char **argv)
         int l = nlayers - 1 - k;
         g[l] = calloc(layers[l].count, sizeof(float));
         total += layers[l].count;
-        if (gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32,
-                                      NULL, &id[k]) != GCOLL_OK)
+        if (gcoll_bucketer_add_tensor(b, layers[l].name, g[l], layers[l].count, GCOLL_FLOAT32, NULL,
+                                      &id[k]) != GCOLL_OK)
             return 1;
     }
     int rank = gcoll_comm_rank(comm);
@@ -316,19 +320,23 @@ int main(int argc, char **argv)
     if (rank == 0) {
         const char *pr = getenv("GCOLL_BUCKET_PRIORITY");
         printf("# gcoll-overlap-bench: %s gradients (%d tensors, %.1fM floats) in %d "
-               "buckets, %d ranks over %s, compressor %s, best of %d\n", model_name, nlayers,
-               (double)total / 1e6, gcoll_bucketer_num_buckets(b), gcoll_comm_size(comm),
-               gcoll_comm_transport(comm), spec ? spec : (getenv("GCOLL_COMPRESSOR") ? getenv("GCOLL_COMPRESSOR") : "none"), iters);
+               "buckets, %d ranks over %s, compressor %s, best of %d\n",
+               model_name, nlayers, (double)total / 1e6, gcoll_bucketer_num_buckets(b),
+               gcoll_comm_size(comm), gcoll_comm_transport(comm),
+               spec ? spec : (getenv("GCOLL_COMPRESSOR") ? getenv("GCOLL_COMPRESSOR") : "none"),
+               iters);
         printf("# compute loops %.1f ms per iteration%s\n", compute_ms,
                match ? " (-c match: the communication alone, measured first)" : "");
         for (int m = 0; m < 4; m++)
             printf("%-24s %9.1f ms\n", names[m], t[m] * 1e3);
         double hidden = t[0] + t[1] - t[2], lo = t[0] < t[1] ? t[0] : t[1];
-        printf("overlap efficiency       %9.2f   ((compute + comm - overlapped) / min(compute, comm))\n",
+        printf("overlap efficiency       %9.2f   ((compute + comm - overlapped) / min(compute, "
+               "comm))\n",
                lo > 0 ? hidden / lo : 0);
         printf("speedup over after-backward %6.2fx\n", t[3] / t[2]);
         printf("first layer ready        %9.1f ms after backward (mean, overlapped; "
-               "GCOLL_BUCKET_PRIORITY=%s)\n", after[0] * 1e3, pr && *pr ? pr : "1");
+               "GCOLL_BUCKET_PRIORITY=%s)\n",
+               after[0] * 1e3, pr && *pr ? pr : "1");
         printf("all buckets reduced      %9.1f ms after backward (mean, overlapped)\n",
                after[1] * 1e3);
     }

@@ -36,8 +36,8 @@ const char *gcoll_frame_decode(const uint8_t hdr[GCOLL_FRAME_HDR_LEN], gcoll_fra
         return "message length beyond the sane maximum";
     if (f->frag_len > f->msg_len || f->frag_off > f->msg_len - f->frag_len)
         return "fragment outside its message";
-    if (f->type == GCOLL_FRAME_ABORT && (f->msg_len > GCOLL_FRAME_MAX_CTL || f->frag_off != 0 ||
-                                         f->frag_len != f->msg_len))
+    if (f->type == GCOLL_FRAME_ABORT &&
+        (f->msg_len > GCOLL_FRAME_MAX_CTL || f->frag_off != 0 || f->frag_len != f->msg_len))
         return "malformed abort frame";
     if (f->type == GCOLL_FRAME_DATA && f->frag_len == 0 && f->msg_len != 0)
         return "empty fragment of a non-empty message";

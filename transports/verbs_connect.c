@@ -85,7 +85,6 @@ static gcoll_status_t qp_connect(gcoll_transport_t *t, gcoll_vb_qp_t *q, const b
     return GCOLL_OK;
 }
 
-
 /* ---------------------------------------------------------------------------------- */
 /* Address and connect                                                                  */
 

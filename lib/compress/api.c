@@ -1,4 +1,5 @@
-/* api.c: the public compressor calls of gcoll.h: compressor and tensor-state lifetimes, encode, decode. */
+/* api.c: the public compressor calls of gcoll.h: compressor and tensor-state lifetimes, encode,
+ * decode. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +31,10 @@ GCOLL_EXPORT gcoll_status_t gcoll_compressor_check(const char *spec, char *errbu
     return gcoll_spec_parse(spec, &c, errbuf, errlen);
 }
 
-GCOLL_EXPORT void gcoll_compressor_destroy(gcoll_compressor_t *c) { free(c); }
+GCOLL_EXPORT void gcoll_compressor_destroy(gcoll_compressor_t *c)
+{
+    free(c);
+}
 
 GCOLL_EXPORT const char *gcoll_compressor_spec(const gcoll_compressor_t *c)
 {
@@ -101,7 +105,10 @@ GCOLL_EXPORT const float *gcoll_state_residual(const gcoll_tensor_state_t *s)
     return s ? s->e : NULL;
 }
 
-GCOLL_EXPORT uint64_t gcoll_state_step(const gcoll_tensor_state_t *s) { return s ? s->step : 0; }
+GCOLL_EXPORT uint64_t gcoll_state_step(const gcoll_tensor_state_t *s)
+{
+    return s ? s->step : 0;
+}
 
 GCOLL_EXPORT void gcoll_state_advance(gcoll_tensor_state_t *s)
 {
@@ -132,8 +139,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_encode_chunk(gcoll_compressor_t *c, gcoll_tens
                                     len_p);
 }
 
-GCOLL_EXPORT gcoll_status_t gcoll_decode(const gcoll_compressor_t *c, const void *in,
-                                         size_t len, float *out, size_t count, int accumulate)
+GCOLL_EXPORT gcoll_status_t gcoll_decode(const gcoll_compressor_t *c, const void *in, size_t len,
+                                         float *out, size_t count, int accumulate)
 {
     if (!c) {
         GCOLL_WARN("compress: gcoll_decode: NULL compressor");
@@ -156,8 +163,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_decode_info(const void *in, size_t len, size_t
 }
 
 GCOLL_EXPORT gcoll_status_t gcoll_decode_pairs(const gcoll_compressor_t *c, const void *in,
-                                               size_t len, size_t count, uint32_t *idx,
-                                               float *val, size_t cap, size_t *nnz_p)
+                                               size_t len, size_t count, uint32_t *idx, float *val,
+                                               size_t cap, size_t *nnz_p)
 {
     if (!c) {
         GCOLL_WARN("compress: gcoll_decode_pairs: NULL compressor");

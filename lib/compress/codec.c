@@ -75,8 +75,8 @@ double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step)
 unsigned gcoll_codec_bits(const gcoll_compressor_t *c, uint64_t step)
 {
     unsigned b = c->vs.bits;
-    if (c->vs.fmt != GCOLL_VF_QSGD || c->sparsify != GCOLL_SPARSIFY_NONE ||
-        c->warmup_steps == 0 || step >= c->warmup_steps || c->warmup_bits <= b)
+    if (c->vs.fmt != GCOLL_VF_QSGD || c->sparsify != GCOLL_SPARSIFY_NONE || c->warmup_steps == 0 ||
+        step >= c->warmup_steps || c->warmup_bits <= b)
         return b;
     double w = warm(c->sched, c->warmup_bits, b, step, c->warmup_steps);
     unsigned r = (unsigned)(w + 0.5);
@@ -150,7 +150,10 @@ static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
 /* Whether a sparse message may fall back to a dense one: not for sign, which has no zero
  * (the unsent elements would decode as +scale, and under error feedback their residuals
  * would drift without bound). */
-static int dense_fallback_ok(const gcoll_vspec_t *vs) { return vs->fmt != GCOLL_VF_SIGN; }
+static int dense_fallback_ok(const gcoll_vspec_t *vs)
+{
+    return vs->fmt != GCOLL_VF_SIGN;
+}
 
 static size_t sparse_size(const gcoll_vspec_t *vs, size_t nnz, size_t n)
 {
@@ -193,9 +196,9 @@ static gcoll_status_t too_small(size_t need, size_t cap)
 
 /* Writes a sparse message for the pairs (idx[j], vals[j]). Picks the smaller of raw and
  * delta-bitpacked indices, and a dense message when that is smaller still. */
-static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, const uint32_t *idx,
-                                  const float *vals, size_t nnz, size_t n, uint64_t qkey,
-                                  gcoll_scratch_t *sc, uint8_t *out, size_t cap, size_t *len_p)
+static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, const uint32_t *idx, const float *vals,
+                                  size_t nnz, size_t n, uint64_t qkey, gcoll_scratch_t *sc,
+                                  uint8_t *out, size_t cap, size_t *len_p)
 {
     size_t dense = gcoll_vsec_size(vs, n), vsz = gcoll_vsec_size(vs, nnz);
     size_t delta = gcoll_idx_delta_size(idx, nnz);
@@ -244,7 +247,8 @@ static uint64_t qsgd_key(uint64_t salt, uint64_t step, size_t off, int stateless
 static gcoll_status_t bad_nonfinite(const float *x, size_t n, size_t i)
 {
     GCOLL_WARN("compress: non-finite input %g at element %zu of %zu (NaN/Inf cannot be "
-               "compressed)", (double)x[i], i, n);
+               "compressed)",
+               (double)x[i], i, n);
     return GCOLL_ERR_INVALID;
 }
 
@@ -281,8 +285,8 @@ static gcoll_status_t topk_exact(const float *x, size_t n, size_t k, pending_t *
     return gcoll_select_topk_exact(x, n, k, sc, nnz_p);
 }
 
-static gcoll_status_t select_ge(const float *x, size_t n, uint32_t thr, size_t cap,
-                                pending_t *p, gcoll_scratch_t *sc, size_t *cnt_p)
+static gcoll_status_t select_ge(const float *x, size_t n, uint32_t thr, size_t cap, pending_t *p,
+                                gcoll_scratch_t *sc, size_t *cnt_p)
 {
     if (p->g && p->dst == p->e) {
         const float *g = p->g;
@@ -295,9 +299,9 @@ static gcoll_status_t select_ge(const float *x, size_t n, uint32_t thr, size_t c
 
 /* Selects what a sparsifier sends from x[0..n) (after the pending update p, when x is
  * the residual); leaves ascending indices in sc->idx. */
-static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
-                               const float *x, size_t n, uint64_t step, size_t off,
-                               pending_t *p, gcoll_scratch_t *sc, size_t *nnz_p)
+static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t *s, const float *x,
+                               size_t n, uint64_t step, size_t off, pending_t *p,
+                               gcoll_scratch_t *sc, size_t *nnz_p)
 {
     size_t k = gcoll_codec_k(c, n, step);
     switch (c->sparsify) {
@@ -311,8 +315,8 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
             /* the update with the check for NaN/Inf (the gradient's, or an overflow) in one
              * pass: the collecting kernel with only non-finite values at its threshold */
             int bad = 0;
-            size_t nb = gcoll_kernels()->axpy_collect_ge(p->dst, p->e, p->g, n, p->a,
-                                                         0x7f800000u, NULL, NULL, 0, &bad, 0);
+            size_t nb = gcoll_kernels()->axpy_collect_ge(p->dst, p->e, p->g, n, p->a, 0x7f800000u,
+                                                         NULL, NULL, 0, &bad, 0);
             p->g = NULL;
             if (nb)
                 return bad_nonfinite(x, n, gcoll_kernels()->first_bad(x, n));
@@ -323,8 +327,8 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
         }
         GCOLL_CHECK(gcoll_scratch_pairs(sc, k));
         GCOLL_CHECK(gcoll_scratch_bitmap(sc, n));
-        GCOLL_CHECK(gcoll_randomk_indices(gcoll_randomk_key(c, step, off), n, k, sc->idx,
-                                          sc->bitmap));
+        GCOLL_CHECK(
+            gcoll_randomk_indices(gcoll_randomk_key(c, step, off), n, k, sc->idx, sc->bitmap));
         *nnz_p = k;
         return GCOLL_OK;
     }
@@ -366,7 +370,6 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
     return topk_exact(x, n, k, p, sc, nnz_p);
 }
 
-
 int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_state_t *s,
                             size_t count)
 {
@@ -394,10 +397,12 @@ int gcoll_codec_spare_reserve(gcoll_tensor_state_t *s, size_t budget)
     do {
         if (need > budget || cur > budget - need) {
             if (!s->spare_refused)
-                GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compress: a tensor of %zu floats keeps one "
+                GCOLL_INFO(GCOLL_SUBSYS_COMPRESS,
+                           "compress: a tensor of %zu floats keeps one "
                            "residual: its spare (%zu bytes) exceeds what is left of "
                            "GCOLL_EF_SPARE_MAX (%zu of %zu bytes in use); the gradient is "
-                           "scanned before the feedback pass", s->count, need, cur, budget);
+                           "scanned before the feedback pass",
+                           s->count, need, cur, budget);
             s->spare_refused = 1;
             return 0;
         }
@@ -443,8 +448,8 @@ static float *clamp_buf(gcoll_tensor_state_t *s)
     return s->clamped;
 }
 
-float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n,
-                              int clamp, int nranks)
+float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n, int clamp,
+                              int nranks)
 {
     if (!(c->clip > 0))
         return 1.0f;
@@ -722,20 +727,19 @@ gcoll_status_t gcoll_codec_encode_pairs(const gcoll_compressor_t *c, const uint3
                                         size_t cap, size_t *len_p)
 {
     gcoll_vspec_t f32 = {.fmt = GCOLL_VF_F32};
-    if (!out || !len_p || (nnz && (!idx || !val)) || nnz > count ||
-        count > GCOLL_WIRE_MAX_COUNT) {
+    if (!out || !len_p || (nnz && (!idx || !val)) || nnz > count || count > GCOLL_WIRE_MAX_COUNT) {
         GCOLL_WARN("compress: encode_pairs: bad arguments (nnz %zu, count %zu)", nnz, count);
         return GCOLL_ERR_INVALID;
     }
     for (size_t j = 0; j < nnz; j++)
         if (idx[j] >= count || (j > 0 && idx[j] <= idx[j - 1])) {
-            GCOLL_WARN("compress: encode_pairs: index %u at %zu not ascending or >= %zu",
-                       idx[j], j, count);
+            GCOLL_WARN("compress: encode_pairs: index %u at %zu not ascending or >= %zu", idx[j], j,
+                       count);
             return GCOLL_ERR_INVALID;
         }
     gcoll_scratch_t sc = {0};
-    gcoll_status_t st = emit_sparse(c ? &c->vs : &f32, idx, val, nnz, count,
-                                    qsgd_key(0, 0, 0, 1), &sc, out, cap, len_p);
+    gcoll_status_t st = emit_sparse(c ? &c->vs : &f32, idx, val, nnz, count, qsgd_key(0, 0, 0, 1),
+                                    &sc, out, cap, len_p);
     gcoll_scratch_free(&sc);
     return st;
 }

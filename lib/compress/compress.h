@@ -70,8 +70,8 @@ typedef struct {
 struct gcoll_compressor {
     char spec[GCOLL_SPEC_MAX]; /* canonical spec string, equal on ranks iff settings equal */
     gcoll_sparsify_t sparsify;
-    double density;        /* topk/randomk/dgc target density (0 when k is fixed) */
-    uint64_t k_fixed;      /* topk:k=K */
+    double density;   /* topk/randomk/dgc target density (0 when k is fixed) */
+    uint64_t k_fixed; /* topk:k=K */
     gcoll_select_t select;
     uint32_t reuse_steps;  /* select=reuse: recompute the threshold every N steps */
     uint64_t seed;         /* randomk */
@@ -80,18 +80,18 @@ struct gcoll_compressor {
     float momentum;        /* dgc */
     uint64_t warmup_steps; /* sparsifiers: of the density; dense qsgd: of the bit width */
     gcoll_sched_t sched;
-    double clip;           /* clip=C: scale the gradient to l2 norm <= C (0: off) */
-    double clip_value;     /* clip_value=V: clamp each element to [-V, V] first (0: off) */
-    double warmup_start;   /* density at step 0 of the warm-up (1: dense) */
-    unsigned warmup_bits;  /* dense qsgd: bit width at step 0 of the warm-up */
-    int warmup_given;      /* GCOLL_WARMUP_*_GIVEN: which warm-up keys the spec set */
+    double clip;          /* clip=C: scale the gradient to l2 norm <= C (0: off) */
+    double clip_value;    /* clip_value=V: clamp each element to [-V, V] first (0: off) */
+    double warmup_start;  /* density at step 0 of the warm-up (1: dense) */
+    unsigned warmup_bits; /* dense qsgd: bit width at step 0 of the warm-up */
+    int warmup_given;     /* GCOLL_WARMUP_*_GIVEN: which warm-up keys the spec set */
     /* Per-layer selection inside a fused bucket (the bucketer sets it; not part of the
      * spec): top-k and DGC select k = density x length in each of the nlayers ranges
      * [layer_end[j-1], layer_end[j]) of the tensor, not across them. The array belongs to
      * whoever set it and outlives the compressor. */
     const size_t *layer_end;
     size_t nlayers;
-    int ef;                /* error feedback in states created from this compressor */
+    int ef; /* error feedback in states created from this compressor */
     gcoll_vspec_t vs;
 };
 
@@ -109,7 +109,7 @@ typedef struct gcoll_scratch {
     size_t cap_tmp;
     int zeroed; /* the last selection left e = 0 at the indices it returned (see select.h) */
     struct gcoll_select_stream *stream; /* the call's gcoll_encode_opts_t.stream, or NULL */
-    struct gcoll_scratch *layer; /* per-layer selection: one layer's pairs (select.c) */
+    struct gcoll_scratch *layer;        /* per-layer selection: one layer's pairs (select.c) */
 } gcoll_scratch_t;
 
 typedef enum { GCOLL_STATE_WORKER = 0, GCOLL_STATE_SERVER = 1 } gcoll_state_mode_t;
@@ -119,23 +119,23 @@ struct gcoll_tensor_state {
     size_t count;
     uint64_t step;
     gcoll_state_mode_t mode;
-    float *e;             /* error-feedback residual; for DGC the accumulation v */
-    float *spare;         /* second residual buffer of a folded check (GCOLL_NANCHECK_FOLD) */
-    float *u;             /* DGC velocity (worker mode only) */
-    uint32_t reuse_thr;   /* select=reuse: |x| bit pattern of the last threshold */
-    uint64_t reuse_at;    /* step the threshold was computed at */
+    float *e;           /* error-feedback residual; for DGC the accumulation v */
+    float *spare;       /* second residual buffer of a folded check (GCOLL_NANCHECK_FOLD) */
+    float *u;           /* DGC velocity (worker mode only) */
+    uint32_t reuse_thr; /* select=reuse: |x| bit pattern of the last threshold */
+    uint64_t reuse_at;  /* step the threshold was computed at */
     int reuse_valid;
-    uint64_t salt;        /* mixed into QSGD's rounding stream; collectives set the rank */
-    int nranks;           /* ranks of the collective encoding it (DGC's clip scale), 0 unset */
+    uint64_t salt; /* mixed into QSGD's rounding stream; collectives set the rank */
+    int nranks;    /* ranks of the collective encoding it (DGC's clip scale), 0 unset */
     gcoll_scratch_t sc;
     /* compressed allreduce: residual of the reduced chunk this rank re-compresses (the
      * "server" side of 1-bit Adam's scheme), created on first use, freed with the state */
     struct gcoll_tensor_state *server;
     /* hierarchical allreduce: the state of this rank's part of the step across hosts */
     struct gcoll_tensor_state *hier_part;
-    float *clamped;        /* clip_value: the clamped input, the tensor's size, or NULL */
-    size_t spare_reserved; /* bytes of the spare budget this state holds (0: none yet) */
-    int spare_refused;     /* the budget had no room for it (logged once) */
+    float *clamped;            /* clip_value: the clamped input, the tensor's size, or NULL */
+    size_t spare_reserved;     /* bytes of the spare budget this state holds (0: none yet) */
+    int spare_refused;         /* the budget had no room for it (logged once) */
     struct gcoll_adapt *adapt; /* gcoll_adapt_attach's controller, or NULL */
 };
 
@@ -176,8 +176,8 @@ int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_stat
 /* The clip=C factor min(1, C / ||g||) of g[0..n) (with clamp set: of g clamped to
  * [-clip_value, clip_value] first), 1 without clip=; for DGC on nranks > 1 ranks the limit
  * is C / sqrt(nranks). g must be finite. */
-float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n,
-                              int clamp, int nranks);
+float gcoll_codec_clip_factor(const gcoll_compressor_t *c, const float *g, size_t n, int clamp,
+                              int nranks);
 
 /* Whether s may keep the spare residual of a folded check: it has one, or the process's
  * spare buffers (all states together) stay within budget bytes with it, which it then
@@ -275,22 +275,22 @@ typedef struct {
 /* out[0..count) = the sum of m sources' pairs in the order given, divided by div unless
  * div is 1: the same bits as gcoll_codec_sum of f32 messages holding those pairs. Every
  * source is validated before out is touched; on a bad one *bad_p (if not NULL) names it. */
-gcoll_status_t gcoll_sum_sources(const gcoll_compressor_t *c, const gcoll_sum_src_t *src,
-                                 int m, float *out, size_t count, float div, int *bad_p);
+gcoll_status_t gcoll_sum_sources(const gcoll_compressor_t *c, const gcoll_sum_src_t *src, int m,
+                                 float *out, size_t count, float div, int *bad_p);
 
 /* Decodes a sparse, random-k or dense message to (index, value) pairs, indices ascending
  * (dense messages list every element, zeros included). cap is the room in idx/val;
  * GCOLL_ERR_INVALID if nnz > cap (use gcoll_wire_peek for nnz first). */
-gcoll_status_t gcoll_codec_decode_pairs(const gcoll_compressor_t *c, const void *in,
-                                        size_t len, size_t count, uint32_t *idx, float *val,
-                                        size_t cap, size_t *nnz_p);
+gcoll_status_t gcoll_codec_decode_pairs(const gcoll_compressor_t *c, const void *in, size_t len,
+                                        size_t count, uint32_t *idx, float *val, size_t cap,
+                                        size_t *nnz_p);
 
 /* Builds a sparse message from pairs (strictly ascending indices < count, finite values),
  * values in c's value format (f32 when c is NULL). For re-sending a merged sparse chunk
  * (SparCML split-and-reduce): no state, no feedback. Bound: gcoll_codec_pairs_bound. */
 gcoll_status_t gcoll_codec_encode_pairs(const gcoll_compressor_t *c, const uint32_t *idx,
-                                        const float *val, size_t nnz, size_t count,
-                                        void *out, size_t cap, size_t *len_p);
+                                        const float *val, size_t nnz, size_t count, void *out,
+                                        size_t cap, size_t *len_p);
 size_t gcoll_codec_pairs_bound(const gcoll_compressor_t *c, size_t nnz, size_t count);
 
 /* A state for re-compressing a reduced chunk ("server" residual of the compressed
@@ -300,7 +300,10 @@ gcoll_status_t gcoll_state_create_mode(const gcoll_compressor_t *c, size_t count
                                        gcoll_state_mode_t mode, gcoll_tensor_state_t **s_p);
 /* Ranks that quantize stochastically the same tensor should draw independent rounding
  * noise, so averaging over ranks reduces the variance: set the salt to the rank. */
-static inline void gcoll_state_set_salt(gcoll_tensor_state_t *s, uint64_t salt) { s->salt = salt; }
+static inline void gcoll_state_set_salt(gcoll_tensor_state_t *s, uint64_t salt)
+{
+    s->salt = salt;
+}
 
 /* Random-k indices. Every rank derives the same key from (seed, step, offset of the
  * chunk) and the same sorted, distinct indices from (key, n, k), so only values travel.

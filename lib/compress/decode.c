@@ -18,13 +18,12 @@ static gcoll_status_t check_payload_below(const gcoll_wire_hdr_t *h, const uint8
     size_t isz = 0;
     uint64_t nvals = h->codec == GCOLL_WIRE_DENSE ? h->count : h->nnz;
     if (h->codec == GCOLL_WIRE_SPARSE && !(h->flags & GCOLL_WIRE_F_DENSE))
-        GCOLL_CHECK(gcoll_idx_check(pl, (size_t)h->payload_len, h->flags, h->nnz, bound,
-                                    &isz));
+        GCOLL_CHECK(gcoll_idx_check(pl, (size_t)h->payload_len, h->flags, h->nnz, bound, &isz));
     size_t vsz = gcoll_vsec_size(&h->vs, nvals);
     if (vsz == SIZE_MAX || (uint64_t)vsz != h->payload_len - isz) {
         GCOLL_WARN("compress: malformed message: %llu value bytes for %llu values, "
-                   "expected %zu", (unsigned long long)(h->payload_len - isz),
-                   (unsigned long long)nvals, vsz);
+                   "expected %zu",
+                   (unsigned long long)(h->payload_len - isz), (unsigned long long)nvals, vsz);
         return GCOLL_ERR_INVALID;
     }
     GCOLL_CHECK(gcoll_vsec_check(&h->vs, pl + isz, nvals));
@@ -32,8 +31,7 @@ static gcoll_status_t check_payload_below(const gcoll_wire_hdr_t *h, const uint8
     return GCOLL_OK;
 }
 
-static gcoll_status_t check_payload(const gcoll_wire_hdr_t *h, const uint8_t *pl,
-                                    size_t *isz_p)
+static gcoll_status_t check_payload(const gcoll_wire_hdr_t *h, const uint8_t *pl, size_t *isz_p)
 {
     return check_payload_below(h, pl, h->count, isz_p);
 }
@@ -48,7 +46,8 @@ static gcoll_status_t match_codec(const gcoll_compressor_t *c, const gcoll_wire_
     if (h->codec != want || h->vs.fmt != c->vs.fmt || h->vs.bits != c->vs.bits ||
         h->vs.bucket != c->vs.bucket) {
         GCOLL_WARN("compress: message (codec %u, value format %d/%u/%u) was not made by "
-                   "'%s'", h->codec, (int)h->vs.fmt, h->vs.bits, h->vs.bucket, c->spec);
+                   "'%s'",
+                   h->codec, (int)h->vs.fmt, h->vs.bits, h->vs.bucket, c->spec);
         return GCOLL_ERR_INVALID;
     }
     return GCOLL_OK;
@@ -313,10 +312,10 @@ static gcoll_status_t check_source(const gcoll_compressor_t *c, const gcoll_sum_
         GCOLL_CHECK(gcoll_wire_parse_hdr(msg, src->lens[j], count, &h));
         GCOLL_CHECK(match_codec(c, &h));
         if (h.codec != GCOLL_WIRE_SPARSE || (h.flags & GCOLL_WIRE_F_DENSE) ||
-            !(h.flags & (GCOLL_WIRE_F_DELTA | GCOLL_WIRE_F_SORTED)) ||
-            h.vs.fmt != GCOLL_VF_F32) {
+            !(h.flags & (GCOLL_WIRE_F_DELTA | GCOLL_WIRE_F_SORTED)) || h.vs.fmt != GCOLL_VF_F32) {
             GCOLL_WARN("compress: sum: message %zu of a source is not a sorted f32 sparse "
-                       "message", j);
+                       "message",
+                       j);
             return GCOLL_ERR_INVALID;
         }
         GCOLL_CHECK(check_payload_below(&h, pl, hi, &isz[j]));
@@ -326,8 +325,8 @@ static gcoll_status_t check_source(const gcoll_compressor_t *c, const gcoll_sum_
             gcoll_idx_iter_init(&it, pl, h.flags, h.nnz);
             gcoll_idx_iter_next(&it, first);
             if (first[0] < lo) {
-                GCOLL_WARN("compress: sum: message %zu starts at index %u, below %llu", j,
-                           first[0], (unsigned long long)lo);
+                GCOLL_WARN("compress: sum: message %zu starts at index %u, below %llu", j, first[0],
+                           (unsigned long long)lo);
                 return GCOLL_ERR_INVALID;
             }
         }
@@ -355,8 +354,8 @@ static gcoll_status_t check_source(const gcoll_compressor_t *c, const gcoll_sum_
     return GCOLL_OK;
 }
 
-gcoll_status_t gcoll_sum_sources(const gcoll_compressor_t *c, const gcoll_sum_src_t *src,
-                                 int m, float *out, size_t count, float div, int *bad_p)
+gcoll_status_t gcoll_sum_sources(const gcoll_compressor_t *c, const gcoll_sum_src_t *src, int m,
+                                 float *out, size_t count, float div, int *bad_p)
 {
     size_t nisz = 0;
     for (int i = 0; i < m; i++)
@@ -396,9 +395,9 @@ gcoll_status_t gcoll_sum_sources(const gcoll_compressor_t *c, const gcoll_sum_sr
     return st;
 }
 
-gcoll_status_t gcoll_codec_decode_pairs(const gcoll_compressor_t *c, const void *in,
-                                        size_t len, size_t count, uint32_t *idx, float *val,
-                                        size_t cap, size_t *nnz_p)
+gcoll_status_t gcoll_codec_decode_pairs(const gcoll_compressor_t *c, const void *in, size_t len,
+                                        size_t count, uint32_t *idx, float *val, size_t cap,
+                                        size_t *nnz_p)
 {
     gcoll_wire_hdr_t h;
     size_t isz;

@@ -20,9 +20,15 @@
  */
 #define KBODY static inline __attribute__((always_inline))
 #define TARGET_AVX2 __attribute__((target("avx2,f16c,popcnt")))
-#define CLONE2(ret, name, params, args)                                                   \
-    static ret name##_gen params { return name##_body args; }                             \
-    TARGET_AVX2 static ret name##_avx2 params { return name##_body args; }
+#define CLONE2(ret, name, params, args)                                                            \
+    static ret name##_gen params                                                                   \
+    {                                                                                              \
+        return name##_body args;                                                                   \
+    }                                                                                              \
+    TARGET_AVX2 static ret name##_avx2 params                                                      \
+    {                                                                                              \
+        return name##_body args;                                                                   \
+    }
 
 #define EXP_MASK 0x7f800000u
 #define ABS_MASK 0x7fffffffu
@@ -47,18 +53,18 @@ static inline uint32_t fbits(float f)
 }
 
 /* out = / += / -= v, for one element; the mode switch sits outside the loops */
-#define APPLY_LOOP(n, mode, out, expr)                                                    \
-    do {                                                                                  \
-        if ((mode) == GCOLL_DECODE_SET) {                                                 \
-            for (size_t i = 0; i < (n); i++)                                              \
-                (out)[i] = (expr);                                                        \
-        } else if ((mode) == GCOLL_DECODE_ADD) {                                          \
-            for (size_t i = 0; i < (n); i++)                                              \
-                (out)[i] += (expr);                                                       \
-        } else {                                                                          \
-            for (size_t i = 0; i < (n); i++)                                              \
-                (out)[i] -= (expr);                                                       \
-        }                                                                                 \
+#define APPLY_LOOP(n, mode, out, expr)                                                             \
+    do {                                                                                           \
+        if ((mode) == GCOLL_DECODE_SET) {                                                          \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                (out)[i] = (expr);                                                                 \
+        } else if ((mode) == GCOLL_DECODE_ADD) {                                                   \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                (out)[i] += (expr);                                                                \
+        } else {                                                                                   \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                (out)[i] -= (expr);                                                                \
+        }                                                                                          \
     } while (0)
 
 /* --- dense value sections ------------------------------------------------------------ */
@@ -154,7 +160,10 @@ KBODY int bf16_put_body(const float *x, size_t n, uint8_t *out)
     }
     return bad != 0;
 }
-static int bf16_put_gen(const float *x, size_t n, uint8_t *out) { return bf16_put_body(x, n, out); }
+static int bf16_put_gen(const float *x, size_t n, uint8_t *out)
+{
+    return bf16_put_body(x, n, out);
+}
 
 KBODY int bf16_bad_body(const uint8_t *p, size_t n)
 {
@@ -331,7 +340,10 @@ KBODY size_t first_bad_body(const float *x, size_t n)
             return i;
     return n;
 }
-static size_t first_bad_gen(const float *x, size_t n) { return first_bad_body(x, n); }
+static size_t first_bad_gen(const float *x, size_t n)
+{
+    return first_bad_body(x, n);
+}
 
 KBODY int axpy_body(float *e, const float *g, size_t n, float a)
 {
@@ -344,7 +356,10 @@ KBODY int axpy_body(float *e, const float *g, size_t n, float a)
     return 0;
 }
 CLONE2(int, axpy, (float *e, const float *g, size_t n, float a), (e, g, n, a))
-static void axpy_gen_v(float *e, const float *g, size_t n, float a) { (void)axpy_gen(e, g, n, a); }
+static void axpy_gen_v(float *e, const float *g, size_t n, float a)
+{
+    (void)axpy_gen(e, g, n, a);
+}
 static void axpy_avx2_v(float *e, const float *g, size_t n, float a)
 {
     (void)axpy_avx2(e, g, n, a);
@@ -389,8 +404,14 @@ KBODY int hist16_body(const float *x, size_t n, uint32_t *hist)
     return 0;
 }
 CLONE2(int, hist16, (const float *x, size_t n, uint32_t *hist), (x, n, hist))
-static void hist16_gen_v(const float *x, size_t n, uint32_t *h) { (void)hist16_gen(x, n, h); }
-static void hist16_avx2_v(const float *x, size_t n, uint32_t *h) { (void)hist16_avx2(x, n, h); }
+static void hist16_gen_v(const float *x, size_t n, uint32_t *h)
+{
+    (void)hist16_gen(x, n, h);
+}
+static void hist16_avx2_v(const float *x, size_t n, uint32_t *h)
+{
+    (void)hist16_avx2(x, n, h);
+}
 
 /* The sign scale's sum, taken as the axpy writes e: lane j accumulates elements 8t + j
  * in the order sign_put does, so the scale comes out identical. */
@@ -534,9 +555,8 @@ static int qsgd_bad_gen(const uint8_t *p, size_t plen, size_t n, unsigned B)
 
 /* Threshold selection over x[i, i+m), m <= 8: indices and values appended at *cnt (stored
  * while there is room), *bad set on NaN/Inf. A block with nothing selected costs one test. */
-static inline void collect_block(const float *x, size_t i, size_t m, uint32_t thr,
-                                 uint32_t *idx, float *val, size_t cap, size_t *cnt, int *bad,
-                                 float *zero_at)
+static inline void collect_block(const float *x, size_t i, size_t m, uint32_t thr, uint32_t *idx,
+                                 float *val, size_t cap, size_t *cnt, int *bad, float *zero_at)
 {
     uint32_t any = 0;
     for (size_t j = 0; j < m; j++)
@@ -559,8 +579,8 @@ static inline void collect_block(const float *x, size_t i, size_t m, uint32_t th
     }
 }
 
-static size_t collect_ge_gen(const float *x, size_t n, uint32_t thr, uint32_t *idx,
-                             float *val, size_t cap, int *bad)
+static size_t collect_ge_gen(const float *x, size_t n, uint32_t thr, uint32_t *idx, float *val,
+                             size_t cap, int *bad)
 {
     size_t cnt = 0;
     for (size_t i = 0; i < n; i += 8)
@@ -569,9 +589,9 @@ static size_t collect_ge_gen(const float *x, size_t n, uint32_t thr, uint32_t *i
 }
 
 /* Threshold selection fused with the feedback update, eight elements at a time. */
-static size_t axpy_collect_ge_gen(float *dst, const float *e, const float *g, size_t n,
-                                  float a, uint32_t thr, uint32_t *idx, float *val, size_t cap,
-                                  int *bad, int zero)
+static size_t axpy_collect_ge_gen(float *dst, const float *e, const float *g, size_t n, float a,
+                                  uint32_t thr, uint32_t *idx, float *val, size_t cap, int *bad,
+                                  int zero)
 {
     size_t cnt = 0;
     for (size_t i = 0; i < n; i += 8) {
@@ -591,17 +611,34 @@ static void stream_copy_gen(float *dst, const float *src, size_t n)
 /* --- dispatch ------------------------------------------------------------------------ */
 
 static const gcoll_kernels_t k_generic = {
-    .f32_put = f32_put_gen,       .f32_bad = f32_bad_gen,       .f32_apply = f32_apply_gen_v,
-    .f16_put = f16_put_gen,       .f16_bad = f16_bad_gen,       .f16_apply = f16_apply_gen,
-    .bf16_put = bf16_put_gen,     .bf16_bad = bf16_bad_gen,     .bf16_apply = bf16_apply_gen_v,
-    .absmax = absmax_gen,         .q8_put = q8_put_gen_v,       .q8_apply = q8_apply_gen_v,
-    .sign_put = sign_put_gen,     .sign_apply = sign_apply_gen, .sumsq = sumsq_gen,
-    .sumsq_d = sumsq_d_gen,       .first_bad = first_bad_gen,   .axpy = axpy_gen_v,
-    .dgc = dgc_gen_v,             .hist16 = hist16_gen_v,       .collect_ge = collect_ge_gen,
+    .f32_put = f32_put_gen,
+    .f32_bad = f32_bad_gen,
+    .f32_apply = f32_apply_gen_v,
+    .f16_put = f16_put_gen,
+    .f16_bad = f16_bad_gen,
+    .f16_apply = f16_apply_gen,
+    .bf16_put = bf16_put_gen,
+    .bf16_bad = bf16_bad_gen,
+    .bf16_apply = bf16_apply_gen_v,
+    .absmax = absmax_gen,
+    .q8_put = q8_put_gen_v,
+    .q8_apply = q8_apply_gen_v,
+    .sign_put = sign_put_gen,
+    .sign_apply = sign_apply_gen,
+    .sumsq = sumsq_gen,
+    .sumsq_d = sumsq_d_gen,
+    .first_bad = first_bad_gen,
+    .axpy = axpy_gen_v,
+    .dgc = dgc_gen_v,
+    .hist16 = hist16_gen_v,
+    .collect_ge = collect_ge_gen,
     .axpy_abssum = axpy_abssum_gen_v,
     .axpy_collect_ge = axpy_collect_ge_gen,
-    .qsgd_codes = qsgd_codes_gen, .qsgd_sub = qsgd_sub_gen_v,
-    .qsgd_apply = qsgd_apply_gen, .qsgd_bad = qsgd_bad_gen,       .stream_copy = stream_copy_gen,
+    .qsgd_codes = qsgd_codes_gen,
+    .qsgd_sub = qsgd_sub_gen_v,
+    .qsgd_apply = qsgd_apply_gen,
+    .qsgd_bad = qsgd_bad_gen,
+    .stream_copy = stream_copy_gen,
 };
 
 static const gcoll_kernels_t k_avx2 = {

@@ -63,8 +63,8 @@ typedef struct {
     /* QSGD codes, one byte each: level of |x| * f rounded up with probability equal to its
      * fraction, drawn from hash32(hash32(base + i + klo) ^ khi), offset binary s -/+ level;
      * and e -= (code - s) * f, the decoded value subtracted (f = norm / s) */
-    void (*qsgd_codes)(const float *x, size_t n, float f, uint32_t s, uint32_t base,
-                       uint32_t klo, uint32_t khi, uint8_t *codes);
+    void (*qsgd_codes)(const float *x, size_t n, float f, uint32_t s, uint32_t base, uint32_t klo,
+                       uint32_t khi, uint8_t *codes);
     void (*qsgd_sub)(const uint8_t *codes, size_t n, uint32_t s, float f, float *e);
     /* QSGD decode: codes [i, i+n) of a packed stream of plen bytes (B-bit codes, LSB
      * first; see values.c) applied to out[0..n) as (float)(code - s) * f, the decoder's
@@ -88,17 +88,16 @@ size_t gcoll_k_first_bad_avx2(const float *x, size_t n);
 void gcoll_k_stream_copy_avx2(float *dst, const float *src, size_t n);
 void gcoll_k_f16_apply_avx2(const uint8_t *p, size_t n, float *out, int mode);
 float gcoll_k_sign_put_avx2(const float *x, size_t n, uint8_t *bits, int l2);
-size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr, uint32_t *idx,
-                               float *val, size_t cap, int *bad);
+size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr, uint32_t *idx, float *val,
+                               size_t cap, int *bad);
 int gcoll_k_bf16_put_avx2(const float *x, size_t n, uint8_t *out);
 void gcoll_k_q8_put_avx2(const float *x, size_t n, float inv, int8_t *codes);
-void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float scale, float *out,
-                             int mode);
-size_t gcoll_k_axpy_collect_ge_avx2(float *dst, const float *e, const float *g, size_t n,
-                                    float a, uint32_t thr, uint32_t *idx, float *val,
-                                    size_t cap, int *bad, int zero);
-void gcoll_k_qsgd_apply_avx2(const uint8_t *packed, size_t plen, size_t i, size_t n,
-                             unsigned B, uint32_t s, float f, float *out, int mode);
+void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float scale, float *out, int mode);
+size_t gcoll_k_axpy_collect_ge_avx2(float *dst, const float *e, const float *g, size_t n, float a,
+                                    uint32_t thr, uint32_t *idx, float *val, size_t cap, int *bad,
+                                    int zero);
+void gcoll_k_qsgd_apply_avx2(const uint8_t *packed, size_t plen, size_t i, size_t n, unsigned B,
+                             uint32_t s, float f, float *out, int mode);
 int gcoll_k_qsgd_bad_avx2(const uint8_t *packed, size_t plen, size_t n, unsigned B);
 void gcoll_k_qsgd_codes_avx2(const float *x, size_t n, float f, uint32_t s, uint32_t base,
                              uint32_t klo, uint32_t khi, uint8_t *codes);
@@ -116,8 +115,7 @@ static inline uint32_t gcoll_qsgd_code1(const uint8_t *packed, unsigned B, uint6
         v |= (uint32_t)q[1] << 8;
     return (v >> sh) & ((1u << B) - 1u);
 }
-static inline uint64_t gcoll_qsgd_group(const uint8_t *packed, size_t plen, size_t g,
-                                        unsigned B)
+static inline uint64_t gcoll_qsgd_group(const uint8_t *packed, size_t plen, size_t g, unsigned B)
 {
     size_t at = g * B;
     uint64_t v = 0;

@@ -77,10 +77,9 @@ TARGET_AVX2 float gcoll_k_sign_put_avx2(const float *x, size_t n, uint8_t *bits,
         for (; i + 32 <= n; i += 32) {
             __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
             __m256 v2 = _mm256_loadu_ps(x + i + 16), v3 = _mm256_loadu_ps(x + i + 24);
-            uint32_t b = (uint32_t)_mm256_movemask_ps(v0) |
-                         ((uint32_t)_mm256_movemask_ps(v1) << 8) |
-                         ((uint32_t)_mm256_movemask_ps(v2) << 16) |
-                         ((uint32_t)_mm256_movemask_ps(v3) << 24);
+            uint32_t b =
+                (uint32_t)_mm256_movemask_ps(v0) | ((uint32_t)_mm256_movemask_ps(v1) << 8) |
+                ((uint32_t)_mm256_movemask_ps(v2) << 16) | ((uint32_t)_mm256_movemask_ps(v3) << 24);
             memcpy(bits + i / 8, &b, 4);
             /* keep the generic kernel's order: one add per 8-element block */
             acc = _mm256_add_ps(acc, _mm256_and_ps(v0, absm));
@@ -108,8 +107,8 @@ TARGET_AVX2 float gcoll_k_sign_put_avx2(const float *x, size_t n, uint8_t *bits,
     return gcoll_lanes8_sum(lanes);
 }
 
-TARGET_AVX2 void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float scale,
-                                         float *out, int mode)
+TARGET_AVX2 void gcoll_k_sign_apply_avx2(const uint8_t *bits, size_t n, float scale, float *out,
+                                         int mode)
 {
     const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     const __m256i sgn = _mm256_set1_epi32((int)0x80000000u);
@@ -209,8 +208,8 @@ static inline void take(const float *x, size_t i, size_t base, uint32_t *idx, fl
 
 /* take() for every set bit j of mask: x[j] (and zero_at[j]) is element base + j, so x may
  * be the block's copy as well as the array at base. */
-static inline void take_mask(const float *x, size_t base, uint32_t mask, uint32_t *idx,
-                             float *val, size_t cap, size_t *cnt, int *bad, float *zero_at)
+static inline void take_mask(const float *x, size_t base, uint32_t mask, uint32_t *idx, float *val,
+                             size_t cap, size_t *cnt, int *bad, float *zero_at)
 {
     while (mask) {
         unsigned j = (unsigned)__builtin_ctz(mask);
@@ -221,8 +220,8 @@ static inline void take_mask(const float *x, size_t base, uint32_t mask, uint32_
 
 /* Streams through x 32 floats at a time; only blocks holding a hit leave the vector
  * loop, so the cost is close to a streaming read when hits are rare. */
-TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr,
-                                           uint32_t *idx, float *val, size_t cap, int *bad)
+TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t thr, uint32_t *idx,
+                                           float *val, size_t cap, int *bad)
 {
     const __m256i absm = _mm256_set1_epi32(0x7fffffff);
     const __m256i t1 = _mm256_set1_epi32((int)(thr - 1u)); /* thr >= 1 */
@@ -232,10 +231,14 @@ TARGET_AVX2 size_t gcoll_k_collect_ge_avx2(const float *x, size_t n, uint32_t th
             _mm_prefetch((const char *)(x + i + PF_STREAM), _MM_HINT_T0);
             _mm_prefetch((const char *)(x + i + PF_STREAM + 16), _MM_HINT_T0);
         }
-        __m256i a0 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)), absm);
-        __m256i a1 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 8)), absm);
-        __m256i a2 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 16)), absm);
-        __m256i a3 = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 24)), absm);
+        __m256i a0 =
+            _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)), absm);
+        __m256i a1 =
+            _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 8)), absm);
+        __m256i a2 =
+            _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 16)), absm);
+        __m256i a3 =
+            _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 24)), absm);
         __m256i g0 = _mm256_cmpgt_epi32(a0, t1), g1 = _mm256_cmpgt_epi32(a1, t1);
         __m256i g2 = _mm256_cmpgt_epi32(a2, t1), g3 = _mm256_cmpgt_epi32(a3, t1);
         __m256i any = _mm256_or_si256(_mm256_or_si256(g0, g1), _mm256_or_si256(g2, g3));
@@ -325,8 +328,8 @@ TARGET_AVX2 static inline __m256i hash32_x8(__m256i x)
 
 /* QSGD codes for eight elements: the generic kernel's arithmetic lane for lane (a multiply,
  * a truncation, exact conversions and compares, the same hashed stream per element). */
-TARGET_AVX2 static inline __m256i qsgd_codes_x8(const float *x, __m256 fv, __m256i sv,
-                                                __m256i idx, __m256i khi)
+TARGET_AVX2 static inline __m256i qsgd_codes_x8(const float *x, __m256 fv, __m256i sv, __m256i idx,
+                                                __m256i khi)
 {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 u24 = _mm256_set1_ps(1.0f / 16777216.0f);
@@ -343,8 +346,7 @@ TARGET_AVX2 static inline __m256i qsgd_codes_x8(const float *x, __m256 fv, __m25
 }
 
 TARGET_AVX2 void gcoll_k_qsgd_codes_avx2(const float *x, size_t n, float f, uint32_t s,
-                                         uint32_t base, uint32_t klo, uint32_t khi,
-                                         uint8_t *codes)
+                                         uint32_t base, uint32_t klo, uint32_t khi, uint8_t *codes)
 {
     const __m256 fv = _mm256_set1_ps(f);
     const __m256i sv = _mm256_set1_epi32((int)s), kh = _mm256_set1_epi32((int)khi);
@@ -379,8 +381,8 @@ TARGET_AVX2 void gcoll_k_qsgd_codes_avx2(const float *x, size_t n, float f, uint
 
 /* dst[i] = e[i] + a*g[i], taken when |dst[i]| bits >= thr (the kernels' scalar ends) */
 static inline void axpy_take_scalar(float *dst, const float *e, const float *g, float a,
-                                    uint32_t thr, size_t i, uint32_t *idx, float *val,
-                                    size_t cap, size_t *cnt, int *bad, int zero)
+                                    uint32_t thr, size_t i, uint32_t *idx, float *val, size_t cap,
+                                    size_t *cnt, int *bad, int zero)
 {
     dst[i] = e[i] + a * g[i];
     if ((gcoll_f32_bits(dst[i]) & 0x7fffffffu) >= thr)
@@ -396,9 +398,8 @@ static inline void axpy_take_scalar(float *dst, const float *e, const float *g, 
  * lanes are read and zeroed, so that no plain store or load touches a line the stream is
  * writing. */
 TARGET_AVX2 static inline __attribute__((always_inline)) size_t
-axpy_collect_ge_body(float *dst, const float *e, const float *g, size_t n, float a,
-                     uint32_t thr, uint32_t *idx, float *val, size_t cap, int *bad, int zero,
-                     const int nt)
+axpy_collect_ge_body(float *dst, const float *e, const float *g, size_t n, float a, uint32_t thr,
+                     uint32_t *idx, float *val, size_t cap, int *bad, int zero, const int nt)
 {
     const __m256i absm = _mm256_set1_epi32(0x7fffffff);
     const __m256i t1 = _mm256_set1_epi32((int)(thr - 1u)); /* thr >= 1 */
@@ -412,8 +413,8 @@ axpy_collect_ge_body(float *dst, const float *e, const float *g, size_t n, float
             _mm_prefetch((const char *)(g + i + PF_STREAM), _MM_HINT_T0);
             _mm_prefetch((const char *)(e + i + PF_STREAM), _MM_HINT_T0);
         }
-        __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(e + i),
-                                  _mm256_mul_ps(av, _mm256_loadu_ps(g + i)));
+        __m256 x0 =
+            _mm256_add_ps(_mm256_loadu_ps(e + i), _mm256_mul_ps(av, _mm256_loadu_ps(g + i)));
         __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(e + i + 8),
                                   _mm256_mul_ps(av, _mm256_loadu_ps(g + i + 8)));
         if (!nt) {
@@ -510,8 +511,7 @@ static inline void qsgd_put1(float *o, float v, int mode)
 }
 
 TARGET_AVX2 void gcoll_k_qsgd_apply_avx2(const uint8_t *p, size_t plen, size_t i0, size_t n,
-                                         unsigned B, uint32_t s, float f, float *out,
-                                         int mode)
+                                         unsigned B, uint32_t s, float f, float *out, int mode)
 {
     const int32_t si = (int32_t)s;
     size_t j = 0, head = GCOLL_MIN(n, (8 - i0 % 8) % 8);

@@ -47,6 +47,9 @@ static inline uint32_t gcoll_hash32(uint32_t x)
 }
 
 /* Uniform float in [0, 1) from 24 random bits. */
-static inline float gcoll_u01(uint32_t r) { return (float)(r >> 8) * (1.0f / 16777216.0f); }
+static inline float gcoll_u01(uint32_t r)
+{
+    return (float)(r >> 8) * (1.0f / 16777216.0f);
+}
 
 #endif /* GCOLL_COMPRESS_RNG_H */

@@ -98,8 +98,8 @@ static gcoll_status_t report_nonfinite(const float *x, size_t n)
  * over that (small) list settles the exact threshold. O(n), no sort. Ties at the
  * threshold go to the lowest indices, so the result is deterministic.
  */
-static void topr_in_list(uint32_t *L, float *V, size_t *m_p, size_t r, uint32_t *hist,
-                         uint32_t *ab, float *restore, gcoll_select_stream_t *rule)
+static void topr_in_list(uint32_t *L, float *V, size_t *m_p, size_t r, uint32_t *hist, uint32_t *ab,
+                         float *restore, gcoll_select_stream_t *rule)
 {
     size_t m = *m_p;
     if (m <= r)
@@ -280,8 +280,8 @@ static size_t collect_streamed(float *dst, const float *e, const float *g, size_
     size_t cnt = 0, seg = rule->seg ? rule->seg : n;
     for (size_t off = 0, s = 0; off < n; off += seg, s++) {
         size_t len = GCOLL_MIN(seg, n - off), at = GCOLL_MIN(cnt, cap), room = cap - at;
-        size_t got = kn->axpy_collect_ge(dst + off, e + off, g + off, len, a, thr,
-                                         sc->idx + at, sc->val + at, room, bad, 1);
+        size_t got = kn->axpy_collect_ge(dst + off, e + off, g + off, len, a, thr, sc->idx + at,
+                                         sc->val + at, room, bad, 1);
         size_t kept = GCOLL_MIN(got, room);
         for (size_t j = at; j < at + kept; j++)
             sc->idx[j] += (uint32_t)off;
@@ -326,8 +326,8 @@ static void axpy_to(float *dst, const float *e, const float *g, size_t n, float 
  * kernels do, no contraction, so both forms select the same indices; x is then dst). With
  * dst != e, e is only read: a NaN/Inf in the sum fails the call with e as it was. */
 static gcoll_status_t topk_sample(const float *x, float *dst, const float *e, const float *g,
-                                  float a, size_t n, size_t k, uint64_t key, int exact,
-                                  int zero, gcoll_scratch_t *sc, size_t *nnz_p)
+                                  float a, size_t n, size_t k, uint64_t key, int exact, int zero,
+                                  gcoll_scratch_t *sc, size_t *nnz_p)
 {
     if (g)
         x = dst;
@@ -377,9 +377,9 @@ static gcoll_status_t topk_sample(const float *x, float *dst, const float *e, co
     zero = zero && g;
     gcoll_select_stream_t *rule = zero ? sc->stream : NULL;
     size_t cnt = rule ? collect_streamed(dst, e, g, n, a, thr, sc, cap, &bad, rule)
-                 : g  ? gcoll_kernels()->axpy_collect_ge(dst, e, g, n, a, thr, sc->idx, sc->val,
-                                                         cap, &bad, zero)
-                      : gcoll_kernels()->collect_ge(x, n, thr, sc->idx, sc->val, cap, &bad);
+                 : g ? gcoll_kernels()->axpy_collect_ge(dst, e, g, n, a, thr, sc->idx, sc->val, cap,
+                                                        &bad, zero)
+                     : gcoll_kernels()->collect_ge(x, n, thr, sc->idx, sc->val, cap, &bad);
     int fallback = cnt > cap || (cnt < (exact ? k : k - k / 10) && thr > 1);
     gcoll_status_t st = GCOLL_OK;
     if (!bad && !fallback) { /* the trim's buffers, so that it cannot fail once it starts */
@@ -393,8 +393,10 @@ static gcoll_status_t topk_sample(const float *x, float *dst, const float *e, co
     if (bad)
         return report_nonfinite(x, n);
     if (fallback) {
-        GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compress: sampled threshold collected %zu for "
-                    "k = %zu: histogram pass", cnt, k);
+        GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS,
+                    "compress: sampled threshold collected %zu for "
+                    "k = %zu: histogram pass",
+                    cnt, k);
         return topk_hist(x, n, k, sc, nnz_p);
     }
     GCOLL_CHECK(st);
@@ -417,9 +419,9 @@ gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint
     return topk_sample(x, NULL, NULL, NULL, 0, n, k, key, 0, 0, sc, nnz_p);
 }
 
-gcoll_status_t gcoll_select_topk_sample_axpy(float *dst, const float *e, const float *g,
-                                             float a, size_t n, size_t k, uint64_t key,
-                                             int zero, gcoll_scratch_t *sc, size_t *nnz_p)
+gcoll_status_t gcoll_select_topk_sample_axpy(float *dst, const float *e, const float *g, float a,
+                                             size_t n, size_t k, uint64_t key, int zero,
+                                             gcoll_scratch_t *sc, size_t *nnz_p)
 {
     return topk_sample(NULL, dst, e, g, a, n, k, key, 0, zero, sc, nnz_p);
 }

@@ -29,9 +29,9 @@ gcoll_status_t gcoll_select_topk_sample(const float *x, size_t n, size_t k, uint
 /* The same selection from e + a*g, with the update dst = e + a*g fused into the collecting
  * pass (the sample is computed from e and g; dst as for the exact form): one pass over e
  * instead of two. Returns the same indices as axpy followed by gcoll_select_topk_sample. */
-gcoll_status_t gcoll_select_topk_sample_axpy(float *dst, const float *e, const float *g,
-                                             float a, size_t n, size_t k, uint64_t key,
-                                             int zero, gcoll_scratch_t *sc, size_t *nnz_p);
+gcoll_status_t gcoll_select_topk_sample_axpy(float *dst, const float *e, const float *g, float a,
+                                             size_t n, size_t k, uint64_t key, int zero,
+                                             gcoll_scratch_t *sc, size_t *nnz_p);
 /* Top-k (c's selector) of each layer's part of x[0..n), which is elements [off, off + n)
  * of c's tensor (c->nlayers > 1): k = density at step x the part's length, at least 1.
  * Indices ascending, relative to off; x is only read. */
@@ -62,7 +62,10 @@ typedef struct gcoll_select_stream {
 } gcoll_select_stream_t;
 
 /* Most candidates the sampled collecting pass keeps for a top-k of k. */
-static inline size_t gcoll_select_cand_cap(size_t k) { return 4 * k + 1024; }
+static inline size_t gcoll_select_cand_cap(size_t k)
+{
+    return 4 * k + 1024;
+}
 
 /* Smallest |x| bit pattern among the selected (0xffffffff if none). */
 uint32_t gcoll_select_min_abs(const float *val, size_t nnz);

@@ -68,11 +68,11 @@ typedef struct {
     int have_bucket, have_clip, have_ef, have_clip_value, have_wstart, have_wbits;
 } seen_t;
 
-#define ONCE(flag, key)                                                                   \
-    do {                                                                                  \
-        if (seen->flag)                                                                   \
-            return perr(p, "option '%s' given twice", key);                               \
-        seen->flag = 1;                                                                   \
+#define ONCE(flag, key)                                                                            \
+    do {                                                                                           \
+        if (seen->flag)                                                                            \
+            return perr(p, "option '%s' given twice", key);                                        \
+        seen->flag = 1;                                                                            \
     } while (0)
 
 /* Options valid in any segment. Returns 1 if handled, 0 if not a global key, <0 error. */
@@ -89,8 +89,10 @@ static int parse_global(pctx_t *p, gcoll_compressor_t *c, seen_t *seen, const ch
         ONCE(have_clip_value, key);
         if (parse_double(val, &c->clip_value) || !(c->clip_value >= 1.1754944e-38) ||
             c->clip_value > 3.0e38)
-            return perr(p, "clip_value=%s must be a positive number from 1.2e-38 to 3e38 "
-                           "(elements clamped to [-V, V])", val);
+            return perr(p,
+                        "clip_value=%s must be a positive number from 1.2e-38 to 3e38 "
+                        "(elements clamped to [-V, V])",
+                        val);
         return 1;
     }
     if (!strcmp(key, "ef")) {
@@ -141,8 +143,8 @@ static int parse_warmup(pctx_t *p, gcoll_compressor_t *c, seen_t *seen, const ch
     }
     if (!bits && !strcmp(key, "warmup_start")) {
         ONCE(have_wstart, key);
-        if (parse_double(val, &c->warmup_start) || !(c->warmup_start > 0.0 &&
-                                                     c->warmup_start <= 1.0))
+        if (parse_double(val, &c->warmup_start) ||
+            !(c->warmup_start > 0.0 && c->warmup_start <= 1.0))
             return perr(p, "warmup_start=%s must be a density in (0, 1] (1: dense)", val);
         c->warmup_given |= GCOLL_WARMUP_SHAPE_GIVEN;
         return 1;
@@ -158,8 +160,8 @@ static int parse_warmup(pctx_t *p, gcoll_compressor_t *c, seen_t *seen, const ch
     return 0;
 }
 
-static gcoll_status_t parse_vkey(pctx_t *p, gcoll_compressor_t *c, seen_t *seen,
-                                 const char *name, const char *key, const char *val)
+static gcoll_status_t parse_vkey(pctx_t *p, gcoll_compressor_t *c, seen_t *seen, const char *name,
+                                 const char *key, const char *val)
 {
     gcoll_vspec_t *vs = &c->vs;
     uint64_t u;
@@ -236,8 +238,8 @@ static gcoll_status_t parse_sparsifier_key(pctx_t *p, gcoll_compressor_t *c, see
 {
     uint64_t u;
     gcoll_sparsify_t sp = c->sparsify;
-    int has_density = sp == GCOLL_SPARSIFY_TOPK || sp == GCOLL_SPARSIFY_RANDOMK ||
-                      sp == GCOLL_SPARSIFY_DGC;
+    int has_density =
+        sp == GCOLL_SPARSIFY_TOPK || sp == GCOLL_SPARSIFY_RANDOMK || sp == GCOLL_SPARSIFY_DGC;
     int has_select = sp == GCOLL_SPARSIFY_TOPK || sp == GCOLL_SPARSIFY_DGC;
     if (has_density) {
         int w = parse_warmup(p, c, seen, key, val, 0);
@@ -280,8 +282,10 @@ static gcoll_status_t parse_sparsifier_key(pctx_t *p, gcoll_compressor_t *c, see
         /* checked as the float it is kept as: 0.999999999 rounds to 1 (a fuzzer found it),
          * whose canonical spec would not parse back */
         if (parse_double(val, &m) || !(m >= 0.0 && (float)m < 1.0f))
-            return perr(p, "momentum=%s must be a number in [0, 1) (as a float: at most "
-                           "0.99999994)", val);
+            return perr(p,
+                        "momentum=%s must be a number in [0, 1) (as a float: at most "
+                        "0.99999994)",
+                        val);
         c->momentum = (float)m;
         return GCOLL_OK;
     }
@@ -344,8 +348,10 @@ static gcoll_status_t parse_segment(pctx_t *p, gcoll_compressor_t *c, seen_t *se
     } else if (!strcmp(name, "none")) {
         c->sparsify = GCOLL_SPARSIFY_NONE;
     } else if (!vfmt_by_name(name, &c->vs) || c->vs.fmt == GCOLL_VF_F32) {
-        return perr(p, "unknown codec '%s' (none, fp16, bf16, q8, qsgd, sign, topk, randomk, "
-                       "threshold, dgc)", name);
+        return perr(p,
+                    "unknown codec '%s' (none, fp16, bf16, q8, qsgd, sign, topk, randomk, "
+                    "threshold, dgc)",
+                    name);
     }
     int vkeys = is_quant || c->sparsify == GCOLL_SPARSIFY_NONE;
     for (char *tok = opts; tok;) {
@@ -563,8 +569,8 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
         return perr(&p, "warmup_start=%g is below density=%g: the warm-up starts denser",
                     c->warmup_start, c->density);
     if (seen.have_wbits && c->warmup_bits < c->vs.bits)
-        return perr(&p, "warmup_bits=%u is below bits=%u: the warm-up starts wider",
-                    c->warmup_bits, c->vs.bits);
+        return perr(&p, "warmup_bits=%u is below bits=%u: the warm-up starts wider", c->warmup_bits,
+                    c->vs.bits);
     gcoll_spec_canon(c);
     return GCOLL_OK;
 }

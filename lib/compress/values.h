@@ -28,7 +28,7 @@ double gcoll_qsgd_omega(unsigned bits, size_t m);
 gcoll_status_t gcoll_vsec_check(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n);
 
 /* Decodes values [start, start+m) of a checked section of n values into out[0..m). */
-void gcoll_vsec_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n,
-                            size_t start, size_t m, float *out, int mode);
+void gcoll_vsec_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n, size_t start,
+                            size_t m, float *out, int mode);
 
 #endif /* GCOLL_COMPRESS_VALUES_H */

@@ -64,10 +64,10 @@ size_t gcoll_vsec_size(const gcoll_vspec_t *vs, uint64_t n)
     return sz > SIZE_MAX - GCOLL_WIRE_HDR ? SIZE_MAX : (size_t)sz;
 }
 
-#define BAD(...)                                                                          \
-    do {                                                                                  \
-        GCOLL_WARN("compress: malformed message: " __VA_ARGS__);                          \
-        return GCOLL_ERR_INVALID;                                                         \
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        GCOLL_WARN("compress: malformed message: " __VA_ARGS__);                                   \
+        return GCOLL_ERR_INVALID;                                                                  \
     } while (0)
 
 static gcoll_status_t check_vspec(const gcoll_vspec_t *vs)
@@ -99,8 +99,7 @@ static gcoll_status_t check_vspec(const gcoll_vspec_t *vs)
     return GCOLL_OK;
 }
 
-gcoll_status_t gcoll_wire_parse_hdr(const void *in, size_t len, size_t count,
-                                    gcoll_wire_hdr_t *h)
+gcoll_status_t gcoll_wire_parse_hdr(const void *in, size_t len, size_t count, gcoll_wire_hdr_t *h)
 {
     const uint8_t *p = in;
     if (p == NULL || len < GCOLL_WIRE_HDR)
@@ -168,7 +167,10 @@ gcoll_status_t gcoll_wire_parse_hdr(const void *in, size_t len, size_t count,
 
 /* --- index section ------------------------------------------------------------------ */
 
-static unsigned bit_width(uint32_t v) { return v ? 32u - (unsigned)__builtin_clz(v) : 0u; }
+static unsigned bit_width(uint32_t v)
+{
+    return v ? 32u - (unsigned)__builtin_clz(v) : 0u;
+}
 
 static unsigned block_width(const uint32_t *idx, size_t start, size_t m)
 {
@@ -267,8 +269,8 @@ gcoll_status_t gcoll_idx_check(const uint8_t *p, size_t avail, unsigned flags, u
         for (; i < nnz; i++) {
             uint32_t v = gcoll_get_u32(p + 4 * i);
             if (v >= count)
-                BAD("index %u at position %llu out of range (count %llu)", v,
-                    (unsigned long long)i, (unsigned long long)count);
+                BAD("index %u at position %llu out of range (count %llu)", v, (unsigned long long)i,
+                    (unsigned long long)count);
             if (sorted && i > 0 && v <= prev)
                 BAD("index %u at position %llu %s", v, (unsigned long long)i,
                     v == prev ? "duplicated" : "out of order");
@@ -304,9 +306,8 @@ gcoll_status_t gcoll_idx_check(const uint8_t *p, size_t avail, unsigned flags, u
         for (size_t i = 0; i < m; i++) {
             uint64_t v = next + gap[i];
             if (v >= count)
-                BAD("index %llu at position %llu out of range (count %llu)",
-                    (unsigned long long)v, (unsigned long long)(s + i),
-                    (unsigned long long)count);
+                BAD("index %llu at position %llu out of range (count %llu)", (unsigned long long)v,
+                    (unsigned long long)(s + i), (unsigned long long)count);
             next = v + 1;
         }
     }

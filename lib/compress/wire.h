@@ -68,8 +68,7 @@ void gcoll_wire_put_hdr(uint8_t *p, const gcoll_wire_hdr_t *h);
 
 /* Parses and checks the header against len and count (count == SIZE_MAX: any): magic,
  * version, codec, flags, counts, payload length. Logs and returns GCOLL_ERR_INVALID. */
-gcoll_status_t gcoll_wire_parse_hdr(const void *in, size_t len, size_t count,
-                                    gcoll_wire_hdr_t *h);
+gcoll_status_t gcoll_wire_parse_hdr(const void *in, size_t len, size_t count, gcoll_wire_hdr_t *h);
 
 /* Applies a message whose header h and payload pl (index section isz bytes) were
  * validated to out (decode.c; the encoder subtracts what it sent from the residual with

@@ -19,10 +19,10 @@
 typedef struct {
     float *param, *mom; /* the caller's */
     size_t count;
-    float *synced;      /* w_s */
-    float *delta;       /* d, the allreduce's input; kept until the sync is applied */
-    float *avg;         /* the allreduce's output */
-    float *snap;        /* w at the snapshot of a nonblocking sync */
+    float *synced;       /* w_s */
+    float *delta;        /* d, the allreduce's input; kept until the sync is applied */
+    float *avg;          /* the allreduce's output */
+    float *snap;         /* w at the snapshot of a nonblocking sync */
     float *msnap, *mavg; /* GCOLL_LSGD_MOMENTUM_AVERAGE: snapshot and its average */
     gcoll_tensor_state_t *state;
     gcoll_request_t *req, *mreq;
@@ -149,14 +149,14 @@ static gcoll_status_t sync_start(gcoll_localsgd_t *ls, int nonblocking)
             t->delta[j] = t->param[j] - t->synced[j];
         if (nonblocking)
             memcpy(t->snap, t->param, t->count * sizeof(float));
-        st = gcoll_icompressed_allreduce(ls->comm, t->state, t->delta, t->avg, t->count,
-                                         GCOLL_AVG, &t->req);
+        st = gcoll_icompressed_allreduce(ls->comm, t->state, t->delta, t->avg, t->count, GCOLL_AVG,
+                                         &t->req);
         if (st != GCOLL_OK)
             break;
         if (t->msnap) {
             memcpy(t->msnap, t->mom, t->count * sizeof(float));
-            st = gcoll_iallreduce(ls->comm, t->msnap, t->mavg, t->count, GCOLL_FLOAT32,
-                                  GCOLL_AVG, &t->mreq);
+            st = gcoll_iallreduce(ls->comm, t->msnap, t->mavg, t->count, GCOLL_FLOAT32, GCOLL_AVG,
+                                  &t->mreq);
             if (st != GCOLL_OK)
                 break;
         }

@@ -1,4 +1,5 @@
-/* fuzz_decode.c: libFuzzer target for the message decoders; FUZZ_FAMILY picks dense, sparse or random-k. */
+/* fuzz_decode.c: libFuzzer target for the message decoders; FUZZ_FAMILY picks dense, sparse or
+ * random-k. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,15 +14,25 @@
  * finite values on success.
  */
 #if FUZZ_FAMILY == 1
-static const char *const specs[] = {"none", "fp16", "bf16", "q8:bucket=16", "q8",
-                                    "sign", "sign:chunk=16", "qsgd:bits=2,bucket=8",
-                                    "qsgd:bits=5,bucket=16", "qsgd:bits=8,bucket=512"};
+static const char *const specs[] = {"none",
+                                    "fp16",
+                                    "bf16",
+                                    "q8:bucket=16",
+                                    "q8",
+                                    "sign",
+                                    "sign:chunk=16",
+                                    "qsgd:bits=2,bucket=8",
+                                    "qsgd:bits=5,bucket=16",
+                                    "qsgd:bits=8,bucket=512"};
 #elif FUZZ_FAMILY == 2
-static const char *const specs[] = {"topk:density=0.1", "threshold:tau=0.1",
+static const char *const specs[] = {"topk:density=0.1",
+                                    "threshold:tau=0.1",
                                     "topk:density=0.1+q8:bucket=8",
                                     "topk:density=0.1+qsgd:bits=3,bucket=8",
-                                    "topk:density=0.1+fp16", "topk:density=0.1+bf16",
-                                    "topk:density=0.1+sign", "dgc:density=0.1"};
+                                    "topk:density=0.1+fp16",
+                                    "topk:density=0.1+bf16",
+                                    "topk:density=0.1+sign",
+                                    "dgc:density=0.1"};
 #elif FUZZ_FAMILY == 3
 static const char *const specs[] = {"randomk:density=0.1,seed=1",
                                     "randomk:density=0.1,seed=1+q8:bucket=8",

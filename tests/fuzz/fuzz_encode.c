@@ -1,4 +1,5 @@
-/* fuzz_encode.c: libFuzzer target: arbitrary floats through every encoder, with and without state. */
+/* fuzz_encode.c: libFuzzer target: arbitrary floats through every encoder, with and without state.
+ */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,12 +14,24 @@
  * for the exact sparsifiers.
  */
 static const char *const specs[] = {
-    "none", "fp16", "bf16", "q8:bucket=16", "sign:chunk=8", "sign:scale=l2",
-    "qsgd:bits=3,bucket=8", "topk:density=0.1", "topk:k=3,select=sample",
-    "topk:density=0.2,select=reuse,reuse_steps=2", "threshold:tau=0.5",
-    "randomk:density=0.3,seed=4", "randomk:density=0.3,seed=4,unbiased=1,ef=0",
-    "topk:density=0.3+q8:bucket=4", "topk:density=0.3+qsgd:bits=2,bucket=4",
-    "dgc:density=0.2,momentum=0.5,warmup_steps=2", "fp16:clip=1", "topk:density=0.5,clip=0.01",
+    "none",
+    "fp16",
+    "bf16",
+    "q8:bucket=16",
+    "sign:chunk=8",
+    "sign:scale=l2",
+    "qsgd:bits=3,bucket=8",
+    "topk:density=0.1",
+    "topk:k=3,select=sample",
+    "topk:density=0.2,select=reuse,reuse_steps=2",
+    "threshold:tau=0.5",
+    "randomk:density=0.3,seed=4",
+    "randomk:density=0.3,seed=4,unbiased=1,ef=0",
+    "topk:density=0.3+q8:bucket=4",
+    "topk:density=0.3+qsgd:bits=2,bucket=4",
+    "dgc:density=0.2,momentum=0.5,warmup_steps=2",
+    "fp16:clip=1",
+    "topk:density=0.5,clip=0.01",
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -46,8 +59,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!(gcoll_compressor_flags(c) & GCOLL_CODEC_NEEDS_STATE)) {
         gcoll_status_t st = gcoll_encode(c, NULL, x, n, buf, cap, &len);
         /* finite inputs may still overflow a sum (sign, qsgd) or the n/k scaling */
-        int may_fail = !finite || c->vs.fmt == GCOLL_VF_SIGN || c->vs.fmt == GCOLL_VF_QSGD ||
-                       c->unbiased;
+        int may_fail =
+            !finite || c->vs.fmt == GCOLL_VF_SIGN || c->vs.fmt == GCOLL_VF_QSGD || c->unbiased;
         if (st != GCOLL_OK && (st != GCOLL_ERR_INVALID || !may_fail))
             abort();
         if (st == GCOLL_OK && (!finite || len > cap))
@@ -71,8 +84,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (len > cap || gcoll_decode(c, buf, len, d, n, 0) != GCOLL_OK)
             abort();
         unsigned fl = gcoll_compressor_flags(c);
-        int exact = (fl & (GCOLL_CODEC_QUANTIZED | GCOLL_CODEC_NEEDS_STATE)) ==
-                        GCOLL_CODEC_SPARSE && !c->unbiased && c->clip == 0 && res;
+        int exact =
+            (fl & (GCOLL_CODEC_QUANTIZED | GCOLL_CODEC_NEEDS_STATE)) == GCOLL_CODEC_SPARSE &&
+            !c->unbiased && c->clip == 0 && res;
         for (size_t i = 0; exact && i < n; i++) {
             float want = e0[i] + x[i], got = d[i] + res[i];
             if (isfinite(want) && memcmp(&want, &got, 4))

@@ -5,7 +5,10 @@ int gcoll_log_level_g = GCOLL_LOG_NONE;
 unsigned gcoll_log_subsys_g = 0;
 
 void gcoll_log_init(void) {}
-void gcoll_log_set_rank(int rank) { (void)rank; }
+void gcoll_log_set_rank(int rank)
+{
+    (void)rank;
+}
 void gcoll_log_write(int level, unsigned subsys, const char *file, int line, const char *fmt, ...)
 {
     (void)level;

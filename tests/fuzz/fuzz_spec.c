@@ -25,8 +25,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         gcoll_compressor_destroy(c2);
         gcoll_compressor_destroy(c);
-    } else if (st != GCOLL_ERR_INVALID || gcoll_compressor_check(spec, err, sizeof(err)) !=
-                                              GCOLL_ERR_INVALID || err[0] == '\0') {
+    } else if (st != GCOLL_ERR_INVALID ||
+               gcoll_compressor_check(spec, err, sizeof(err)) != GCOLL_ERR_INVALID ||
+               err[0] == '\0') {
         abort();
     }
     free(spec);

@@ -1,4 +1,5 @@
-/* gen_seeds.c: writes the committed seed corpora of the codec fuzz targets (run by run-fuzzers.sh --seeds). */
+/* gen_seeds.c: writes the committed seed corpora of the codec fuzz targets (run by run-fuzzers.sh
+ * --seeds). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -74,14 +75,24 @@ int main(int argc, char **argv)
         }
     }
     /* keep these tables in the order of the targets' tables */
-    static const char *const dense[] = {"none", "fp16", "bf16", "q8:bucket=16", "q8",
-                                        "sign", "sign:chunk=16", "qsgd:bits=2,bucket=8",
-                                        "qsgd:bits=5,bucket=16", "qsgd:bits=8,bucket=512"};
-    static const char *const sparse[] = {"topk:density=0.1", "threshold:tau=0.1",
+    static const char *const dense[] = {"none",
+                                        "fp16",
+                                        "bf16",
+                                        "q8:bucket=16",
+                                        "q8",
+                                        "sign",
+                                        "sign:chunk=16",
+                                        "qsgd:bits=2,bucket=8",
+                                        "qsgd:bits=5,bucket=16",
+                                        "qsgd:bits=8,bucket=512"};
+    static const char *const sparse[] = {"topk:density=0.1",
+                                         "threshold:tau=0.1",
                                          "topk:density=0.1+q8:bucket=8",
                                          "topk:density=0.1+qsgd:bits=3,bucket=8",
-                                         "topk:density=0.1+fp16", "topk:density=0.1+bf16",
-                                         "topk:density=0.1+sign", "dgc:density=0.1"};
+                                         "topk:density=0.1+fp16",
+                                         "topk:density=0.1+bf16",
+                                         "topk:density=0.1+sign",
+                                         "dgc:density=0.1"};
     static const char *const rk[] = {"randomk:density=0.1,seed=1",
                                      "randomk:density=0.1,seed=1+q8:bucket=8",
                                      "randomk:density=0.1,seed=1+fp16"};
@@ -100,10 +111,17 @@ int main(int argc, char **argv)
         put(d[3], name, &sel, 1, x, n * sizeof(float));
     }
     static const char *const specs[] = {
-        "none", "fp16:clip=1", "q8:bucket=64", "sign:scale=l2,chunk=64", "qsgd:bits=4",
-        "topk:density=0.01,select=reuse,reuse_steps=4", "topk:k=5+q8",
-        "randomk:density=0.1,seed=3,unbiased=1,ef=0", "threshold:tau=0.5+bf16",
-        "dgc:density=0.001,momentum=0.9,warmup_steps=10,schedule=linear", "topk:density=2",
+        "none",
+        "fp16:clip=1",
+        "q8:bucket=64",
+        "sign:scale=l2,chunk=64",
+        "qsgd:bits=4",
+        "topk:density=0.01,select=reuse,reuse_steps=4",
+        "topk:k=5+q8",
+        "randomk:density=0.1,seed=3,unbiased=1,ef=0",
+        "threshold:tau=0.5+bf16",
+        "dgc:density=0.001,momentum=0.9,warmup_steps=10,schedule=linear",
+        "topk:density=2",
         "topk:density=0.1+qsgd:bits=3,bucket=8,ef=0",
     };
     for (size_t i = 0; i < sizeof(specs) / sizeof(*specs); i++) {

@@ -8,8 +8,8 @@ static const struct {
     size_t count;
 } layers[] = {
     /* backward order: the network's last layer first */
-    {"fc3.bias", 10},       {"fc3.weight", 2560},  {"norm2.weight", 256}, {"fc2.bias", 256},
-    {"fc2.weight", 65536},  {"fc1.bias", 512},     {"fc1.weight", 200704},
+    {"fc3.bias", 10},      {"fc3.weight", 2560}, {"norm2.weight", 256},  {"fc2.bias", 256},
+    {"fc2.weight", 65536}, {"fc1.bias", 512},    {"fc1.weight", 200704},
 };
 #define NLAYERS ((int)(sizeof(layers) / sizeof(layers[0])))
 
@@ -54,8 +54,10 @@ static void free_bucketer(gcoll_bucketer_t *b, float **g)
 
 static void check_bucketer_dense(int accumulate)
 {
-    gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .op = GCOLL_AVG,
-                                   .default_spec = "none", .accumulate_steps = accumulate};
+    gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024,
+                                   .op = GCOLL_AVG,
+                                   .default_spec = "none",
+                                   .accumulate_steps = accumulate};
     float *g[NLAYERS];
     int id[NLAYERS];
     gcoll_bucketer_t *b = make_bucketer(&cfg, g, id);
@@ -101,8 +103,7 @@ static void check_bucketer_dense(int accumulate)
  * after step (the bucket's residual carries over like a tensor state's). */
 static void check_bucketer_compressed(const char *spec)
 {
-    gcoll_bucketer_config_t cfg = {.bucket_bytes = 64 << 20, .op = GCOLL_SUM,
-                                   .default_spec = spec};
+    gcoll_bucketer_config_t cfg = {.bucket_bytes = 64 << 20, .op = GCOLL_SUM, .default_spec = spec};
     gcoll_bucketer_t *b;
     gcoll_bucketer_create(comm, &cfg, &b);
     gcoll_compressor_t *c;
@@ -225,8 +226,8 @@ static void check_bucket_two_tensors(void)
     static const char *name[NB] = {"big.weight", "small.weight", "small.bias"};
     static const size_t n[NB] = {6000, 5000, 10};
     static const double scale[NB] = {1.0, 1e-3, 1e-6};
-    gcoll_bucketer_config_t cfg = {.bucket_bytes = 1 << 20, .op = GCOLL_AVG,
-                                   .default_spec = "topk:density=0.01"};
+    gcoll_bucketer_config_t cfg = {
+        .bucket_bytes = 1 << 20, .op = GCOLL_AVG, .default_spec = "topk:density=0.01"};
     gcoll_bucketer_t *b;
     if (gcoll_bucketer_create(comm, &cfg, &b) != GCOLL_OK) {
         FAIL("bucketer_create: %s", gcoll_comm_last_error(comm));
@@ -283,8 +284,8 @@ static void check_bucket_two_tensors(void)
              nz[1], nz[2]);
     else
         printf("rank %d: per-%s selection in one bucket: %zu, %zu and %zu non-zeros in %s, %s "
-               "and %s\n", rank, per ? "tensor" : "bucket", nz[0], nz[1], nz[2], name[0],
-               name[1], name[2]);
+               "and %s\n",
+               rank, per ? "tensor" : "bucket", nz[0], nz[1], nz[2], name[0], name[1], name[2]);
     gcoll_bucketer_destroy(b);
     for (int t = 0; t < NB; t++) {
         free(g[t]);
@@ -298,8 +299,7 @@ static void check_bucket_two_tensors(void)
  * bit, step after step (residuals, DGC's momentum and its sampled threshold included). */
 static void check_bucket_fused_equals_split(const char *spec)
 {
-    gcoll_bucketer_config_t fc = {.bucket_bytes = 64 << 20, .op = GCOLL_AVG,
-                                  .default_spec = spec};
+    gcoll_bucketer_config_t fc = {.bucket_bytes = 64 << 20, .op = GCOLL_AVG, .default_spec = spec};
     gcoll_bucketer_config_t sc = fc;
     sc.bucket_bytes = 1;
     float *gf[NLAYERS], *gs[NLAYERS];
@@ -310,8 +310,8 @@ static void check_bucket_fused_equals_split(const char *spec)
     for (int step = 0; step < 3; step++) {
         for (int l = 0; l < NLAYERS; l++)
             for (size_t i = 0; i < layers[l].count; i++)
-                gf[l][i] = gs[l][i] = layer_val(rank, step, l, i) * (l == 4 ? 1e-3f : 0.37f) +
-                                      1e-4f * (float)(i % 7);
+                gf[l][i] = gs[l][i] =
+                    layer_val(rank, step, l, i) * (l == 4 ? 1e-3f : 0.37f) + 1e-4f * (float)(i % 7);
         ready_all(bf, idf, -1);
         ready_all(bs, ids, -1);
         checks++;
@@ -321,8 +321,8 @@ static void check_bucket_fused_equals_split(const char *spec)
         }
         for (int l = 0; l < NLAYERS; l++)
             if (memcmp(gf[l], gs[l], layers[l].count * sizeof(float)) != 0) {
-                FAIL("%s step %d: %s in one fused bucket differs from its own bucket", spec,
-                     step, layers[l].name);
+                FAIL("%s step %d: %s in one fused bucket differs from its own bucket", spec, step,
+                     layers[l].name);
                 break;
             }
     }
@@ -361,8 +361,8 @@ int run_bucketer(void)
  * must pick the same densities at every step, within the configured bounds. */
 int run_adapt(void)
 {
-    gcoll_bucketer_config_t cfg = {.bucket_bytes = 256 * 1024, .op = GCOLL_AVG,
-                                   .policy = "*bias*=none;*=topk:density=0.01"};
+    gcoll_bucketer_config_t cfg = {
+        .bucket_bytes = 256 * 1024, .op = GCOLL_AVG, .policy = "*bias*=none;*=topk:density=0.01"};
     float *g[NLAYERS];
     int id[NLAYERS];
     /* GCOLL_PROBE=1 (set by the caller): a bandwidth from init, the same on every rank */
@@ -397,8 +397,8 @@ int run_adapt(void)
             if (gcoll_allreduce(comm, &lo, &lo, 1, GCOLL_FLOAT64, GCOLL_MIN) != GCOLL_OK ||
                 gcoll_allreduce(comm, &hi, &hi, 1, GCOLL_FLOAT64, GCOLL_MAX) != GCOLL_OK ||
                 lo != hi)
-                FAIL("adapt step %d bucket %d: ranks chose different densities (%g..%g)", step,
-                     k, lo, hi);
+                FAIL("adapt step %d bucket %d: ranks chose different densities (%g..%g)", step, k,
+                     lo, hi);
             if (d != 1.0 && (d < 0.001 - 1e-12 || d > 0.2 + 1e-12))
                 FAIL("adapt step %d bucket %d: density %g outside [0.001, 0.2]", step, k, d);
             if (k == gcoll_bucketer_num_buckets(b) - 1 && d != 1.0) {
@@ -409,7 +409,8 @@ int run_adapt(void)
         }
     }
     printf("rank %d: adaptation kept densities equal on every rank; last bucket's density now "
-           "%g%s\n", rank, gcoll_bucketer_density(b, gcoll_bucketer_num_buckets(b) - 1),
+           "%g%s\n",
+           rank, gcoll_bucketer_density(b, gcoll_bucketer_num_buckets(b) - 1),
            changed ? " (changed during the run)" : "");
     free_bucketer(b, g);
     return failures;
@@ -475,13 +476,12 @@ int run_bucket_nan(int victim, int accumulate)
     else if (rank == victim && accumulate > 1 && st != GCOLL_ERR_INVALID)
         FAIL("the rank with the NaN got %s: %s", gcoll_status_string(st), err);
     else if (rank == victim && accumulate <= 1 &&
-             (st != GCOLL_ERR_INVALID || !strstr(err, "fc2.weight") ||
-              !strstr(err, "element 17")))
+             (st != GCOLL_ERR_INVALID || !strstr(err, "fc2.weight") || !strstr(err, "element 17")))
         FAIL("the rank with the NaN does not name the tensor and element: %s: %s",
              gcoll_status_string(st), err);
     else
-        printf("rank %d: NaN gradient failed as expected after %.2f s: %s | %s\n", rank,
-               now() - t0, gcoll_status_string(st), err);
+        printf("rank %d: NaN gradient failed as expected after %.2f s: %s | %s\n", rank, now() - t0,
+               gcoll_status_string(st), err);
     free_bucketer(b, g);
     return failures;
 }
@@ -550,7 +550,8 @@ int run_warmup(void)
                 over0 = over;
             if (over != over0 || over < 0 || over > 1024)
                 FAIL("warmup %s step %d: %lld bytes sent for a message of %zu (%lld beyond it, "
-                     "%lld at step 0)", cases[cs].spec, t, sent, len, over, over0);
+                     "%lld at step 0)",
+                     cases[cs].spec, t, sent, len, over, over0);
             if (rank == 0 && cs == 0)
                 printf("warmup %s step %d: density %g, %zu values, message %zu bytes, %lld sent\n",
                        cases[cs].spec, t, cases[cs].d[t], nnz, len, sent);
@@ -597,14 +598,15 @@ int run_warmup(void)
                 FAIL("warmup qsgd step %d (%u bits): relative error %g, bound %g", t, bits[t],
                      sqrt(e2 / g2), 2.0 * sqrt(bound));
             if (t > 0 && bits[t] == bits[t - 1] && sent[t] != sent[t - 1])
-                FAIL("warmup qsgd step %d: %lld bytes at %u bits, %lld the step before", t,
-                     sent[t], bits[t], sent[t - 1]);
+                FAIL("warmup qsgd step %d: %lld bytes at %u bits, %lld the step before", t, sent[t],
+                     bits[t], sent[t - 1]);
             if (t > 0 && bits[t] < bits[t - 1] && !(sent[t] < sent[t - 1]))
-                FAIL("warmup qsgd step %d: %lld bytes at %u bits, not fewer than %lld at %u",
-                     t, sent[t], bits[t], sent[t - 1], bits[t - 1]);
+                FAIL("warmup qsgd step %d: %lld bytes at %u bits, not fewer than %lld at %u", t,
+                     sent[t], bits[t], sent[t - 1], bits[t - 1]);
             /* 2 ranks, the all-to-all scheme: a chunk of n/2 out, the re-compressed chunk
              * back: a 48-byte header, a float scale per 512 values, the packed codes */
-            long long m = (long long)n / 2, msg = 48 + 4 * ((m + 511) / 512) + (m * bits[t] + 7) / 8;
+            long long m = (long long)n / 2,
+                      msg = 48 + 4 * ((m + 511) / 512) + (m * bits[t] + 7) / 8;
             if (size == 2 && sent[t] != 2 * msg)
                 FAIL("warmup qsgd step %d: %lld bytes sent, want 2 x %lld", t, sent[t], msg);
             if (rank == 0)

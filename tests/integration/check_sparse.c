@@ -12,12 +12,14 @@ static size_t sparse_pairs(int r, int pattern, size_t count, size_t n, uint32_t 
 {
     for (size_t i = 0; i < n; i++) {
         size_t j = n - 1 - i; /* descending: unsorted input */
+        /* clang-format off */
         switch (pattern) {
         case 0: idx[i] = (uint32_t)((j * 7919 + (size_t)r * 13) % count); break; /* overlapping */
         case 1: idx[i] = (uint32_t)((j * (size_t)size + (size_t)r) % count); break; /* disjoint */
         case 2: idx[i] = (uint32_t)(count / 2); break;                 /* all the same index */
         default: idx[i] = (uint32_t)(j % count); break;                /* every index (k = n) */
         }
+        /* clang-format on */
         val[i] = (float)((int)((i + (size_t)r * 3) % 11) - 5);
     }
     return n;
@@ -49,8 +51,8 @@ static void check_sparse(size_t count, size_t n, int pattern, gcoll_op_t op, int
         for (size_t i = 0; i < count; i++) {
             double w = op == GCOLL_AVG ? want[i] / size : want[i];
             if (fabs(out[i] - w) > fabs(w) * 1e-6) {
-                FAIL("sparse count=%zu nnz=%zu pattern %d %s: wrong at %zu: got %g want %g",
-                     count, n, pattern, gcoll_op_name(op), i, out[i], w);
+                FAIL("sparse count=%zu nnz=%zu pattern %d %s: wrong at %zu: got %g want %g", count,
+                     n, pattern, gcoll_op_name(op), i, out[i], w);
                 break;
             }
         }
@@ -80,8 +82,8 @@ int run_sparse(void)
             check_sparse(count, n, pattern, pattern % 2 ? GCOLL_AVG : GCOLL_SUM, 0);
         }
     }
-    check_sparse(1000, 20000, 0, GCOLL_SUM, 0); /* many repeats: nnz > dense size */
-    check_sparse(5000, 300, 0, GCOLL_SUM, 1); /* empty on some ranks only */
+    check_sparse(1000, 20000, 0, GCOLL_SUM, 0);   /* many repeats: nnz > dense size */
+    check_sparse(5000, 300, 0, GCOLL_SUM, 1);     /* empty on some ranks only */
     check_sparse(200000, 20000, 1, GCOLL_SUM, 0); /* large enough for split under auto */
     /* bad arguments are local errors */
     uint32_t bad_idx[2] = {0, 100};
@@ -240,7 +242,8 @@ static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
         return;
     }
     unsigned fl = gcoll_compressor_flags(c);
-    int quantizer = !(fl & GCOLL_CODEC_SPARSE) && !((fl & GCOLL_CODEC_LOSSLESS) && strncmp(spec, "none", 4) == 0);
+    int quantizer = !(fl & GCOLL_CODEC_SPARSE) &&
+                    !((fl & GCOLL_CODEC_LOSSLESS) && strncmp(spec, "none", 4) == 0);
     int stochastic = (fl & GCOLL_CODEC_STOCHASTIC) != 0;
     gcoll_tensor_state_t *st = NULL, **ws = calloc((size_t)size, sizeof(*ws)),
                          **ss = calloc((size_t)size, sizeof(*ss));
@@ -345,7 +348,8 @@ static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
                      spec, step, e2, bound);
         } else if (bad) {
             FAIL("compressed '%s' step %d: %zu of %zu wrong, first at %zu: got %g want %g "
-                 "(rel l2 %.2g)", spec, step, bad, count, first, out[first], want[first],
+                 "(rel l2 %.2g)",
+                 spec, step, bad, count, first, out[first], want[first],
                  sqrt(err / (norm + 1e-30)));
         }
         /* the residual carried to the next step is exactly what the codec left behind */
@@ -412,10 +416,21 @@ static void check_compressed(const char *spec, size_t count, gcoll_op_t op)
 int run_compressed(void)
 {
     static const char *const specs[] = {
-        "none", "fp16", "bf16", "q8", "sign", "sign:scale=l2", "qsgd:bits=8,ef=0",
-        "topk:density=0.01", "topk:density=0.05,select=sample", "topk:density=0.01+q8",
-        "topk:density=0.01,ef=0", "threshold:tau=8", "randomk:density=0.05,seed=3",
-        "randomk:density=0.05,seed=3,unbiased=1,ef=0", "dgc:density=0.01,momentum=0.9",
+        "none",
+        "fp16",
+        "bf16",
+        "q8",
+        "sign",
+        "sign:scale=l2",
+        "qsgd:bits=8,ef=0",
+        "topk:density=0.01",
+        "topk:density=0.05,select=sample",
+        "topk:density=0.01+q8",
+        "topk:density=0.01,ef=0",
+        "threshold:tau=8",
+        "randomk:density=0.05,seed=3",
+        "randomk:density=0.05,seed=3,unbiased=1,ef=0",
+        "dgc:density=0.01,momentum=0.9",
     };
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
         check_compressed(specs[i], 30011, i % 2 ? GCOLL_AVG : GCOLL_SUM);

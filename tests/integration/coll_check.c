@@ -74,6 +74,7 @@ int input(int r, size_t i, gcoll_op_t op)
 
 static void store(void *buf, size_t i, gcoll_dtype_t dt, int v)
 {
+    /* clang-format off */
     switch (dt) {
     case GCOLL_FLOAT32: ((float *)buf)[i] = (float)v; break;
     case GCOLL_FLOAT64: ((double *)buf)[i] = v; break;
@@ -82,10 +83,12 @@ static void store(void *buf, size_t i, gcoll_dtype_t dt, int v)
     case GCOLL_FLOAT16: ((uint16_t *)buf)[i] = int_to_half(v); break;
     case GCOLL_BFLOAT16: ((uint16_t *)buf)[i] = int_to_bf16(v); break;
     }
+    /* clang-format on */
 }
 
 static double load(const void *buf, size_t i, gcoll_dtype_t dt)
 {
+    /* clang-format off */
     switch (dt) {
     case GCOLL_FLOAT32: return ((const float *)buf)[i];
     case GCOLL_FLOAT64: return ((const double *)buf)[i];
@@ -94,6 +97,7 @@ static double load(const void *buf, size_t i, gcoll_dtype_t dt)
     case GCOLL_FLOAT16: return half_to_double(((const uint16_t *)buf)[i]);
     case GCOLL_BFLOAT16: return bf16_to_double(((const uint16_t *)buf)[i]);
     }
+    /* clang-format on */
     return NAN;
 }
 
@@ -102,6 +106,7 @@ double expected(size_t i, gcoll_dtype_t dt, gcoll_op_t op)
     long acc = input(0, i, op);
     for (int r = 1; r < size; r++) {
         long v = input(r, i, op);
+        /* clang-format off */
         switch (op) {
         case GCOLL_SUM:
         case GCOLL_AVG: acc += v; break;
@@ -109,6 +114,7 @@ double expected(size_t i, gcoll_dtype_t dt, gcoll_op_t op)
         case GCOLL_MIN: acc = v < acc ? v : acc; break;
         case GCOLL_MAX: acc = v > acc ? v : acc; break;
         }
+        /* clang-format on */
     }
     if (op != GCOLL_AVG)
         return (double)acc;
@@ -122,8 +128,11 @@ static double tolerance(gcoll_dtype_t dt, gcoll_op_t op, double want)
 {
     if (op != GCOLL_AVG)
         return 0;
-    double rel = dt == GCOLL_FLOAT16 ? 1.0 / 1024 : dt == GCOLL_BFLOAT16 ? 1.0 / 128
-                 : dt == GCOLL_FLOAT32 ? 1.2e-7 : dt == GCOLL_FLOAT64 ? 1e-15 : 0;
+    double rel = dt == GCOLL_FLOAT16    ? 1.0 / 1024
+                 : dt == GCOLL_BFLOAT16 ? 1.0 / 128
+                 : dt == GCOLL_FLOAT32  ? 1.2e-7
+                 : dt == GCOLL_FLOAT64  ? 1e-15
+                                        : 0;
     return fabs(want) * rel;
 }
 
@@ -139,9 +148,8 @@ static void check_allreduce(size_t count, gcoll_dtype_t dt, gcoll_op_t op, int i
     gcoll_status_t st = gcoll_allreduce(comm, in, recv, count, dt, op);
     checks++;
     if (st != GCOLL_OK) {
-        FAIL("allreduce count=%zu %s %s%s: %s (%s)", count, gcoll_dtype_name(dt),
-             gcoll_op_name(op), inplace ? " in place" : "", gcoll_status_string(st),
-             gcoll_comm_last_error(comm));
+        FAIL("allreduce count=%zu %s %s%s: %s (%s)", count, gcoll_dtype_name(dt), gcoll_op_name(op),
+             inplace ? " in place" : "", gcoll_status_string(st), gcoll_comm_last_error(comm));
     } else {
         size_t wrong = 0, first = 0;
         for (size_t i = 0; i < count; i++) {
@@ -153,8 +161,8 @@ static void check_allreduce(size_t count, gcoll_dtype_t dt, gcoll_op_t op, int i
         }
         if (wrong)
             FAIL("allreduce count=%zu %s %s%s: %zu wrong, first at %zu: got %g want %g", count,
-                 gcoll_dtype_name(dt), gcoll_op_name(op), inplace ? " in place" : "", wrong,
-                 first, load(recv, first, dt), expected(first, dt, op));
+                 gcoll_dtype_name(dt), gcoll_op_name(op), inplace ? " in place" : "", wrong, first,
+                 load(recv, first, dt), expected(first, dt, op));
         if (!inplace)
             for (size_t i = 0; i < count; i++)
                 if (load(in, i, dt) != (double)input(rank, i, op)) {
@@ -189,7 +197,10 @@ static void check_broadcast(size_t count, gcoll_dtype_t dt, int root)
 }
 
 /* Fills block data for rank r: a value depending on (r, i) so misplaced blocks show. */
-static int blockval(int r, size_t i) { return (int)((r * 31 + (int)(i % 61)) % 97) - 48; }
+static int blockval(int r, size_t i)
+{
+    return (int)((r * 31 + (int)(i % 61)) % 97) - 48;
+}
 
 static void verify(const char *what, const void *buf, size_t n, gcoll_dtype_t dt,
                    int (*want)(size_t i, void *ctx), void *ctx)
@@ -220,11 +231,12 @@ static int want_gather(size_t i, void *ctx)
 
 static void check_allgatherv(size_t unit, gcoll_dtype_t dt, int variable, int inplace)
 {
-    size_t *counts = calloc((size_t)size, sizeof(size_t)), *displs = calloc((size_t)size, sizeof(size_t));
+    size_t *counts = calloc((size_t)size, sizeof(size_t)),
+           *displs = calloc((size_t)size, sizeof(size_t));
     size_t total = 0;
     for (int r = 0; r < size; r++) {
         counts[r] = variable ? unit * (size_t)((r * 3 + 1) % 4) : unit; /* some ranks send 0 */
-        displs[r] = total + (variable ? 3 : 0);                           /* gaps between blocks */
+        displs[r] = total + (variable ? 3 : 0);                         /* gaps between blocks */
         total = displs[r] + counts[r];
     }
     size_t esz = gcoll_dtype_size(dt);
@@ -235,8 +247,8 @@ static void check_allgatherv(size_t unit, gcoll_dtype_t dt, int variable, int in
         store(variable || !inplace ? send : recv + displs[rank] * esz, i, dt, blockval(rank, i));
     const void *src = (!variable && inplace) ? recv + displs[rank] * esz : send;
     gcoll_status_t st = variable
-        ? gcoll_allgatherv(comm, src, counts[rank], recv, counts, displs, dt)
-        : gcoll_allgather(comm, src, recv, unit, dt);
+                            ? gcoll_allgatherv(comm, src, counts[rank], recv, counts, displs, dt)
+                            : gcoll_allgather(comm, src, recv, unit, dt);
     checks++;
     layout_t l = {counts, displs, total, GCOLL_SUM};
     if (st != GCOLL_OK)
@@ -257,8 +269,10 @@ static int want_rs(size_t i, void *ctx)
     long acc = input(0, (size_t)rank * l->n + i, l->op);
     for (int r = 1; r < size; r++) {
         long v = input(r, (size_t)rank * l->n + i, l->op);
-        acc = l->op == GCOLL_PROD ? acc * v : l->op == GCOLL_MIN ? (v < acc ? v : acc)
-              : l->op == GCOLL_MAX ? (v > acc ? v : acc) : acc + v;
+        acc = l->op == GCOLL_PROD  ? acc * v
+              : l->op == GCOLL_MIN ? (v < acc ? v : acc)
+              : l->op == GCOLL_MAX ? (v > acc ? v : acc)
+                                   : acc + v;
     }
     return (int)(l->op == GCOLL_AVG ? acc / size : acc);
 }
@@ -274,7 +288,8 @@ static void check_reduce_scatter(size_t n, gcoll_dtype_t dt, gcoll_op_t op, int 
     checks++;
     layout_t l = {NULL, NULL, n, op};
     if (st != GCOLL_OK)
-        FAIL("reduce_scatter n=%zu: %s (%s)", n, gcoll_status_string(st), gcoll_comm_last_error(comm));
+        FAIL("reduce_scatter n=%zu: %s (%s)", n, gcoll_status_string(st),
+             gcoll_comm_last_error(comm));
     else if (op == GCOLL_AVG && (dt != GCOLL_INT32 && dt != GCOLL_INT64))
         ; /* AVG of floats is covered by allreduce; integer AVG checks the truncation here */
     else
@@ -568,8 +583,7 @@ static int run_die_stream(int victim)
     gcoll_compressor_destroy(c);
     free(x);
     free(y);
-    return expect_error(st, "streamed compressed allreduce with a dead peer", t0,
-                        timeout_s() + 5);
+    return expect_error(st, "streamed compressed allreduce with a dead peer", t0, timeout_s() + 5);
 }
 
 /* Rank `victim` stays silent past the timeout; the others must time out, not hang. The
@@ -637,7 +651,8 @@ static int run_mismatch(int victim, const char *which, size_t base)
         gcoll_state_destroy(s);
         gcoll_compressor_destroy(c);
     } else if (strcmp(which, "op") == 0) /* same count, different op */
-        st = gcoll_allreduce(comm, x, x, 10000, GCOLL_FLOAT32, rank == victim ? GCOLL_MAX : GCOLL_SUM);
+        st = gcoll_allreduce(comm, x, x, 10000, GCOLL_FLOAT32,
+                             rank == victim ? GCOLL_MAX : GCOLL_SUM);
     else
         st = gcoll_allreduce(comm, x, x, count, GCOLL_FLOAT32, GCOLL_SUM);
     if (st == GCOLL_OK && strcmp(which, "broadcast") == 0) {
@@ -753,7 +768,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: %d of %d checks FAILED\n", rank, failures, checks);
         return 1;
     }
-    printf("rank %d/%d: %s: %d checks passed in %.2f s\n", rank, size, mode, checks,
-           now() - t0);
+    printf("rank %d/%d: %s: %d checks passed in %.2f s\n", rank, size, mode, checks, now() - t0);
     return 0;
 }

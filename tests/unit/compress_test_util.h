@@ -11,7 +11,7 @@
 
 /* Every test that touches kernels runs under both kernel sets. */
 static const gcoll_simd_t simd_levels[] GCOLL_UNUSED = {GCOLL_SIMD_GENERIC, GCOLL_SIMD_AVX2};
-#define FOR_EACH_SIMD(lvl)                                                                \
+#define FOR_EACH_SIMD(lvl)                                                                         \
     for (size_t lvl##_i = 0; lvl##_i < 2 && (gcoll_simd_set(simd_levels[lvl##_i]), 1); lvl##_i++)
 
 static uint64_t rng_s = 12345;
@@ -20,7 +20,10 @@ static GCOLL_UNUSED uint32_t rnd32(void)
     rng_s = rng_s * 6364136223846793005ull + 1442695040888963407ull;
     return (uint32_t)(rng_s >> 32);
 }
-static GCOLL_UNUSED float rndf(void) { return ((float)rnd32() / 4294967296.0f) * 2.0f - 1.0f; }
+static GCOLL_UNUSED float rndf(void)
+{
+    return ((float)rnd32() / 4294967296.0f) * 2.0f - 1.0f;
+}
 
 /* Gradient-like data with a spread of magnitudes, some exact ties and zeros. */
 static GCOLL_UNUSED void fill(float *x, size_t n, uint64_t seed)
@@ -46,8 +49,8 @@ static GCOLL_UNUSED gcoll_compressor_t *mk(const char *spec)
     return c;
 }
 
-static GCOLL_UNUSED uint8_t *encode_alloc(gcoll_compressor_t *c, gcoll_tensor_state_t *s, const float *x,
-                             size_t n, size_t *len)
+static GCOLL_UNUSED uint8_t *encode_alloc(gcoll_compressor_t *c, gcoll_tensor_state_t *s,
+                                          const float *x, size_t n, size_t *len)
 {
     size_t cap = gcoll_compressor_bound(c, n);
     assert_true(cap >= 48);

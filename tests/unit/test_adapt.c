@@ -128,8 +128,8 @@ static void test_outliers(void **state)
     assert_true(e.bw > 0.8e8);
     gcoll_bw_update(&e, 1e8, 1e-6); /* one absurdly fast sample */
     assert_true(e.bw < 1.5e8);
-    gcoll_bw_update(&e, 0, 1);  /* ignored */
-    gcoll_bw_update(&e, 1, 0);  /* ignored */
+    gcoll_bw_update(&e, 0, 1); /* ignored */
+    gcoll_bw_update(&e, 1, 0); /* ignored */
     assert_true(e.bw > 0.8e8 && e.bw < 1.5e8);
 }
 
@@ -337,11 +337,12 @@ static void test_phase(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_step_changes), cmocka_unit_test(test_noise_no_oscillation),
-        cmocka_unit_test(test_outliers),          cmocka_unit_test(test_lucky_fits),
-        cmocka_unit_test(test_regime_change),     cmocka_unit_test(test_fit_density),     cmocka_unit_test(test_bounds_and_hold),
-        cmocka_unit_test(test_phase),         cmocka_unit_test(test_bucket_cost),
-        cmocka_unit_test(test_midstep_scale),  cmocka_unit_test(test_midstep_drop),
+        cmocka_unit_test(test_step_changes),    cmocka_unit_test(test_noise_no_oscillation),
+        cmocka_unit_test(test_outliers),        cmocka_unit_test(test_lucky_fits),
+        cmocka_unit_test(test_regime_change),   cmocka_unit_test(test_fit_density),
+        cmocka_unit_test(test_bounds_and_hold), cmocka_unit_test(test_phase),
+        cmocka_unit_test(test_bucket_cost),     cmocka_unit_test(test_midstep_scale),
+        cmocka_unit_test(test_midstep_drop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

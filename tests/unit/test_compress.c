@@ -23,19 +23,36 @@ static void test_spec_valid(void **unused)
 {
     (void)unused;
     static const char *ok[] = {
-        "none", "fp16", "bf16", "q8", "q8:bucket=64", "sign", "sign:scale=l2,chunk=64",
-        "qsgd:bits=2,bucket=16", "qsgd:bits=8", "topk:density=0.001", "topk:k=10",
-        "topk:density=0.01,select=sample", "topk:density=0.01,select=reuse,reuse_steps=5",
-        "randomk:density=0.01,seed=7", "randomk:density=0.5,seed=1,unbiased=1,ef=0",
-        "threshold:tau=0.01", "topk:density=0.01+q8", "topk:density=0.01+qsgd:bits=4",
-        "topk:density=0.01,clip=1+fp16", "fp16:clip=2.5,ef=0", "none:ef=0",
+        "none",
+        "fp16",
+        "bf16",
+        "q8",
+        "q8:bucket=64",
+        "sign",
+        "sign:scale=l2,chunk=64",
+        "qsgd:bits=2,bucket=16",
+        "qsgd:bits=8",
+        "topk:density=0.001",
+        "topk:k=10",
+        "topk:density=0.01,select=sample",
+        "topk:density=0.01,select=reuse,reuse_steps=5",
+        "randomk:density=0.01,seed=7",
+        "randomk:density=0.5,seed=1,unbiased=1,ef=0",
+        "threshold:tau=0.01",
+        "topk:density=0.01+q8",
+        "topk:density=0.01+qsgd:bits=4",
+        "topk:density=0.01,clip=1+fp16",
+        "fp16:clip=2.5,ef=0",
+        "none:ef=0",
         "dgc:density=0.001,momentum=0.9,warmup_steps=100,schedule=linear",
         "dgc:density=0.01,momentum=0.5,warmup_steps=4,schedule=step,select=exact",
-        "topk:density=0.1+q8:bucket=32,clip=3", "threshold:tau=0.5+bf16",
+        "topk:density=0.1+q8:bucket=32,clip=3",
+        "threshold:tau=0.5+bf16",
         "topk:density=0.01,warmup_steps=8,schedule=exp",
         "fp16:clip=90", /* canonical "9e01": an exponent's '+' is not a separator */
         "topk:density=1e+0,clip=1e+20+q8",
-        "fp16:clip_value=0.5", "topk:density=0.1,clip=2,clip_value=1e-3+q8",
+        "fp16:clip_value=0.5",
+        "topk:density=0.1,clip=2,clip_value=1e-3+q8",
         "randomk:density=0.1,ef=0",
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(*ok); i++) {
@@ -123,8 +140,7 @@ static void test_spec_errors(void **unused)
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
         char err[256];
         gcoll_compressor_t *c = (gcoll_compressor_t *)0x1;
-        assert_int_equal(gcoll_compressor_check(bad[i].spec, err, sizeof(err)),
-                         GCOLL_ERR_INVALID);
+        assert_int_equal(gcoll_compressor_check(bad[i].spec, err, sizeof(err)), GCOLL_ERR_INVALID);
         assert_int_equal(gcoll_compressor_create(bad[i].spec, &c), GCOLL_ERR_INVALID);
         assert_ptr_equal(c, (gcoll_compressor_t *)0x1); /* output untouched */
         if (!strstr(err, bad[i].needle))
@@ -148,8 +164,8 @@ static void test_roundtrip_dense(void **unused)
     x[3] = -2.0e-5f;
     x[4] = 1.0f + 1.0f / 2048.0f; /* tie: rounds to even */
     x[5] = 65519.0f;
-    x[6] = -1e6f;    /* beyond fp16: saturates to -65504 */
-    x[7] = 3.4e38f;  /* rounds up to Inf in bf16: saturates to its largest finite */
+    x[6] = -1e6f;   /* beyond fp16: saturates to -65504 */
+    x[7] = 3.4e38f; /* rounds up to Inf in bf16: saturates to its largest finite */
     FOR_EACH_SIMD(lvl)
     {
         size_t len;
@@ -166,7 +182,8 @@ static void test_roundtrip_dense(void **unused)
         assert_int_equal(len, 48 + 2 * n);
         assert_int_equal(gcoll_decode(c, b, len, d, n, 0), GCOLL_OK);
         for (size_t i = 0; i < n; i++) {
-            float want = gcoll_f16_to_f32(gcoll_f32_to_f16(fmaxf(-65504.0f, fminf(x[i], 65504.0f))));
+            float want =
+                gcoll_f16_to_f32(gcoll_f32_to_f16(fmaxf(-65504.0f, fminf(x[i], 65504.0f))));
             if (memcmp(&want, &d[i], 4))
                 fail_msg("fp16 %zu: %a -> %a, want %a", i, (double)x[i], (double)d[i],
                          (double)want);
@@ -278,10 +295,17 @@ static void test_sign_scale(void **unused)
 static void test_simd_equivalence(void **unused)
 {
     (void)unused;
-    static const char *specs[] = {"none", "fp16", "bf16", "q8:bucket=37", "sign",
-                                  "sign:scale=l2,chunk=64", "qsgd:bits=3,bucket=33",
-                                  "topk:density=0.05", "topk:density=0.02+q8",
-                                  "threshold:tau=0.3", "topk:density=0.01,select=sample"};
+    static const char *specs[] = {"none",
+                                  "fp16",
+                                  "bf16",
+                                  "q8:bucket=37",
+                                  "sign",
+                                  "sign:scale=l2,chunk=64",
+                                  "qsgd:bits=3,bucket=33",
+                                  "topk:density=0.05",
+                                  "topk:density=0.02+q8",
+                                  "threshold:tau=0.3",
+                                  "topk:density=0.01,select=sample"};
     const size_t sizes[] = {1, 7, 8, 31, 33, 1000, 65537};
     for (size_t sp = 0; sp < sizeof(specs) / sizeof(*specs); sp++)
         for (size_t z = 0; z < sizeof(sizes) / sizeof(*sizes); z++) {
@@ -420,8 +444,8 @@ static void test_topk_sample(void **unused)
         fill(x, n, 20 + (uint64_t)trial);
         for (size_t i = 0; i < n; i++) /* continuous values: the sample sees no ties */
             x[i] = x[i] == 0.5f ? 0.5f * rndf() : x[i];
-        gcoll_compressor_t *c = mk(trial % 2 ? "topk:density=0.001,select=sample"
-                                             : "topk:density=0.01,select=sample");
+        gcoll_compressor_t *c =
+            mk(trial % 2 ? "topk:density=0.001,select=sample" : "topk:density=0.01,select=sample");
         size_t k = gcoll_codec_k(c, n, 0), len, nnz;
         uint8_t *b = encode_alloc(c, NULL, x, n, &len);
         assert_int_equal(gcoll_decode(c, b, len, d, n, 0), GCOLL_OK);
@@ -547,9 +571,9 @@ static void test_decode_accumulate_and_pairs(void **unused)
     /* pairs -> message -> pairs (as the sparse allreduce re-sends merged chunks) */
     uint8_t *b2 = malloc(gcoll_codec_pairs_bound(c, nnz, n));
     size_t len2, nnz2;
-    assert_int_equal(gcoll_codec_encode_pairs(c, pi, pv, nnz, n, b2,
-                                              gcoll_codec_pairs_bound(c, nnz, n), &len2),
-                     GCOLL_OK);
+    assert_int_equal(
+        gcoll_codec_encode_pairs(c, pi, pv, nnz, n, b2, gcoll_codec_pairs_bound(c, nnz, n), &len2),
+        GCOLL_OK);
     uint32_t *qi = malloc(k * 4);
     float *qv = malloc(k * 4);
     assert_int_equal(gcoll_decode_pairs(c, b2, len2, n, qi, qv, k, &nnz2), GCOLL_OK);
@@ -636,9 +660,10 @@ static void test_qsgd_decode_kernels(void **unused)
                 for (int mode = 0; mode <= 2; mode++) {
                     size_t m = n - i0;
                     for (size_t j = 0; j < m; j++)
-                        ref[j] = ref_apply(o0[j], ref_value(ref_code(p, B, i0 + j), s, scale),
-                                           mode);
-                    FOR_EACH_SIMD(lvl) {
+                        ref[j] =
+                            ref_apply(o0[j], ref_value(ref_code(p, B, i0 + j), s, scale), mode);
+                    FOR_EACH_SIMD(lvl)
+                    {
                         memcpy(got, o0, m * 4);
                         gcoll_kernels()->qsgd_apply(p, plen, i0, m, B, s, f, got, mode);
                         if (m && memcmp(got, ref, m * 4))
@@ -646,7 +671,8 @@ static void test_qsgd_decode_kernels(void **unused)
                                      gcoll_simd_name(gcoll_simd_active()), B, n, i0, mode);
                     }
                 }
-            FOR_EACH_SIMD(lvl) {
+            FOR_EACH_SIMD(lvl)
+            {
                 const gcoll_kernels_t *k = gcoll_kernels();
                 assert_false(k->qsgd_bad(p, plen, n, B));
                 if (n == 0)
@@ -676,8 +702,8 @@ static void test_qsgd_decode_kernels(void **unused)
 static void test_qsgd_decode_messages(void **unused)
 {
     (void)unused;
-    static const char *specs[] = {"qsgd:bits=4,bucket=512", "qsgd:bits=8,bucket=512",
-                                  "qsgd:bits=3,bucket=33", "qsgd:bits=5,bucket=7",
+    static const char *specs[] = {"qsgd:bits=4,bucket=512",  "qsgd:bits=8,bucket=512",
+                                  "qsgd:bits=3,bucket=33",   "qsgd:bits=5,bucket=7",
                                   "qsgd:bits=2,bucket=4096", "qsgd:bits=7,bucket=8"};
     const size_t nmax = 20011;
     float *x = malloc(nmax * 4), *o0 = malloc(nmax * 4), *ref = malloc(nmax * 4);
@@ -701,7 +727,8 @@ static void test_qsgd_decode_messages(void **unused)
                     memcpy(&scale, norms + 4 * (j / c->vs.bucket), 4);
                     ref[j] = ref_apply(o0[j], ref_value(ref_code(body, B, j), s, scale), mode);
                 }
-                FOR_EACH_SIMD(lvl) {
+                FOR_EACH_SIMD(lvl)
+                {
                     memcpy(got, o0, n * 4);
                     assert_int_equal(gcoll_codec_decode(c, msg, len, got, n, mode), GCOLL_OK);
                     if (n && memcmp(got, ref, n * 4))
@@ -717,10 +744,10 @@ static void test_qsgd_decode_messages(void **unused)
                     size_t bit = at[a] * B;
                     for (unsigned b = 0; b < B; b++, bit++)
                         bad[GCOLL_WIRE_HDR + 4 * nb + bit / 8] |= (uint8_t)(1u << (bit % 8));
-                    FOR_EACH_SIMD(lvl) {
+                    FOR_EACH_SIMD(lvl)
+                    {
                         memcpy(got, o0, n * 4);
-                        assert_int_equal(gcoll_codec_decode(c, bad, len, got, n,
-                                                            GCOLL_DECODE_ADD),
+                        assert_int_equal(gcoll_codec_decode(c, bad, len, got, n, GCOLL_DECODE_ADD),
                                          GCOLL_ERR_INVALID);
                         assert_memory_equal(got, o0, n * 4);
                     }

@@ -1,4 +1,5 @@
-/* test_compress_ef.c: error feedback (bit-exact invariants, fused kernels), DGC state, NaN/Inf, clipping, chunks. */
+/* test_compress_ef.c: error feedback (bit-exact invariants, fused kernels), DGC state, NaN/Inf,
+ * clipping, chunks. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,10 +27,15 @@ static void test_ef_invariant_sparsifiers(void **unused)
 {
     (void)unused;
     static const char *specs[] = {
-        "topk:density=0.01", "topk:density=0.01,select=sample",
-        "topk:density=0.005,select=reuse,reuse_steps=3", "topk:k=17",
-        "threshold:tau=0.02", "randomk:density=0.05,seed=3", "topk:density=0.6",
-        "topk:density=0.02+fp16", "dgc:density=0.01,momentum=0.9,warmup_steps=4",
+        "topk:density=0.01",
+        "topk:density=0.01,select=sample",
+        "topk:density=0.005,select=reuse,reuse_steps=3",
+        "topk:k=17",
+        "threshold:tau=0.02",
+        "randomk:density=0.05,seed=3",
+        "topk:density=0.6",
+        "topk:density=0.02+fp16",
+        "dgc:density=0.01,momentum=0.9,warmup_steps=4",
         "dgc:density=0.01,momentum=0.5,select=exact,clip=1000000",
     };
     const size_t n = 30011;
@@ -88,8 +94,13 @@ static void test_ef_invariant_sparsifiers(void **unused)
 static void test_ef_invariant_quantizers(void **unused)
 {
     (void)unused;
-    static const char *specs[] = {"fp16", "bf16", "q8", "sign", "sign:scale=l2,chunk=64",
-                                  "qsgd:bits=4,bucket=64", "topk:density=0.05+q8",
+    static const char *specs[] = {"fp16",
+                                  "bf16",
+                                  "q8",
+                                  "sign",
+                                  "sign:scale=l2,chunk=64",
+                                  "qsgd:bits=4,bucket=64",
+                                  "topk:density=0.05+q8",
                                   "topk:density=0.05+qsgd:bits=3,bucket=32"};
     const size_t n = 5001;
     float *g = malloc(n * 4), *d = malloc(n * 4), *eold = malloc(n * 4);
@@ -164,10 +175,19 @@ static void test_ef_off_and_state_checks(void **unused)
 static void test_nonfinite_input(void **unused)
 {
     (void)unused;
-    static const char *specs[] = {"none", "fp16", "bf16", "q8", "sign", "qsgd:bits=4",
-                                  "topk:density=0.01", "topk:density=0.01,select=sample",
-                                  "topk:density=0.01,select=reuse", "randomk:density=0.01,seed=1",
-                                  "threshold:tau=0.1", "dgc:density=0.01", "fp16:clip=1",
+    static const char *specs[] = {"none",
+                                  "fp16",
+                                  "bf16",
+                                  "q8",
+                                  "sign",
+                                  "qsgd:bits=4",
+                                  "topk:density=0.01",
+                                  "topk:density=0.01,select=sample",
+                                  "topk:density=0.01,select=reuse",
+                                  "randomk:density=0.01,seed=1",
+                                  "threshold:tau=0.1",
+                                  "dgc:density=0.01",
+                                  "fp16:clip=1",
                                   "topk:density=0.1+q8"};
     const float bad[] = {NAN, INFINITY, -INFINITY};
     const size_t n = 20000, pos[] = {0, 12345, 19999};
@@ -189,8 +209,7 @@ static void test_nonfinite_input(void **unused)
                 assert_memory_equal(e, gcoll_state_residual(s), n * 4);
                 assert_int_equal(gcoll_state_step(s), 1);
                 if (!(gcoll_compressor_flags(c) & GCOLL_CODEC_NEEDS_STATE))
-                    assert_int_equal(gcoll_encode(c, NULL, x, n, b, cap, &len),
-                                     GCOLL_ERR_INVALID);
+                    assert_int_equal(gcoll_encode(c, NULL, x, n, b, cap, &len), GCOLL_ERR_INVALID);
                 free(b);
                 gcoll_state_destroy(s);
                 gcoll_compressor_destroy(c);
@@ -392,7 +411,8 @@ static void test_fused_axpy_collect_ge(void **unused)
             for (int ti = 0; ti < 3; ti++) {
                 size_t n = fused_sizes[zi], cgen = 0;
                 fill_state(e0, g, n, 23 + zi);
-                FOR_EACH_SIMD(lvl) {
+                FOR_EACH_SIMD(lvl)
+                {
                     const gcoll_kernels_t *k = gcoll_kernels();
                     size_t cap = ti == 1 ? n / 3 : n; /* also when the room runs out */
                     int badr = 0, badf = 0;
@@ -400,8 +420,8 @@ static void test_fused_axpy_collect_ge(void **unused)
                     k->axpy(er, g, n, fused_a[ai]);
                     size_t cr = k->collect_ge(er, n, thrs[ti], ir, vr, cap, &badr);
                     memcpy(ef, e0, n * 4);
-                    size_t cf = k->axpy_collect_ge(ef, ef, g, n, fused_a[ai], thrs[ti], iff,
-                                                   vf, cap, &badf, 0);
+                    size_t cf = k->axpy_collect_ge(ef, ef, g, n, fused_a[ai], thrs[ti], iff, vf,
+                                                   cap, &badf, 0);
                     assert_int_equal(cr, cf);
                     assert_int_equal(badr, badf);
                     assert_memory_equal(er, ef, n * 4);
@@ -423,8 +443,8 @@ static void test_fused_axpy_collect_ge(void **unused)
                     /* zero: the same, and e = 0 exactly where an index was stored */
                     memcpy(ez, e0, n * 4);
                     int badz = 0;
-                    size_t cz = k->axpy_collect_ge(ez, ez, g, n, fused_a[ai], thrs[ti], iz, vz,
-                                                   cap, &badz, 1);
+                    size_t cz = k->axpy_collect_ge(ez, ez, g, n, fused_a[ai], thrs[ti], iz, vz, cap,
+                                                   &badz, 1);
                     assert_int_equal(cz, cf);
                     assert_memory_equal(iz, iff, GCOLL_MIN(cf, cap) * 4);
                     assert_memory_equal(vz, vf, GCOLL_MIN(cf, cap) * 4);
@@ -440,8 +460,8 @@ static void test_fused_axpy_collect_ge(void **unused)
                         float *dst = od + (zi + (size_t)ai + (size_t)ti + (size_t)zero) % 8;
                         int bado = 0;
                         memcpy(eo, e0, n * 4);
-                        size_t co = k->axpy_collect_ge(dst, eo, g, n, fused_a[ai], thrs[ti],
-                                                       io, vo, cap, &bado, zero);
+                        size_t co = k->axpy_collect_ge(dst, eo, g, n, fused_a[ai], thrs[ti], io, vo,
+                                                       cap, &bado, zero);
                         assert_int_equal(co, cf);
                         assert_int_equal(bado, badf);
                         assert_memory_equal(io, iff, GCOLL_MIN(cf, cap) * 4);
@@ -481,7 +501,8 @@ static void test_fused_nonfinite(void **unused)
     float *g = malloc(n * 4), *e0 = malloc(n * 4), *e = malloc(n * 4), *val = malloc(n * 4);
     float *od = aligned_alloc(64, GCOLL_DIV_UP((n + 8) * 4, 64) * 64);
     uint32_t *idx = malloc(n * 4);
-    FOR_EACH_SIMD(lvl) {
+    FOR_EACH_SIMD(lvl)
+    {
         const gcoll_kernels_t *k = gcoll_kernels();
         for (size_t pi = 0; pi < 4; pi++)
             for (int bi = 0; bi < 4; bi++)
@@ -496,8 +517,8 @@ static void test_fused_nonfinite(void **unused)
                     memcpy(e, e0, n * 4);
                     float *dst = mis == 8 ? e : od + mis;
                     int badf = 0;
-                    size_t c = k->axpy_collect_ge(dst, e, g, n, 1.0f, 0x3f000000u, idx, val, n,
-                                                  &badf, 1);
+                    size_t c =
+                        k->axpy_collect_ge(dst, e, g, n, 1.0f, 0x3f000000u, idx, val, n, &badf, 1);
                     assert_true(badf);
                     size_t j = 0;
                     while (j < c && idx[j] != pos[pi])
@@ -529,9 +550,12 @@ static void test_fused_nonfinite(void **unused)
 static void test_folded_check(void **unused)
 {
     (void)unused;
-    static const char *specs[] = {"topk:density=0.01", "topk:density=0.01,select=sample",
-                                  "topk:density=0.001+q8", "topk:density=0.3",
-                                  "topk:density=0.01+fp16", "randomk:density=0.01,seed=5",
+    static const char *specs[] = {"topk:density=0.01",
+                                  "topk:density=0.01,select=sample",
+                                  "topk:density=0.001+q8",
+                                  "topk:density=0.3",
+                                  "topk:density=0.01+fp16",
+                                  "randomk:density=0.01,seed=5",
                                   "randomk:density=0.02,seed=5+q8"};
     const float bad[] = {NAN, INFINITY, -INFINITY};
     const size_t n = 200003, pos[] = {0, 7, 100001, n - 1};
@@ -597,7 +621,8 @@ static void test_fused_axpy_abssum(void **unused)
                 size_t n = fused_sizes[zi];
                 fill_state(e0, g, n, 17 + zi);
                 float sgen = 0;
-                FOR_EACH_SIMD(lvl) {
+                FOR_EACH_SIMD(lvl)
+                {
                     const gcoll_kernels_t *k = gcoll_kernels();
                     memcpy(er, e0, n * 4);
                     k->axpy(er, g, n, fused_a[ai]);
@@ -621,8 +646,7 @@ static void test_fused_axpy_abssum(void **unused)
 }
 
 /* QSGD's rounding as values.c wrote it before it was vectorized (the reference). */
-static uint8_t qsgd_ref_code(float x, float f, uint32_t s, uint32_t i, uint32_t klo,
-                             uint32_t khi)
+static uint8_t qsgd_ref_code(float x, float f, uint32_t s, uint32_t i, uint32_t klo, uint32_t khi)
 {
     float r = fabsf(x) * f;
     uint32_t l = (uint32_t)r;
@@ -652,7 +676,8 @@ static void test_qsgd_kernels(void **unused)
                 ref[i] = qsgd_ref_code(x[i], f, s, base + (uint32_t)i, klo, khi);
             for (size_t i = 0; i < n; i++)
                 er[i] = x[i] - (float)((int32_t)ref[i] - (int32_t)s) * (norm / (float)s);
-            FOR_EACH_SIMD(lvl) {
+            FOR_EACH_SIMD(lvl)
+            {
                 const gcoll_kernels_t *k = gcoll_kernels();
                 memset(codes, 0xee, n);
                 k->qsgd_codes(x, n, f, s, base, klo, khi, codes);
@@ -672,10 +697,23 @@ static void test_fused_vsec_put_ef(void **unused)
 {
     (void)unused;
     static const char *specs[] = {
-        "none", "fp16", "bf16", "q8", "q8:bucket=100", "q8:bucket=3", "q8:bucket=5000",
-        "qsgd:bits=4,bucket=512", "qsgd:bits=3,bucket=7", "qsgd:bits=8,bucket=13",
-        "qsgd:bits=5,bucket=4100", "qsgd:bits=2,bucket=300000", "sign", "sign:scale=l2",
-        "sign:chunk=8", "sign:scale=l2,chunk=1032", "q8:bucket=300000",
+        "none",
+        "fp16",
+        "bf16",
+        "q8",
+        "q8:bucket=100",
+        "q8:bucket=3",
+        "q8:bucket=5000",
+        "qsgd:bits=4,bucket=512",
+        "qsgd:bits=3,bucket=7",
+        "qsgd:bits=8,bucket=13",
+        "qsgd:bits=5,bucket=4100",
+        "qsgd:bits=2,bucket=300000",
+        "sign",
+        "sign:scale=l2",
+        "sign:chunk=8",
+        "sign:scale=l2,chunk=1032",
+        "q8:bucket=300000",
     };
     const size_t nmax = 20011;
     float *g = malloc(nmax * 4), *e0 = malloc(nmax * 4), *er = malloc(nmax * 4);
@@ -689,7 +727,8 @@ static void test_fused_vsec_put_ef(void **unused)
                 size_t n = fused_sizes[zi], vsz = gcoll_vsec_size(&c->vs, n);
                 uint64_t key = 0x1234567890abcdefull + zi;
                 fill_state(e0, g, n, 41 + zi);
-                FOR_EACH_SIMD(lvl) {
+                FOR_EACH_SIMD(lvl)
+                {
                     const gcoll_kernels_t *k = gcoll_kernels();
                     memcpy(er, e0, n * 4);
                     memset(mr, 0x5a, cap + 8);
@@ -726,9 +765,12 @@ static void test_fused_vsec_put_ef(void **unused)
 static void test_fused_topk_ef(void **unused)
 {
     (void)unused;
-    static const char *specs[] = {"topk:density=0.01", "topk:density=0.001+q8",
-                                  "topk:k=100+fp16", "topk:density=0.4",
-                                  "threshold:tau=0.3", "threshold:tau=0.001+q8",
+    static const char *specs[] = {"topk:density=0.01",
+                                  "topk:density=0.001+q8",
+                                  "topk:k=100+fp16",
+                                  "topk:density=0.4",
+                                  "threshold:tau=0.3",
+                                  "threshold:tau=0.001+q8",
                                   "topk:density=0.01,select=sample",
                                   "topk:density=0.002,select=sample+q8"};
     static const size_t sizes[] = {16384, 16385, 40009};
@@ -772,8 +814,8 @@ static void test_fused_topk_ef(void **unused)
 static void test_fused_overflow(void **unused)
 {
     (void)unused;
-    static const char *specs[] = {"none", "fp16", "bf16", "q8", "sign", "sign:scale=l2,chunk=64",
-                                  "qsgd:bits=4,bucket=64"};
+    static const char *specs[] = {
+        "none", "fp16", "bf16", "q8", "sign", "sign:scale=l2,chunk=64", "qsgd:bits=4,bucket=64"};
     const size_t n = 10007;
     float *g = malloc(n * 4), *e0 = malloc(n * 4), *want = malloc(n * 4);
     FOR_EACH_SIMD(lvl)
@@ -800,8 +842,7 @@ static void test_fused_overflow(void **unused)
                 big = fabsf(want[j]) > big ? fabsf(want[j]) : big;
             if (exact || !isfinite(big) ? memcmp(&got, &want[i], 4) != 0
                                         : !(fabsf(got - want[i]) <= 1.2e-7f * big))
-                fail_msg("%s element %zu: %g, want %g", specs[sp], i, (double)got,
-                         (double)want[i]);
+                fail_msg("%s element %zu: %g, want %g", specs[sp], i, (double)got, (double)want[i]);
         }
         free(b);
         gcoll_state_destroy(s);

@@ -1,4 +1,5 @@
-/* test_compress_stats.c: unbiasedness of random-k and QSGD, with tolerances derived from the variance. */
+/* test_compress_stats.c: unbiasedness of random-k and QSGD, with tolerances derived from the
+ * variance. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -64,8 +65,8 @@ static void mean_of_trials(const char *spec, const float *x, double *mean, doubl
 
 /* Counts elements whose sample mean is more than ZMAX standard errors from want, and
  * returns the chi-square sum of z^2 (about N for an unbiased estimator). */
-static int count_outliers(const double *mean, const double *want, const double *var,
-                          double slack, double *chi2)
+static int count_outliers(const double *mean, const double *want, const double *var, double slack,
+                          double *chi2)
 {
     int bad = 0;
     *chi2 = 0;
@@ -238,10 +239,8 @@ static void test_qsgd_salt(void **unused)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_randomk_unbiased),
-        cmocka_unit_test(test_randomk_uniform_inclusion),
-        cmocka_unit_test(test_qsgd_unbiased),
-        cmocka_unit_test(test_topk_qsgd_unbiased),
+        cmocka_unit_test(test_randomk_unbiased), cmocka_unit_test(test_randomk_uniform_inclusion),
+        cmocka_unit_test(test_qsgd_unbiased),    cmocka_unit_test(test_topk_qsgd_unbiased),
         cmocka_unit_test(test_qsgd_salt),
     };
     /* once with the generic (non-AVX2) kernels, once with what the CPU offers */

@@ -1,4 +1,5 @@
-/* test_compress_wire.c: every class of malformed message is refused, and nothing is written on error. */
+/* test_compress_wire.c: every class of malformed message is refused, and nothing is written on
+ * error. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -78,10 +79,20 @@ static void expect_ok(const gcoll_compressor_t *c, const uint8_t *b, size_t len,
 }
 
 static const char *all_specs[] = {
-    "none", "fp16", "bf16", "q8:bucket=100", "sign:chunk=64", "qsgd:bits=3,bucket=50",
-    "topk:density=0.05", "topk:density=0.3", "topk:density=0.05+q8:bucket=16",
-    "topk:density=0.05+qsgd:bits=5,bucket=16", "threshold:tau=0.01", "randomk:density=0.05,seed=2",
-    "randomk:density=0.05,seed=2+bf16", "topk:density=0.05+sign",
+    "none",
+    "fp16",
+    "bf16",
+    "q8:bucket=100",
+    "sign:chunk=64",
+    "qsgd:bits=3,bucket=50",
+    "topk:density=0.05",
+    "topk:density=0.3",
+    "topk:density=0.05+q8:bucket=16",
+    "topk:density=0.05+qsgd:bits=5,bucket=16",
+    "threshold:tau=0.01",
+    "randomk:density=0.05,seed=2",
+    "randomk:density=0.05,seed=2+bf16",
+    "topk:density=0.05+sign",
 };
 #define NSPECS (sizeof(all_specs) / sizeof(*all_specs))
 
@@ -111,11 +122,11 @@ static void test_header_fields(void **unused)
         size_t len;
         uint8_t *b = valid_msg(c, &len), *m = malloc(len + 64);
         const char *sp = all_specs[s];
-#define MUT(stmt, what)                                                                   \
-    do {                                                                                  \
-        memcpy(m, b, len);                                                                \
-        stmt;                                                                             \
-        expect_bad(c, m, len, what);                                                      \
+#define MUT(stmt, what)                                                                            \
+    do {                                                                                           \
+        memcpy(m, b, len);                                                                         \
+        stmt;                                                                                      \
+        expect_bad(c, m, len, what);                                                               \
     } while (0)
         MUT(m[0] ^= 1, "bad magic");
         MUT(m[4] = 2, "future version");
@@ -160,7 +171,7 @@ static void test_header_fields(void **unused)
 static size_t build_raw(uint8_t *out, const uint32_t *idx, size_t nnz, unsigned flags,
                         uint64_t count)
 {
-    gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, flags, count, nnz, 8 * nnz,
+    gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE,          flags, count, nnz, 8 * nnz,
                           {GCOLL_VF_F32, 0, 0, 0, 0}, 0};
     gcoll_wire_put_hdr(out, &h);
     for (size_t j = 0; j < nnz; j++) {
@@ -218,8 +229,13 @@ static void test_delta_indices(void **unused)
         idx[j] = j * 4 + (j % 3);
     size_t isz = gcoll_idx_delta_size(idx, 200);
     uint8_t m[4096];
-    gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, GCOLL_WIRE_F_SORTED | GCOLL_WIRE_F_DELTA, N, 200,
-                          isz + 800, {GCOLL_VF_F32, 0, 0, 0, 0}, 0};
+    gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE,
+                          GCOLL_WIRE_F_SORTED | GCOLL_WIRE_F_DELTA,
+                          N,
+                          200,
+                          isz + 800,
+                          {GCOLL_VF_F32, 0, 0, 0, 0},
+                          0};
     gcoll_wire_put_hdr(m, &h);
     assert_int_equal(gcoll_idx_delta_write(idx, 200, m + 48), isz);
     for (int j = 0; j < 200; j++) {
@@ -384,9 +400,9 @@ static void test_random_corruption(void **unused)
 static void test_sum_messages(void **unused)
 {
     (void)unused;
-    static const char *specs[] = {"topk:density=0.01", "topk:density=0.3+q8",
+    static const char *specs[] = {"topk:density=0.01",      "topk:density=0.3+q8",
                                   "topk:density=0.05+fp16", "threshold:tau=0.4",
-                                  "randomk:density=0.1", "q8:bucket=100"};
+                                  "randomk:density=0.1",    "q8:bucket=100"};
     /* 1048579: past the size from which the sum streams its output */
     static const size_t counts[] = {1, 2047, 2048, 2049, 5000, 9001, 1048579};
     enum { M = 5, CMAX = 1048579 };
@@ -407,19 +423,22 @@ static void test_sum_messages(void **unused)
                     float div = avg ? (float)m : 1.0f;
                     memset(want, 0, n * sizeof(float));
                     for (int i = 0; i < m; i++)
-                        assert_int_equal(gcoll_codec_decode(c, msg[i], len[i], want, n,
-                                                            GCOLL_DECODE_ADD), GCOLL_OK);
+                        assert_int_equal(
+                            gcoll_codec_decode(c, msg[i], len[i], want, n, GCOLL_DECODE_ADD),
+                            GCOLL_OK);
                     if (avg)
                         for (size_t k = 0; k < n; k++)
                             want[k] /= div;
                     for (size_t k = 0; k < n; k++)
                         got[k] = SENTINEL;
                     int bad = -1;
-                    assert_int_equal(gcoll_codec_sum(c, (const uint8_t *const *)msg, len, m,
-                                                     got, n, div, &bad), GCOLL_OK);
+                    assert_int_equal(
+                        gcoll_codec_sum(c, (const uint8_t *const *)msg, len, m, got, n, div, &bad),
+                        GCOLL_OK);
                     if (memcmp(got, want, n * sizeof(float)) != 0)
                         fail_msg("%s, count %zu, %d messages, div %g: differs from the "
-                                 "decode-add reference", specs[si], n, m, (double)div);
+                                 "decode-add reference",
+                                 specs[si], n, m, (double)div);
                 }
             }
             /* the last message truncated: refused, named, out untouched */
@@ -428,16 +447,18 @@ static void test_sum_messages(void **unused)
             for (size_t k = 0; k < n; k++)
                 got[k] = SENTINEL;
             int bad = -1;
-            assert_int_equal(gcoll_codec_sum(c, (const uint8_t *const *)msg, len, M, got, n,
-                                             1.0f, &bad), GCOLL_ERR_INVALID);
+            assert_int_equal(
+                gcoll_codec_sum(c, (const uint8_t *const *)msg, len, M, got, n, 1.0f, &bad),
+                GCOLL_ERR_INVALID);
             assert_int_equal(bad, M - 1);
             for (size_t k = 0; k < n; k++)
                 assert_true(got[k] == SENTINEL);
             /* a message for another dense size */
             len[M - 1] = keep;
             if (n > 1)
-                assert_int_equal(gcoll_codec_sum(c, (const uint8_t *const *)msg, len, M, got,
-                                                 n - 1, 1.0f, &bad), GCOLL_ERR_INVALID);
+                assert_int_equal(
+                    gcoll_codec_sum(c, (const uint8_t *const *)msg, len, M, got, n - 1, 1.0f, &bad),
+                    GCOLL_ERR_INVALID);
             for (int i = 0; i < M; i++)
                 free(msg[i]);
         }
@@ -467,8 +488,9 @@ static void sink_emit(void *arg, size_t s, const uint32_t *idx, const float *val
     assert_int_equal(s, k->n);
     size_t cap = gcoll_codec_pairs_bound(NULL, n, k->count);
     k->buf[s] = malloc(cap);
-    assert_int_equal(gcoll_codec_encode_pairs(NULL, idx, val, n, k->count, k->buf[s], cap,
-                                              &k->len[s]), GCOLL_OK);
+    assert_int_equal(
+        gcoll_codec_encode_pairs(NULL, idx, val, n, k->count, k->buf[s], cap, &k->len[s]),
+        GCOLL_OK);
     k->n++;
 }
 
@@ -515,8 +537,7 @@ static void test_sum_sources(void **unused)
                     x[i] = (x[i] < 0 ? -1.0f : 1.0f) * (1.0f + (float)(i % 497) / 497.0f);
             seg_sink_t sink;
             gcoll_select_stream_t rule;
-            gcoll_tensor_state_t *s = encode_streamed(c, x, CNT, SEG, msg, cap, &len, &sink,
-                                                      &rule);
+            gcoll_tensor_state_t *s = encode_streamed(c, x, CNT, SEG, msg, cap, &len, &sink, &rule);
             assert_true(rule.streamed);
             assert_int_equal(sink.n, (CNT + SEG - 1) / SEG);
             if (ties)
@@ -529,8 +550,9 @@ static void test_sum_sources(void **unused)
                 static uint32_t ci[SEG];
                 static float cv[SEG];
                 size_t m = 0;
-                assert_int_equal(gcoll_codec_decode_pairs(NULL, sink.buf[g], sink.len[g], CNT, ci,
-                                                          cv, SEG, &m), GCOLL_OK);
+                assert_int_equal(
+                    gcoll_codec_decode_pairs(NULL, sink.buf[g], sink.len[g], CNT, ci, cv, SEG, &m),
+                    GCOLL_OK);
                 for (size_t q = 0; q < m; q++) {
                     uint32_t a;
                     memcpy(&a, &cv[q], 4);
@@ -564,11 +586,16 @@ static void test_sum_sources(void **unused)
                              GCOLL_OK);
             for (size_t i = 0; i < CNT; i++)
                 want[i] /= 2.0f;
-            gcoll_sum_src_t src[2] = {
-                {.idx = yi, .val = yv, .n = yn},
-                {.msgs = (const uint8_t *const *)sink.buf, .lens = sink.len, .nmsg = sink.n,
-                 .seg = SEG, .filter = 1, .thr = rule.thr, .ties = rule.ties, .want = nsel,
-                 .cand = cand}};
+            gcoll_sum_src_t src[2] = {{.idx = yi, .val = yv, .n = yn},
+                                      {.msgs = (const uint8_t *const *)sink.buf,
+                                       .lens = sink.len,
+                                       .nmsg = sink.n,
+                                       .seg = SEG,
+                                       .filter = 1,
+                                       .thr = rule.thr,
+                                       .ties = rule.ties,
+                                       .want = nsel,
+                                       .cand = cand}};
             int bad = -1;
             assert_int_equal(gcoll_sum_sources(c, src, 2, got, CNT, 2.0f, &bad), GCOLL_OK);
             assert_memory_equal(got, want, CNT * sizeof(float));

@@ -162,9 +162,9 @@ static void test_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_size),   cmocka_unit_test(test_parse_duration),
-        cmocka_unit_test(test_parse_misc),   cmocka_unit_test(test_config_load),
-        cmocka_unit_test(test_match_hash),   cmocka_unit_test(test_names),
+        cmocka_unit_test(test_parse_size), cmocka_unit_test(test_parse_duration),
+        cmocka_unit_test(test_parse_misc), cmocka_unit_test(test_config_load),
+        cmocka_unit_test(test_match_hash), cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

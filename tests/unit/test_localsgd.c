@@ -44,13 +44,13 @@ struct rank_arg {
     size_t nparams;
 };
 
-#define RCHECK(a, cond)                                                                   \
-    do {                                                                                  \
-        if (!(cond) && !(a)->failed) {                                                    \
-            (a)->failed = 1;                                                              \
-            snprintf((a)->why, sizeof((a)->why), "rank %d: %s:%d: %s", (a)->rank, __FILE__, \
-                     __LINE__, #cond);                                                    \
-        }                                                                                 \
+#define RCHECK(a, cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond) && !(a)->failed) {                                                             \
+            (a)->failed = 1;                                                                       \
+            snprintf((a)->why, sizeof((a)->why), "rank %d: %s:%d: %s", (a)->rank, __FILE__,        \
+                     __LINE__, #cond);                                                             \
+        }                                                                                          \
     } while (0)
 
 static void *rank_main(void *p)
@@ -133,8 +133,8 @@ static void h1_rank(rank_arg_t *a, gcoll_comm_t *comm)
     gcoll_localsgd_t *ls = NULL;
     RCHECK(a, gcoll_localsgd_create(comm, &cfg, &ls) == GCOLL_OK);
     for (int l = 0; l < m.nl && ls; l++) {
-        RCHECK(a, gcoll_localsgd_add_tensor(ls, m.l[l].w, m.l[l].vw,
-                                            (size_t)m.l[l].in * m.l[l].out, NULL) == GCOLL_OK);
+        RCHECK(a, gcoll_localsgd_add_tensor(ls, m.l[l].w, m.l[l].vw, (size_t)m.l[l].in * m.l[l].out,
+                                            NULL) == GCOLL_OK);
         RCHECK(a, gcoll_localsgd_add_tensor(ls, m.l[l].b, m.l[l].vb, (size_t)m.l[l].out, NULL) ==
                       GCOLL_OK);
     }
@@ -228,10 +228,12 @@ static void test_h1_is_sync(void **state)
             assert_memory_equal(a[r].params, a[0].params, a[0].nparams * sizeof(float));
             if (a[r].worst > 4.0)
                 fail_msg("%d ranks: rank %d differs from synchronous SGD by %.2f eps (|w| + lr "
-                         "a / (1 - m))", p, r, a[r].worst);
+                         "a / (1 - m))",
+                         p, r, a[r].worst);
         }
         print_message("%d rank%s, %d steps: largest difference from synchronous SGD %.2f eps "
-                      "(|w| + lr a / (1 - m)), bound 4\n", p, p == 1 ? "" : "s", STEPS, a[0].worst);
+                      "(|w| + lr a / (1 - m)), bound 4\n",
+                      p, p == 1 ? "" : "s", STEPS, a[0].worst);
         for (int r = 0; r < p; r++)
             free(a[r].params);
     }
@@ -428,8 +430,8 @@ static void run_steps(gcoll_localsgd_t *ls, float *w, int from, int to)
 static void checkpoint_rank(rank_arg_t *a, gcoll_comm_t *comm)
 {
     static float w1[EN], w2[EN], ws[EN], e[EN];
-    gcoll_localsgd_config_t cfg = {.local_steps = 3, .compressor = "topk:density=0.02",
-                                   .momentum = GCOLL_LSGD_MOMENTUM_LOCAL};
+    gcoll_localsgd_config_t cfg = {
+        .local_steps = 3, .compressor = "topk:density=0.02", .momentum = GCOLL_LSGD_MOMENTUM_LOCAL};
     gcoll_localsgd_t *l1 = NULL, *l2 = NULL;
     memset(w1, 0, sizeof(w1));
     RCHECK(a, gcoll_localsgd_create(comm, &cfg, &l1) == GCOLL_OK);
@@ -446,8 +448,7 @@ static void checkpoint_rank(rank_arg_t *a, gcoll_comm_t *comm)
         return;
     gcoll_localsgd_add_tensor(l2, w2, NULL, EN, NULL);
     RCHECK(a, gcoll_localsgd_set_tensor(l2, 0, ws, e) == GCOLL_OK);
-    RCHECK(a, gcoll_localsgd_set_counters(l2, info.steps, info.syncs, info.since_sync) ==
-                  GCOLL_OK);
+    RCHECK(a, gcoll_localsgd_set_counters(l2, info.steps, info.syncs, info.since_sync) == GCOLL_OK);
     RCHECK(a, gcoll_localsgd_set_counters(l2, 1, 2, 0) == GCOLL_ERR_INVALID);
     run_steps(l1, w1, 10, 25);
     run_steps(l2, w2, 10, 25);

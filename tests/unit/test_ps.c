@@ -97,7 +97,6 @@ static void test_ssp_script(void **state)
     assert_int_equal(gcoll_ssp_init(&s, 2, -1, 1, NULL, 1.0f, 0), GCOLL_ERR_INVALID);
 }
 
-
 /* DC-ASGD (Zheng et al. 2017) under a scripted interleaving: P = 2, S = 1, lr = 1, one
  * element at 10, lambda = 1/2. Worker 0 pushes 1 for clock 0 and reads again (view 10,
  * shard clock 0) before worker 1 pushes 2 for clock 0, which completes it: w = 10 - (1 + 2)/2
@@ -115,15 +114,15 @@ static void test_dc_script(void **state)
     assert_int_equal(gcoll_ssp_enable_views(&s), GCOLL_OK);
     assert_true(gcoll_ssp_view(&s, 0)[0] == 10.0f && gcoll_ssp_view(&s, 1)[0] == 10.0f);
     /* what ps.c does on a push's arrival: check, compensate, weight, sum, commit */
-#define PUSH(wk, c, kread, val, want_g)                                                   \
-    do {                                                                                  \
-        float g = (val);                                                                  \
-        assert_int_equal(gcoll_ssp_check(&s, (wk), (c), (kread), NULL, 0), GCOLL_OK);     \
-        gcoll_ssp_compensate(&s, (wk), &g, lambda);                                       \
-        assert_true(g == (want_g));                                                       \
-        row = gcoll_ssp_row(&s, (c), (kread), &scale);                                    \
-        row[0] += scale * g;                                                              \
-        gcoll_ssp_commit(&s, (wk), (c), (kread));                                         \
+#define PUSH(wk, c, kread, val, want_g)                                                            \
+    do {                                                                                           \
+        float g = (val);                                                                           \
+        assert_int_equal(gcoll_ssp_check(&s, (wk), (c), (kread), NULL, 0), GCOLL_OK);              \
+        gcoll_ssp_compensate(&s, (wk), &g, lambda);                                                \
+        assert_true(g == (want_g));                                                                \
+        row = gcoll_ssp_row(&s, (c), (kread), &scale);                                             \
+        row[0] += scale * g;                                                                       \
+        gcoll_ssp_commit(&s, (wk), (c), (kread));                                                  \
     } while (0)
     gcoll_ssp_snapshot(&s, 0);
     gcoll_ssp_snapshot(&s, 1);
@@ -172,13 +171,13 @@ struct rank_arg {
     float w[N1 + N2];
 };
 
-#define RCHECK(a, cond)                                                                   \
-    do {                                                                                  \
-        if (!(cond) && !(a)->failed) {                                                    \
-            (a)->failed = 1;                                                              \
-            snprintf((a)->why, sizeof((a)->why), "rank %d: %s:%d: %s", (a)->rank, __FILE__, \
-                     __LINE__, #cond);                                                    \
-        }                                                                                 \
+#define RCHECK(a, cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond) && !(a)->failed) {                                                             \
+            (a)->failed = 1;                                                                       \
+            snprintf((a)->why, sizeof((a)->why), "rank %d: %s:%d: %s", (a)->rank, __FILE__,        \
+                     __LINE__, #cond);                                                             \
+        }                                                                                          \
     } while (0)
 
 /* A smooth objective whose gradient every rank can compute for every rank: worker r at
@@ -305,13 +304,14 @@ static void test_s0_is_sync(void **state)
         for (int r = 0; r < p; r++) {
             assert_memory_equal(a[r].w, a[0].w, sizeof(a[0].w));
             if (a[r].worst > 4.0)
-                fail_msg("%d ranks: %.2f eps (|w| + lr mean|g|) from synchronous SGD", p, a[r].worst);
+                fail_msg("%d ranks: %.2f eps (|w| + lr mean|g|) from synchronous SGD", p,
+                         a[r].worst);
             assert_true(a[r].stats.max_gap == 0 && a[r].stats.mean_staleness == 0.0);
             assert_true(a[r].stats.applied == (uint64_t)(STEPS * p * p));
         }
         print_message("S=0 on %d rank%s, %d steps: largest difference from synchronous SGD "
-                      "%.2f eps (|w| + lr mean|g|), bound 4\n", p, p == 1 ? "" : "s", STEPS,
-                      a[0].worst);
+                      "%.2f eps (|w| + lr mean|g|), bound 4\n",
+                      p, p == 1 ? "" : "s", STEPS, a[0].worst);
     }
 }
 
@@ -327,10 +327,10 @@ static void test_bound_with_straggler(void **state)
         for (int t = 0; t < 9; t++)
             n += s->hist[t];
         print_message("S=2, rank 2 slow, %s: max clock gap %llu, mean staleness %.3f, tau "
-                      "histogram %llu %llu %llu\n", specs[k] ? specs[k] : "none",
-                      (unsigned long long)s->max_gap, s->mean_staleness,
-                      (unsigned long long)s->hist[0], (unsigned long long)s->hist[1],
-                      (unsigned long long)s->hist[2]);
+                      "histogram %llu %llu %llu\n",
+                      specs[k] ? specs[k] : "none", (unsigned long long)s->max_gap,
+                      s->mean_staleness, (unsigned long long)s->hist[0],
+                      (unsigned long long)s->hist[1], (unsigned long long)s->hist[2]);
         assert_true(s->max_gap <= 2);
         assert_true(n == s->applied && s->applied == 3 * 3 * STEPS);
         for (int t = 3; t < 9; t++)
@@ -343,7 +343,6 @@ static void test_bound_with_straggler(void **state)
             assert_true(isfinite(a[0].w[j]) && fabsf(a[0].w[j]) < 1.0f);
     }
 }
-
 
 /* Compressed pulls and DC-ASGD through the server. S = 0: the compensation is zero (the
  * shard cannot move between a worker's read and its push), so the run is synchronous SGD
@@ -390,9 +389,9 @@ static void test_pull_codec_and_dc(void **state)
         }
         print_message("S=2, rank 2 slow, push %s, pull %s, DC lambda %g: gap %llu, mean "
                       "staleness %.3f, mean |w - w_sync| %.4f (mean |w_sync| %.4f)\n",
-                      cases[k].push ? cases[k].push : "none", cases[k].pull,
-                      (double)cases[k].dc, (unsigned long long)s->max_gap, s->mean_staleness,
-                      d / (N1 + N2), ref / (N1 + N2));
+                      cases[k].push ? cases[k].push : "none", cases[k].pull, (double)cases[k].dc,
+                      (unsigned long long)s->max_gap, s->mean_staleness, d / (N1 + N2),
+                      ref / (N1 + N2));
         /* the targets' mean is what SGD approaches; staleness and compression move it
          * little against the model's own size */
         assert_true(d < 0.5 * ref);
@@ -500,8 +499,8 @@ static void test_malformed_push(void **state)
             assert_int_equal(pthread_create(&th[r], NULL, rogue_main, &a[r]), 0);
         for (int r = 0; r < 2; r++)
             pthread_join(th[r], NULL);
-        print_message("%s: rank 0 fails with %s: %s\n", cases[i].name,
-                      gcoll_status_string(a[0].st), a[0].err);
+        print_message("%s: rank 0 fails with %s: %s\n", cases[i].name, gcoll_status_string(a[0].st),
+                      a[0].err);
         assert_true(a[0].st < 0);
         if (!strstr(a[0].err, cases[i].want))
             fail_msg("%s: expected '%s' in '%s'", cases[i].name, cases[i].want, a[0].err);
@@ -562,12 +561,9 @@ int main(void)
 {
     setenv("GCOLL_TIMEOUT_MS", "30s", 1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ssp_script),
-        cmocka_unit_test(test_dc_script),
-        cmocka_unit_test(test_s0_is_sync),
-        cmocka_unit_test(test_bound_with_straggler),
-        cmocka_unit_test(test_pull_codec_and_dc),
-        cmocka_unit_test(test_malformed_push),
+        cmocka_unit_test(test_ssp_script),        cmocka_unit_test(test_dc_script),
+        cmocka_unit_test(test_s0_is_sync),        cmocka_unit_test(test_bound_with_straggler),
+        cmocka_unit_test(test_pull_codec_and_dc), cmocka_unit_test(test_malformed_push),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

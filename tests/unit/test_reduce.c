@@ -20,6 +20,7 @@ static const gcoll_op_t ops[] = {GCOLL_SUM, GCOLL_AVG, GCOLL_MIN, GCOLL_MAX, GCO
 
 static void put(void *b, size_t i, gcoll_dtype_t d, double v)
 {
+    /* clang-format off */
     switch (d) {
     case GCOLL_FLOAT32: ((float *)b)[i] = (float)v; break;
     case GCOLL_FLOAT64: ((double *)b)[i] = v; break;
@@ -28,10 +29,12 @@ static void put(void *b, size_t i, gcoll_dtype_t d, double v)
     case GCOLL_FLOAT16: ((uint16_t *)b)[i] = gcoll_f32_to_f16((float)v); break;
     case GCOLL_BFLOAT16: ((uint16_t *)b)[i] = gcoll_f32_to_bf16((float)v); break;
     }
+    /* clang-format on */
 }
 
 static double get(const void *b, size_t i, gcoll_dtype_t d)
 {
+    /* clang-format off */
     switch (d) {
     case GCOLL_FLOAT32: return ((const float *)b)[i];
     case GCOLL_FLOAT64: return ((const double *)b)[i];
@@ -40,6 +43,7 @@ static double get(const void *b, size_t i, gcoll_dtype_t d)
     case GCOLL_FLOAT16: return gcoll_f16_to_f32(((const uint16_t *)b)[i]);
     case GCOLL_BFLOAT16: return gcoll_bf16_to_f32(((const uint16_t *)b)[i]);
     }
+    /* clang-format on */
     return NAN;
 }
 
@@ -108,7 +112,8 @@ static void test_reduce_rev(void **state)
                 gcoll_reduce(d2, s2, N, dtypes[d], ops[o]);
                 if (memcmp(d1, d2, N * esz) != 0)
                     fail_msg("reduce_rev %s %s scalar=%d differs from reduce with the operands "
-                             "swapped", gcoll_dtype_name(dtypes[d]), gcoll_op_name(ops[o]), scalar);
+                             "swapped",
+                             gcoll_dtype_name(dtypes[d]), gcoll_op_name(ops[o]), scalar);
             }
         }
         gcoll_reduce_force_scalar(old);
@@ -155,12 +160,19 @@ static void test_half_conversions(void **state)
         float f;
         uint16_t h;
     } cases[] = {
-        {0.0f, 0x0000},        {-0.0f, 0x8000},       {1.0f, 0x3c00},       {-2.0f, 0xc000},
-        {65504.0f, 0x7bff},    {65520.0f, 0x7c00},    /* rounds up to inf */
-        {65519.0f, 0x7bff},    {1e9f, 0x7c00},        {INFINITY, 0x7c00},   {-INFINITY, 0xfc00},
-        {5.960464477539063e-8f, 0x0001}, /* smallest subnormal */
+        {0.0f, 0x0000},
+        {-0.0f, 0x8000},
+        {1.0f, 0x3c00},
+        {-2.0f, 0xc000},
+        {65504.0f, 0x7bff},
+        {65520.0f, 0x7c00}, /* rounds up to inf */
+        {65519.0f, 0x7bff},
+        {1e9f, 0x7c00},
+        {INFINITY, 0x7c00},
+        {-INFINITY, 0xfc00},
+        {5.960464477539063e-8f, 0x0001},  /* smallest subnormal */
         {2.9802322387695312e-8f, 0x0000}, /* half of it: ties to even (0) */
-        {8.940696716308594e-8f, 0x0002}, /* 1.5 ulp: ties to even (2) */
+        {8.940696716308594e-8f, 0x0002},  /* 1.5 ulp: ties to even (2) */
         {6.103515625e-5f, 0x0400},        /* smallest normal */
         {1.00048828125f, 0x3c00},         /* 1 + 2^-11: tie, to even */
         {1.00146484375f, 0x3c02},         /* 1 + 3*2^-11: tie, to even */
@@ -191,9 +203,9 @@ static void test_half_conversions(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernels_dispatched), cmocka_unit_test(test_kernels_scalar),
+        cmocka_unit_test(test_kernels_dispatched),       cmocka_unit_test(test_kernels_scalar),
         cmocka_unit_test(test_f16_rounding_paths_agree), cmocka_unit_test(test_avg_finish),
-        cmocka_unit_test(test_half_conversions), cmocka_unit_test(test_reduce_rev),
+        cmocka_unit_test(test_half_conversions),         cmocka_unit_test(test_reduce_rev),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

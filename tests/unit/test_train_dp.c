@@ -228,10 +228,8 @@ int main(void)
     unsetenv("GCOLL_LAYER_POLICY");
     test_make_prototypes(&data, DIM, NTRAIN, NTEST);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ranks_match_union),
-        cmocka_unit_test(test_compressed_identical),
-        cmocka_unit_test(test_lr_schedule),
-        cmocka_unit_test(test_dgc_layer_rule),
+        cmocka_unit_test(test_ranks_match_union),   cmocka_unit_test(test_compressed_identical),
+        cmocka_unit_test(test_lr_schedule),         cmocka_unit_test(test_dgc_layer_rule),
         cmocka_unit_test(test_momentum_per_tensor),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -22,16 +22,19 @@ int bench_parse_coll(const char *s, bench_coll_t *c)
     return -1;
 }
 
-const char *bench_coll_name(bench_coll_t c) { return coll_names[c]; }
+const char *bench_coll_name(bench_coll_t c)
+{
+    return coll_names[c];
+}
 
 int bench_parse_dtype(const char *s, gcoll_dtype_t *d)
 {
     static const struct {
         const char *n;
         gcoll_dtype_t d;
-    } t[] = {{"float", GCOLL_FLOAT32}, {"float32", GCOLL_FLOAT32}, {"half", GCOLL_FLOAT16},
+    } t[] = {{"float", GCOLL_FLOAT32},   {"float32", GCOLL_FLOAT32},   {"half", GCOLL_FLOAT16},
              {"float16", GCOLL_FLOAT16}, {"bfloat16", GCOLL_BFLOAT16}, {"double", GCOLL_FLOAT64},
-             {"float64", GCOLL_FLOAT64}, {"int32", GCOLL_INT32}, {"int", GCOLL_INT32},
+             {"float64", GCOLL_FLOAT64}, {"int32", GCOLL_INT32},       {"int", GCOLL_INT32},
              {"int64", GCOLL_INT64}};
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
         if (strcasecmp(s, t[i].n) == 0) {
@@ -55,20 +58,23 @@ int bench_parse_op(const char *s, gcoll_op_t *o)
 double bench_bus_factor(bench_coll_t c, int n)
 {
     switch (c) {
-    case BENCH_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case BENCH_ALLREDUCE:
+        return 2.0 * (n - 1) / n;
     case BENCH_ALLGATHER:
     case BENCH_REDUCE_SCATTER:
-    case BENCH_ALLTOALL: return (double)(n - 1) / n;
-    case BENCH_BROADCAST: return 1.0;
+    case BENCH_ALLTOALL:
+        return (double)(n - 1) / n;
+    case BENCH_BROADCAST:
+        return 1.0;
     }
     return 1.0;
 }
 
-#define GCOLL_BENCH_CHECK(call)                                                           \
-    do {                                                                                  \
-        gcoll_status_t st_ = (call);                                                      \
-        if (st_ != GCOLL_OK)                                                              \
-            return st_;                                                                   \
+#define GCOLL_BENCH_CHECK(call)                                                                    \
+    do {                                                                                           \
+        gcoll_status_t st_ = (call);                                                               \
+        if (st_ != GCOLL_OK)                                                                       \
+            return st_;                                                                            \
     } while (0)
 
 static double now_us(void)
@@ -79,10 +85,14 @@ static double now_us(void)
 }
 
 /* Element i of rank r's input: small integers, exact in every dtype and sum. */
-static int val(int r, size_t i) { return (int)((i * 7 + (size_t)r * 3) % 9) - 4; }
+static int val(int r, size_t i)
+{
+    return (int)((i * 7 + (size_t)r * 3) % 9) - 4;
+}
 
 static void put(void *b, size_t i, gcoll_dtype_t d, int v)
 {
+    /* clang-format off */
     switch (d) {
     case GCOLL_FLOAT32: ((float *)b)[i] = (float)v; break;
     case GCOLL_FLOAT64: ((double *)b)[i] = v; break;
@@ -100,6 +110,7 @@ static void put(void *b, size_t i, gcoll_dtype_t d, int v)
         ((uint16_t *)b)[i] = (uint16_t)(h | (v < 0 ? 0x8000 : 0));
         break;
     }
+    /* clang-format on */
     case GCOLL_BFLOAT16: {
         float f = (float)v;
         uint32_t u;
@@ -125,18 +136,32 @@ static void shape(const bench_opts_t *o, size_t bytes, int n, size_t *in, size_t
     size_t esz = gcoll_dtype_size(o->dtype), c = bytes / esz;
     switch (o->coll) {
     case BENCH_ALLREDUCE:
-    case BENCH_BROADCAST: *in = *out = *count = c; break;
-    case BENCH_ALLGATHER: *count = c / (size_t)n; *in = *count; *out = *count * (size_t)n; break;
-    case BENCH_REDUCE_SCATTER: *count = c / (size_t)n; *in = *count * (size_t)n; *out = *count; break;
-    case BENCH_ALLTOALL: *count = c / (size_t)n; *in = *out = *count * (size_t)n; break;
+    case BENCH_BROADCAST:
+        *in = *out = *count = c;
+        break;
+    case BENCH_ALLGATHER:
+        *count = c / (size_t)n;
+        *in = *count;
+        *out = *count * (size_t)n;
+        break;
+    case BENCH_REDUCE_SCATTER:
+        *count = c / (size_t)n;
+        *in = *count * (size_t)n;
+        *out = *count;
+        break;
+    case BENCH_ALLTOALL:
+        *count = c / (size_t)n;
+        *in = *out = *count * (size_t)n;
+        break;
     }
     *size = (o->coll == BENCH_ALLREDUCE || o->coll == BENCH_BROADCAST) ? *count * esz
-                                                                        : *count * (size_t)n * esz;
+                                                                       : *count * (size_t)n * esz;
 }
 
 static gcoll_status_t run_once(gcoll_comm_t *comm, const bench_opts_t *o, void *in, void *out,
                                size_t count)
 {
+    /* clang-format off */
     switch (o->coll) {
     case BENCH_ALLREDUCE: return gcoll_allreduce(comm, in, out, count, o->dtype, o->op);
     case BENCH_ALLGATHER: return gcoll_allgather(comm, in, out, count, o->dtype);
@@ -144,6 +169,7 @@ static gcoll_status_t run_once(gcoll_comm_t *comm, const bench_opts_t *o, void *
     case BENCH_ALLTOALL: return gcoll_alltoall(comm, in, out, count, o->dtype);
     case BENCH_BROADCAST: return gcoll_broadcast(comm, in, count, o->dtype, o->root);
     }
+    /* clang-format on */
     return GCOLL_ERR_INVALID;
 }
 
@@ -180,7 +206,8 @@ static long check(gcoll_comm_t *comm, const bench_opts_t *o, void *in, void *out
     case BENCH_ALLTOALL:
         for (int k = 0; k < n; k++)
             for (size_t i = 0; i < count; i++)
-                wrong += !equal(out, (size_t)k * count + i, o->dtype, val(k, (size_t)r * count + i));
+                wrong +=
+                    !equal(out, (size_t)k * count + i, o->dtype, val(k, (size_t)r * count + i));
         break;
     case BENCH_BROADCAST:
         for (size_t i = 0; i < count; i++)
@@ -261,12 +288,11 @@ static gcoll_status_t expected_ring(gcoll_compressor_t *c, int n, size_t count, 
 
 /* What a fresh compressed allreduce must return: every rank's codec output, summed (for
  * quantizers, each chunk re-compressed by its owner), simulated with fresh states. */
-static gcoll_status_t expected_compressed(gcoll_compressor_t *c, int n, size_t count,
-                                          float *want)
+static gcoll_status_t expected_compressed(gcoll_compressor_t *c, int n, size_t count, float *want)
 {
     unsigned fl = gcoll_compressor_flags(c);
-    int quant = !(fl & GCOLL_CODEC_SPARSE) && !(fl & GCOLL_CODEC_LOSSLESS &&
-                                                 strncmp(gcoll_compressor_spec(c), "none", 4) == 0);
+    int quant = !(fl & GCOLL_CODEC_SPARSE) &&
+                !(fl & GCOLL_CODEC_LOSSLESS && strncmp(gcoll_compressor_spec(c), "none", 4) == 0);
     size_t cap = gcoll_compressor_bound(c, count), len;
     uint8_t *msg = malloc(cap);
     float *g = malloc((count + 1) * sizeof(float)), *acc = calloc(count + 1, sizeof(float));
@@ -392,8 +418,8 @@ gcoll_status_t bench_run(gcoll_comm_t *comm, const bench_opts_t *o,
         shape(o, bytes, n, &nin, &nout, &count, &size);
         if (comp) {
             bench_row_t row = {.bytes = size, .count = count};
-            if ((st = run_compressed(comm, o, comp, count, (float *)in, (float *)out, ref,
-                                     &row)) != GCOLL_OK)
+            if ((st = run_compressed(comm, o, comp, count, (float *)in, (float *)out, ref, &row)) !=
+                GCOLL_OK)
                 break;
             row.algbw = row.time_us > 0 ? (double)size / row.time_us / 1e3 : 0;
             row.busbw = row.algbw * bench_bus_factor(o->coll, n);
@@ -429,8 +455,11 @@ gcoll_status_t bench_run(gcoll_comm_t *comm, const bench_opts_t *o,
         }
         if (st != GCOLL_OK)
             break;
-        bench_row_t row = {.bytes = size, .count = count, .time_us = t,
-                           .algbw = t > 0 ? (double)size / t / 1e3 : 0, .wrong = wrong};
+        bench_row_t row = {.bytes = size,
+                           .count = count,
+                           .time_us = t,
+                           .algbw = t > 0 ? (double)size / t / 1e3 : 0,
+                           .wrong = wrong};
         row.busbw = row.algbw * bench_bus_factor(o->coll, n);
         emit(&row, ctx);
         size_t next = o->factor > 1 ? (size_t)((double)bytes * o->factor) : bytes + o->step;

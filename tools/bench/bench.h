@@ -21,20 +21,20 @@ typedef struct {
     gcoll_op_t op;
     int root;
     size_t min_bytes, max_bytes;
-    double factor;    /* multiplicative step (-f); 0: use step */
-    size_t step;      /* additive step (-i) */
+    double factor; /* multiplicative step (-f); 0: use step */
+    size_t step;   /* additive step (-i) */
     int iters, warmup;
     int check;        /* verify results (-c) */
     const char *spec; /* -z: compressed allreduce with this compressor (NULL: dense) */
 } bench_opts_t;
 
 typedef struct {
-    size_t bytes;  /* nccl-tests "size": per-rank payload, total for gathers */
-    size_t count;  /* elements, nccl-tests "count" */
-    double time_us;   /* mean time per operation, slowest rank */
-    double algbw;     /* GB/s: bytes / time */
-    double busbw;     /* GB/s: algbw * collective factor */
-    long wrong;       /* elements wrong across ranks, -1 when not checked */
+    size_t bytes;   /* nccl-tests "size": per-rank payload, total for gathers */
+    size_t count;   /* elements, nccl-tests "count" */
+    double time_us; /* mean time per operation, slowest rank */
+    double algbw;   /* GB/s: bytes / time */
+    double busbw;   /* GB/s: algbw * collective factor */
+    long wrong;     /* elements wrong across ranks, -1 when not checked */
     /* compressed runs only */
     double wire_bytes;  /* bytes this rank sent per operation (mean over ranks) */
     double ratio;       /* uncompressed payload / wire bytes */

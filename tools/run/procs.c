@@ -23,8 +23,8 @@ struct child_report {
 };
 
 enum { STAGE_EXEC, STAGE_SETPGID, STAGE_PDEATHSIG, STAGE_DUP2, STAGE_RLIMIT, STAGE_BIND };
-static const char *const stage_names[] = {"exec", "setpgid", "prctl", "dup2", "setrlimit",
-                                          "sched_setaffinity"};
+static const char *const stage_names[] = {"exec", "setpgid",   "prctl",
+                                          "dup2", "setrlimit", "sched_setaffinity"};
 
 /* Writes 2 * GRUN_KEY_BYTES hex digits and a NUL; returns 0 or an errno value. */
 static int make_job_key(char *hex)

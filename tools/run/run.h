@@ -61,15 +61,15 @@ struct opts {
     size_t nrenv;
     const char *root;
     bool key_from_env, keep_going, quiet;
-    bool no_bind; /* --bind none */
+    bool no_bind;     /* --bind none */
     double timeout_s; /* 0: none */
     double grace_s;
     char **prog_argv;
 };
 
 struct stream {
-    int fd; /* read end of the rank's stdout or stderr pipe; -1 once closed */
-    int dest; /* index into job.out */
+    int fd;     /* read end of the rank's stdout or stderr pipe; -1 once closed */
+    int dest;   /* index into job.out */
     bool split; /* the last line was cut at GRUN_LINE_MAX: a '\n' right after ends it */
     size_t len, cap;
     char *buf; /* partial line carried over between reads */
@@ -106,12 +106,12 @@ struct job {
     enum phase phase;
     uint64_t timeout_deadline, grace_deadline, kill_deadline, next_sweep;
     uint64_t strays_deadline, drain_deadline; /* 0: not armed */
-    bool children_left; /* the last waitpid(-1) found unreaped children */
+    bool children_left;                       /* the last waitpid(-1) found unreaped children */
     bool timed_out;
     int abort_code; /* signal, launch failure or broken stdout: beats everything else */
-    int fail_code; /* first failing rank's status */
+    int fail_code;  /* first failing rank's status */
     char root[GRUN_ROOT_MAX];
-    int ncpus;       /* CPUs the ranks are bound to, one each in order; 0: not bound */
+    int ncpus; /* CPUs the ranks are bound to, one each in order; 0: not bound */
     int *cpus;
     char kv_rank[40], kv_local_rank[40], kv_size[40], kv_local_size[40];
     char kv_root[GRUN_ROOT_MAX + 16], kv_key[sizeof "GCOLL_JOB_KEY=" + 2 * GRUN_KEY_BYTES];
@@ -126,7 +126,10 @@ static inline uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static inline uint64_t sec_to_ms(double s) { return (uint64_t)(s * 1000.0 + 0.5); }
+static inline uint64_t sec_to_ms(double s)
+{
+    return (uint64_t)(s * 1000.0 + 0.5);
+}
 
 /* output.c: the line-prefixed relay of the ranks' output, and gcoll-run's own messages. */
 void grun_note(struct job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

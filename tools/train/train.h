@@ -17,7 +17,7 @@ typedef struct {
     uint64_t seed;          /* initialization and shuffles */
     int batch;              /* examples per rank per step */
     float lr;
-    int lr_schedule; /* TRAIN_LR_*, or -1: cosine, constant with --async */
+    int lr_schedule;     /* TRAIN_LR_*, or -1: cosine, constant with --async */
     float momentum;      /* < 0: 0.9, or 0 when a DGC codec is in use (it has its own) */
     size_t limit;        /* train on the first N examples (0: all) */
     size_t test_limit;   /* evaluate on the first N test examples (0: all) */
