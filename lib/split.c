@@ -64,6 +64,71 @@ static gcoll_status_t child_create(gcoll_comm_t *parent, int size, int rank, gco
     return GCOLL_OK;
 }
 
+/* The members of this rank's color in the child's rank order (key, then parent rank), from
+ * every rank's (color, key) pair; returns this rank's place among them (-1 without a color). */
+static int split_members(const int64_t *pairs, int P, int color, int rank, member_t *m, int *n_p)
+{
+    int n = 0, newrank = -1;
+    for (int r = 0; r < P && color >= 0; r++)
+        if (pairs[2 * r] == color)
+            m[n++] = (member_t){pairs[2 * r], pairs[2 * r + 1], r};
+    qsort(m, (size_t)n, sizeof(*m), member_cmp);
+    for (int i = 0; i < n; i++)
+        if (m[i].rank == rank)
+            newrank = i;
+    *n_p = n;
+    return newrank;
+}
+
+/* The allgatherv layout of the blobs (4-byte words) from their lengths; a length of -1 (or
+ * out of range) is a rank that could not make its part: lst, else GCOLL_ERR_PEER. */
+static gcoll_status_t split_layout(const int64_t *lens, int P, gcoll_status_t lst, size_t *counts,
+                                   size_t *displs, size_t *total_p, char *err, size_t errlen)
+{
+    size_t total = 0;
+    for (int r = 0; r < P; r++) {
+        if (lens[r] < 0 || lens[r] > BLOB_MAX) {
+            if (!*err)
+                snprintf(err, errlen,
+                         "rank %d could not create its part of the new "
+                         "communicator",
+                         r);
+            return lst != GCOLL_OK ? lst : GCOLL_ERR_PEER;
+        }
+        counts[r] = ((size_t)lens[r] + 3) / 4;
+        displs[r] = total;
+        total += counts[r];
+    }
+    *total_p = total;
+    return GCOLL_OK;
+}
+
+/* Connects the child's transport to its members' blobs (in all, at the parent ranks'
+ * displacements). */
+static gcoll_status_t split_connect(gcoll_comm_t *child, const member_t *m, int n,
+                                    const uint8_t *all, const size_t *displs, const int64_t *lens,
+                                    char *err, size_t errlen)
+{
+    const void **blobs = calloc((size_t)n, sizeof(*blobs));
+    size_t *blens = calloc((size_t)n, sizeof(*blens));
+    if (!blobs || !blens) {
+        free(blobs);
+        free(blens);
+        return GCOLL_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        blobs[i] = all + 4 * displs[m[i].rank];
+        blens[i] = (size_t)lens[m[i].rank];
+    }
+    uint64_t deadline = gcoll_time_ms() + (uint64_t)child->cfg.timeout_ms;
+    gcoll_status_t st = child->chan.ops->connect(child->chan.tp, blobs, blens, deadline);
+    free(blobs);
+    free(blens);
+    if (st != GCOLL_OK)
+        snprintf(err, errlen, "%s", child->chan.ops->last_error(child->chan.tp));
+    return st;
+}
+
 gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key, gcoll_comm_t **newcomm_p)
 {
     if (!comm || !newcomm_p)
@@ -85,14 +150,7 @@ gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key, gcoll_co
     int64_t mine[2] = {color < 0 ? -1 : color, key};
     if ((st = gcoll_allgather(comm, mine, pairs, 2, GCOLL_INT64)) != GCOLL_OK)
         goto out;
-    int n = 0, newrank = -1;
-    for (int r = 0; r < P && color >= 0; r++)
-        if (pairs[2 * r] == color)
-            m[n++] = (member_t){pairs[2 * r], pairs[2 * r + 1], r};
-    qsort(m, (size_t)n, sizeof(*m), member_cmp);
-    for (int i = 0; i < n; i++)
-        if (m[i].rank == comm->rank)
-            newrank = i;
+    int n = 0, newrank = split_members(pairs, P, color, comm->rank, m, &n);
     size_t blen = 0;
     if (color >= 0)
         lst = child_create(comm, n, newrank, &child, blob, &blen, err, sizeof(err));
@@ -102,20 +160,8 @@ gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key, gcoll_co
     if ((st = gcoll_allgather(comm, &l, lens, 1, GCOLL_INT64)) != GCOLL_OK)
         goto out;
     size_t total = 0;
-    for (int r = 0; r < P; r++) {
-        if (lens[r] < 0 || lens[r] > BLOB_MAX) {
-            st = lst != GCOLL_OK ? lst : GCOLL_ERR_PEER;
-            if (!*err)
-                snprintf(err, sizeof(err),
-                         "rank %d could not create its part of the new "
-                         "communicator",
-                         r);
-            goto out;
-        }
-        counts[r] = ((size_t)lens[r] + 3) / 4;
-        displs[r] = total;
-        total += counts[r];
-    }
+    if ((st = split_layout(lens, P, lst, counts, displs, &total, err, sizeof(err))) != GCOLL_OK)
+        goto out;
     if (!(all = malloc(total * 4 + 4))) {
         st = GCOLL_ERR_NOMEM;
         goto out;
@@ -123,26 +169,8 @@ gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key, gcoll_co
     st = gcoll_allgatherv(comm, blob, (blen + 3) / 4, all, counts, displs, GCOLL_INT32);
     if (st != GCOLL_OK || color < 0)
         goto out;
-    const void **blobs = calloc((size_t)n, sizeof(*blobs));
-    size_t *blens = calloc((size_t)n, sizeof(*blens));
-    if (!blobs || !blens) {
-        free(blobs);
-        free(blens);
-        st = GCOLL_ERR_NOMEM;
+    if ((st = split_connect(child, m, n, all, displs, lens, err, sizeof(err))) != GCOLL_OK)
         goto out;
-    }
-    for (int i = 0; i < n; i++) {
-        blobs[i] = all + 4 * displs[m[i].rank];
-        blens[i] = (size_t)lens[m[i].rank];
-    }
-    uint64_t deadline = gcoll_time_ms() + (uint64_t)child->cfg.timeout_ms;
-    st = child->chan.ops->connect(child->chan.tp, blobs, blens, deadline);
-    free(blobs);
-    free(blens);
-    if (st != GCOLL_OK) {
-        snprintf(err, sizeof(err), "%s", child->chan.ops->last_error(child->chan.tp));
-        goto out;
-    }
     st = gcoll_comm_start(child, NULL, err, sizeof(err));
     if (st == GCOLL_OK)
         GCOLL_INFO(GCOLL_SUBSYS_INIT,
