@@ -451,6 +451,159 @@ static int finished(const ps_run_t *r)
     return 1;
 }
 
+/* The receive buffers of every peer's two channels, sized for the largest message each
+ * can carry. */
+static gcoll_status_t run_alloc(ps_run_t *r)
+{
+    gcoll_ps_t *ps = r->ps;
+    const int P = ps->P, me = ps->rank;
+    r->rreq = calloc(2 * (size_t)P, sizeof(*r->rreq));
+    r->rbuf = calloc(2 * (size_t)P, sizeof(*r->rbuf));
+    r->rcap = calloc(2 * (size_t)P, sizeof(*r->rcap));
+    r->seq_in = calloc(2 * (size_t)P, sizeof(uint32_t));
+    r->seq_out = calloc(2 * (size_t)P, sizeof(uint32_t));
+    if (!r->rreq || !r->rbuf || !r->rcap || !r->seq_in || !r->seq_out)
+        return GCOLL_ERR_NOMEM;
+    for (int p = 0; p < P; p++) {
+        if (p == me)
+            continue;
+        r->rcap[IX(p, CH_REQ)] = push_cap(ps, me);
+        r->rcap[IX(p, CH_REP)] = gcoll_ps_reply_cap(ps, p);
+        for (int ch = CH_REQ; ch <= CH_REP; ch++)
+            if (!(r->rbuf[IX(p, ch)] = malloc(r->rcap[IX(p, ch)])))
+                return GCOLL_ERR_NOMEM;
+    }
+    return GCOLL_OK;
+}
+
+/* The worker's messages: its own requests are taken here, the others sent. On an error the
+ * rest of the queue is dropped. */
+static gcoll_status_t run_queue(ps_run_t *r, int *events)
+{
+    gcoll_ps_t *ps = r->ps;
+    gcoll_status_t st = GCOLL_OK;
+    pthread_mutex_lock(&ps->lock);
+    ps_msg_t *q = ps->q_head;
+    ps->q_head = ps->q_tail = NULL;
+    pthread_mutex_unlock(&ps->lock);
+    while (q) {
+        ps_msg_t *m = q;
+        q = q->next;
+        m->next = NULL;
+        (*events)++;
+        if (m->peer == ps->rank) {
+            st = take_request(r, ps->rank, m->buf, m->len);
+            gcoll_ps_msg_free(m);
+        } else {
+            st = send_msg(r, m);
+        }
+        if (st != GCOLL_OK) {
+            while (q) {
+                m = q;
+                q = q->next;
+                gcoll_ps_msg_free(m);
+            }
+            return st;
+        }
+    }
+    return GCOLL_OK;
+}
+
+/* Peers' messages: handle each that arrived, then receive the next on its channel. */
+static gcoll_status_t run_peers(ps_run_t *r, int *events)
+{
+    gcoll_ps_t *ps = r->ps;
+    gcoll_comm_t *comm = r->comm;
+    for (int p = 0; p < ps->P; p++) {
+        for (int ch = CH_REQ; ch <= CH_REP && p != ps->rank; ch++) {
+            size_t i = IX(p, ch);
+            int done;
+            GCOLL_CHECK(gcoll_net_done(comm, &r->rreq[i], &done));
+            if (!done)
+                continue;
+            (*events)++;
+            size_t nb = r->rreq[i].nbytes;
+            if (ch == CH_REQ) {
+                GCOLL_CHECK(take_request(r, p, r->rbuf[i], nb));
+            } else if (gcoll_ps_take_reply(ps, p, r->rbuf[i], nb) != GCOLL_OK) {
+                gcoll_comm_set_error(comm,
+                                     "parameter server: malformed or unexpected "
+                                     "reply from rank %d",
+                                     p);
+                return GCOLL_ERR_INVALID;
+            }
+            r->seq_in[i]++;
+            memset(&r->rreq[i], 0, sizeof(r->rreq[i]));
+            GCOLL_CHECK(post_recv(r, p, ch));
+        }
+    }
+    return GCOLL_OK;
+}
+
+/* Frees the sends that completed. */
+static gcoll_status_t run_reap(ps_run_t *r, int *events)
+{
+    for (ps_msg_t **pm = &r->inflight; *pm;) {
+        int done;
+        GCOLL_CHECK(gcoll_net_done(r->comm, &(*pm)->req, &done));
+        if (!done) {
+            pm = &(*pm)->next;
+            continue;
+        }
+        ps_msg_t *m = *pm;
+        *pm = m->next;
+        gcoll_ps_msg_free(m);
+        (*events)++;
+    }
+    return GCOLL_OK;
+}
+
+/* After a pass with no event: spin briefly, then nap; GCOLL_ERR_TIMEOUT once nothing has
+ * come for the deadline. */
+static gcoll_status_t run_idle(ps_run_t *r, int events, uint64_t *quiet_since, uint64_t *quiet_ns)
+{
+    gcoll_comm_t *comm = r->comm;
+    uint64_t now = gcoll_time_ms();
+    if (events) {
+        *quiet_since = now;
+        *quiet_ns = gcoll_time_ns();
+    } else if (now - *quiet_since > (uint64_t)comm->cfg.timeout_ms) {
+        gcoll_comm_set_error(comm,
+                             "parameter server: no message for %lld ms "
+                             "(GCOLL_TIMEOUT_MS)",
+                             (long long)comm->cfg.timeout_ms);
+        return GCOLL_ERR_TIMEOUT;
+    } else if (gcoll_time_ns() - *quiet_ns < PS_SPIN_NS) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    } else {
+        GCOLL_CHECK(server_nap(r->ps, comm));
+    }
+    return GCOLL_OK;
+}
+
+/* Withdraws the posted receives (once posted) and the sends in flight, frees the buffers. */
+static void run_free(ps_run_t *r, int posted)
+{
+    const int P = r->ps->P;
+    if (posted && r->rreq)
+        gcoll_net_cancel(r->comm, r->rreq, 2 * P);
+    while (r->inflight) {
+        ps_msg_t *m = r->inflight;
+        r->inflight = m->next;
+        if (!m->req.done)
+            gcoll_net_cancel(r->comm, &m->req, 1);
+        gcoll_ps_msg_free(m);
+    }
+    for (size_t i = 0; r->rbuf && i < 2 * (size_t)P; i++)
+        free(r->rbuf[i]);
+    free(r->rbuf);
+    free(r->rreq);
+    free(r->rcap);
+    free(r->seq_in);
+    free(r->seq_out);
+}
+
 static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
 {
     gcoll_ps_t *ps = req->a.ext;
@@ -458,24 +611,10 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
     ps_run_t r = {.ps = ps, .comm = comm};
     /* not the shard size, which differs between ranks */
     r.sig = gcoll_call_sig(PS_SIG_KIND, (size_t)ps->n, 0, 0, ps->cfg.staleness);
-    r.rreq = calloc(2 * (size_t)P, sizeof(*r.rreq));
-    r.rbuf = calloc(2 * (size_t)P, sizeof(*r.rbuf));
-    r.rcap = calloc(2 * (size_t)P, sizeof(*r.rcap));
-    r.seq_in = calloc(2 * (size_t)P, sizeof(uint32_t));
-    r.seq_out = calloc(2 * (size_t)P, sizeof(uint32_t));
-    gcoll_status_t st = GCOLL_ERR_NOMEM;
     int posted = 0;
-    if (!r.rreq || !r.rbuf || !r.rcap || !r.seq_in || !r.seq_out)
+    gcoll_status_t st = run_alloc(&r);
+    if (st != GCOLL_OK)
         goto out;
-    for (int p = 0; p < P; p++) {
-        if (p == me)
-            continue;
-        r.rcap[IX(p, CH_REQ)] = push_cap(ps, me);
-        r.rcap[IX(p, CH_REP)] = gcoll_ps_reply_cap(ps, p);
-        for (int ch = CH_REQ; ch <= CH_REP; ch++)
-            if (!(r.rbuf[IX(p, ch)] = malloc(r.rcap[IX(p, ch)])))
-                goto out;
-    }
     for (int p = 0; p < P; p++)
         for (int ch = CH_REQ; ch <= CH_REP && p != me; ch++)
             GCOLL_CHECK_GOTO(post_recv(&r, p, ch), st, out);
@@ -483,114 +622,25 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
     uint64_t quiet_since = gcoll_time_ms(), quiet_ns = gcoll_time_ns();
     for (;;) {
         int events = 0;
-        /* the worker's messages */
-        pthread_mutex_lock(&ps->lock);
-        ps_msg_t *q = ps->q_head;
-        ps->q_head = ps->q_tail = NULL;
-        pthread_mutex_unlock(&ps->lock);
-        while (q) {
-            ps_msg_t *m = q;
-            q = q->next;
-            m->next = NULL;
-            events++;
-            if (m->peer == me) {
-                st = take_request(&r, me, m->buf, m->len);
-                gcoll_ps_msg_free(m);
-            } else {
-                st = send_msg(&r, m);
-            }
-            if (st != GCOLL_OK) {
-                while (q) {
-                    m = q;
-                    q = q->next;
-                    gcoll_ps_msg_free(m);
-                }
-                goto out;
-            }
-        }
+        if ((st = run_queue(&r, &events)) != GCOLL_OK)
+            goto out;
         if (comm->abort_requested) {
             gcoll_comm_set_error(comm, "gcoll_comm_abort was called");
             st = GCOLL_ERR_ABORTED;
             goto out;
         }
         GCOLL_CHECK_GOTO(gcoll_net_progress(comm, 0), st, out);
-        /* peers' messages: handle, then receive the next on that channel */
-        for (int p = 0; p < P; p++) {
-            for (int ch = CH_REQ; ch <= CH_REP && p != me; ch++) {
-                size_t i = IX(p, ch);
-                int done;
-                GCOLL_CHECK_GOTO(gcoll_net_done(comm, &r.rreq[i], &done), st, out);
-                if (!done)
-                    continue;
-                events++;
-                size_t nb = r.rreq[i].nbytes;
-                if (ch == CH_REQ) {
-                    GCOLL_CHECK_GOTO(take_request(&r, p, r.rbuf[i], nb), st, out);
-                } else if (gcoll_ps_take_reply(ps, p, r.rbuf[i], nb) != GCOLL_OK) {
-                    gcoll_comm_set_error(comm,
-                                         "parameter server: malformed or unexpected "
-                                         "reply from rank %d",
-                                         p);
-                    st = GCOLL_ERR_INVALID;
-                    goto out;
-                }
-                r.seq_in[i]++;
-                memset(&r.rreq[i], 0, sizeof(r.rreq[i]));
-                GCOLL_CHECK_GOTO(post_recv(&r, p, ch), st, out);
-            }
-        }
-        for (ps_msg_t **pm = &r.inflight; *pm;) {
-            int done;
-            GCOLL_CHECK_GOTO(gcoll_net_done(comm, &(*pm)->req, &done), st, out);
-            if (!done) {
-                pm = &(*pm)->next;
-                continue;
-            }
-            ps_msg_t *m = *pm;
-            *pm = m->next;
-            gcoll_ps_msg_free(m);
-            events++;
-        }
+        GCOLL_CHECK_GOTO(run_peers(&r, &events), st, out);
+        GCOLL_CHECK_GOTO(run_reap(&r, &events), st, out);
         GCOLL_CHECK_GOTO(serve_pulls(&r), st, out);
         if (finished(&r)) {
             st = GCOLL_OK;
             goto out;
         }
-        uint64_t now = gcoll_time_ms();
-        if (events) {
-            quiet_since = now;
-            quiet_ns = gcoll_time_ns();
-        } else if (now - quiet_since > (uint64_t)comm->cfg.timeout_ms) {
-            gcoll_comm_set_error(comm,
-                                 "parameter server: no message for %lld ms "
-                                 "(GCOLL_TIMEOUT_MS)",
-                                 (long long)comm->cfg.timeout_ms);
-            st = GCOLL_ERR_TIMEOUT;
-            goto out;
-        } else if (gcoll_time_ns() - quiet_ns < PS_SPIN_NS) {
-            struct timespec ts = {0, 50000};
-            nanosleep(&ts, NULL);
-        } else {
-            GCOLL_CHECK_GOTO(server_nap(ps, comm), st, out);
-        }
+        GCOLL_CHECK_GOTO(run_idle(&r, events, &quiet_since, &quiet_ns), st, out);
     }
 out:
-    if (posted && r.rreq)
-        gcoll_net_cancel(comm, r.rreq, 2 * P);
-    while (r.inflight) {
-        ps_msg_t *m = r.inflight;
-        r.inflight = m->next;
-        if (!m->req.done)
-            gcoll_net_cancel(comm, &m->req, 1);
-        gcoll_ps_msg_free(m);
-    }
-    for (size_t i = 0; r.rbuf && i < 2 * (size_t)P; i++)
-        free(r.rbuf[i]);
-    free(r.rbuf);
-    free(r.rreq);
-    free(r.rcap);
-    free(r.seq_in);
-    free(r.seq_out);
+    run_free(&r, posted);
     pthread_mutex_lock(&ps->lock);
     if (st != GCOLL_OK && ps->err == GCOLL_OK)
         ps->err = st;
