@@ -209,6 +209,91 @@ static gcoll_status_t apply_decisions(gcoll_bucketer_t *b, const double *v, doub
  * Every rank runs the same rules on the same numbers, so all decide alike. Longer than
  * most: the estimates' updates and the fit read the same agreed vector in one pass each, in
  * the order the bandwidth rule's jumps depend on. */
+/* The step's totals over the buckets, from the agreed rows. */
+typedef struct {
+    double comp, wire, bytes;         /* adaptive density buckets: compress, wire time, bytes */
+    double qwire, qbytes, qwire_meas; /* quantizers: estimated wire, measured bytes and wire */
+    double fixed;                     /* every bucket's time that density does not change */
+    double norm2;                     /* squared gradient norm of the adaptive buckets */
+} adapt_sums_t;
+
+/* Sums the agreed rows and feeds each density bucket's own bandwidth estimate. */
+static void adapt_sums(gcoll_bucketer_t *b, const double *v, adapt_sums_t *a)
+{
+    *a = (adapt_sums_t){0};
+    for (int j = 0; j < b->nb; j++) {
+        const double *x = v + (size_t)j * NV;
+        a->fixed += x[0] + x[5] - (b->bk[j].quant ? -x[6] : 0);
+        if (!b->bk[j].adaptive)
+            continue;
+        a->norm2 += x[3];
+        if (b->bk[j].quant) {
+            a->qwire += b->bw.bw > 0 ? x[2] / b->bw.bw : -x[6];
+            a->qbytes += x[2];
+            a->qwire_meas += fmax(-x[6], 1e-6);
+            continue;
+        }
+        if (b->adapted == 0)
+            continue; /* the first step warms up (page faults, connections): not a rate */
+        /* two mid-step checks of this step saw the link slow down: the step's own samples
+         * below half the estimates are the new regime, not a stall */
+        if (b->mid_fired >= 2 && x[2] / fmax(-x[6], 1e-9) < b->bk[j].bw.bw / 2)
+            gcoll_bw_jump(&b->bk[j].bw, x[2], -x[6]);
+        else
+            gcoll_bw_update(&b->bk[j].bw, x[2], -x[6]);
+        a->comp += x[1];
+        a->wire += -x[6] > 1e-6 ? -x[6] : 1e-6;
+        a->bytes += x[2];
+    }
+}
+
+/* Feeds the link's bandwidth estimate with the step's bytes and wire time (after the first
+ * step); returns whether the mid-step checks saw the link slow down. */
+static int adapt_link(gcoll_bucketer_t *b, adapt_sums_t *a)
+{
+    int mid_jump = 0;
+    if (b->adapted++ > 0) {
+        if (a->bytes == 0) { /* quantizers only: their wire is the link's sample */
+            a->bytes = a->qbytes;
+            a->wire = a->qwire_meas;
+        }
+        if (b->mid_fired >= 2 && a->bytes / a->wire < b->bw.bw / 2) {
+            gcoll_bw_jump(&b->bw, a->bytes, a->wire);
+            mid_jump = 1;
+        } else {
+            gcoll_bw_update(&b->bw, a->bytes, a->wire);
+        }
+    }
+    return mid_jump;
+}
+
+/* The buckets share one progress thread and run in launch order: bucket j starts at
+ * its launch or when the one before it ends, then compresses and sends. What must end
+ * by the end of backward is the last of them; the density that makes it (the same for
+ * every adaptive bucket) accounts for buckets launched late, whose communication would
+ * otherwise be left after backward. Fills off, fixed and wfull per bucket; 0 when no
+ * bucket is fitted by bandwidth. */
+static double adapt_target(gcoll_bucketer_t *b, const double *v, double window, double *off,
+                           double *fixed, double *wfull)
+{
+    double dmin = 1, dmax = 0;
+    for (int j = 0; j < b->nb; j++) {
+        const double *x = v + (size_t)j * NV;
+        bucket_t *k = &b->bk[j];
+        off[j] = x[4];
+        if (k->adaptive && !k->quant && b->bw.bw > 0 && (b->adapt & GCOLL_AR_BANDWIDTH)) {
+            gcoll_bucket_cost(x[0], -x[6], x[1], x[5], x[2], k->comp->density, b->bw.bw, &fixed[j],
+                              &wfull[j]);
+            dmin = fmin(dmin, k->ctl.dmin);
+            dmax = fmax(dmax, k->ctl.dmax);
+        } else {
+            fixed[j] = x[0] + x[5];
+            wfull[j] = 0;
+        }
+    }
+    return dmax >= dmin ? gcoll_fit_density(b->nb, off, fixed, wfull, window, dmin, dmax) : 0;
+}
+
 gcoll_status_t gcoll_bucketer_adapt(gcoll_bucketer_t *b, double t_end)
 {
     const int P = b->comm->size;
@@ -231,7 +316,7 @@ gcoll_status_t gcoll_bucketer_adapt(gcoll_bucketer_t *b, double t_end)
         return GCOLL_ERR_NOMEM;
     double *samp = v + nred, *off = samp + nsamp, *fixed = off + b->nb, *wfull = fixed + b->nb;
     double *dens = wfull + b->nb;
-    double window = t_end - first, norm2 = 0;
+    double window = t_end - first;
     fill_agreement(b, v, samp, nsamp, first);
     v[(size_t)b->nb * NV] = -window; /* MAX of the negation: the shortest window */
     gcoll_status_t st = gcoll_allreduce(b->comm, v, v, nred + nsamp, GCOLL_FLOAT64, GCOLL_MAX);
@@ -240,81 +325,24 @@ gcoll_status_t gcoll_bucketer_adapt(gcoll_bucketer_t *b, double t_end)
     window = -v[(size_t)b->nb * NV];
     b->window = window;
     stat_update(b, samp);
-    double comp_all = 0, wire_all = 0, bytes_all = 0, qwire = 0, fixed_all = 0;
-    double qbytes = 0, qwire_meas = 0; /* the quantizers' measured bytes and wire */
-    for (int j = 0; j < b->nb; j++) {
-        const double *x = v + (size_t)j * NV;
-        fixed_all += x[0] + x[5] - (b->bk[j].quant ? -x[6] : 0);
-        if (!b->bk[j].adaptive)
-            continue;
-        norm2 += x[3];
-        if (b->bk[j].quant) {
-            qwire += b->bw.bw > 0 ? x[2] / b->bw.bw : -x[6];
-            qbytes += x[2];
-            qwire_meas += fmax(-x[6], 1e-6);
-            continue;
-        }
-        if (b->adapted == 0)
-            continue; /* the first step warms up (page faults, connections): not a rate */
-        /* two mid-step checks of this step saw the link slow down: the step's own samples
-         * below half the estimates are the new regime, not a stall */
-        if (b->mid_fired >= 2 && x[2] / fmax(-x[6], 1e-9) < b->bk[j].bw.bw / 2)
-            gcoll_bw_jump(&b->bk[j].bw, x[2], -x[6]);
-        else
-            gcoll_bw_update(&b->bk[j].bw, x[2], -x[6]);
-        comp_all += x[1];
-        wire_all += -x[6] > 1e-6 ? -x[6] : 1e-6;
-        bytes_all += x[2];
-    }
+    adapt_sums_t a;
+    adapt_sums(b, v, &a);
     int critical = 0;
     if (b->adapt & GCOLL_AR_PHASE) { /* ACCORDION's signal, as a ramp */
-        critical = gcoll_phase_update(&b->phase, sqrt(norm2));
+        critical = gcoll_phase_update(&b->phase, sqrt(a.norm2));
         b->boost = gcoll_phase_boost(b->boost, critical);
     }
     long jumps = b->bw.jumps;
     double bw_before = b->bw.bw;
-    int mid_jump = 0; /* the mid-step checks saw the link slow down */
-    if (b->adapted++ > 0) {
-        if (bytes_all == 0) { /* quantizers only: their wire is the link's sample */
-            bytes_all = qbytes;
-            wire_all = qwire_meas;
-        }
-        if (b->mid_fired >= 2 && bytes_all / wire_all < b->bw.bw / 2) {
-            gcoll_bw_jump(&b->bw, bytes_all, wire_all);
-            mid_jump = 1;
-        } else {
-            gcoll_bw_update(&b->bw, bytes_all, wire_all);
-        }
-    }
-    /* The buckets share one progress thread and run in launch order: bucket j starts at
-     * its launch or when the one before it ends, then compresses and sends. What must end
-     * by the end of backward is the last of them; the density that makes it (the same for
-     * every adaptive bucket) accounts for buckets launched late, whose communication would
-     * otherwise be left after backward. */
-    double dmin = 1, dmax = 0;
-    for (int j = 0; j < b->nb; j++) {
-        const double *x = v + (size_t)j * NV;
-        bucket_t *k = &b->bk[j];
-        off[j] = x[4];
-        if (k->adaptive && !k->quant && b->bw.bw > 0 && (b->adapt & GCOLL_AR_BANDWIDTH)) {
-            gcoll_bucket_cost(x[0], -x[6], x[1], x[5], x[2], k->comp->density, b->bw.bw, &fixed[j],
-                              &wfull[j]);
-            dmin = fmin(dmin, k->ctl.dmin);
-            dmax = fmax(dmax, k->ctl.dmax);
-        } else {
-            fixed[j] = x[0] + x[5];
-            wfull[j] = 0;
-        }
-    }
-    double target =
-        dmax >= dmin ? gcoll_fit_density(b->nb, off, fixed, wfull, window, dmin, dmax) : 0;
+    int mid_jump = adapt_link(b, &a); /* the mid-step checks saw the link slow down */
+    double target = adapt_target(b, v, window, off, fixed, wfull);
     /* each density bucket: min(bandwidth cap, statistical need), raised by the phase */
     int nd = 0;
     for (int j = 0; j < b->nb; j++) {
         bucket_t *k = &b->bk[j];
         if (!k->adaptive || k->quant)
             continue;
-        double cap = bw_cap(b, k, target, window, comp_all, jumps, bw_before, mid_jump);
+        double cap = bw_cap(b, k, target, window, a.comp, jumps, bw_before, mid_jump);
         double need = gcoll_sig_need_density(&k->sig, P);
         dens[nd] = gcoll_adapt_combine(cap, need, k->ctl.dmax, b->boost);
         off[nd] = (double)k->count;
@@ -324,12 +352,12 @@ gcoll_status_t gcoll_bucketer_adapt(gcoll_bucketer_t *b, double t_end)
                     "buckets: wire %.1f ms, compress %.1f ms, %.0f bytes, bandwidth %.1f MB/s; "
                     "fitted density %g; cap %g need %g critical %d boost %.2f: density %g -> "
                     "%g; this bucket: %.0f bytes, wire %.1f ms, compress %.1f ms",
-                    j, v[(size_t)j * NV + 4] * 1e3, window * 1e3, wire_all * 1e3, comp_all * 1e3,
-                    bytes_all, b->bw.bw / 1e6, target, cap, need, critical, b->boost,
+                    j, v[(size_t)j * NV + 4] * 1e3, window * 1e3, a.wire * 1e3, a.comp * 1e3,
+                    a.bytes, b->bw.bw / 1e6, target, cap, need, critical, b->boost,
                     k->comp->density, dens[nd - 1], v[(size_t)j * NV + 2],
                     -v[(size_t)j * NV + 6] * 1e3, v[(size_t)j * NV + 1] * 1e3);
     }
-    st = apply_decisions(b, v, dens, off, fixed, nd, window, qwire, fixed_all);
+    st = apply_decisions(b, v, dens, off, fixed, nd, window, a.qwire, a.fixed);
 out:
     free(v);
     return st;
