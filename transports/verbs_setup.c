@@ -357,6 +357,131 @@ static gcoll_status_t listen_on(gcoll_transport_t *t, const char *ip)
     return GCOLL_OK;
 }
 
+/* The transport's settings from the configuration, bounded by the device's limits (da);
+ * returns the completion queue's size. */
+static long vb_settings(gcoll_transport_t *t, const gcoll_config_t *cfg,
+                        const struct ibv_device_attr *da)
+{
+    /* Slots hold at least a header and 64 payload bytes. */
+    t->nqp = (int)GCOLL_MAX(cfg->ib_qps_per_peer, 1L);
+    t->nslots = (uint32_t)GCOLL_MAX(cfg->ib_eager_slots, 2L);
+    /* No single write may exceed the port's max_msg_sz: not a slot, not a chunk. */
+    size_t mmsz = t->port_attr.max_msg_sz ? t->port_attr.max_msg_sz : ((size_t)1 << 30);
+    t->slot_size = GCOLL_MIN(GCOLL_MAX(cfg->ib_eager_size, (size_t)GCOLL_VB_HDR_LEN + 64),
+                             GCOLL_MIN(mmsz, (size_t)1 << 24));
+    t->eager_max = t->slot_size - GCOLL_VB_HDR_LEN;
+    t->chunk_max = GCOLL_MIN(mmsz, (size_t)1 << 30);
+    if (cfg->ib_chunk)
+        t->chunk_max = GCOLL_MIN(t->chunk_max, cfg->ib_chunk);
+    t->mtu_cfg = cfg->ib_mtu;
+    t->timeout = (int)cfg->ib_timeout;
+    t->retry_cnt = (int)cfg->ib_retry_cnt;
+    t->sq_depth = (int)GCOLL_MIN((long)t->nslots + SQ_EXTRA, (long)da->max_qp_wr);
+    t->rq_depth = (int)GCOLL_MIN(2L * t->nslots + RQ_EXTRA, (long)da->max_qp_wr);
+    long cqe = (long)(t->size > 1 ? t->size - 1 : 1) * t->nqp * (t->sq_depth + t->rq_depth);
+    if (cqe > da->max_cqe) {
+        GCOLL_WARN("verbs: %s allows %d completion queue entries, %ld would be safe; large "
+                   "jobs may overrun it (lower GCOLL_IB_EAGER_SLOTS)",
+                   t->dev_name, da->max_cqe, cqe);
+        cqe = da->max_cqe;
+    }
+    return cqe;
+}
+
+/* Protection domain, completion channel (non-blocking) and the one completion queue. */
+static gcoll_status_t vb_cq(gcoll_transport_t *t, long cqe)
+{
+    const gcoll_ibv_ops_t *ibv = t->ibv;
+    if (!(t->pd = ibv->alloc_pd(t->ctx)) || !(t->chan = ibv->create_comp_channel(t->ctx))) {
+        gcoll_vb_set_error(t,
+                           "verbs: cannot allocate a protection domain or completion "
+                           "channel on %s: %s",
+                           t->dev_name, strerror(errno));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    fcntl(t->chan->fd, F_SETFL, fcntl(t->chan->fd, F_GETFL) | O_NONBLOCK);
+    if (!(t->cq = ibv->create_cq(t->ctx, (int)cqe, NULL, t->chan, 0))) {
+        gcoll_vb_set_error(t, "verbs: ibv_create_cq(%ld) on %s: %s", cqe, t->dev_name,
+                           strerror(errno));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    return GCOLL_OK;
+}
+
+/* Eager rings: receive slots the peers write into, staging slots we send from; and the
+ * registration cache of user buffers. */
+static gcoll_status_t vb_rings(gcoll_transport_t *t, const gcoll_config_t *cfg)
+{
+    const gcoll_ibv_ops_t *ibv = t->ibv;
+    size_t ring = (size_t)t->size * t->nslots * t->slot_size;
+    if (posix_memalign((void **)&t->rx_mem, 4096, ring) != 0 ||
+        posix_memalign((void **)&t->tx_mem, 4096, ring) != 0)
+        return GCOLL_ERR_NOMEM;
+    memset(t->rx_mem, 0, ring);
+    memset(t->tx_mem, 0, ring);
+    t->rx_mr =
+        ibv->reg_mr(t->pd, t->rx_mem, ring, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    t->tx_mr = t->rx_mr ? ibv->reg_mr(t->pd, t->tx_mem, ring, IBV_ACCESS_LOCAL_WRITE) : NULL;
+    if (!t->tx_mr) {
+        gcoll_vb_set_error(t, "verbs: cannot register %zu bytes of eager slots: %s%s", 2 * ring,
+                           strerror(errno), errno == ENOMEM ? " (check ulimit -l)" : "");
+        return GCOLL_ERR_TRANSPORT;
+    }
+    gcoll_vb_reg_init(&t->reg, ibv, t->pd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                      cfg->ib_reg_cache);
+    return GCOLL_OK;
+}
+
+/* Every peer's matching state, and the queue pairs, staging and receive flags of each
+ * other rank. */
+static gcoll_status_t vb_peers(gcoll_transport_t *t)
+{
+    if (!(t->peers = calloc((size_t)t->size, sizeof(*t->peers))))
+        return GCOLL_ERR_NOMEM;
+    t->match = (gcoll_match_t){.errmsg = t->errmsg,
+                               .errlen = sizeof(t->errmsg),
+                               .prefix = "verbs: ",
+                               .complete = gcoll_vb_match_complete,
+                               .ctx = t};
+    for (int i = 0; i < t->size; i++) {
+        t->peers[i].fd = -1;
+        gcoll_match_peer_init(&t->peers[i].rx, &t->match, i);
+    }
+    for (int i = 0; i < t->size; i++) {
+        if (i == t->rank)
+            continue;
+        gcoll_vb_peer_t *p = &t->peers[i];
+        p->qps = calloc((size_t)t->nqp, sizeof(*p->qps));
+        p->stage = calloc(t->nslots, sizeof(*p->stage));
+        p->rx_done = calloc(t->nslots, 1);
+        if (!p->qps || !p->stage || !p->rx_done)
+            return GCOLL_ERR_NOMEM;
+        for (int q = 0; q < t->nqp; q++)
+            GCOLL_CHECK(qp_create(t, i, q, &p->qps[q]));
+    }
+    return GCOLL_OK;
+}
+
+/* Arms the completion channel and the epoll set the progress loop waits on (the channel,
+ * and the wake fd if any). */
+static gcoll_status_t vb_events(gcoll_transport_t *t)
+{
+    if (t->ibv->req_notify_cq(t->cq, 0) != 0) {
+        gcoll_vb_set_error(t, "verbs: ibv_req_notify_cq: %s", strerror(errno));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    t->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (t->epfd < 0)
+        return GCOLL_ERR_TRANSPORT;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+    epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->chan->fd, &ev);
+    if (t->wake_fd >= 0) {
+        ev.data.u64 = 1;
+        epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wake_fd, &ev);
+    }
+    return GCOLL_OK;
+}
+
 gcoll_status_t gcoll_vb_create(const gcoll_transport_params_t *params, gcoll_transport_t **t_p)
 {
     const gcoll_config_t *cfg = params->cfg;
@@ -390,101 +515,11 @@ gcoll_status_t gcoll_vb_create(const gcoll_transport_params_t *params, gcoll_tra
         gcoll_vb_set_error(t, "verbs: ibv_query_device(%s): %s", t->dev_name, strerror(errno));
         goto err_free;
     }
-    /* Settings. Slots hold at least a header and 64 payload bytes. */
-    t->nqp = (int)GCOLL_MAX(cfg->ib_qps_per_peer, 1L);
-    t->nslots = (uint32_t)GCOLL_MAX(cfg->ib_eager_slots, 2L);
-    /* No single write may exceed the port's max_msg_sz: not a slot, not a chunk. */
-    size_t mmsz = t->port_attr.max_msg_sz ? t->port_attr.max_msg_sz : ((size_t)1 << 30);
-    t->slot_size = GCOLL_MIN(GCOLL_MAX(cfg->ib_eager_size, (size_t)GCOLL_VB_HDR_LEN + 64),
-                             GCOLL_MIN(mmsz, (size_t)1 << 24));
-    t->eager_max = t->slot_size - GCOLL_VB_HDR_LEN;
-    t->chunk_max = GCOLL_MIN(mmsz, (size_t)1 << 30);
-    if (cfg->ib_chunk)
-        t->chunk_max = GCOLL_MIN(t->chunk_max, cfg->ib_chunk);
-    t->mtu_cfg = cfg->ib_mtu;
-    t->timeout = (int)cfg->ib_timeout;
-    t->retry_cnt = (int)cfg->ib_retry_cnt;
-    t->sq_depth = (int)GCOLL_MIN((long)t->nslots + SQ_EXTRA, (long)da.max_qp_wr);
-    t->rq_depth = (int)GCOLL_MIN(2L * t->nslots + RQ_EXTRA, (long)da.max_qp_wr);
-    long cqe = (long)(t->size > 1 ? t->size - 1 : 1) * t->nqp * (t->sq_depth + t->rq_depth);
-    if (cqe > da.max_cqe) {
-        GCOLL_WARN("verbs: %s allows %d completion queue entries, %ld would be safe; large "
-                   "jobs may overrun it (lower GCOLL_IB_EAGER_SLOTS)",
-                   t->dev_name, da.max_cqe, cqe);
-        cqe = da.max_cqe;
-    }
-    if (!(t->pd = ibv->alloc_pd(t->ctx)) || !(t->chan = ibv->create_comp_channel(t->ctx))) {
-        gcoll_vb_set_error(t,
-                           "verbs: cannot allocate a protection domain or completion "
-                           "channel on %s: %s",
-                           t->dev_name, strerror(errno));
-        goto err_free;
-    }
-    fcntl(t->chan->fd, F_SETFL, fcntl(t->chan->fd, F_GETFL) | O_NONBLOCK);
-    if (!(t->cq = ibv->create_cq(t->ctx, (int)cqe, NULL, t->chan, 0))) {
-        gcoll_vb_set_error(t, "verbs: ibv_create_cq(%ld) on %s: %s", cqe, t->dev_name,
-                           strerror(errno));
-        goto err_free;
-    }
-    /* Eager rings: receive slots the peers write into, staging slots we send from. */
-    size_t ring = (size_t)t->size * t->nslots * t->slot_size;
-    st = GCOLL_ERR_NOMEM;
-    if (posix_memalign((void **)&t->rx_mem, 4096, ring) != 0 ||
-        posix_memalign((void **)&t->tx_mem, 4096, ring) != 0)
-        goto err_free;
-    memset(t->rx_mem, 0, ring);
-    memset(t->tx_mem, 0, ring);
-    st = GCOLL_ERR_TRANSPORT;
-    t->rx_mr =
-        ibv->reg_mr(t->pd, t->rx_mem, ring, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    t->tx_mr = t->rx_mr ? ibv->reg_mr(t->pd, t->tx_mem, ring, IBV_ACCESS_LOCAL_WRITE) : NULL;
-    if (!t->tx_mr) {
-        gcoll_vb_set_error(t, "verbs: cannot register %zu bytes of eager slots: %s%s", 2 * ring,
-                           strerror(errno), errno == ENOMEM ? " (check ulimit -l)" : "");
-        goto err_free;
-    }
-    gcoll_vb_reg_init(&t->reg, ibv, t->pd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-                      cfg->ib_reg_cache);
-    st = GCOLL_ERR_NOMEM;
-    if (!(t->peers = calloc((size_t)t->size, sizeof(*t->peers))))
-        goto err_free;
-    t->match = (gcoll_match_t){.errmsg = t->errmsg,
-                               .errlen = sizeof(t->errmsg),
-                               .prefix = "verbs: ",
-                               .complete = gcoll_vb_match_complete,
-                               .ctx = t};
-    for (int i = 0; i < t->size; i++) {
-        t->peers[i].fd = -1;
-        gcoll_match_peer_init(&t->peers[i].rx, &t->match, i);
-    }
-    for (int i = 0; i < t->size; i++) {
-        if (i == t->rank)
-            continue;
-        gcoll_vb_peer_t *p = &t->peers[i];
-        p->qps = calloc((size_t)t->nqp, sizeof(*p->qps));
-        p->stage = calloc(t->nslots, sizeof(*p->stage));
-        p->rx_done = calloc(t->nslots, 1);
-        st = GCOLL_ERR_NOMEM;
-        if (!p->qps || !p->stage || !p->rx_done)
-            goto err_free;
-        for (int q = 0; q < t->nqp; q++)
-            GCOLL_CHECK_GOTO(qp_create(t, i, q, &p->qps[q]), st, err_free);
-    }
-    if (ibv->req_notify_cq(t->cq, 0) != 0) {
-        st = GCOLL_ERR_TRANSPORT;
-        gcoll_vb_set_error(t, "verbs: ibv_req_notify_cq: %s", strerror(errno));
-        goto err_free;
-    }
-    t->epfd = epoll_create1(EPOLL_CLOEXEC);
-    st = GCOLL_ERR_TRANSPORT;
-    if (t->epfd < 0)
-        goto err_free;
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
-    epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->chan->fd, &ev);
-    if (t->wake_fd >= 0) {
-        ev.data.u64 = 1;
-        epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wake_fd, &ev);
-    }
+    long cqe = vb_settings(t, cfg, &da);
+    GCOLL_CHECK_GOTO(vb_cq(t, cqe), st, err_free);
+    GCOLL_CHECK_GOTO(vb_rings(t, cfg), st, err_free);
+    GCOLL_CHECK_GOTO(vb_peers(t), st, err_free);
+    GCOLL_CHECK_GOTO(vb_events(t), st, err_free);
     if (t->size > 1)
         GCOLL_CHECK_GOTO(listen_on(t, params->local_ip), st, err_free);
     char gid[INET6_ADDRSTRLEN];
