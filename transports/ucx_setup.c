@@ -279,6 +279,108 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
     free(t);
 }
 
+/* The single-copy and shared-memory mailbox settings, off when UCX_TLS leaves UCX no local
+ * transport to carry them. */
+static void ucx_local_settings(gcoll_transport_t *t, const gcoll_transport_params_t *params)
+{
+    t->cma_min = params->cfg ? params->cfg->ucx_cma_min : 0;
+    if (t->cma_min && !gcoll_ucx_tls_local()) {
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: single copy off: UCX_TLS=%s has no local transport",
+                    getenv("UCX_TLS"));
+        t->cma_min = 0;
+    }
+    if (t->cma_min) {
+        /* Yama (ptrace_scope 1) lets only ancestors read a process; the ranks are siblings */
+        if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0 && errno != EINVAL)
+            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: prctl(PR_SET_PTRACER): %s", strerror(errno));
+        while (t->cma_probe == 0)
+            if (getrandom(&t->cma_probe, sizeof(t->cma_probe), 0) != sizeof(t->cma_probe))
+                t->cma_probe = t->cookie * 0x9e3779b97f4a7c15ull;
+        t->cma_next = (t->cma_probe >> 16) | 1;
+    }
+
+    t->shm_max = params->cfg ? params->cfg->ucx_shm_max : 0;
+    if (t->shm_max > GCOLL_UCX_SHM_MAX_LIMIT) {
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: GCOLL_UCX_SHM_MAX=%zu capped at %u", t->shm_max,
+                    GCOLL_UCX_SHM_MAX_LIMIT);
+        t->shm_max = GCOLL_UCX_SHM_MAX_LIMIT;
+    }
+    if (t->shm_max && !tls_may_use_mm(getenv("UCX_TLS"))) {
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET,
+                    "ucx: shared-memory mailbox off: UCX_TLS=%s has no "
+                    "shared-memory transport",
+                    getenv("UCX_TLS"));
+        t->shm_max = 0;
+    }
+}
+
+/* The UCP context and worker, with gcoll's active-message handler, and the worker's event
+ * fd (and the wake fd) in the epoll set. */
+static gcoll_status_t ucx_worker(gcoll_transport_t *t, const gcoll_transport_params_t *params)
+{
+    ucs_status_t s = context_init(params->cfg ? params->cfg->timeout_ms : 0, t->size, &t->ctx);
+    if (s != UCS_OK) {
+        t->ctx = NULL;
+        GCOLL_WARN("ucx: ucp_init failed: %s", ucs_status_string(s));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE |
+                                            UCP_WORKER_PARAM_FIELD_EVENTS,
+                              /* one thread at a time: the communicator's owner */
+                              .thread_mode = UCS_THREAD_MODE_SERIALIZED,
+                              .events = UCP_WAKEUP_RX | UCP_WAKEUP_TX};
+    if ((s = ucp_worker_create(t->ctx, &wp, &t->worker)) != UCS_OK) {
+        t->worker = NULL;
+        GCOLL_WARN("ucx: ucp_worker_create failed: %s", ucs_status_string(s));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    ucp_worker_attr_t wa = {.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER};
+    if (ucp_worker_query(t->worker, &wa) != UCS_OK || wa.max_am_header < GCOLL_UCX_HDR_LEN) {
+        GCOLL_WARN("ucx: active-message headers of %d bytes are not supported", GCOLL_UCX_HDR_LEN);
+        return GCOLL_ERR_TRANSPORT;
+    }
+    ucp_am_handler_param_t ap = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = GCOLL_UCX_AM_ID,
+        .flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA,
+        .cb = gcoll_ucx_am_cb,
+        .arg = t};
+    if ((s = ucp_worker_set_am_recv_handler(t->worker, &ap)) != UCS_OK) {
+        GCOLL_WARN("ucx: cannot set the active-message handler: %s", ucs_status_string(s));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    if ((s = ucp_worker_get_efd(t->worker, &t->efd)) != UCS_OK) {
+        GCOLL_WARN("ucx: ucp_worker_get_efd failed: %s", ucs_status_string(s));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = t->efd};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->efd, &ev) != 0)
+        return GCOLL_ERR_TRANSPORT;
+    if (t->wake_fd >= 0) {
+        ev.data.fd = t->wake_fd;
+        if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wake_fd, &ev) != 0)
+            return GCOLL_ERR_TRANSPORT;
+    }
+    return GCOLL_OK;
+}
+
+/* A copy of the worker's address, the blob the peers connect to. */
+static gcoll_status_t ucx_own_address(gcoll_transport_t *t)
+{
+    ucp_address_t *addr;
+    ucs_status_t s;
+    if ((s = ucp_worker_get_address(t->worker, &addr, &t->addr_len)) != UCS_OK) {
+        GCOLL_WARN("ucx: ucp_worker_get_address failed: %s", ucs_status_string(s));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    t->addr = malloc(t->addr_len);
+    if (t->addr)
+        memcpy(t->addr, addr, t->addr_len);
+    ucp_worker_release_address(t->worker, addr);
+    return t->addr ? GCOLL_OK : GCOLL_ERR_NOMEM;
+}
+
 gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_transport_t **t_p)
 {
     gcoll_transport_t *t = calloc(1, sizeof(*t));
@@ -310,94 +412,10 @@ gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_tr
         if (getrandom(&t->cookie, sizeof(t->cookie), 0) != sizeof(t->cookie))
             t->cookie = gcoll_time_ns() ^ ((uint64_t)getpid() << 32);
 
-    t->cma_min = params->cfg ? params->cfg->ucx_cma_min : 0;
-    if (t->cma_min && !gcoll_ucx_tls_local()) {
-        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: single copy off: UCX_TLS=%s has no local transport",
-                    getenv("UCX_TLS"));
-        t->cma_min = 0;
-    }
-    if (t->cma_min) {
-        /* Yama (ptrace_scope 1) lets only ancestors read a process; the ranks are siblings */
-        if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0 && errno != EINVAL)
-            GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: prctl(PR_SET_PTRACER): %s", strerror(errno));
-        while (t->cma_probe == 0)
-            if (getrandom(&t->cma_probe, sizeof(t->cma_probe), 0) != sizeof(t->cma_probe))
-                t->cma_probe = t->cookie * 0x9e3779b97f4a7c15ull;
-        t->cma_next = (t->cma_probe >> 16) | 1;
-    }
-
-    t->shm_max = params->cfg ? params->cfg->ucx_shm_max : 0;
-    if (t->shm_max > GCOLL_UCX_SHM_MAX_LIMIT) {
-        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: GCOLL_UCX_SHM_MAX=%zu capped at %u", t->shm_max,
-                    GCOLL_UCX_SHM_MAX_LIMIT);
-        t->shm_max = GCOLL_UCX_SHM_MAX_LIMIT;
-    }
-    if (t->shm_max && !tls_may_use_mm(getenv("UCX_TLS"))) {
-        GCOLL_DEBUG(GCOLL_SUBSYS_NET,
-                    "ucx: shared-memory mailbox off: UCX_TLS=%s has no "
-                    "shared-memory transport",
-                    getenv("UCX_TLS"));
-        t->shm_max = 0;
-    }
+    ucx_local_settings(t, params);
     GCOLL_CHECK_GOTO(gcoll_ucx_shm_create(t), st, err_destroy);
-
-    st = GCOLL_ERR_TRANSPORT;
-    ucs_status_t s = context_init(params->cfg ? params->cfg->timeout_ms : 0, t->size, &t->ctx);
-    if (s != UCS_OK) {
-        t->ctx = NULL;
-        GCOLL_WARN("ucx: ucp_init failed: %s", ucs_status_string(s));
-        goto err_destroy;
-    }
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE |
-                                            UCP_WORKER_PARAM_FIELD_EVENTS,
-                              /* one thread at a time: the communicator's owner */
-                              .thread_mode = UCS_THREAD_MODE_SERIALIZED,
-                              .events = UCP_WAKEUP_RX | UCP_WAKEUP_TX};
-    if ((s = ucp_worker_create(t->ctx, &wp, &t->worker)) != UCS_OK) {
-        t->worker = NULL;
-        GCOLL_WARN("ucx: ucp_worker_create failed: %s", ucs_status_string(s));
-        goto err_destroy;
-    }
-    ucp_worker_attr_t wa = {.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER};
-    if (ucp_worker_query(t->worker, &wa) != UCS_OK || wa.max_am_header < GCOLL_UCX_HDR_LEN) {
-        GCOLL_WARN("ucx: active-message headers of %d bytes are not supported", GCOLL_UCX_HDR_LEN);
-        goto err_destroy;
-    }
-    ucp_am_handler_param_t ap = {
-        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
-        .id = GCOLL_UCX_AM_ID,
-        .flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA,
-        .cb = gcoll_ucx_am_cb,
-        .arg = t};
-    if ((s = ucp_worker_set_am_recv_handler(t->worker, &ap)) != UCS_OK) {
-        GCOLL_WARN("ucx: cannot set the active-message handler: %s", ucs_status_string(s));
-        goto err_destroy;
-    }
-    if ((s = ucp_worker_get_efd(t->worker, &t->efd)) != UCS_OK) {
-        GCOLL_WARN("ucx: ucp_worker_get_efd failed: %s", ucs_status_string(s));
-        goto err_destroy;
-    }
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = t->efd};
-    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->efd, &ev) != 0)
-        goto err_destroy;
-    if (t->wake_fd >= 0) {
-        ev.data.fd = t->wake_fd;
-        if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wake_fd, &ev) != 0)
-            goto err_destroy;
-    }
-    ucp_address_t *addr;
-    if ((s = ucp_worker_get_address(t->worker, &addr, &t->addr_len)) != UCS_OK) {
-        GCOLL_WARN("ucx: ucp_worker_get_address failed: %s", ucs_status_string(s));
-        goto err_destroy;
-    }
-    t->addr = malloc(t->addr_len);
-    if (t->addr)
-        memcpy(t->addr, addr, t->addr_len);
-    ucp_worker_release_address(t->worker, addr);
-    st = GCOLL_ERR_NOMEM;
-    if (!t->addr)
-        goto err_destroy;
+    GCOLL_CHECK_GOTO(ucx_worker(t, params), st, err_destroy);
+    GCOLL_CHECK_GOTO(ucx_own_address(t), st, err_destroy);
     char res[512];
     int rdma;
     context_resources(t->ctx, res, sizeof(res), &rdma);
