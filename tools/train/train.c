@@ -132,188 +132,240 @@ static int layer_ready(int layer, void *arg)
     return 0;
 }
 
-int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, FILE *out,
-              int keep_params, train_result_t *res)
+/* One run of train_run: what it decides before the first step, and what it holds. */
+typedef struct {
+    const train_opts_t *o;
+    const train_data_t *d;
+    gcoll_comm_t *comm;
+    FILE *out; /* rank 0's, else NULL */
+    int rank, size;
+    size_t ntrain, ntest, global, steps; /* steps per epoch */
+    const char *policy, *dgc_rule;
+    char rule[512]; /* dgc_rule's text */
+    float momentum;
+    int dgc_default; /* momentum 0 on DGC's tensors */
+    train_work_t w;
+    gcoll_bucketer_config_t bc;
+    gcoll_bucketer_t *b;
+    ready_ctx_t rctx;
+    float mom[2 * TRAIN_MAX_LAYERS]; /* the optimizer's momentum per tensor */
+} dp_run_t;
+
+/* The run's sizes, layer policy and momentum; -1 after printing why. */
+static int dp_plan(dp_run_t *r)
 {
-    int rank = gcoll_comm_rank(comm), size = gcoll_comm_size(comm);
-    memset(res, 0, sizeof(*res));
-    if (rank != 0)
-        out = NULL;
-    size_t ntrain = o->limit && o->limit < d->train.n ? o->limit : d->train.n;
-    size_t ntest = o->test_limit && o->test_limit < d->test.n ? o->test_limit : d->test.n;
-    size_t global = (size_t)o->batch * (size_t)size;
-    if (o->batch < 1 || global > ntrain) {
+    const train_opts_t *o = r->o;
+    const train_data_t *d = r->d;
+    r->ntrain = o->limit && o->limit < d->train.n ? o->limit : d->train.n;
+    r->ntest = o->test_limit && o->test_limit < d->test.n ? o->test_limit : d->test.n;
+    r->global = (size_t)o->batch * (size_t)r->size;
+    if (o->batch < 1 || r->global > r->ntrain) {
         fprintf(stderr,
                 "gcoll-train: rank %d: a global batch of %zu (%d per rank x %d ranks) needs at "
                 "least that many training examples, have %zu\n",
-                rank, global, o->batch, size, ntrain);
+                r->rank, r->global, o->batch, r->size, r->ntrain);
         return -1;
     }
     if (o->nsizes < 2 || o->sizes[o->nsizes - 1] != TRAIN_CLASSES) {
-        fprintf(stderr, "gcoll-train: rank %d: the last layer must have %d outputs\n", rank,
+        fprintf(stderr, "gcoll-train: rank %d: the last layer must have %d outputs\n", r->rank,
                 TRAIN_CLASSES);
         return -1;
     }
-    size_t steps = ntrain / global;
-    char rule[512];
-    const char *policy = o->policy && *o->policy ? o->policy : NULL;
-    const char *dgc_rule = policy ? NULL : train_dgc_layer_rule(o->compressor, rule, sizeof(rule));
-    if (dgc_rule)
-        policy = dgc_rule;
+    r->steps = r->ntrain / r->global;
+    r->policy = o->policy && *o->policy ? o->policy : NULL;
+    r->dgc_rule = r->policy ? NULL : train_dgc_layer_rule(o->compressor, r->rule, sizeof(r->rule));
+    if (r->dgc_rule)
+        r->policy = r->dgc_rule;
     /* DGC's tensors correct momentum inside the codec, so by default the optimizer adds
      * none to them (and 0.9 to the others, as the authors' implementation leaves tensors it
      * does not compress to the usual momentum SGD); an explicit --momentum is for all */
-    float momentum = o->momentum >= 0.0f ? o->momentum : 0.9f;
-    int rc = -1;
-    train_work_t w;
-    if (train_work_init(&w, o, d, ntrain, rank) != 0)
-        return -1;
-    float *x = w.x;
-    uint8_t *y = w.y;
-    uint32_t *perm = w.perm, *idx = w.idx;
-    gcoll_bucketer_t *b = NULL;
+    r->momentum = o->momentum >= 0.0f ? o->momentum : 0.9f;
+    return 0;
+}
 
+/* The bucketer, its tensors and the optimizer's momentum per tensor; -1 after saying why. */
+static int dp_bucketer(dp_run_t *r)
+{
+    const train_opts_t *o = r->o;
+    train_work_t *w = &r->w;
     /* One bucket per tensor by default (bucket_bytes 1): each layer's reduction starts as
      * soon as backward has produced it, and each tensor gets its own codec state (DGC
      * selects per layer). Registered in backward order, bias before weight within a layer,
      * as DDP does (reversed parameters()). */
-    gcoll_bucketer_config_t bc = {
+    r->bc = (gcoll_bucketer_config_t){
         .bucket_bytes = o->bucket_bytes,
         .op = GCOLL_AVG,
-        .policy = policy,
+        .policy = r->policy,
         .default_spec = o->compressor,
         .accumulate_steps = 1,
         /* the DGC paper warms up over 4 of 90 epochs; 10% of a short run here */
-        .warmup_steps = (uint64_t)(o->warmup_frac * (double)steps * o->epochs + 0.5),
+        .warmup_steps = (uint64_t)(o->warmup_frac * (double)r->steps * o->epochs + 0.5),
     };
-    gcoll_status_t st = gcoll_bucketer_create(comm, &bc, &b);
+    gcoll_status_t st = gcoll_bucketer_create(r->comm, &r->bc, &r->b);
     if (st != GCOLL_OK) {
-        train_mode_fail(comm, "bucketer", st);
-        goto out;
+        train_mode_fail(r->comm, "bucketer", st);
+        return -1;
     }
-    ready_ctx_t rctx = {.b = b,
-                        .m = &w.m,
-                        .momentum_first =
-                            train_momentum_first(o->compressor, policy) ? momentum : 0.0f};
-    for (int l = w.m.nl - 1; l >= 0; l--) {
+    r->rctx = (ready_ctx_t){
+        .b = r->b,
+        .m = &w->m,
+        .momentum_first = train_momentum_first(o->compressor, r->policy) ? r->momentum : 0.0f};
+    for (int l = w->m.nl - 1; l >= 0; l--) {
         char name[32];
         snprintf(name, sizeof(name), "fc%d.bias", l + 1);
-        st = gcoll_bucketer_add_tensor(b, name, w.m.l[l].gb, (size_t)w.m.l[l].out, GCOLL_FLOAT32,
-                                       NULL, &rctx.id_b[l]);
+        st = gcoll_bucketer_add_tensor(r->b, name, w->m.l[l].gb, (size_t)w->m.l[l].out,
+                                       GCOLL_FLOAT32, NULL, &r->rctx.id_b[l]);
         if (st == GCOLL_OK) {
             snprintf(name, sizeof(name), "fc%d.weight", l + 1);
-            st = gcoll_bucketer_add_tensor(b, name, w.m.l[l].gw, (size_t)w.m.l[l].in * w.m.l[l].out,
-                                           GCOLL_FLOAT32, NULL, &rctx.id_w[l]);
+            st = gcoll_bucketer_add_tensor(r->b, name, w->m.l[l].gw,
+                                           (size_t)w->m.l[l].in * w->m.l[l].out, GCOLL_FLOAT32,
+                                           NULL, &r->rctx.id_w[l]);
         }
         if (st != GCOLL_OK) {
-            train_mode_fail(comm, "bucketer registration", st);
-            goto out;
+            train_mode_fail(r->comm, "bucketer registration", st);
+            return -1;
         }
     }
-    float mom[2 * TRAIN_MAX_LAYERS];
-    int dgc_default = o->momentum < 0.0f && train_uses_dgc(o->compressor, policy);
-    for (int l = 0; l < w.m.nl; l++) {
+    r->dgc_default = o->momentum < 0.0f && train_uses_dgc(o->compressor, r->policy);
+    for (int l = 0; l < w->m.nl; l++) {
         for (int t = 0; t < 2; t++) {
-            const char *spec = gcoll_bucketer_tensor_spec(b, t ? rctx.id_b[l] : rctx.id_w[l]);
-            mom[2 * l + t] = rctx.momentum_first > 0.0f           ? 0.0f
-                             : dgc_default && strstr(spec, "dgc") ? 0.0f
-                                                                  : momentum;
+            const char *spec =
+                gcoll_bucketer_tensor_spec(r->b, t ? r->rctx.id_b[l] : r->rctx.id_w[l]);
+            r->mom[2 * l + t] = r->rctx.momentum_first > 0.0f           ? 0.0f
+                                : r->dgc_default && strstr(spec, "dgc") ? 0.0f
+                                                                        : r->momentum;
         }
     }
+    return 0;
+}
 
-    if (out) {
-        const char *c = o->csv ? "# " : "";
-        train_print_model(out, c, comm, &w);
-        fprintf(out,
-                "%scompressor %s, policy %s%s, buckets of %zu bytes%s; batch %d per rank (%zu "
-                "global), lr %g%s%s, momentum %g%s; %zu steps per epoch on %zu examples, %zu test; "
-                "seed %llu\n",
-                c, o->compressor, policy ? policy : "none", dgc_rule ? " (DGC's layer rule)" : "",
-                o->bucket_bytes,
-                o->bucket_bytes == 1   ? " (one per tensor)"
-                : o->bucket_bytes == 0 ? " (GCOLL_BUCKET_BYTES)"
-                                       : "",
-                o->batch, global, (double)o->lr, " ", train_lr_schedule_name(o->lr_schedule),
-                (double)momentum,
-                dgc_default                  ? " (0 on DGC's tensors: DGC corrects momentum itself)"
-                : rctx.momentum_first > 0.0f ? " (before compression: error feedback)"
-                                             : "",
-                steps, ntrain, ntest, (unsigned long long)o->seed);
-        fprintf(out, "%stensor specs (warm-up of sparsifiers: %llu steps):", c,
-                (unsigned long long)bc.warmup_steps);
-        for (int l = w.m.nl - 1; l >= 0; l--)
-            fprintf(out, "%s fc%d.bias=%s; fc%d.weight=%s", l == w.m.nl - 1 ? "" : ";", l + 1,
-                    gcoll_bucketer_tensor_spec(b, rctx.id_b[l]), l + 1,
-                    gcoll_bucketer_tensor_spec(b, rctx.id_w[l]));
-        fprintf(out, "\n");
-        if (o->csv)
-            fprintf(out, "epoch,train_loss,test_loss,test_acc,wire_bytes,raw_bytes,seconds,"
-                         "wait_seconds\n");
-        else
-            fprintf(out, "%5s %10s %9s %8s %10s %10s %8s %7s %6s\n", "epoch", "train_loss",
-                    "test_loss", "test_acc", "wire_MB", "raw_MB", "wire/raw", "time_s", "wait_s");
-        fflush(out);
-    }
+/* Rank 0's header: the model, the run's settings, each tensor's spec, the table's head. */
+static void dp_header(const dp_run_t *r)
+{
+    const train_opts_t *o = r->o;
+    FILE *out = r->out;
+    const char *c = o->csv ? "# " : "";
+    train_print_model(out, c, r->comm, &r->w);
+    fprintf(out,
+            "%scompressor %s, policy %s%s, buckets of %zu bytes%s; batch %d per rank (%zu "
+            "global), lr %g%s%s, momentum %g%s; %zu steps per epoch on %zu examples, %zu test; "
+            "seed %llu\n",
+            c, o->compressor, r->policy ? r->policy : "none",
+            r->dgc_rule ? " (DGC's layer rule)" : "", o->bucket_bytes,
+            o->bucket_bytes == 1   ? " (one per tensor)"
+            : o->bucket_bytes == 0 ? " (GCOLL_BUCKET_BYTES)"
+                                   : "",
+            o->batch, r->global, (double)o->lr, " ", train_lr_schedule_name(o->lr_schedule),
+            (double)r->momentum,
+            r->dgc_default                  ? " (0 on DGC's tensors: DGC corrects momentum itself)"
+            : r->rctx.momentum_first > 0.0f ? " (before compression: error feedback)"
+                                            : "",
+            r->steps, r->ntrain, r->ntest, (unsigned long long)o->seed);
+    fprintf(out, "%stensor specs (warm-up of sparsifiers: %llu steps):", c,
+            (unsigned long long)r->bc.warmup_steps);
+    for (int l = r->w.m.nl - 1; l >= 0; l--)
+        fprintf(out, "%s fc%d.bias=%s; fc%d.weight=%s", l == r->w.m.nl - 1 ? "" : ";", l + 1,
+                gcoll_bucketer_tensor_spec(r->b, r->rctx.id_b[l]), l + 1,
+                gcoll_bucketer_tensor_spec(r->b, r->rctx.id_w[l]));
+    fprintf(out, "\n");
+    if (o->csv)
+        fprintf(out, "epoch,train_loss,test_loss,test_acc,wire_bytes,raw_bytes,seconds,"
+                     "wait_seconds\n");
+    else
+        fprintf(out, "%5s %10s %9s %8s %10s %10s %8s %7s %6s\n", "epoch", "train_loss", "test_loss",
+                "test_acc", "wire_MB", "raw_MB", "wire/raw", "time_s", "wait_s");
+    fflush(out);
+}
 
-    for (int e = 0; e < o->epochs; e++) {
-        double t0 = train_now_s(), wait_s = 0.0, loss_sum = 0.0;
-        gcoll_counters_t c0, c1;
-        gcoll_comm_counters(comm, &c0);
-        train_permutation(perm, ntrain, o->seed, (uint64_t)e);
-        for (size_t s = 0; s < steps; s++) {
-            /* rank r takes the r-th slice of global batch s: together the ranks cover exactly
-             * what one rank with the global batch would */
-            train_gather(&d->train, perm + s * global + (size_t)rank * o->batch, (size_t)o->batch,
-                         x, y);
-            double loss = train_mlp_forward(&w.m, x, y, o->batch, NULL);
-            if (!isfinite(loss)) {
-                fprintf(stderr,
-                        "gcoll-train: rank %d: the loss diverged (%g) at epoch %d step %zu: "
-                        "try a smaller --lr\n",
-                        rank, loss, e + 1, s);
-                gcoll_comm_abort(comm);
-                goto out;
-            }
-            loss_sum += loss;
-            if (train_mlp_backward(&w.m, y, layer_ready, &rctx) != 0) {
-                train_mode_fail(comm, "gcoll_bucketer_ready", rctx.st);
-                goto out;
-            }
-            double tw = train_now_s();
-            st = gcoll_bucketer_wait(b);
-            wait_s += train_now_s() - tw;
-            if (st != GCOLL_OK) {
-                train_mode_fail(comm, "gcoll_bucketer_wait", st);
-                goto out;
-            }
-            train_mlp_sgd_each(
-                &w.m, train_lr_at(o, (size_t)e * steps + s, (size_t)o->epochs * steps), mom);
+/* Epoch e: every step, then the test set and the epoch's line; -1 after saying why. */
+static int dp_epoch(dp_run_t *r, int e, train_result_t *res)
+{
+    const train_opts_t *o = r->o;
+    const train_data_t *d = r->d;
+    gcoll_comm_t *comm = r->comm;
+    train_work_t *w = &r->w;
+    const size_t steps = r->steps, global = r->global;
+    double t0 = train_now_s(), wait_s = 0.0, loss_sum = 0.0;
+    gcoll_counters_t c0, c1;
+    gcoll_status_t st;
+    gcoll_comm_counters(comm, &c0);
+    train_permutation(w->perm, r->ntrain, o->seed, (uint64_t)e);
+    for (size_t s = 0; s < steps; s++) {
+        /* rank r takes the r-th slice of global batch s: together the ranks cover exactly
+         * what one rank with the global batch would */
+        train_gather(&d->train, w->perm + s * global + (size_t)r->rank * o->batch, (size_t)o->batch,
+                     w->x, w->y);
+        double loss = train_mlp_forward(&w->m, w->x, w->y, o->batch, NULL);
+        if (!isfinite(loss)) {
+            fprintf(stderr,
+                    "gcoll-train: rank %d: the loss diverged (%g) at epoch %d step %zu: "
+                    "try a smaller --lr\n",
+                    r->rank, loss, e + 1, s);
+            gcoll_comm_abort(comm);
+            return -1;
         }
-        gcoll_comm_counters(comm, &c1);
-        double test_loss = 0.0;
-        long correct = 0;
-        train_mode_evaluate(&w.m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
-        double v[5] = {loss_sum, (double)correct, test_loss,
-                       (double)(c1.bytes_sent - c0.bytes_sent),
-                       (double)(c1.bytes_raw - c0.bytes_raw)};
-        st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
+        loss_sum += loss;
+        if (train_mlp_backward(&w->m, w->y, layer_ready, &r->rctx) != 0) {
+            train_mode_fail(comm, "gcoll_bucketer_ready", r->rctx.st);
+            return -1;
+        }
+        double tw = train_now_s();
+        st = gcoll_bucketer_wait(r->b);
+        wait_s += train_now_s() - tw;
         if (st != GCOLL_OK) {
-            train_mode_fail(comm, "epoch statistics", st);
-            goto out;
+            train_mode_fail(comm, "gcoll_bucketer_wait", st);
+            return -1;
         }
-        train_epoch_done(out, o->csv, res, e, v, steps * (size_t)size, ntest, train_now_s() - t0,
-                         wait_s);
-        train_adapt_report(out, o->csv, b, e);
+        train_mlp_sgd_each(&w->m, train_lr_at(o, (size_t)e * steps + s, (size_t)o->epochs * steps),
+                           r->mom);
     }
-    if (out) {
-        fprintf(out, "final test accuracy: %.4f\n", res->final_acc);
-        fflush(out);
+    gcoll_comm_counters(comm, &c1);
+    double test_loss = 0.0;
+    long correct = 0;
+    train_mode_evaluate(&w->m, &d->test, r->ntest, r->rank, r->size, w->x, w->y, w->idx, &test_loss,
+                        &correct);
+    double v[5] = {loss_sum, (double)correct, test_loss, (double)(c1.bytes_sent - c0.bytes_sent),
+                   (double)(c1.bytes_raw - c0.bytes_raw)};
+    st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
+    if (st != GCOLL_OK) {
+        train_mode_fail(comm, "epoch statistics", st);
+        return -1;
     }
-    if (keep_params && train_keep_params(&w.m, rank, res) != 0)
+    train_epoch_done(r->out, o->csv, res, e, v, steps * (size_t)r->size, r->ntest,
+                     train_now_s() - t0, wait_s);
+    train_adapt_report(r->out, o->csv, r->b, e);
+    return 0;
+}
+
+int train_run(const train_opts_t *o, const train_data_t *d, gcoll_comm_t *comm, FILE *out,
+              int keep_params, train_result_t *res)
+{
+    dp_run_t r = {.o = o, .d = d, .comm = comm};
+    r.rank = gcoll_comm_rank(comm);
+    r.size = gcoll_comm_size(comm);
+    memset(res, 0, sizeof(*res));
+    r.out = r.rank == 0 ? out : NULL;
+    if (dp_plan(&r) != 0)
+        return -1;
+    int rc = -1;
+    if (train_work_init(&r.w, o, d, r.ntrain, r.rank) != 0)
+        return -1;
+    if (dp_bucketer(&r) != 0)
+        goto out;
+    if (r.out)
+        dp_header(&r);
+    for (int e = 0; e < o->epochs; e++)
+        if (dp_epoch(&r, e, res) != 0)
+            goto out;
+    if (r.out) {
+        fprintf(r.out, "final test accuracy: %.4f\n", res->final_acc);
+        fflush(r.out);
+    }
+    if (keep_params && train_keep_params(&r.w.m, r.rank, res) != 0)
         goto out;
     rc = 0;
 out:
-    gcoll_bucketer_destroy(b);
-    train_work_free(&w);
+    gcoll_bucketer_destroy(r.b);
+    train_work_free(&r.w);
     return rc;
 }
