@@ -335,6 +335,143 @@ static const char *momentum_name(int m)
                                               : "local";
 }
 
+/* One local SGD run of train_run_mode: its sizes and what it holds. */
+typedef struct {
+    const train_opts_t *o;
+    const train_mode_opts_t *mo;
+    const train_data_t *d;
+    gcoll_comm_t *comm;
+    FILE *out; /* rank 0's, else NULL */
+    int rank, size;
+    size_t ntrain, ntest, global, steps; /* steps per epoch */
+    float momentum;
+    train_work_t w;
+    gcoll_localsgd_t *ls;
+} ls_run_t;
+
+/* The local SGD state with the model's tensors (and momentum buffers); -1 after saying
+ * why. */
+static int ls_setup(ls_run_t *r)
+{
+    const train_mode_opts_t *mo = r->mo;
+    train_work_t *w = &r->w;
+    gcoll_localsgd_config_t lc = {
+        .local_steps = mo->local_steps,
+        .warmup_steps = mo->local_warmup,
+        .compressor = r->o->compressor,
+        .momentum = (gcoll_lsgd_momentum_t)mo->local_momentum,
+    };
+    gcoll_status_t st = gcoll_localsgd_create(r->comm, &lc, &r->ls);
+    if (st != GCOLL_OK) {
+        train_mode_fail(r->comm, "gcoll_localsgd_create", st);
+        return -1;
+    }
+    /* every rank initialized the model from the same seed: the synced copies agree */
+    for (int l = 0; l < w->m.nl && st == GCOLL_OK; l++) {
+        st = gcoll_localsgd_add_tensor(r->ls, w->m.l[l].w, r->momentum > 0 ? w->m.l[l].vw : NULL,
+                                       (size_t)w->m.l[l].in * w->m.l[l].out, NULL);
+        if (st == GCOLL_OK)
+            st =
+                gcoll_localsgd_add_tensor(r->ls, w->m.l[l].b, r->momentum > 0 ? w->m.l[l].vb : NULL,
+                                          (size_t)w->m.l[l].out, NULL);
+    }
+    if (st != GCOLL_OK) {
+        train_mode_fail(r->comm, "gcoll_localsgd_add_tensor", st);
+        return -1;
+    }
+    return 0;
+}
+
+/* Rank 0's header: the model, the run's settings, the table's head. */
+static void ls_header(const ls_run_t *r)
+{
+    const train_opts_t *o = r->o;
+    const train_mode_opts_t *mo = r->mo;
+    FILE *out = r->out;
+    train_print_model(out, "", r->comm, &r->w);
+    fprintf(out,
+            "local SGD: H=%d after %d synchronous steps, delta compressor %s, momentum %g "
+            "(%s at a sync); batch %d per rank (%zu global), lr %g %s; %zu steps per epoch on "
+            "%zu examples, %zu test; seed %llu",
+            mo->local_steps, mo->local_warmup, o->compressor, (double)r->momentum,
+            momentum_name(mo->local_momentum), o->batch, r->global, (double)o->lr,
+            train_lr_schedule_name(o->lr_schedule), r->steps, r->ntrain, r->ntest,
+            (unsigned long long)o->seed);
+    if (mo->straggle > 0)
+        fprintf(out, "; rotating straggler x%g", mo->straggle);
+    if (mo->slow_rank >= 0)
+        fprintf(out, "; rank %d slow x%g", mo->slow_rank, mo->slow_factor);
+    fprintf(out, "\n%5s %10s %9s %8s %10s %10s %8s %7s %6s\n", "epoch", "train_loss", "test_loss",
+            "test_acc", "wire_MB", "raw_MB", "wire/raw", "time_s", "wait_s");
+    fflush(out);
+}
+
+/* Epoch e: every local step (gstep counts them over the run), then a sync, the test set of
+ * the common model and the epoch's line; -1 after saying why. */
+static int ls_epoch(ls_run_t *r, int e, uint64_t *gstep, train_result_t *res)
+{
+    const train_opts_t *o = r->o;
+    const train_data_t *d = r->d;
+    gcoll_comm_t *comm = r->comm;
+    train_work_t *w = &r->w;
+    const size_t steps = r->steps;
+    gcoll_status_t st;
+    double t0 = train_now_s(), wait_s = 0.0, loss_sum = 0.0;
+    gcoll_counters_t c0, c1;
+    gcoll_comm_counters(comm, &c0);
+    train_permutation(w->perm, r->ntrain, o->seed, (uint64_t)e);
+    for (size_t s = 0; s < steps; s++, (*gstep)++) {
+        train_gather(&d->train, w->perm + s * r->global + (size_t)r->rank * o->batch,
+                     (size_t)o->batch, w->x, w->y);
+        int extra = train_straggle_passes(r->mo, o->seed, *gstep, r->rank, r->size);
+        double loss = 0;
+        for (int k = 0; k <= extra; k++) {
+            loss = train_mlp_forward(&w->m, w->x, w->y, o->batch, NULL);
+            train_mlp_backward(&w->m, w->y, NULL, NULL);
+        }
+        if (!isfinite(loss)) {
+            fprintf(stderr,
+                    "gcoll-train: rank %d: the loss diverged (%g) at epoch %d step %zu: "
+                    "try a smaller --lr\n",
+                    r->rank, loss, e + 1, s);
+            gcoll_comm_abort(comm);
+            return -1;
+        }
+        loss_sum += loss;
+        train_mlp_sgd(&w->m, train_lr_at(o, *gstep, (size_t)o->epochs * steps), r->momentum);
+        double tw = train_now_s();
+        st = gcoll_localsgd_step(r->ls, NULL);
+        wait_s += train_now_s() - tw;
+        if (st != GCOLL_OK) {
+            train_mode_fail(comm, "gcoll_localsgd_step", st);
+            return -1;
+        }
+    }
+    /* evaluate the common model */
+    double tw = train_now_s();
+    st = gcoll_localsgd_sync(r->ls);
+    wait_s += train_now_s() - tw;
+    if (st != GCOLL_OK) {
+        train_mode_fail(comm, "gcoll_localsgd_sync", st);
+        return -1;
+    }
+    gcoll_comm_counters(comm, &c1);
+    double test_loss = 0.0;
+    long correct = 0;
+    train_mode_evaluate(&w->m, &d->test, r->ntest, r->rank, r->size, w->x, w->y, w->idx, &test_loss,
+                        &correct);
+    double v[5] = {loss_sum, (double)correct, test_loss, (double)(c1.bytes_sent - c0.bytes_sent),
+                   (double)(c1.bytes_raw - c0.bytes_raw)};
+    st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
+    if (st != GCOLL_OK) {
+        train_mode_fail(comm, "epoch statistics", st);
+        return -1;
+    }
+    train_epoch_done(r->out, 0, res, e, v, steps * (size_t)r->size, r->ntest, train_now_s() - t0,
+                     wait_s);
+    return 0;
+}
+
 int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const train_data_t *d,
                    gcoll_comm_t *comm, FILE *out, int keep_params, train_result_t *res)
 {
@@ -358,125 +495,40 @@ int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const tra
     }
     if (mo->async)
         return train_run_async(o, mo, d, comm, out, keep_params, res);
-    size_t steps = ntrain / global;
+    ls_run_t r = {.o = o,
+                  .mo = mo,
+                  .d = d,
+                  .comm = comm,
+                  .out = out,
+                  .rank = rank,
+                  .size = size,
+                  .ntrain = ntrain,
+                  .ntest = ntest,
+                  .global = global,
+                  .steps = ntrain / global};
     /* DGC's own momentum does not apply to deltas: the optimizer keeps 0.9 unless told */
-    float momentum = o->momentum >= 0.0f ? o->momentum : 0.9f;
+    r.momentum = o->momentum >= 0.0f ? o->momentum : 0.9f;
     int rc = -1;
-    train_work_t w;
-    if (train_work_init(&w, o, d, ntrain, rank) != 0)
+    if (train_work_init(&r.w, o, d, ntrain, rank) != 0)
         return -1;
-    float *x = w.x;
-    uint8_t *y = w.y;
-    uint32_t *perm = w.perm, *idx = w.idx;
-    gcoll_localsgd_t *ls = NULL;
-    gcoll_localsgd_config_t lc = {
-        .local_steps = mo->local_steps,
-        .warmup_steps = mo->local_warmup,
-        .compressor = o->compressor,
-        .momentum = (gcoll_lsgd_momentum_t)mo->local_momentum,
-    };
-    gcoll_status_t st = gcoll_localsgd_create(comm, &lc, &ls);
-    if (st != GCOLL_OK) {
-        train_mode_fail(comm, "gcoll_localsgd_create", st);
+    if (ls_setup(&r) != 0)
         goto out;
-    }
-    /* every rank initialized the model from the same seed: the synced copies agree */
-    for (int l = 0; l < w.m.nl && st == GCOLL_OK; l++) {
-        st = gcoll_localsgd_add_tensor(ls, w.m.l[l].w, momentum > 0 ? w.m.l[l].vw : NULL,
-                                       (size_t)w.m.l[l].in * w.m.l[l].out, NULL);
-        if (st == GCOLL_OK)
-            st = gcoll_localsgd_add_tensor(ls, w.m.l[l].b, momentum > 0 ? w.m.l[l].vb : NULL,
-                                           (size_t)w.m.l[l].out, NULL);
-    }
-    if (st != GCOLL_OK) {
-        train_mode_fail(comm, "gcoll_localsgd_add_tensor", st);
-        goto out;
-    }
-    if (out) {
-        train_print_model(out, "", comm, &w);
-        fprintf(out,
-                "local SGD: H=%d after %d synchronous steps, delta compressor %s, momentum %g "
-                "(%s at a sync); batch %d per rank (%zu global), lr %g %s; %zu steps per epoch on "
-                "%zu examples, %zu test; seed %llu",
-                mo->local_steps, mo->local_warmup, o->compressor, (double)momentum,
-                momentum_name(mo->local_momentum), o->batch, global, (double)o->lr,
-                train_lr_schedule_name(o->lr_schedule), steps, ntrain, ntest,
-                (unsigned long long)o->seed);
-        if (mo->straggle > 0)
-            fprintf(out, "; rotating straggler x%g", mo->straggle);
-        if (mo->slow_rank >= 0)
-            fprintf(out, "; rank %d slow x%g", mo->slow_rank, mo->slow_factor);
-        fprintf(out, "\n%5s %10s %9s %8s %10s %10s %8s %7s %6s\n", "epoch", "train_loss",
-                "test_loss", "test_acc", "wire_MB", "raw_MB", "wire/raw", "time_s", "wait_s");
-        fflush(out);
-    }
-
+    if (out)
+        ls_header(&r);
     uint64_t gstep = 0;
-    for (int e = 0; e < o->epochs; e++) {
-        double t0 = train_now_s(), wait_s = 0.0, loss_sum = 0.0;
-        gcoll_counters_t c0, c1;
-        gcoll_comm_counters(comm, &c0);
-        train_permutation(perm, ntrain, o->seed, (uint64_t)e);
-        for (size_t s = 0; s < steps; s++, gstep++) {
-            train_gather(&d->train, perm + s * global + (size_t)rank * o->batch, (size_t)o->batch,
-                         x, y);
-            int extra = train_straggle_passes(mo, o->seed, gstep, rank, size);
-            double loss = 0;
-            for (int k = 0; k <= extra; k++) {
-                loss = train_mlp_forward(&w.m, x, y, o->batch, NULL);
-                train_mlp_backward(&w.m, y, NULL, NULL);
-            }
-            if (!isfinite(loss)) {
-                fprintf(stderr,
-                        "gcoll-train: rank %d: the loss diverged (%g) at epoch %d step %zu: "
-                        "try a smaller --lr\n",
-                        rank, loss, e + 1, s);
-                gcoll_comm_abort(comm);
-                goto out;
-            }
-            loss_sum += loss;
-            train_mlp_sgd(&w.m, train_lr_at(o, gstep, (size_t)o->epochs * steps), momentum);
-            double tw = train_now_s();
-            st = gcoll_localsgd_step(ls, NULL);
-            wait_s += train_now_s() - tw;
-            if (st != GCOLL_OK) {
-                train_mode_fail(comm, "gcoll_localsgd_step", st);
-                goto out;
-            }
-        }
-        /* evaluate the common model */
-        double tw = train_now_s();
-        st = gcoll_localsgd_sync(ls);
-        wait_s += train_now_s() - tw;
-        if (st != GCOLL_OK) {
-            train_mode_fail(comm, "gcoll_localsgd_sync", st);
+    for (int e = 0; e < o->epochs; e++)
+        if (ls_epoch(&r, e, &gstep, res) != 0)
             goto out;
-        }
-        gcoll_comm_counters(comm, &c1);
-        double test_loss = 0.0;
-        long correct = 0;
-        train_mode_evaluate(&w.m, &d->test, ntest, rank, size, x, y, idx, &test_loss, &correct);
-        double v[5] = {loss_sum, (double)correct, test_loss,
-                       (double)(c1.bytes_sent - c0.bytes_sent),
-                       (double)(c1.bytes_raw - c0.bytes_raw)};
-        st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
-        if (st != GCOLL_OK) {
-            train_mode_fail(comm, "epoch statistics", st);
-            goto out;
-        }
-        train_epoch_done(out, 0, res, e, v, steps * (size_t)size, ntest, train_now_s() - t0,
-                         wait_s);
-    }
     if (out) {
         fprintf(out, "final test accuracy: %.4f\n", res->final_acc);
         fflush(out);
     }
-    if (keep_params && train_keep_params(&w.m, rank, res) != 0)
+    if (keep_params && train_keep_params(&r.w.m, rank, res) != 0)
         goto out;
     rc = 0;
 out:
-    gcoll_localsgd_destroy(ls);
-    train_work_free(&w);
+    gcoll_localsgd_destroy(r.ls);
+    train_work_free(&r.w);
     return rc;
 }
 
