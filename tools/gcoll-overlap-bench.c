@@ -139,6 +139,164 @@ static double iteration(gcoll_bucketer_t *b, float **g, const int *id, mode_t_ m
     return now() - t0;
 }
 
+static void usage(void)
+{
+    printf("usage: gcoll-overlap-bench [-c COMPUTE_MS|match] [-n ITERS] [-z SPEC] "
+           "[-s STEPS] [-C CPU]\n"
+           "       [-m resnet50|NxCOUNT] [-L]\n"
+           "  -m NxCOUNT: N layers of COUNT floats instead of ResNet-50 (e.g. 24x250000)\n"
+           "  -c match: compute for as long as the communication alone takes (measured\n"
+           "  first, the slowest rank's best)\n"
+           "  -L: list each tensor (forward order), its size and the compressor spec the\n"
+           "  bucketer gives it under GCOLL_LAYER_POLICY, then exit\n"
+           "  -C CPU: pin the compute loop (this thread) to CPU, e.g. with\n"
+           "  GCOLL_PROGRESS_CPU set to another: the compute loop stands for GPU kernels\n"
+           "  (it runs for wall time), leaving the other cores to communication\n"
+           "  -s STEPS: only the overlapped mode, STEPS steps, one line per step with the\n"
+           "  iteration time and the densities the bucketer chose (for GCOLL_ADAPT runs),\n"
+           "  after two steps of compute alone (the reference, printed first)\n"
+           "  simulates ResNet-50's backward pass (161 tensors, 25.5M floats) taking\n"
+           "  (or the -m model's)\n"
+           "  COMPUTE_MS per iteration (default 200) and reduces the gradients through\n"
+           "  the bucketer with compressor SPEC (default GCOLL_COMPRESSOR, else none)\n");
+}
+
+/* Fills the layer table from -m's argument (resnet50 or NxCOUNT) and names the model;
+ * 2 after printing why. */
+static int pick_model(const char *model, char *name, size_t len)
+{
+    int mn = 0;
+    size_t mc = 0;
+    if (strcmp(model, "resnet50") == 0) {
+        resnet50();
+    } else if (sscanf(model, "%dx%zu", &mn, &mc) == 2 && mn > 0 && mn <= 200 && mc > 0) {
+        uniform_model(mn, mc);
+        snprintf(name, len, "%d layers of %zu floats", mn, mc);
+    } else {
+        fprintf(stderr, "gcoll-overlap-bench: -m %s: expected resnet50 or NxCOUNT (N 1..200)\n",
+                model);
+        return 2;
+    }
+    return 0;
+}
+
+/* -s STEPS: compute alone twice (the reference), then STEPS overlapped steps, one line
+ * each; the process's exit code. */
+static int run_steps(gcoll_comm_t *comm, gcoll_bucketer_t *b, float **g, const int *id, int steps,
+                     double s, double compute_ms, size_t total)
+{
+    int rank = gcoll_comm_rank(comm);
+    gcoll_status_t sst = GCOLL_OK;
+    /* the reference: a step of compute alone on this machine (the gradient writes and
+     * the compute loops of all ranks sharing the cores), the slowest rank's best of 2 */
+    double alone = 1e30, alone_slow = 0;
+    for (int k = 0; k < 2 && sst == GCOLL_OK; k++) {
+        double x = iteration(b, g, id, MODE_COMPUTE, s, total, &sst);
+        alone = x < alone ? x : alone;
+    }
+    if (sst == GCOLL_OK)
+        sst = gcoll_allreduce(comm, &alone, &alone_slow, 1, GCOLL_FLOAT64, GCOLL_MAX);
+    if (rank == 0 && sst == GCOLL_OK)
+        printf("# compute alone %.1f ms (%.1f ms of compute loops)\n", alone_slow * 1e3,
+               compute_ms);
+    double t0 = now();
+    if (rank == 0) {
+        /* so that a script changing the link during the run can line its clock up */
+        struct timespec wall;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        printf("# steps start at %.3f s (CLOCK_REALTIME)\n",
+               (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec);
+    }
+    for (int k = 0; k < steps && sst == GCOLL_OK; k++) {
+        double it = iteration(b, g, id, MODE_OVERLAP, s, total, &sst), slow = it;
+        if (sst == GCOLL_OK)
+            sst = gcoll_allreduce(comm, &it, &slow, 1, GCOLL_FLOAT64, GCOLL_MAX);
+        if (rank == 0 && sst == GCOLL_OK) {
+            /* the largest bucket is the one the density matters for */
+            int big = gcoll_bucketer_num_buckets(b) - 1;
+            printf("step %d t %.2f s iteration %.1f ms compute %.1f ms density %g\n", k, now() - t0,
+                   slow * 1e3, compute_ms, gcoll_bucketer_density(b, big));
+            fflush(stdout);
+        }
+    }
+    if (sst != GCOLL_OK)
+        fprintf(stderr, "gcoll-overlap-bench: %s\n", gcoll_comm_last_error(comm));
+    gcoll_bucketer_destroy(b);
+    gcoll_comm_destroy(comm);
+    return sst == GCOLL_OK ? 0 : 1;
+}
+
+/* The four modes, the slowest rank's best time of each in t (with -c match, compute_s and
+ * compute_ms first set to the communication alone's), and the slowest rank's mean times
+ * from the end of backward in after. */
+static gcoll_status_t run_modes(gcoll_comm_t *comm, gcoll_bucketer_t *b, float **g, const int *id,
+                                int iters, int match, double *compute_s, double *compute_ms,
+                                size_t total, double t[4], double after[2])
+{
+    gcoll_status_t st = GCOLL_OK;
+    double s = *compute_s;
+    if (match) { /* compute as long as the communication alone (its slowest rank's best) */
+        double best = 1e30;
+        for (int it = 0; it < iters + 2 && st == GCOLL_OK; it++) { /* 2 warm-ups */
+            double x = iteration(b, g, id, MODE_COMM, 0, total, &st);
+            best = it >= 2 && x < best ? x : best;
+        }
+        if (st == GCOLL_OK)
+            st = gcoll_allreduce(comm, &best, &s, 1, GCOLL_FLOAT64, GCOLL_MAX);
+        *compute_ms = s * 1e3;
+    }
+    *compute_s = s;
+    for (int m = 0; m < 4 && st == GCOLL_OK; m++) {
+        iteration(b, g, id, (mode_t_)m, s, total, &st); /* warm-up */
+        if (m == MODE_OVERLAP) {
+            first_sum = all_sum = 0;
+            first_n = 0;
+        }
+        double best = 1e30;
+        for (int it = 0; it < iters && st == GCOLL_OK; it++) {
+            double x = iteration(b, g, id, (mode_t_)m, s, total, &st);
+            best = x < best ? x : best;
+        }
+        /* the slowest rank's best time */
+        if (st == GCOLL_OK)
+            st = gcoll_allreduce(comm, &best, &t[m], 1, GCOLL_FLOAT64, GCOLL_MAX);
+    }
+    /* the slowest rank's mean times from the end of backward */
+    after[0] = first_n ? first_sum / first_n : 0;
+    after[1] = first_n ? all_sum / first_n : 0;
+    if (st == GCOLL_OK)
+        st = gcoll_allreduce(comm, after, after, 2, GCOLL_FLOAT64, GCOLL_MAX);
+    return st;
+}
+
+/* Rank 0's table of the four modes and what follows from them. */
+static void report(gcoll_comm_t *comm, gcoll_bucketer_t *b, const char *model_name,
+                   const char *spec, int iters, int match, double compute_ms, size_t total,
+                   const double t[4], const double after[2])
+{
+    static const char *const names[4] = {"compute alone", "communication alone",
+                                         "bucketer, overlapped", "all after backward"};
+    const char *pr = getenv("GCOLL_BUCKET_PRIORITY");
+    printf("# gcoll-overlap-bench: %s gradients (%d tensors, %.1fM floats) in %d "
+           "buckets, %d ranks over %s, compressor %s, best of %d\n",
+           model_name, nlayers, (double)total / 1e6, gcoll_bucketer_num_buckets(b),
+           gcoll_comm_size(comm), gcoll_comm_transport(comm),
+           spec ? spec : (getenv("GCOLL_COMPRESSOR") ? getenv("GCOLL_COMPRESSOR") : "none"), iters);
+    printf("# compute loops %.1f ms per iteration%s\n", compute_ms,
+           match ? " (-c match: the communication alone, measured first)" : "");
+    for (int m = 0; m < 4; m++)
+        printf("%-24s %9.1f ms\n", names[m], t[m] * 1e3);
+    double hidden = t[0] + t[1] - t[2], lo = t[0] < t[1] ? t[0] : t[1];
+    printf("overlap efficiency       %9.2f   ((compute + comm - overlapped) / min(compute, "
+           "comm))\n",
+           lo > 0 ? hidden / lo : 0);
+    printf("speedup over after-backward %6.2fx\n", t[3] / t[2]);
+    printf("first layer ready        %9.1f ms after backward (mean, overlapped; "
+           "GCOLL_BUCKET_PRIORITY=%s)\n",
+           after[0] * 1e3, pr && *pr ? pr : "1");
+    printf("all buckets reduced      %9.1f ms after backward (mean, overlapped)\n", after[1] * 1e3);
+}
+
 int main(int argc, char **argv)
 {
     double compute_ms = 200;
@@ -160,41 +318,14 @@ int main(int argc, char **argv)
         case 'n': iters = atoi(optarg); break;
         case 'z': spec = optarg; break;
         default:
-            printf("usage: gcoll-overlap-bench [-c COMPUTE_MS|match] [-n ITERS] [-z SPEC] "
-                   "[-s STEPS] [-C CPU]\n"
-                   "       [-m resnet50|NxCOUNT] [-L]\n"
-                   "  -m NxCOUNT: N layers of COUNT floats instead of ResNet-50 (e.g. 24x250000)\n"
-                   "  -c match: compute for as long as the communication alone takes (measured\n"
-                   "  first, the slowest rank's best)\n"
-                   "  -L: list each tensor (forward order), its size and the compressor spec the\n"
-                   "  bucketer gives it under GCOLL_LAYER_POLICY, then exit\n"
-                   "  -C CPU: pin the compute loop (this thread) to CPU, e.g. with\n"
-                   "  GCOLL_PROGRESS_CPU set to another: the compute loop stands for GPU kernels\n"
-                   "  (it runs for wall time), leaving the other cores to communication\n"
-                   "  -s STEPS: only the overlapped mode, STEPS steps, one line per step with the\n"
-                   "  iteration time and the densities the bucketer chose (for GCOLL_ADAPT runs),\n"
-                   "  after two steps of compute alone (the reference, printed first)\n"
-                   "  simulates ResNet-50's backward pass (161 tensors, 25.5M floats) taking\n"
-                   "  (or the -m model's)\n"
-                   "  COMPUTE_MS per iteration (default 200) and reduces the gradients through\n"
-                   "  the bucketer with compressor SPEC (default GCOLL_COMPRESSOR, else none)\n");
+            usage();
             return c == 'h' ? 0 : 2;
         }
         /* clang-format on */
     }
     char model_name[64] = "ResNet-50";
-    int mn = 0;
-    size_t mc = 0;
-    if (strcmp(model, "resnet50") == 0) {
-        resnet50();
-    } else if (sscanf(model, "%dx%zu", &mn, &mc) == 2 && mn > 0 && mn <= 200 && mc > 0) {
-        uniform_model(mn, mc);
-        snprintf(model_name, sizeof(model_name), "%d layers of %zu floats", mn, mc);
-    } else {
-        fprintf(stderr, "gcoll-overlap-bench: -m %s: expected resnet50 or NxCOUNT (N 1..200)\n",
-                model);
+    if (pick_model(model, model_name, sizeof(model_name)) != 0)
         return 2;
-    }
     gcoll_comm_t *comm;
     if (gcoll_comm_init(&comm) != GCOLL_OK)
         return 1;
@@ -240,106 +371,16 @@ int main(int argc, char **argv)
         gcoll_comm_destroy(comm);
         return 0;
     }
-    double s = compute_ms / 1e3, t[4] = {0};
-    if (steps > 0) {
-        gcoll_status_t sst = GCOLL_OK;
-        /* the reference: a step of compute alone on this machine (the gradient writes and
-         * the compute loops of all ranks sharing the cores), the slowest rank's best of 2 */
-        double alone = 1e30, alone_slow = 0;
-        for (int k = 0; k < 2 && sst == GCOLL_OK; k++) {
-            double x = iteration(b, g, id, MODE_COMPUTE, s, total, &sst);
-            alone = x < alone ? x : alone;
-        }
-        if (sst == GCOLL_OK)
-            sst = gcoll_allreduce(comm, &alone, &alone_slow, 1, GCOLL_FLOAT64, GCOLL_MAX);
-        if (rank == 0 && sst == GCOLL_OK)
-            printf("# compute alone %.1f ms (%.1f ms of compute loops)\n", alone_slow * 1e3,
-                   compute_ms);
-        double t0 = now();
-        if (rank == 0) {
-            /* so that a script changing the link during the run can line its clock up */
-            struct timespec wall;
-            clock_gettime(CLOCK_REALTIME, &wall);
-            printf("# steps start at %.3f s (CLOCK_REALTIME)\n",
-                   (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec);
-        }
-        for (int k = 0; k < steps && sst == GCOLL_OK; k++) {
-            double it = iteration(b, g, id, MODE_OVERLAP, s, total, &sst), slow = it;
-            if (sst == GCOLL_OK)
-                sst = gcoll_allreduce(comm, &it, &slow, 1, GCOLL_FLOAT64, GCOLL_MAX);
-            if (rank == 0 && sst == GCOLL_OK) {
-                /* the largest bucket is the one the density matters for */
-                int big = gcoll_bucketer_num_buckets(b) - 1;
-                printf("step %d t %.2f s iteration %.1f ms compute %.1f ms density %g\n", k,
-                       now() - t0, slow * 1e3, compute_ms, gcoll_bucketer_density(b, big));
-                fflush(stdout);
-            }
-        }
-        if (sst != GCOLL_OK)
-            fprintf(stderr, "gcoll-overlap-bench: %s\n", gcoll_comm_last_error(comm));
-        gcoll_bucketer_destroy(b);
-        gcoll_comm_destroy(comm);
-        return sst == GCOLL_OK ? 0 : 1;
-    }
-    static const char *const names[4] = {"compute alone", "communication alone",
-                                         "bucketer, overlapped", "all after backward"};
-    gcoll_status_t st = GCOLL_OK;
-    if (match) { /* compute as long as the communication alone (its slowest rank's best) */
-        double best = 1e30;
-        for (int it = 0; it < iters + 2 && st == GCOLL_OK; it++) { /* 2 warm-ups */
-            double x = iteration(b, g, id, MODE_COMM, 0, total, &st);
-            best = it >= 2 && x < best ? x : best;
-        }
-        if (st == GCOLL_OK)
-            st = gcoll_allreduce(comm, &best, &s, 1, GCOLL_FLOAT64, GCOLL_MAX);
-        compute_ms = s * 1e3;
-    }
-    for (int m = 0; m < 4 && st == GCOLL_OK; m++) {
-        iteration(b, g, id, (mode_t_)m, s, total, &st); /* warm-up */
-        if (m == MODE_OVERLAP) {
-            first_sum = all_sum = 0;
-            first_n = 0;
-        }
-        double best = 1e30;
-        for (int it = 0; it < iters && st == GCOLL_OK; it++) {
-            double x = iteration(b, g, id, (mode_t_)m, s, total, &st);
-            best = x < best ? x : best;
-        }
-        /* the slowest rank's best time */
-        if (st == GCOLL_OK)
-            st = gcoll_allreduce(comm, &best, &t[m], 1, GCOLL_FLOAT64, GCOLL_MAX);
-    }
-    /* the slowest rank's mean times from the end of backward */
-    double after[2] = {first_n ? first_sum / first_n : 0, first_n ? all_sum / first_n : 0};
-    if (st == GCOLL_OK)
-        st = gcoll_allreduce(comm, after, after, 2, GCOLL_FLOAT64, GCOLL_MAX);
+    double s = compute_ms / 1e3, t[4] = {0}, after[2];
+    if (steps > 0)
+        return run_steps(comm, b, g, id, steps, s, compute_ms, total);
+    gcoll_status_t st = run_modes(comm, b, g, id, iters, match, &s, &compute_ms, total, t, after);
     if (st != GCOLL_OK) {
         fprintf(stderr, "gcoll-overlap-bench: %s\n", gcoll_comm_last_error(comm));
         return 1;
     }
-    if (rank == 0) {
-        const char *pr = getenv("GCOLL_BUCKET_PRIORITY");
-        printf("# gcoll-overlap-bench: %s gradients (%d tensors, %.1fM floats) in %d "
-               "buckets, %d ranks over %s, compressor %s, best of %d\n",
-               model_name, nlayers, (double)total / 1e6, gcoll_bucketer_num_buckets(b),
-               gcoll_comm_size(comm), gcoll_comm_transport(comm),
-               spec ? spec : (getenv("GCOLL_COMPRESSOR") ? getenv("GCOLL_COMPRESSOR") : "none"),
-               iters);
-        printf("# compute loops %.1f ms per iteration%s\n", compute_ms,
-               match ? " (-c match: the communication alone, measured first)" : "");
-        for (int m = 0; m < 4; m++)
-            printf("%-24s %9.1f ms\n", names[m], t[m] * 1e3);
-        double hidden = t[0] + t[1] - t[2], lo = t[0] < t[1] ? t[0] : t[1];
-        printf("overlap efficiency       %9.2f   ((compute + comm - overlapped) / min(compute, "
-               "comm))\n",
-               lo > 0 ? hidden / lo : 0);
-        printf("speedup over after-backward %6.2fx\n", t[3] / t[2]);
-        printf("first layer ready        %9.1f ms after backward (mean, overlapped; "
-               "GCOLL_BUCKET_PRIORITY=%s)\n",
-               after[0] * 1e3, pr && *pr ? pr : "1");
-        printf("all buckets reduced      %9.1f ms after backward (mean, overlapped)\n",
-               after[1] * 1e3);
-    }
+    if (rank == 0)
+        report(comm, b, model_name, spec, iters, match, compute_ms, total, t, after);
     gcoll_bucketer_destroy(b);
     for (int l = 0; l < nlayers; l++)
         free(g[l]);
