@@ -76,7 +76,12 @@ static int save_params(const char *path, const float *p, size_t n)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* The options into o, mo, data_dir and save (defaults first, then the environment's
+ * GCOLL_COMPRESSOR, GCOLL_LAYER_POLICY and GCOLL_BUCKET_BYTES); -1 to go on, else the exit
+ * code (0 after --help, 2 after a bad option). One case per option, kept together so the
+ * option table reads in one place. */
+static int parse_opts(int argc, char **argv, train_opts_t *o, train_mode_opts_t *mo,
+                      const char **data_dir, const char **save)
 {
     enum {
         OPT_LIMIT = 256,
@@ -107,19 +112,18 @@ int main(int argc, char **argv)
         TRAIN_MODE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
-    train_opts_t o;
-    train_opts_default(&o);
-    train_mode_opts_t mo;
-    train_mode_opts_default(&mo);
+    train_opts_default(o);
+    train_mode_opts_default(mo);
     const char *env = getenv("GCOLL_COMPRESSOR");
     if (env && *env)
-        o.compressor = env;
+        o->compressor = env;
     env = getenv("GCOLL_LAYER_POLICY");
     if (env)
-        o.policy = env;
+        o->policy = env;
     if (getenv("GCOLL_BUCKET_BYTES"))
-        o.bucket_bytes = 0;
-    const char *data_dir = DEFAULT_DATA, *save = NULL;
+        o->bucket_bytes = 0;
+    *data_dir = DEFAULT_DATA;
+    *save = NULL;
     double v;
     int c;
     opterr = 0;
@@ -128,50 +132,50 @@ int main(int argc, char **argv)
         case 'e':
             if (parse_num("--epochs", optarg, 1, 100000, &v))
                 return 2;
-            o.epochs = (int)v;
+            o->epochs = (int)v;
             break;
         case 'c':
-            o.compressor = optarg;
+            o->compressor = optarg;
             break;
         case 'p':
-            o.policy = optarg;
+            o->policy = optarg;
             break;
         case 's':
             if (parse_num("--seed", optarg, 0, 9007199254740992.0, &v))
                 return 2;
-            o.seed = (uint64_t)v;
+            o->seed = (uint64_t)v;
             break;
         case 'd':
-            data_dir = optarg;
+            *data_dir = optarg;
             break;
         case 'b':
             if (parse_num("--batch", optarg, 1, 65536, &v))
                 return 2;
-            o.batch = (int)v;
+            o->batch = (int)v;
             break;
         case 'l':
             if (parse_num("--lr", optarg, 0, 1e6, &v))
                 return 2;
-            o.lr = (float)v;
+            o->lr = (float)v;
             break;
         case 'm':
             if (parse_num("--momentum", optarg, 0, 0.999999, &v))
                 return 2;
-            o.momentum = (float)v;
+            o->momentum = (float)v;
             break;
         case OPT_LIMIT:
         case OPT_TEST_LIMIT:
             if (parse_num(c == OPT_LIMIT ? "--limit" : "--test-limit", optarg, 1, 1e9, &v))
                 return 2;
-            *(c == OPT_LIMIT ? &o.limit : &o.test_limit) = (size_t)v;
+            *(c == OPT_LIMIT ? &o->limit : &o->test_limit) = (size_t)v;
             break;
         case OPT_BUCKET:
             if (parse_num("--bucket-bytes", optarg, 0, 1e12, &v))
                 return 2;
-            o.bucket_bytes = (size_t)v;
+            o->bucket_bytes = (size_t)v;
             break;
         case OPT_LR_SCHED:
-            if ((o.lr_schedule = train_lr_schedule_parse(optarg)) < 0) {
+            if ((o->lr_schedule = train_lr_schedule_parse(optarg)) < 0) {
                 fprintf(stderr,
                         "gcoll-train: --lr-schedule: '%s' is not constant, cosine or "
                         "step\n",
@@ -180,14 +184,14 @@ int main(int argc, char **argv)
             }
             break;
         case OPT_CSV:
-            o.csv = 1;
+            o->csv = 1;
             break;
         case OPT_WARMUP:
-            if (parse_num("--warmup-frac", optarg, 0, 1, &o.warmup_frac))
+            if (parse_num("--warmup-frac", optarg, 0, 1, &o->warmup_frac))
                 return 2;
             break;
         case OPT_SAVE:
-            save = optarg;
+            *save = optarg;
             break;
         case 'h':
             fputs(usage_text, stdout);
@@ -200,7 +204,7 @@ int main(int argc, char **argv)
             return 2;
         default:
             if (c >= TRAIN_MODE_OPT_BASE && c < TRAIN_MODE_OPT_END) {
-                if (train_mode_option(&mo, c, optarg))
+                if (train_mode_option(mo, c, optarg))
                     return 2;
                 break;
             }
@@ -212,6 +216,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "gcoll-train: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    train_opts_t o;
+    train_mode_opts_t mo;
+    const char *data_dir, *save;
+    int prc = parse_opts(argc, argv, &o, &mo, &data_dir, &save);
+    if (prc >= 0)
+        return prc;
     char err[512];
     if (gcoll_compressor_check(o.compressor, err, sizeof(err)) != GCOLL_OK) {
         fprintf(stderr, "gcoll-train: --compressor: %s\n", err);
