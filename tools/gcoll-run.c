@@ -131,7 +131,8 @@ enum {
     OPT_BIND
 };
 
-/* Returns -1 to go on, or the exit status to end with (0 after --help or --version). */
+/* Returns -1 to go on, or the exit status to end with (0 after --help or --version). Over
+ * 100 lines: one case per option, kept together so the option table reads in one place. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     static const struct option longopts[] = {
