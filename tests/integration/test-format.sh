@@ -21,7 +21,7 @@ if [ -z "$cf" ]; then
     done
 fi
 [ -n "$cf" ] && command -v "$cf" >/dev/null 2>&1 ||
-    skip "clang-format not found (Debian 12: apt-get install clang-format, version $want)"
+    skip "${cf:-clang-format} not found (Debian 12: apt-get install clang-format, version $want)"
 ver=$("$cf" --version 2>/dev/null | sed -n 's/.*clang-format version \([0-9][0-9]*\)\..*/\1/p')
 [ "$ver" = "$want" ] ||
     skip "$cf is version ${ver:-unknown}; the tree is formatted as clang-format $want lays it" \
