@@ -9,11 +9,13 @@
 # steps/s: at most CORES / (CPU s per step). "compute alone" is local SGD that never
 # synchronises (no communication, no waiting): the bound on any mode's steps/s here.
 #   usage: bench/async-ratio.sh [ROUNDS [RANKS [STRAGGLE [EXAMPLES]]]]   (from the build dir)
+# BATCH (64): examples per rank per step; larger batches make a step compute-bound.
 set -u
 R=${1:-5}
 P=${2:-4}
 F=${3:-2}
 N=${4:-25600}
+BATCH=${BATCH:-64}
 B=${top_builddir:-.}
 TMP=$(mktemp -d "$PWD/.async-ratio.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT INT TERM
@@ -26,12 +28,12 @@ args() {
     alone) echo "--local-steps 1000000" ;;
     esac
 }
-echo "$P ranks on $(nproc) cores, --straggle $F, $N examples (1 epoch) per run, $R rounds;" \
+echo "$P ranks on $(nproc) cores, --straggle $F, batch $BATCH, $N examples (1 epoch) per run, $R rounds;" \
     "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$R"); do
     for c in $cfgs; do
         /usr/bin/time -f "%U %S" -o "$TMP/time" timeout 600 "$B/tools/gcoll-run" -q -n "$P" \
-            "$B/tools/gcoll-train" --epochs 1 --limit "$N" --test-limit 1000 --straggle "$F" \
+            "$B/tools/gcoll-train" --epochs 1 --limit "$N" --test-limit 1000 --straggle "$F" -b "$BATCH" \
             --lr-schedule constant \
             $(args $c) >"$TMP/out" 2>"$TMP/err" || {
             echo "$c round $r failed: $(tail -n 1 "$TMP/err")"
@@ -42,7 +44,7 @@ for r in $(seq 1 "$R"); do
         echo "$r $c $sps $cpu" >>"$TMP/all"
     done
 done
-steps=$((N / (64 * P)))
+steps=$((N / (BATCH * P)))
 echo
 echo "| run | steps/s (median) | x sync (median of rounds) | CPU s per step, all ranks |"
 echo "| --- | --- | --- | --- |"

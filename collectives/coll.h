@@ -165,7 +165,7 @@ gcoll_status_t gcoll_exchange_anylen(const gcoll_coll_t *ctx, uint32_t sub, uint
                                      uint8_t *const *sbuf, const size_t *slen, uint8_t *const *rbuf,
                                      const size_t *rcap, size_t *rlen);
 
-/* ---- for lib/: the ring allreduce inside a running operation of comm (api.c builds the
+/* ---- for lib/: the ring allreduce inside a running operation of comm (lib/coll_api.c builds the
  * context), with tags from 0 or from sub0 ---- */
 gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                     gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);

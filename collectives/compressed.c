@@ -10,10 +10,8 @@
 #include <string.h>
 
 #include "coll.h"
-#include "comm.h"
 #include "compress/compress.h"
 #include "compressed.h"
-#include "adapt.h"
 #include "hier.h"
 #include "compress/kernels.h"
 #include "reduce.h"
@@ -21,13 +19,6 @@
 #include "util.h"
 
 #define PHASE(n) ((uint32_t)(n) << 24)
-
-typedef struct {
-    gcoll_tensor_state_t *state;
-    int shard_only;   /* reduce-scatter: stop after reducing this rank's chunk */
-    int checked;      /* the nonblocking call scanned the gradient for NaN/Inf already */
-    uint64_t scan_ns; /* that scan, counted as codec time when the call runs */
-} comp_args_t;
 
 static gcoll_span_t chunk(size_t count, int P, int j)
 {
@@ -288,7 +279,7 @@ out:
 /* The whole tensor's encode, before anything is sent. Where the codec checks for NaN/Inf
  * in its feedback pass (GCOLL_NANCHECK_FOLD, chosen by run_compressed only), any failure leaves the
  * state as it was, so it is this rank's call's alone, as a bad argument would be
- * (comm->op_local); on other paths a failure may come after the residual took g. */
+ * (the channel's op_local); on other paths a failure may come after the residual took g. */
 static gcoll_status_t encode_first(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                    gcoll_nancheck_t check, const float *grad, size_t count,
                                    uint8_t *msg, size_t cap, size_t *len_p)
@@ -439,21 +430,6 @@ static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c
     return per >= 4 * segf ? S_RING : S_ALLTOALL;
 }
 
-const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *c,
-                                    size_t count, int shard_only, size_t *segment_p)
-{
-    char why[160];
-    if (!comm || !c)
-        return NULL;
-    /* read only: the scheme depends on the settings and the size */
-    gcoll_coll_t ctx = gcoll_comm_coll((gcoll_comm_t *)comm);
-    scheme_t sc = pick_scheme(&ctx, c, NULL, count, shard_only, why, sizeof(why));
-    if (segment_p)
-        *segment_p =
-            sc == S_RING ? gcoll_cring_segment(comm->cfg.coll.ring_chunk, count, comm->size) : 0;
-    return scheme_names[sc];
-}
-
 /* The compressed allreduce (or reduce-scatter) by scheme sc, which pick_scheme chose for
  * the reason why; check: the call's NaN/Inf policy (run_compressed). */
 static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
@@ -518,151 +494,36 @@ static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *
     return st;
 }
 
-gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                    float *out, size_t count, gcoll_op_t op, int shard_only,
-                                    gcoll_nancheck_t check)
+/* ---- for lib/compressed_api.c: the scheme, and the run by scheme (compressed.h) ---- */
+
+int gcoll_coll_compressed_pick(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
+                               const gcoll_tensor_state_t *s, size_t count, int shard_only,
+                               char *why, size_t len)
 {
-    gcoll_coll_t ctx = gcoll_comm_coll(comm);
-    char why[160];
-    scheme_t sc = pick_scheme(&ctx, s->c, s, count, shard_only, why, sizeof(why));
-    /* folding needs the spare's reservation and the scheme's failure handling: only
-     * run_compressed chooses it */
-    if (check == GCOLL_NANCHECK_FOLD)
-        check = GCOLL_NANCHECK_SCAN;
-    return run_scheme(&ctx, s, grad, out, count, op, shard_only, check, sc, why);
+    return (int)pick_scheme(ctx, c, s, count, shard_only, why, len);
 }
 
-static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
+const char *gcoll_coll_compressed_name(int scheme)
 {
-    const gcoll_args_t *a = &req->a;
-    const comp_args_t *ca = a->ext;
-    gcoll_tensor_state_t *s = ca->state;
-    const size_t count = a->count;
-    /* NaN/Inf in the gradient (a blocking call; a nonblocking one scanned in the call): one
-     * vectorized scan (the codec's kernel) before anything is sent, or none where the
-     * codec checks in its feedback pass, also before anything is sent (encode_first);
-     * either way the state is untouched and nothing sent (comm->chan.op_local) */
-    comm->chan.counters.ns_compress += ca->scan_ns;
-    gcoll_coll_t ctx = gcoll_comm_coll(comm);
-    char why[160];
-    scheme_t sc = pick_scheme(&ctx, s->c, s, count, ca->shard_only, why, sizeof(why));
-    int fold = !ca->checked && comm->cfg.ef_spare && (sc == S_SPARSE || sc == S_RANDOMK) &&
-               gcoll_codec_folds_check(s->c, s, count) &&
-               gcoll_codec_spare_reserve(s, comm->cfg.ef_spare_max);
-    if (!fold && !ca->checked && count) {
-        uint64_t t0 = gcoll_time_ns();
-        size_t bad = gcoll_kernels()->first_bad(a->sendbuf, count);
-        comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
-        if (bad < count) {
-            comm->chan.op_local = 1;
-            gcoll_comm_set_error(comm, "grad[%zu] is NaN or infinite", bad);
-            return GCOLL_ERR_INVALID;
-        }
-    }
-    if (s->adapt) /* gcoll_adapt_attach: sample the input before an in-place call */
-        gcoll_adapt_before(comm, s, a->sendbuf, count);
-    gcoll_status_t st = run_scheme(&ctx, s, a->sendbuf, a->recvbuf, count, a->op, ca->shard_only,
-                                   fold ? GCOLL_NANCHECK_FOLD : GCOLL_NANCHECK_DONE, sc, why);
-    if (st == GCOLL_OK && s->adapt)
-        st = gcoll_adapt_after(comm, s, count);
-    return st;
+    return scheme_names[scheme];
 }
 
-static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_state_t *state,
-                             const float *grad, float *out, size_t count, gcoll_op_t op,
-                             int shard_only, gcoll_request_t **req_p)
+int gcoll_coll_compressed_foldable(int scheme)
 {
-    if (!comm) {
-        GCOLL_WARN("%s: NULL communicator", what);
-        return GCOLL_ERR_INVALID;
-    }
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, state != NULL, "NULL tensor state"));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, state->count == count,
-                                      "count %zu differs from the state's %zu", count,
-                                      state->count));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, op == GCOLL_SUM || op == GCOLL_AVG,
-                                      "op %s: only sum and avg", gcoll_op_name(op)));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || (grad && out),
-                                      "NULL buffer with count %zu", count));
-    if (!shard_only && count) {
-        /* the estimate's wire: the codec's worst-case bytes per dense byte; its time:
-         * about a nanosecond per element encoded (gcoll-codec-bench's order for top-k) */
-        int hier = 0;
-        double ratio = (double)gcoll_compressor_bound(state->c, count) / (4.0 * (double)count);
-        double enc = (gcoll_compressor_flags(state->c) & GCOLL_CODEC_LOSSLESS) ? 0 : 0.25e-9;
-        /* the result goes back inside the host dense (through the shared memory) */
-        GCOLL_CHECK(gcoll_hier_use(comm, what, count * sizeof(float), ratio, enc, 0, &hier));
-        if (hier)
-            return gcoll_hier_icompressed(comm, state, grad, out, count, op, req_p);
-    }
-    /* a nonblocking call checks for NaN/Inf now, so that the caller learns of it before it
-     * queues another call (which would otherwise take this one's place among the peers'
-     * calls); a blocking one checks as it runs (run_compressed) */
-    uint64_t scan_ns = 0;
-    if (req_p && count) {
-        uint64_t t0 = gcoll_time_ns();
-        size_t bad = gcoll_kernels()->first_bad(grad, count);
-        scan_ns = gcoll_time_ns() - t0;
-        GCOLL_CHECK(
-            gcoll_comm_check_args(comm, what, bad >= count, "grad[%zu] is NaN or infinite", bad));
-    }
-    comp_args_t *ca = calloc(1, sizeof(*ca));
-    if (!ca)
-        return GCOLL_ERR_NOMEM;
-    ca->state = state;
-    ca->shard_only = shard_only;
-    ca->checked = req_p != NULL;
-    ca->scan_ns = scan_ns;
-    gcoll_args_t a = {.sendbuf = grad,
-                      .recvbuf = out,
-                      .count = count,
-                      .dtype = GCOLL_FLOAT32,
-                      .op = op,
-                      .ext = ca,
-                      .release = free};
-    gcoll_request_t *req = gcoll_request_new(comm, what, run_compressed, &a);
-    if (!req) {
-        free(ca);
-        return GCOLL_ERR_NOMEM;
-    }
-    return gcoll_comm_submit(comm, req, req_p);
+    return scheme == S_SPARSE || scheme == S_RANDOMK;
 }
 
-gcoll_status_t gcoll_icompressed_allreduce(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
-                                           const float *grad, float *out, size_t count,
-                                           gcoll_op_t op, gcoll_request_t **req_p)
+int gcoll_coll_compressed_is_ring(int scheme)
 {
-    return submit(comm, "gcoll_compressed_allreduce", state, grad, out, count, op, 0, req_p);
+    return scheme == S_RING;
 }
 
-gcoll_status_t gcoll_compressed_allreduce(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
-                                          const float *grad, float *out, size_t count,
-                                          gcoll_op_t op)
+gcoll_status_t gcoll_coll_compressed_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                         const float *grad, float *out, size_t count, gcoll_op_t op,
+                                         int shard_only, gcoll_nancheck_t check, int scheme,
+                                         const char *why)
 {
-    return submit(comm, "gcoll_compressed_allreduce", state, grad, out, count, op, 0, NULL);
-}
-
-gcoll_status_t gcoll_icompressed_reduce_scatter(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
-                                                const float *grad, float *shard, size_t count,
-                                                gcoll_op_t op, gcoll_request_t **req_p)
-{
-    return submit(comm, "gcoll_compressed_reduce_scatter", state, grad, shard, count, op, 1, req_p);
-}
-
-gcoll_status_t gcoll_compressed_reduce_scatter(gcoll_comm_t *comm, gcoll_tensor_state_t *state,
-                                               const float *grad, float *shard, size_t count,
-                                               gcoll_op_t op)
-{
-    return submit(comm, "gcoll_compressed_reduce_scatter", state, grad, shard, count, op, 1, NULL);
-}
-
-void gcoll_shard_range(const gcoll_comm_t *comm, size_t count, size_t *offset_p, size_t *len_p)
-{
-    gcoll_span_t ch = chunk(count, comm ? comm->size : 1, comm ? comm->rank : 0);
-    if (offset_p)
-        *offset_p = ch.off;
-    if (len_p)
-        *len_p = ch.len;
+    return run_scheme(ctx, s, grad, out, count, op, shard_only, check, (scheme_t)scheme, why);
 }
 
 /* ---- the two stages of a pipelined caller (compressed.h) ---- */
@@ -690,17 +551,16 @@ static int grow(void **buf, size_t *cap_p, size_t n, size_t esz)
 
 /* run_scheme's and run_sparse's or run_randomk's local part: this step's codec and
  * signature, then the encode (and random-k's values at their indices). */
-gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_tensor_state_t *s,
-                                             const float *grad, size_t count, gcoll_op_t op,
-                                             gcoll_nancheck_t check, gcoll_encoded_t *e)
+gcoll_status_t gcoll_coll_compressed_encode(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                            const float *grad, size_t count, gcoll_op_t op,
+                                            gcoll_nancheck_t check, gcoll_encoded_t *e)
 {
     char why[160];
     e->staged = 0;
     e->st = GCOLL_OK;
     e->err[0] = '\0';
     e->ns = 0;
-    const gcoll_coll_t ctx = gcoll_comm_coll((gcoll_comm_t *)comm);
-    scheme_t sc = pick_scheme(&ctx, s->c, s, count, 0, why, sizeof(why));
+    scheme_t sc = pick_scheme(ctx, s->c, s, count, 0, why, sizeof(why));
     if (sc != S_SPARSE && sc != S_RANDOMK)
         return GCOLL_OK;
     uint64_t t0 = gcoll_time_ns();
@@ -711,7 +571,7 @@ gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_ten
     if (e->use_at)
         s->c = &e->at;
     const gcoll_compressor_t *c = s->c;
-    s->nranks = comm->size;
+    s->nranks = ctx->size;
     uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
     e->sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, count, (int)(h & 0xffff), op, (int)(h >> 32));
     /* as gcoll_compressed_run: folding is run_compressed's alone */
@@ -735,19 +595,11 @@ gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_ten
     return st;
 }
 
-gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_state_t *s,
-                                               gcoll_encoded_t *e, const float *grad, float *out,
-                                               size_t count, gcoll_op_t op, gcoll_nancheck_t check)
+/* The exchange of a staged encode that succeeded (the caller has checked e->st). */
+gcoll_status_t gcoll_coll_compressed_exchange(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                              gcoll_encoded_t *e, float *out, size_t count,
+                                              gcoll_op_t op)
 {
-    if (!e->staged)
-        return gcoll_compressed_run(comm, s, grad, out, count, op, 0, check);
-    e->staged = 0; /* consumed, whatever happens */
-    comm->chan.counters.ns_compress += e->ns;
-    if (e->st != GCOLL_OK) {
-        if (e->err[0])
-            gcoll_comm_set_error(comm, "%s", e->err);
-        return e->st;
-    }
     const gcoll_compressor_t *orig = s->c;
     if (e->use_at) {
         s->c = &e->at;
@@ -755,20 +607,19 @@ gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_
             s->server->c = &e->at;
     }
     const gcoll_compressor_t *c = s->c;
-    const gcoll_coll_t ctx = gcoll_comm_coll(comm);
     gcoll_status_t st;
     if (e->scheme == S_RANDOMK) {
-        st =
-            gcoll_ring_allreduce_at(comm, e->val, e->k, GCOLL_FLOAT32, GCOLL_SUM, e->sig, PHASE(0));
+        st = gcoll_coll_ring_allreduce(ctx, e->val, e->k, GCOLL_FLOAT32, GCOLL_SUM, e->sig,
+                                       PHASE(0));
         if (st == GCOLL_OK) {
             uint64_t t0 = gcoll_time_ns();
             gcoll_sum_src_t src = {.idx = e->idx, .val = e->val, .n = e->k};
             st = gcoll_sum_sources(c, &src, 1, out, count,
-                                   op == GCOLL_AVG ? (float)comm->size : 1.0f, NULL);
-            comm->chan.counters.ns_compress += gcoll_time_ns() - t0;
+                                   op == GCOLL_AVG ? (float)ctx->size : 1.0f, NULL);
+            ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
         }
-    } else if (gather_direct(&ctx, c, count)) {
-        st = gather_and_sum(&ctx, c, e->msg, e->len, out, count, op, e->sig);
+    } else if (gather_direct(ctx, c, count)) {
+        st = gather_and_sum(ctx, c, e->msg, e->len, out, count, op, e->sig);
     } else {
         gcoll_pairs_t pairs = {0};
         st = gcoll_decode_info(e->msg, e->len, NULL, &pairs.n);
@@ -782,7 +633,7 @@ gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_
                                     .kind = GCOLL_KIND_COMPRESSED,
                                     .sig = e->sig};
         if (st == GCOLL_OK)
-            st = gcoll_sparse_run(&ctx, &call, NULL);
+            st = gcoll_sparse_run(ctx, &call, NULL);
         gcoll_pairs_free(&pairs);
     }
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS,
@@ -793,7 +644,7 @@ gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_
         s->server->c = orig;
     if (st == GCOLL_OK) {
         gcoll_state_advance(s);
-        comm->chan.counters.bytes_raw += count * sizeof(float);
+        ctx->ch->counters.bytes_raw += count * sizeof(float);
     }
     return st;
 }

@@ -43,7 +43,7 @@ int gcoll_coll_topk_stream_eligible(const gcoll_coll_t *ctx, const gcoll_compres
 gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                      const float *grad, float *out, size_t count, gcoll_op_t op,
                                      gcoll_nancheck_t check, uint32_t sig);
-/* The same decision on a communicator, for lib/ (api.c builds the context). */
+/* The same decision on a communicator, for lib/ (lib/coll_api.c builds the context). */
 int gcoll_topk_stream_eligible(gcoll_comm_t *comm, const gcoll_compressor_t *c, int ef,
                                size_t count, size_t k);
 
@@ -83,5 +83,26 @@ gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_
                                                gcoll_encoded_t *e, const float *grad, float *out,
                                                size_t count, gcoll_op_t op, gcoll_nancheck_t check);
 void gcoll_encoded_free(gcoll_encoded_t *e);
+
+/* ---- the same on the collectives' context, for lib/compressed_api.c ---- */
+/* The scheme of a call (a number the functions below take), its name, whether the
+ * feedback pass may fold the NaN/Inf check into it, and whether it is the ring. */
+int gcoll_coll_compressed_pick(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
+                               const gcoll_tensor_state_t *s, size_t count, int shard_only,
+                               char *why, size_t len);
+const char *gcoll_coll_compressed_name(int scheme);
+int gcoll_coll_compressed_foldable(int scheme);
+int gcoll_coll_compressed_is_ring(int scheme);
+/* The call by that scheme; check: its NaN/Inf policy. */
+gcoll_status_t gcoll_coll_compressed_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                         const float *grad, float *out, size_t count, gcoll_op_t op,
+                                         int shard_only, gcoll_nancheck_t check, int scheme,
+                                         const char *why);
+gcoll_status_t gcoll_coll_compressed_encode(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                            const float *grad, size_t count, gcoll_op_t op,
+                                            gcoll_nancheck_t check, gcoll_encoded_t *e);
+gcoll_status_t gcoll_coll_compressed_exchange(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                              gcoll_encoded_t *e, float *out, size_t count,
+                                              gcoll_op_t op);
 
 #endif /* GCOLL_COMPRESSED_H */

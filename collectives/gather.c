@@ -1,6 +1,6 @@
 /* gather.c: allgather(v), reduce-scatter and alltoall(v) as plans on the ring engine
  * (allgather, reduce-scatter) or pairwise exchange (alltoall); their entry points are in
- * api.c. */
+ * lib/coll_api.c. */
 #include <stdlib.h>
 #include <string.h>
 

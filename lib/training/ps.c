@@ -28,10 +28,10 @@ enum { PS_SIG_KIND = 64 };
 #define PS_NAP_MS 100
 /* after an event the server looks at the mailbox and the transport every 50 us for this
  * long before it sleeps: the next message of a step (a pull after a push, a peer's answer)
- * usually comes within it. Sleeping in the transport at once, woken by the fd, measured
- * 4-8x fewer steps/s than these 50 us naps on 2 cores loaded by other jobs (load 20; the
- * same CPU time, spent waiting for the scheduler at each of a step's several wake-ups) */
-#define PS_SPIN_NS 20000000ull
+ * usually comes within it, and a wake-up per message costs a scheduler turn on a busy host.
+ * Short, because the polling thread shares its core with the rank's compute
+ * (docs/local-sgd.md, "Throughput") */
+#define PS_SPIN_NS 200000ull
 
 gcoll_status_t gcoll_ps_invalid(gcoll_comm_t *comm, const char *what, const char *msg)
 {

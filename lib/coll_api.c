@@ -1,4 +1,4 @@
-/* api.c: public entry points of the dense collectives: argument checks, then a queued
+/* coll_api.c: public entry points of the dense collectives: argument checks, then a queued
  * request whose run function builds the algorithms' context from the communicator and
  * calls the algorithm. */
 #include <stdlib.h>
