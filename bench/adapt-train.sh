@@ -11,7 +11,10 @@
 # usage: bench/adapt-train.sh [BUILDDIR]
 # environment: RANKS (4), EPOCHS (5), SEEDS (1), RULES ("fixed snr stage budget
 #   snr+bandwidth"), DMIN (0.002), DMAX (0.02), SPEC (topk:density=0.01), LIMIT, DATA,
-#   WORKDIR, TRACE, TRACE_RULE (stage), WARMUP (gcoll-train's --warmup-frac; its default 0.1)
+#   WORKDIR, TRACE, TRACE_RULE (stage), WARMUP (gcoll-train's --warmup-frac; its default 0.1),
+#   RATE (unset: loopback through gcoll-run; e.g. 1gbit: one rank per network namespace, the
+#   namespaces joined through a bridge by veth links shaped with tc tbf to RATE per
+#   direction, ranks started by hand; needs root, removes its namespaces on exit)
 set -eu
 build=$(cd "${1:-.}" && pwd)
 P=${RANKS:-4}
@@ -24,6 +27,54 @@ work=${WORKDIR:-$(mktemp -d "${TMPDIR:-/tmp}/adapt-train.XXXXXX")}
 mkdir -p "$work"
 unset GCOLL_COMPRESSOR GCOLL_LAYER_POLICY GCOLL_BUCKET_BYTES GCOLL_ADAPT
 first_seed=${seeds%% *}
+NS=gadt
+teardown() {
+    for i in $(seq 0 $((P - 1))); do ip netns del "$NS$i" 2>/dev/null || true; done
+    ip netns del "${NS}br" 2>/dev/null || true
+}
+if [ -n "${RATE:-}" ]; then
+    [ "$(id -u)" -eq 0 ] || { echo "adapt-train: RATE needs root (network namespaces)" >&2; exit 1; }
+    trap teardown EXIT
+    trap 'teardown; exit 1' INT TERM
+    teardown
+    ip netns add "${NS}br"
+    ip -n "${NS}br" link add br0 type bridge
+    ip -n "${NS}br" link set br0 up
+    for i in $(seq 0 $((P - 1))); do
+        ip netns add "$NS$i"
+        ip link add "ga$i" netns "$NS$i" type veth peer name "gab$i" netns "${NS}br"
+        ip -n "$NS$i" addr add "10.81.0.$((i + 1))/24" dev "ga$i"
+        ip -n "$NS$i" link set "ga$i" up
+        ip -n "$NS$i" link set lo up
+        ip -n "${NS}br" link set "gab$i" master br0
+        ip -n "${NS}br" link set "gab$i" up
+        tc -n "$NS$i" qdisc replace dev "ga$i" root tbf rate "$RATE" burst 512kb latency 100ms
+        tc -n "${NS}br" qdisc replace dev "gab$i" root tbf rate "$RATE" burst 512kb latency 100ms
+    done
+fi
+port=29900
+# launch OUT ERR ARGS...: the job, rank 0's output to OUT and ERR
+launch() {
+    out=$1 err=$2
+    shift 2
+    if [ -z "${RATE:-}" ]; then
+        timeout 1800 "$build/tools/gcoll-run" -q -n "$P" "$build/tools/gcoll-train" "$@" >"$out" 2>"$err"
+        return
+    fi
+    port=$((port + 1))
+    key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    pids=""
+    for i in $(seq 0 $((P - 1))); do
+        o=/dev/null e=/dev/null
+        [ "$i" -eq 0 ] && o=$out e=$err
+        ip netns exec "$NS$i" env GCOLL_RANK="$i" GCOLL_SIZE="$P" GCOLL_ROOT="10.81.0.1:$port" \
+            GCOLL_JOB_KEY="$key" timeout 1800 "$build/tools/gcoll-train" "$@" >"$o" 2>"$e" &
+        pids="$pids $!"
+    done
+    rc=0
+    for p in $pids; do wait "$p" || rc=1; done
+    return $rc
+}
 for r in $rules; do
     for s in $seeds; do
         f="$work/$(printf '%s' "$r" | tr -c 'A-Za-z0-9' '-')-s$s"
@@ -36,9 +87,9 @@ for r in $rules; do
         t0=$(date +%s.%N)
         if GCOLL_ADAPT=$a GCOLL_DENSITY_MIN=${DMIN:-0.002} GCOLL_DENSITY_MAX=${DMAX:-0.02} \
             GCOLL_DEBUG=$dbg GCOLL_DEBUG_SUBSYS=ADAPT \
-            timeout 1800 "$build/tools/gcoll-run" -q -n "$P" "$build/tools/gcoll-train" \
+            launch "$f.out" "$f.err" \
             --epochs "$epochs" --seed "$s" --data "$data" --compressor "$spec" \
-            ${LIMIT:+--limit "$LIMIT"} ${WARMUP:+--warmup-frac "$WARMUP"} >"$f.out" 2>"$f.err"; then
+            ${LIMIT:+--limit "$LIMIT"} ${WARMUP:+--warmup-frac "$WARMUP"}; then
             t1=$(date +%s.%N)
             # the per-epoch wire_MB column sums every rank's bytes
             printf '%s %s %s %s\n' "$(sed -n 's/^final test accuracy: //p' "$f.out")" \
@@ -64,4 +115,4 @@ for r in $rules; do
     END { if (n) printf "| %s | %.4f (%.4f..%.4f) | %.1f | %.2f | %.0f |\n", r, a / n, lo, hi,
                  b / n, fn ? (b / n) / (fb / fn) : 0, t / n }' "$work/results" "$work/results"
 done
-echo "(${P} ranks, ${epochs} epochs, density ${DMIN:-0.002}..${DMAX:-0.02}; runs in $work; $(uptime | sed 's/.*load/load/'))"
+echo "(${P} ranks, ${epochs} epochs, density ${DMIN:-0.002}..${DMAX:-0.02}, links ${RATE:-loopback}; runs in $work; $(uptime | sed 's/.*load/load/'))"
