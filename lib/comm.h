@@ -72,7 +72,7 @@ struct gcoll_comm {
     int algo_memo;                /* its choice (-1: none yet) */
     double probe_bw;   /* GCOLL_PROBE: bytes/s per rank the slowest rank saw at init; 0: none */
     char local_ip[64]; /* this rank's address for transports (a split's new instance) */
-    struct gcoll_hier *hier; /* host layout and hierarchy children (collectives/hier.c) */
+    struct gcoll_hier *hier; /* host layout and hierarchy children (lib/hier.c) */
 };
 
 /* The steps of creating a communicator that init and split share: allocation with the
@@ -82,7 +82,7 @@ gcoll_status_t gcoll_comm_alloc(gcoll_comm_t **comm_p, char *err, size_t errlen)
 gcoll_status_t gcoll_comm_set_key(gcoll_comm_t *comm, const char *key);
 gcoll_status_t gcoll_comm_start(gcoll_comm_t *comm, const char *root, char *err, size_t errlen);
 void gcoll_comm_free(gcoll_comm_t *comm);
-/* The hierarchy's child communicators (collectives/hier.c): destroyed (collective, as
+/* The hierarchy's child communicators (lib/hier.c): destroyed (collective, as
  * gcoll_comm_destroy) with the layout, or aborted with the parent. No-ops without. */
 void gcoll_hier_release(gcoll_comm_t *comm);
 void gcoll_hier_abort(gcoll_comm_t *comm);
