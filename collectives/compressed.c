@@ -430,6 +430,28 @@ static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c
     return per >= 4 * segf ? S_RING : S_ALLTOALL;
 }
 
+/* The codec a call uses, for the state and its server state alike (this step's copy of a
+ * codec in warm-up, then the original again). */
+static void use_codec(gcoll_tensor_state_t *s, const gcoll_compressor_t *c)
+{
+    s->c = c;
+    if (s->server)
+        s->server->c = c;
+}
+
+/* The end of a call that used a step's codec: the state's own again and, on success, the
+ * next step. */
+static gcoll_status_t end_call(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                               const gcoll_compressor_t *orig, size_t count, gcoll_status_t st)
+{
+    use_codec(s, orig);
+    if (st == GCOLL_OK) {
+        gcoll_state_advance(s);
+        ctx->ch->counters.bytes_raw += count * sizeof(float);
+    }
+    return st;
+}
+
 /* The compressed allreduce (or reduce-scatter) by scheme sc, which pick_scheme chose for
  * the reason why; check: the call's NaN/Inf policy (run_compressed). */
 static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
@@ -441,11 +463,8 @@ static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *
      * a copy at this step's width (every rank at the same step picks the same) */
     const gcoll_compressor_t *orig = s->c;
     gcoll_compressor_t at;
-    if (gcoll_codec_at_step(orig, s->step, &at)) {
-        s->c = &at;
-        if (s->server)
-            s->server->c = &at;
-    }
+    if (gcoll_codec_at_step(orig, s->step, &at))
+        use_codec(s, &at);
     const gcoll_compressor_t *c = s->c;
     s->nranks = ctx->size; /* DGC's local clipping threshold scales with it */
     /* the signature covers the spec, the count and the step: ranks whose states disagree
@@ -484,14 +503,7 @@ static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme, step %llu",
                 shard_only ? "reduce-scatter" : "allreduce", count, c->spec, scheme,
                 (unsigned long long)s->step);
-    s->c = orig;
-    if (s->server)
-        s->server->c = orig;
-    if (st == GCOLL_OK) {
-        gcoll_state_advance(s);
-        ctx->ch->counters.bytes_raw += count * sizeof(float);
-    }
-    return st;
+    return end_call(ctx, s, orig, count, st);
 }
 
 /* ---- for lib/compressed_api.c: the scheme, and the run by scheme (compressed.h) ---- */
@@ -601,11 +613,8 @@ gcoll_status_t gcoll_coll_compressed_exchange(const gcoll_coll_t *ctx, gcoll_ten
                                               gcoll_op_t op)
 {
     const gcoll_compressor_t *orig = s->c;
-    if (e->use_at) {
-        s->c = &e->at;
-        if (s->server)
-            s->server->c = &e->at;
-    }
+    if (e->use_at)
+        use_codec(s, &e->at);
     const gcoll_compressor_t *c = s->c;
     gcoll_status_t st;
     if (e->scheme == S_RANDOMK) {
@@ -639,12 +648,5 @@ gcoll_status_t gcoll_coll_compressed_exchange(const gcoll_coll_t *ctx, gcoll_ten
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS,
                 "compressed allreduce of %zu floats with %s: %s scheme, step %llu, encoded ahead",
                 count, c->spec, scheme_names[e->scheme], (unsigned long long)s->step);
-    s->c = orig;
-    if (s->server)
-        s->server->c = orig;
-    if (st == GCOLL_OK) {
-        gcoll_state_advance(s);
-        ctx->ch->counters.bytes_raw += count * sizeof(float);
-    }
-    return st;
+    return end_call(ctx, s, orig, count, st);
 }

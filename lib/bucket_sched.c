@@ -131,6 +131,18 @@ static bucket_t *next_encode(gcoll_bucketer_t *b)
     return NULL;
 }
 
+/* Encodes bucket k, taken by this thread (called and returning with b->lock held; the
+ * encode itself runs without it), and wakes whoever waits for it. */
+static void encode_claimed(gcoll_bucketer_t *b, bucket_t *k)
+{
+    k->enc = ENC_BUSY;
+    pthread_mutex_unlock(&b->lock);
+    gcoll_bk_encode(k);
+    pthread_mutex_lock(&b->lock);
+    k->enc = ENC_DONE;
+    pthread_cond_broadcast(&b->cond);
+}
+
 static void *codec_worker(void *arg)
 {
     gcoll_bucketer_t *b = arg;
@@ -142,12 +154,7 @@ static void *codec_worker(void *arg)
             pthread_cond_timedwait(&b->wcond, &b->lock, &ts);
             continue;
         }
-        k->enc = ENC_BUSY;
-        pthread_mutex_unlock(&b->lock);
-        gcoll_bk_encode(k);
-        pthread_mutex_lock(&b->lock);
-        k->enc = ENC_DONE;
-        pthread_cond_broadcast(&b->cond);
+        encode_claimed(b, k);
     }
     pthread_mutex_unlock(&b->lock);
     return NULL;
@@ -219,12 +226,7 @@ gcoll_status_t gcoll_bk_encoded(gcoll_comm_t *comm, bucket_t *k)
     gcoll_status_t st = GCOLL_OK;
     pthread_mutex_lock(&b->lock);
     if (k->enc == ENC_NONE) { /* not taken yet: encode here rather than wait */
-        k->enc = ENC_BUSY;
-        pthread_mutex_unlock(&b->lock);
-        gcoll_bk_encode(k);
-        pthread_mutex_lock(&b->lock);
-        k->enc = ENC_DONE;
-        pthread_cond_broadcast(&b->cond);
+        encode_claimed(b, k);
         pthread_mutex_unlock(&b->lock);
         return GCOLL_OK;
     }

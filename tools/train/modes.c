@@ -270,6 +270,25 @@ void train_epoch_done(FILE *out, int csv, train_result_t *res, int epoch, const 
     fflush(out);
 }
 
+int train_epoch_end(gcoll_comm_t *comm, FILE *out, int csv, train_result_t *res, int epoch,
+                    train_work_t *w, const train_split_t *test, size_t ntest, double loss_sum,
+                    const gcoll_counters_t *c0, size_t examples, double t0, double wait_s)
+{
+    gcoll_counters_t c1;
+    gcoll_comm_counters(comm, &c1);
+    double test_loss = 0.0;
+    long correct = 0;
+    train_mode_evaluate(&w->m, test, ntest, gcoll_comm_rank(comm), gcoll_comm_size(comm), w->x,
+                        w->y, w->idx, &test_loss, &correct);
+    double v[5] = {loss_sum, (double)correct, test_loss, (double)(c1.bytes_sent - c0->bytes_sent),
+                   (double)(c1.bytes_raw - c0->bytes_raw)};
+    gcoll_status_t st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
+    if (st != GCOLL_OK)
+        return train_mode_fail(comm, "epoch statistics", st);
+    train_epoch_done(out, csv, res, epoch, v, examples, ntest, train_now_s() - t0, wait_s);
+    return 0;
+}
+
 int train_work_init(train_work_t *w, const train_opts_t *o, const train_data_t *d, size_t ntrain,
                     int rank)
 {
@@ -417,7 +436,7 @@ static int ls_epoch(ls_run_t *r, int e, uint64_t *gstep, train_result_t *res)
     const size_t steps = r->steps;
     gcoll_status_t st;
     double t0 = train_now_s(), wait_s = 0.0, loss_sum = 0.0;
-    gcoll_counters_t c0, c1;
+    gcoll_counters_t c0;
     gcoll_comm_counters(comm, &c0);
     train_permutation(w->perm, r->ntrain, o->seed, (uint64_t)e);
     for (size_t s = 0; s < steps; s++, (*gstep)++) {
@@ -455,21 +474,8 @@ static int ls_epoch(ls_run_t *r, int e, uint64_t *gstep, train_result_t *res)
         train_mode_fail(comm, "gcoll_localsgd_sync", st);
         return -1;
     }
-    gcoll_comm_counters(comm, &c1);
-    double test_loss = 0.0;
-    long correct = 0;
-    train_mode_evaluate(&w->m, &d->test, r->ntest, r->rank, r->size, w->x, w->y, w->idx, &test_loss,
-                        &correct);
-    double v[5] = {loss_sum, (double)correct, test_loss, (double)(c1.bytes_sent - c0.bytes_sent),
-                   (double)(c1.bytes_raw - c0.bytes_raw)};
-    st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
-    if (st != GCOLL_OK) {
-        train_mode_fail(comm, "epoch statistics", st);
-        return -1;
-    }
-    train_epoch_done(r->out, 0, res, e, v, steps * (size_t)r->size, r->ntest, train_now_s() - t0,
-                     wait_s);
-    return 0;
+    return train_epoch_end(comm, r->out, 0, res, e, w, &d->test, r->ntest, loss_sum, &c0,
+                           steps * (size_t)r->size, t0, wait_s);
 }
 
 int train_run_mode(const train_opts_t *o, const train_mode_opts_t *mo, const train_data_t *d,

@@ -120,6 +120,13 @@ typedef struct {
 int train_work_init(train_work_t *w, const train_opts_t *o, const train_data_t *d, size_t ntrain,
                     int rank);
 void train_work_free(train_work_t *w);
+/* The end of an epoch of the synchronous modes: evaluates this rank's share of the test set
+ * on w, sums the epoch's figures over the ranks (loss_sum, and the bytes since c0) and
+ * records and prints them as train_epoch_done does, timed from t0. 0, or -1 after
+ * printing the failed call. */
+int train_epoch_end(gcoll_comm_t *comm, FILE *out, int csv, train_result_t *res, int epoch,
+                    train_work_t *w, const train_split_t *test, size_t ntest, double loss_sum,
+                    const gcoll_counters_t *c0, size_t examples, double t0, double wait_s);
 /* The run's first line: "gcoll-train: P ranks (transport), MLP 784-512-256-10 (N
  * parameters), sgemm NAME", after prefix ("# " in CSV). */
 void train_print_model(FILE *out, const char *prefix, gcoll_comm_t *comm, const train_work_t *w);

@@ -286,7 +286,7 @@ static int dp_epoch(dp_run_t *r, int e, train_result_t *res)
     train_work_t *w = &r->w;
     const size_t steps = r->steps, global = r->global;
     double t0 = train_now_s(), wait_s = 0.0, loss_sum = 0.0;
-    gcoll_counters_t c0, c1;
+    gcoll_counters_t c0;
     gcoll_status_t st;
     gcoll_comm_counters(comm, &c0);
     train_permutation(w->perm, r->ntrain, o->seed, (uint64_t)e);
@@ -319,20 +319,9 @@ static int dp_epoch(dp_run_t *r, int e, train_result_t *res)
         train_mlp_sgd_each(&w->m, train_lr_at(o, (size_t)e * steps + s, (size_t)o->epochs * steps),
                            r->mom);
     }
-    gcoll_comm_counters(comm, &c1);
-    double test_loss = 0.0;
-    long correct = 0;
-    train_mode_evaluate(&w->m, &d->test, r->ntest, r->rank, r->size, w->x, w->y, w->idx, &test_loss,
-                        &correct);
-    double v[5] = {loss_sum, (double)correct, test_loss, (double)(c1.bytes_sent - c0.bytes_sent),
-                   (double)(c1.bytes_raw - c0.bytes_raw)};
-    st = gcoll_allreduce(comm, v, v, 5, GCOLL_FLOAT64, GCOLL_SUM);
-    if (st != GCOLL_OK) {
-        train_mode_fail(comm, "epoch statistics", st);
+    if (train_epoch_end(comm, r->out, o->csv, res, e, w, &d->test, r->ntest, loss_sum, &c0,
+                        steps * (size_t)r->size, t0, wait_s) != 0)
         return -1;
-    }
-    train_epoch_done(r->out, o->csv, res, e, v, steps * (size_t)r->size, r->ntest,
-                     train_now_s() - t0, wait_s);
     train_adapt_report(r->out, o->csv, r->b, e);
     return 0;
 }
