@@ -2,7 +2,8 @@
 # adapt-train.sh: docs/adaptation.md's training table: gcoll-train with fixed top-k 1% and
 # with the statistical adaptation rules (GCOLL_ADAPT=snr, stage, budget, snr+bandwidth;
 # top-k 1% as the spec, densities within GCOLL_DENSITY_MIN..MAX), on RANKS ranks, one run
-# per rule and seed: final test accuracy (mean and the seeds' min..max), total wire MB
+# per rule and seed (a rule `uniform=D` is the unadapted top-k at density D, for a comparison
+# at the same bytes): final test accuracy (mean and the seeds' min..max), total wire MB
 # (every rank's bytes over the run, mean over the seeds), its ratio to fixed top-k's, and
 # wall time. Prints a markdown table. With TRACE=FILE it also writes the density of every
 # bucket at every step of the TRACE_RULE run of the first seed ("step bucket density" per
@@ -10,8 +11,8 @@
 # bench/plot-adapt-layers.gp.
 # usage: bench/adapt-train.sh [BUILDDIR]
 # environment: RANKS (4), EPOCHS (5), SEEDS (1), RULES ("fixed snr stage budget
-#   snr+bandwidth"), DMIN (0.002), DMAX (0.02), SPEC (topk:density=0.01), LIMIT, DATA,
-#   WORKDIR, TRACE, TRACE_RULE (stage), WARMUP (gcoll-train's --warmup-frac; its default 0.1),
+#   stage+budget snr+bandwidth"), DMIN (0.002), DMAX (0.1, the library's default), SPEC
+#   (topk:density=0.01), LIMIT, DATA, WORKDIR, TRACE, TRACE_RULE (stage), WARMUP (gcoll-train's --warmup-frac; its default 0.1),
 #   RATE (unset: loopback through gcoll-run; e.g. 1gbit: one rank per network namespace, the
 #   namespaces joined through a bridge by veth links shaped with tc tbf to RATE per
 #   direction, ranks started by hand; needs root, removes its namespaces on exit)
@@ -20,7 +21,7 @@ build=$(cd "${1:-.}" && pwd)
 P=${RANKS:-4}
 epochs=${EPOCHS:-5}
 seeds=${SEEDS:-1}
-rules=${RULES:-fixed snr stage budget snr+bandwidth}
+rules=${RULES:-fixed snr stage budget stage+budget snr+bandwidth}
 spec=${SPEC:-topk:density=0.01}
 data=${DATA:-/usr/share/datasets/fashion-mnist}
 work=${WORKDIR:-$(mktemp -d "${TMPDIR:-/tmp}/adapt-train.XXXXXX")}
@@ -78,17 +79,21 @@ launch() {
 for r in $rules; do
     for s in $seeds; do
         f="$work/$(printf '%s' "$r" | tr -c 'A-Za-z0-9' '-')-s$s"
-        a=off
-        [ "$r" = fixed ] || a=$r
+        a=off rspec=$spec
+        case $r in
+        fixed) ;;
+        uniform=*) rspec=topk:density=${r#uniform=} ;;
+        *) a=$r ;;
+        esac
         dbg=warn
         if [ -n "${TRACE:-}" ] && [ "$r" = "${TRACE_RULE:-stage}" ] && [ "$s" = "$first_seed" ]; then
             dbg=debug
         fi
         t0=$(date +%s.%N)
-        if GCOLL_ADAPT=$a GCOLL_DENSITY_MIN=${DMIN:-0.002} GCOLL_DENSITY_MAX=${DMAX:-0.02} \
+        if GCOLL_ADAPT=$a GCOLL_DENSITY_MIN=${DMIN:-0.002} GCOLL_DENSITY_MAX=${DMAX:-0.1} \
             GCOLL_DEBUG=$dbg GCOLL_DEBUG_SUBSYS=ADAPT \
             launch "$f.out" "$f.err" \
-            --epochs "$epochs" --seed "$s" --data "$data" --compressor "$spec" \
+            --epochs "$epochs" --seed "$s" --data "$data" --compressor "$rspec" \
             ${LIMIT:+--limit "$LIMIT"} ${WARMUP:+--warmup-frac "$WARMUP"}; then
             t1=$(date +%s.%N)
             # the per-epoch wire_MB column sums every rank's bytes
@@ -115,4 +120,4 @@ for r in $rules; do
     END { if (n) printf "| %s | %.4f (%.4f..%.4f) | %.1f | %.2f | %.0f |\n", r, a / n, lo, hi,
                  b / n, fn ? (b / n) / (fb / fn) : 0, t / n }' "$work/results" "$work/results"
 done
-echo "(${P} ranks, ${epochs} epochs, density ${DMIN:-0.002}..${DMAX:-0.02}, links ${RATE:-loopback}; runs in $work; $(uptime | sed 's/.*load/load/'))"
+echo "(${P} ranks, ${epochs} epochs, density ${DMIN:-0.002}..${DMAX:-0.1}, links ${RATE:-loopback}; runs in $work; $(uptime | sed 's/.*load/load/'))"
