@@ -551,9 +551,9 @@ typedef struct {
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_parse(const char *rules, unsigned *mask_p);
 
 /* A controller for gcoll_compressed_allreduce callers. rules NULL reads GCOLL_ADAPT; the
- * bounds are GCOLL_DENSITY_MIN/MAX. "budget" splits a total over several tensors and does
- * nothing for the one state a controller drives. GCOLL_ERR_INVALID for an unknown rule.
- * Not collective; does not block. */
+ * bounds are GCOLL_DENSITY_MIN/MAX. "budget" splits a total over several tensors: it acts
+ * on controllers joined by gcoll_adapt_join and does nothing for a controller alone.
+ * GCOLL_ERR_INVALID for an unknown rule. Not collective; does not block. */
 typedef struct gcoll_adapt gcoll_adapt_t;
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_create(gcoll_comm_t *comm, const char *rules,
                                                gcoll_adapt_t **a_p);
@@ -565,6 +565,15 @@ GCOLL_EXPORT gcoll_status_t gcoll_adapt_create(gcoll_comm_t *comm, const char *r
  * decides alike. Every rank must attach alike. GCOLL_ERR_INVALID for a state already
  * attached, a codec with nothing to adapt, or a controller already attached. */
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_attach(gcoll_adapt_t *a, gcoll_tensor_state_t *state);
+/* Puts controller a into the budget of controller with (and of the controllers already
+ * joined to it): after each call on a member's state, that member's density is its share
+ * of the members' total k (each at the density the other rules chose), split in proportion
+ * to sqrt(n_j E_j) (n_j the tensor's size, E_j its smoothed squared norm; the bucketer's
+ * budget rule), within GCOLL_DENSITY_MIN/MAX. Both attached to density codecs (top-k,
+ * random-k, DGC) on the same communicator, both with the budget rule, before the first
+ * call on either; every rank must join alike. gcoll_adapt_destroy leaves the group.
+ * GCOLL_ERR_INVALID otherwise. Not collective; does not block. */
+GCOLL_EXPORT gcoll_status_t gcoll_adapt_join(gcoll_adapt_t *a, gcoll_adapt_t *with);
 /* What the controller measured and decided so far; read it between calls (not while a
  * nonblocking call on its state is in flight). Does not block. */
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_stats(const gcoll_adapt_t *a, gcoll_adapt_stats_t *stats_p);

@@ -35,6 +35,12 @@ struct gcoll_adapt {
     uint64_t sent0, wire0;
     double t_begin, t_end_prev; /* this call's start, the last call's end (s) */
     long steps;
+    /* gcoll_adapt_join: a ring of the controllers that share one budget (itself when
+     * alone); need is the density the other rules chose at the last decision and count
+     * the state's size then, so a member's split can read the others' */
+    gcoll_adapt_t *next;
+    double need;
+    size_t count;
 };
 
 int gcoll_adapt_is_quant(const gcoll_compressor_t *c)
@@ -93,8 +99,72 @@ GCOLL_EXPORT gcoll_status_t gcoll_adapt_create(gcoll_comm_t *comm, const char *r
         return GCOLL_ERR_NOMEM;
     a->comm = comm;
     a->rules = mask;
+    a->next = a;
     *a_p = a;
     return GCOLL_OK;
+}
+
+GCOLL_EXPORT gcoll_status_t gcoll_adapt_join(gcoll_adapt_t *a, gcoll_adapt_t *with)
+{
+    if (!a || !with)
+        return GCOLL_ERR_INVALID;
+    const char *what = "gcoll_adapt_join";
+    gcoll_comm_t *comm = a->comm;
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, a != with && a->next == a,
+                                      "the controller already shares a budget"));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, with->comm == comm,
+                                      "the controllers are on different communicators"));
+    GCOLL_CHECK(gcoll_comm_check_args(
+        comm, what, (a->rules & GCOLL_AR_BUDGET) && (with->rules & GCOLL_AR_BUDGET),
+        "both controllers need the budget rule"));
+    GCOLL_CHECK(gcoll_comm_check_args(
+        comm, what,
+        a->mine && with->mine && !gcoll_adapt_is_quant(a->mine) &&
+            !gcoll_adapt_is_quant(with->mine),
+        "both controllers must be attached to states whose codec has a density"));
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, a->steps == 0 && with->steps == 0,
+                                      "join before the first call on either state"));
+    a->next = with->next;
+    with->next = a;
+    return GCOLL_OK;
+}
+
+/* The density this controller takes from its group's budget: the split of the members'
+ * total k (each at the density the other rules chose for it) by their energies, as the
+ * bucketer splits over its buckets, over the members that decided at least once. */
+static double budget_share(gcoll_adapt_t *a, double d)
+{
+    a->need = d;
+    int n = 0, self = 0;
+    for (gcoll_adapt_t *m = a;; m = m->next) {
+        n += m->steps > 0 || m == a;
+        if (m->next == a)
+            break;
+    }
+    size_t *cnt = malloc((size_t)n * sizeof(size_t));
+    double *buf = malloc((size_t)n * 2 * sizeof(double));
+    if (!cnt || !buf) {
+        free(cnt);
+        free(buf);
+        return d; /* the other rules' density stands */
+    }
+    double *energy = buf, *dens = buf + n;
+    int i = 0;
+    for (gcoll_adapt_t *m = a;; m = m->next) {
+        if (m->steps > 0 || m == a) {
+            self = m == a ? i : self;
+            cnt[i] = m->count;
+            energy[i] = gcoll_sig_energy(&m->sig);
+            dens[i++] = m->need;
+        }
+        if (m->next == a)
+            break;
+    }
+    gcoll_adapt_budget(n, cnt, energy, a->sig.dmin, a->sig.dmax, dens);
+    double out = dens[self];
+    free(cnt);
+    free(buf);
+    return out;
 }
 
 GCOLL_EXPORT gcoll_status_t gcoll_adapt_attach(gcoll_adapt_t *a, gcoll_tensor_state_t *s)
@@ -154,6 +224,10 @@ GCOLL_EXPORT void gcoll_adapt_destroy(gcoll_adapt_t *a)
 {
     if (!a)
         return;
+    gcoll_adapt_t *prev = a;
+    while (prev->next != a)
+        prev = prev->next;
+    prev->next = a->next; /* leave the group */
     if (a->s) {
         a->s->c = a->orig;
         if (a->s->server)
@@ -215,6 +289,8 @@ static void decide(gcoll_adapt_t *a, int P, double bytes, double wire, double wi
         cap = gcoll_ctl_step(&a->ctl, window, 0, a->bw.bw, full, 0);
     }
     double d = gcoll_adapt_combine(cap, need, a->sig.dmax, a->boost);
+    if ((a->rules & GCOLL_AR_BUDGET) && a->next != a)
+        d = budget_share(a, d);
     GCOLL_DEBUG(GCOLL_SUBSYS_ADAPT,
                 "controller step %ld: noise share %.3f stage %.3f boost "
                 "%.2f critical %d; bandwidth %.1f MB/s cap %g need %g: density %g -> %g",
@@ -258,6 +334,7 @@ gcoll_status_t gcoll_adapt_after(gcoll_comm_t *comm, gcoll_tensor_state_t *s, si
         double loc = 0, glob = 0;
         if (a->m)
             gcoll_snr_from_samples(P, a->m, AGREE_W, v, (double)count / (double)a->m, &loc, &glob);
+        a->count = count;
         decide(a, P, bytes, wire, window, loc, glob);
         a->steps++;
     }

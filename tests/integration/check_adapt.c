@@ -1,6 +1,7 @@
 /* check_adapt.c: adaptation across processes: the gcoll_adapt controller on
  * gcoll_compressed_allreduce (the same decisions on every rank; the noise scale of
- * synthetic gradients of known signal and noise), the bit width of a quantizer, and the
+ * synthetic gradients of known signal and noise), the bit width of a quantizer, joined
+ * controllers' budget split against one computed from the gradients, and the
  * streamed top-k kept under the bucketer's adaptation, bit-identical to an unadapted call
  * at the same density. */
 #include "check.h"
@@ -90,6 +91,86 @@ out:
     return failures;
 }
 
+/* gcoll_adapt_join: three top-k 1% tensors of different sizes and signal scales under one
+ * budget. Every rank decides alike; after the run the members' k add up to the spec's
+ * total, each within 2% of the split computed here from the gradients themselves:
+ * k_j = lambda sqrt(n_j E_j), E_j = n_j (a_j^2 + sb^2) the expected squared norm (the
+ * sampled estimate's relative sd is about 2 sb / a_j / sqrt(16 P T), under 0.3% here). */
+#define NJ 3
+static int check_budget(int T)
+{
+    const size_t n[NJ] = {20000, 5000, 30000};
+    const double amp[NJ] = {0.02, 0.01, 0.005}, sb = 0.002;
+    gcoll_compressor_t *c = NULL;
+    gcoll_tensor_state_t *s[NJ] = {0};
+    gcoll_adapt_t *ad[NJ] = {0};
+    float *g = malloc(n[2] * sizeof(float)), *out = malloc(n[2] * sizeof(float));
+    checks++;
+    if (!g || !out || gcoll_compressor_create("topk:density=0.01", &c) != GCOLL_OK) {
+        FAIL("budget: setup");
+        goto out;
+    }
+    for (int j = 0; j < NJ; j++)
+        if (gcoll_state_create(c, n[j], &s[j]) != GCOLL_OK ||
+            gcoll_adapt_create(comm, "budget", &ad[j]) != GCOLL_OK ||
+            gcoll_adapt_attach(ad[j], s[j]) != GCOLL_OK ||
+            (j > 0 && gcoll_adapt_join(ad[j], ad[0]) != GCOLL_OK)) {
+            FAIL("budget: controller %d: %s", j, gcoll_comm_last_error(comm));
+            goto out;
+        }
+    /* joining twice, or a controller without the budget rule, is refused */
+    gcoll_adapt_t *other = NULL;
+    if (gcoll_adapt_join(ad[1], ad[2]) != GCOLL_ERR_INVALID)
+        FAIL("budget: a second join was accepted");
+    if (gcoll_adapt_create(comm, "snr", &other) == GCOLL_OK &&
+        gcoll_adapt_join(other, ad[0]) != GCOLL_ERR_INVALID)
+        FAIL("budget: a controller without the budget rule (and unattached) joined");
+    gcoll_adapt_destroy(other);
+    double d[NJ] = {0};
+    for (int step = 0; step < T; step++)
+        for (int j = 0; j < NJ; j++) {
+            for (size_t i = 0; i < n[j]; i++)
+                g[i] = (float)(((i & 1) ? amp[j] : -amp[j]) + sb * gauss(rank, step * NJ + j, i));
+            gcoll_adapt_stats_t st = {0};
+            if (gcoll_compressed_allreduce(comm, s[j], g, out, n[j], GCOLL_AVG) != GCOLL_OK ||
+                gcoll_adapt_stats(ad[j], &st) != GCOLL_OK) {
+                FAIL("budget step %d tensor %d: %s", step, j, gcoll_comm_last_error(comm));
+                goto out;
+            }
+            d[j] = st.density;
+            if (!same_everywhere(st.density))
+                FAIL("budget step %d tensor %d: ranks decided differently (%g)", step, j, d[j]);
+        }
+    double w[NJ], wsum = 0;
+    long total = 0, got = 0;
+    for (int j = 0; j < NJ; j++) {
+        w[j] = sqrt((double)n[j] * (double)n[j] * (amp[j] * amp[j] + sb * sb));
+        wsum += w[j];
+        total += (long)ceil(0.01 * (double)n[j]);
+    }
+    for (int j = 0; j < NJ; j++) {
+        long k = lround(d[j] * (double)n[j]);
+        double want = (double)total * w[j] / wsum;
+        got += k;
+        if (fabs((double)k - want) > 0.02 * want + 1)
+            FAIL("budget: tensor %d (n %zu): k %ld, the split by energy gives %.1f", j, n[j], k,
+                 want);
+    }
+    if (got != total)
+        FAIL("budget: the members' k add up to %ld, the spec's total is %ld", got, total);
+    printf("rank %d: budget over %d joined controllers: densities %g %g %g, k summed %ld of %ld\n",
+           rank, NJ, d[0], d[1], d[2], got, total);
+out:
+    for (int j = 0; j < NJ; j++) {
+        gcoll_adapt_destroy(ad[j]);
+        gcoll_state_destroy(s[j]);
+    }
+    gcoll_compressor_destroy(c);
+    free(g);
+    free(out);
+    return failures;
+}
+
 /* The bucketer under GCOLL_ADAPT (bandwidth, its bounds pinned to the spec's density by
  * the script) against gcoll_compressed_allreduce of an unadapted state, both top-k of a
  * tensor long enough for the streamed scheme (GCOLL_TOPK_STREAM set by the script):
@@ -149,6 +230,7 @@ int run_adapt_ctl(void)
     check_ctl("topk:density=0.01", 60);
     check_ctl("randomk:density=0.01", 20);
     check_ctl("qsgd:bits=4", 20);
+    check_budget(10);
     return failures;
 }
 

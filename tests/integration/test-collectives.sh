@@ -99,7 +99,7 @@ for tr in $(transports); do
         out="$TMP/adapt-ctl-$tr-$np.log"
         if timeout 300 "$gcoll_run" -n $np --timeout 250 -x GCOLL_TRANSPORT="$tr" \
             -x GCOLL_ADAPT_STAT_HALF_LIFE=100000 -- "$CHECK" adapt_ctl >"$out" 2>&1; then
-            pass "$tr: gcoll_adapt controller on $np ranks: same decisions everywhere, noise scale within its bound"
+            pass "$tr: gcoll_adapt controller on $np ranks: same decisions everywhere, noise scale within its bound, joined controllers split the budget"
         else
             fail "$tr: gcoll_adapt controller on $np ranks"
             tail -n 30 "$out"

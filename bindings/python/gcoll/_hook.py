@@ -265,7 +265,11 @@ class GcollHookState:
     def _attach_controllers(self):
         """One controller per compressed parameter whose codec has a density (top-k,
         random-k, DGC) or a bit width (qsgd, q8) to choose, as the bucketer has one per
-        bucket; every rank attaches alike, so every rank decides alike."""
+        bucket; every rank attaches alike, so every rank decides alike. With the budget
+        rule the density controllers share one budget (gcoll_adapt_join), as the bucketer's
+        buckets do."""
+        budget = adapt_rules(self.adapt) & adapt_rules("budget")
+        first = None
         for p in self._params.values():
             head = p.spec.split("+")[0].split(":")[0]
             if p.ts is None or head not in ("topk", "randomk", "dgc", "qsgd", "q8"):
@@ -273,6 +277,11 @@ class GcollHookState:
             ctl = Adapt(self.comm, self.adapt)
             try:
                 ctl.attach(p.ts)
+                if budget and head not in ("qsgd", "q8"):
+                    if first is None:
+                        first = ctl
+                    else:
+                        ctl.join(first)
             except Exception:
                 ctl.close()
                 raise

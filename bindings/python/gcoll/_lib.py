@@ -194,6 +194,7 @@ _PROTOS = {
     "gcoll_adapt_parse": (_st, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint)]),
     "gcoll_adapt_create": (_st, [_p, ctypes.c_char_p, _pp]),
     "gcoll_adapt_attach": (_st, [_p, _p]),
+    "gcoll_adapt_join": (_st, [_p, _p]),
     "gcoll_adapt_stats": (_st, [_p, ctypes.POINTER(AdaptStats)]),
     "gcoll_adapt_destroy": (None, [_p]),
 }

@@ -262,7 +262,8 @@ class Adapt:
     rules ("bandwidth", "snr", "stage", "phase", combined with '+'), identically on every
     rank (docs/adaptation.md). rules None reads GCOLL_ADAPT. attach(state) once, then run
     comm.compressed_allreduce on that state as usual; stats() reads what it decided.
-    close() before the state is closed."""
+    With "budget", join(other) puts controllers under one budget split over their
+    tensors. close() before the state is closed."""
 
     def __init__(self, comm, rules=None):
         self._ptr = None
@@ -281,6 +282,15 @@ class Adapt:
             raise ValueError("gcoll adaptation controller is closed")
         _lib.check(lib.gcoll_adapt_attach(self._ptr, state._live()), "gcoll_adapt_attach")
         self.state = state
+
+    def join(self, other):
+        """gcoll_adapt_join(): shares other's budget (the "budget" rule over several
+        tensors): after each call, this controller's density is its share of the members'
+        total k, split by their gradients' energies. Both attached to density codecs, both
+        with "budget", before the first call; every rank alike. GcollError otherwise."""
+        if not self._ptr or not other._ptr:
+            raise ValueError("gcoll adaptation controller is closed")
+        _lib.check(lib.gcoll_adapt_join(self._ptr, other._ptr), "gcoll_adapt_join")
 
     def stats(self):
         """{steps, noise_scale, grad_sq, noise_sq, noise_share, stage, phase_boost,

@@ -137,6 +137,8 @@ class TestHookFeatures(unittest.TestCase):
         for n in sorted(adapted):
             ctls.append(gcoll.Adapt(self.comm, adapt))
             ctls[-1].attach(fresh[n])
+            if adapt and "budget" in adapt and len(ctls) > 1:
+                ctls[-1].join(ctls[0])  # one budget, as the hook's (two members: any order)
         acc = {n: torch.zeros(sizes[n]) for n in specs}
         layouts = {}
         for step, params, inp, out in log:
@@ -345,6 +347,39 @@ class TestHookFeatures(unittest.TestCase):
         self.assert_same_weights(model)
         with self.assertRaisesRegex(ValueError, "not saved"):
             self.hook.state_dict()
+        self.hook.close()
+
+    def test_adaptation_budget(self):
+        """GCOLL_ADAPT=budget in the hook: the parameters' controllers share one budget
+        (gcoll_adapt_join), so their densities move apart from the spec's while their k
+        add up to the spec's total; the same on every rank, and bit for bit the replay's
+        controllers joined alike."""
+        model = make_model()
+        self.hook = gt.GcollHookState("topk:density=0.05", comm=self.comm, model=model,
+                                      policy="*bias*=none;last=fp16", adapt="budget")
+        specs = self.hook.specs
+        log = self.capture(model, self.hook)
+        steps = 8
+        self.train(model, steps)
+        stats = self.hook.adapt_stats()
+        self.assertEqual(sorted(stats), ["module.0.weight", "module.2.weight"])
+        sizes = {n: p.numel() for n, p in model.module.named_parameters()}
+        k = {n: round(stats[n]["density"] * sizes["%s.weight" % n.split(".")[1]])
+             for n in stats}
+        total = sum(-(-sizes["%s.weight" % n.split(".")[1]] * 5 // 100) for n in stats)
+        # each member takes its share when its own call ends, from the group's latest
+        # energies: the sum is the budget's within a pair or two
+        self.assertLessEqual(abs(sum(k.values()) - total), 2, (k, total))
+        self.assertNotEqual(stats["module.0.weight"]["density"],
+                            stats["module.2.weight"]["density"])
+        mine = torch.tensor([stats[n]["density"] for n in sorted(stats)], dtype=torch.float64)
+        everyone = torch.empty(SIZE * mine.numel(), dtype=torch.float64)
+        self.comm.allgather(mine, everyone)
+        for q in range(SIZE):
+            self.assertTrue(torch.equal(everyone[q * mine.numel():(q + 1) * mine.numel()],
+                                        mine), "rank %d decided other densities" % q)
+        self.replay(log, model, specs, adapt="budget", adapted=stats)
+        self.assert_same_weights(model)
         self.hook.close()
 
 
