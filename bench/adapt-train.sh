@@ -12,7 +12,8 @@
 # usage: bench/adapt-train.sh [BUILDDIR]
 # environment: RANKS (4), EPOCHS (5), SEEDS (1), RULES ("fixed snr stage budget
 #   stage+budget snr+bandwidth"), DMIN (0.002), DMAX (0.1, the library's default), SPEC
-#   (topk:density=0.01), LIMIT, DATA, WORKDIR, TRACE, TRACE_RULE (stage), WARMUP (gcoll-train's --warmup-frac; its default 0.1),
+#   (topk:density=0.01), LIMIT, DATA, WORKDIR, TRACE, TRACE_RULE (stage), WARMUP
+#   (gcoll-train's --warmup-frac; its default 0.1),
 #   RATE (unset: loopback through gcoll-run; e.g. 1gbit: one rank per network namespace, the
 #   namespaces joined through a bridge by veth links shaped with tc tbf to RATE per
 #   direction, ranks started by hand; needs root, removes its namespaces on exit)

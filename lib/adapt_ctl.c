@@ -135,33 +135,29 @@ GCOLL_EXPORT gcoll_status_t gcoll_adapt_join(gcoll_adapt_t *a, gcoll_adapt_t *wi
 static double budget_share(gcoll_adapt_t *a, double d)
 {
     a->need = d;
-    int n = 0, self = 0;
-    for (gcoll_adapt_t *m = a;; m = m->next) {
-        n += m->steps > 0 || m == a;
-        if (m->next == a)
-            break;
-    }
-    size_t *cnt = malloc((size_t)n * sizeof(size_t));
-    double *buf = malloc((size_t)n * 2 * sizeof(double));
+    int len = 1;
+    for (gcoll_adapt_t *m = a->next; m != a; m = m->next)
+        len++;
+    size_t *cnt = malloc((size_t)len * sizeof(size_t));
+    double *buf = malloc((size_t)len * 2 * sizeof(double));
     if (!cnt || !buf) {
         free(cnt);
         free(buf);
         return d; /* the other rules' density stands */
     }
-    double *energy = buf, *dens = buf + n;
-    int i = 0;
-    for (gcoll_adapt_t *m = a;; m = m->next) {
-        if (m->steps > 0 || m == a) {
-            self = m == a ? i : self;
-            cnt[i] = m->count;
-            energy[i] = gcoll_sig_energy(&m->sig);
-            dens[i++] = m->need;
+    double *energy = buf, *dens = buf + len;
+    int n = 0; /* this controller first, then the members that decided at least once */
+    gcoll_adapt_t *m = a;
+    do {
+        if (m == a || m->steps > 0) {
+            cnt[n] = m->count;
+            energy[n] = gcoll_sig_energy(&m->sig);
+            dens[n++] = m->need;
         }
-        if (m->next == a)
-            break;
-    }
+        m = m->next;
+    } while (m != a);
     gcoll_adapt_budget(n, cnt, energy, a->sig.dmin, a->sig.dmax, dens);
-    double out = dens[self];
+    double out = dens[0];
     free(cnt);
     free(buf);
     return out;

@@ -168,6 +168,15 @@ class TestHookFeatures(unittest.TestCase):
             c.close()
         return layouts
 
+    def assert_same_densities(self, dens):
+        """Every rank's controllers decided these densities."""
+        mine = torch.tensor(dens, dtype=torch.float64)
+        everyone = torch.empty(SIZE * mine.numel(), dtype=torch.float64)
+        self.comm.allgather(mine, everyone)
+        for q in range(SIZE):
+            self.assertTrue(torch.equal(everyone[q * mine.numel():(q + 1) * mine.numel()],
+                                        mine), "rank %d decided other densities" % q)
+
     def assert_same_weights(self, model):
         w = flat_params(model)
         everyone = torch.empty(SIZE * w.numel())
@@ -337,12 +346,7 @@ class TestHookFeatures(unittest.TestCase):
             self.assertEqual(stats[n]["steps"], steps, n)
             self.assertTrue(0 < stats[n]["density"] <= 1, stats[n])
             dens.append(stats[n]["density"])
-        mine = torch.tensor(dens, dtype=torch.float64)
-        everyone = torch.empty(SIZE * mine.numel(), dtype=torch.float64)
-        self.comm.allgather(mine, everyone)
-        for q in range(SIZE):
-            self.assertTrue(torch.equal(everyone[q * mine.numel():(q + 1) * mine.numel()],
-                                        mine), "rank %d decided other densities" % q)
+        self.assert_same_densities(dens)
         self.replay(log, model, specs, adapt=rules, adapted=stats)
         self.assert_same_weights(model)
         with self.assertRaisesRegex(ValueError, "not saved"):
@@ -372,12 +376,7 @@ class TestHookFeatures(unittest.TestCase):
         self.assertLessEqual(abs(sum(k.values()) - total), 2, (k, total))
         self.assertNotEqual(stats["module.0.weight"]["density"],
                             stats["module.2.weight"]["density"])
-        mine = torch.tensor([stats[n]["density"] for n in sorted(stats)], dtype=torch.float64)
-        everyone = torch.empty(SIZE * mine.numel(), dtype=torch.float64)
-        self.comm.allgather(mine, everyone)
-        for q in range(SIZE):
-            self.assertTrue(torch.equal(everyone[q * mine.numel():(q + 1) * mine.numel()],
-                                        mine), "rank %d decided other densities" % q)
+        self.assert_same_densities([stats[n]["density"] for n in sorted(stats)])
         self.replay(log, model, specs, adapt="budget", adapted=stats)
         self.assert_same_weights(model)
         self.hook.close()
