@@ -1,6 +1,6 @@
 #!/bin/sh
 # docs-paths.sh SRCDIR BUILDDIR: prints "where: what" for every repository path named in
-# README.md, docs/ or a comment (of *.c, *.h, *.cc, *.sh, *.py, Makefile.am, *.include)
+# README.md, docs/ or a comment (of *.c, *.h, *.cc, *.cpp, *.sh, *.py, Makefile.am, *.include)
 # that does not exist, and for every relative Markdown link (and its #anchor) in README.md
 # and docs/ that leads nowhere. Prints nothing when all hold. Used by test-docs.sh.
 #
@@ -20,7 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 docs=$(ls README.md docs/*.md docs/*/*.md 2>/dev/null)
 code=$(find lib include collectives transports tools bindings bench tests config/m4 .ci \
-    \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.sh' -o -name '*.py' \
+    \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cpp' -o -name '*.sh' -o -name '*.py' \
     -o -name Makefile.include \) -type f 2>/dev/null | grep -v '/corpus' | sort)
 
 # "file:line<TAB>text": the Markdown pages whole, the comments of the code.
@@ -28,7 +28,7 @@ code=$(find lib include collectives transports tools bindings bench tests config
     for f in $docs; do awk -v f="$f" '{ printf "%s:%d\t%s\n", f, NR, $0 }' "$f"; done
     for f in $code Makefile.am; do
         case "$f" in
-        *.c | *.h | *.cc)
+        *.c | *.h | *.cc | *.cpp)
             # C comments: /* ... */ across lines and //, outside string and char literals.
             awk -v f="$f" '
             { out = ""; n = length($0); i = 1
