@@ -30,7 +30,7 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c)
     }
     if (c->vs.fmt != GCOLL_VF_F32)
         f |= GCOLL_CODEC_QUANTIZED;
-    if (c->vs.fmt == GCOLL_VF_QSGD)
+    if (c->vs.fmt == GCOLL_VF_QSGD || c->vs.round == GCOLL_ROUND_STOCHASTIC)
         f |= GCOLL_CODEC_STOCHASTIC;
     if (c->sparsify == GCOLL_SPARSIFY_NONE && c->vs.fmt == GCOLL_VF_F32 && c->clip == 0 &&
         c->clip_value == 0)

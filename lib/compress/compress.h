@@ -10,7 +10,7 @@
  *
  * A codec is "sparsifier + value format":
  *   sparsifier   none | topk | randomk | threshold | dgc
- *   value format f32 | f16 | bf16 | q8 | qsgd | sign
+ *   value format f32 | f16 | bf16 | q8 | qsgd | sign | fp8 | mxfp8 | mxfp4
  * e.g. "fp16" is (none, f16), "topk:density=0.01+q8" is (topk, q8), "sign" is (none, sign).
  */
 
@@ -43,14 +43,23 @@ typedef enum {
     GCOLL_VF_F32 = 1,
     GCOLL_VF_F16 = 2,
     GCOLL_VF_BF16 = 3,
-    GCOLL_VF_Q8 = 4,   /* int8 per bucket, scale = max|x|/127, round to nearest (deterministic) */
-    GCOLL_VF_QSGD = 5, /* QSGD stochastic levels per bucket, l2-norm scale (unbiased) */
-    GCOLL_VF_SIGN = 6  /* 1 bit per value, one scale per chunk */
+    GCOLL_VF_Q8 = 4,    /* int8 per bucket, scale = max|x|/127, round to nearest (deterministic) */
+    GCOLL_VF_QSGD = 5,  /* QSGD stochastic levels per bucket, l2-norm scale (unbiased) */
+    GCOLL_VF_SIGN = 6,  /* 1 bit per value, one scale per chunk */
+    GCOLL_VF_FP8 = 7,   /* OCP OFP8 E4M3/E5M2 (bits), one power-of-two scale per message */
+    GCOLL_VF_MXFP8 = 8, /* OCP MX v1.0: blocks of 32 E4M3/E5M2 (bits) with an E8M0 scale */
+    GCOLL_VF_MXFP4 = 9  /* OCP MX v1.0: blocks of 32 E2M1 with an E8M0 scale */
 } gcoll_vfmt_t;
+
+/* Element formats of fp8 and mxfp8 (the wire's bits field; mxfp4 carries E2M1) */
+enum { GCOLL_FP8_E4M3 = 1, GCOLL_FP8_E5M2 = 2, GCOLL_FP8_E2M1 = 3 };
+
+/* Rounding of the float formats (not on the wire: a decoder does not need it) */
+enum { GCOLL_ROUND_NEAREST = 0, GCOLL_ROUND_STOCHASTIC = 1 };
 
 typedef struct {
     gcoll_vfmt_t fmt;
-    unsigned bits;   /* qsgd: 2..8 */
+    unsigned bits;   /* qsgd: 2..8; fp8/mxfp8/mxfp4: the element format (GCOLL_FP8_*) */
     uint32_t bucket; /* q8/qsgd values per scale; sign values per scale (0: whole message) */
     int sign_l2;     /* sign: scale is ||x||_2/sqrt(n) (1-bit Adam) instead of mean |x| */
     /* the encode feeds its error back (a state's residual): send the contractive form,
@@ -58,6 +67,7 @@ typedef struct {
      * l2 sign scale capped); 0: the unbiased / published form. Not on the wire: the
      * scales carry it. See docs/compressors.md, "Error feedback". */
     int contract;
+    int round; /* fp16/bf16/fp8/mx: GCOLL_ROUND_* */
 } gcoll_vspec_t;
 
 #define GCOLL_SPEC_MAX 256

@@ -66,6 +66,7 @@ typedef struct {
     int have_density, have_k, have_select, have_reuse, have_seed, have_unbiased, have_tau;
     int have_momentum, have_warmup, have_sched, have_scale, have_chunk, have_bits;
     int have_bucket, have_clip, have_ef, have_clip_value, have_wstart, have_wbits;
+    int have_round, have_format;
 } seen_t;
 
 #define ONCE(flag, key)                                                                            \
@@ -185,6 +186,28 @@ static gcoll_status_t parse_vkey(pctx_t *p, gcoll_compressor_t *c, seen_t *seen,
         vs->bucket = (uint32_t)u;
         return GCOLL_OK;
     }
+    int floatf = vs->fmt == GCOLL_VF_F16 || vs->fmt == GCOLL_VF_BF16 || vs->fmt == GCOLL_VF_FP8 ||
+                 vs->fmt == GCOLL_VF_MXFP8 || vs->fmt == GCOLL_VF_MXFP4;
+    if (floatf && !strcmp(key, "round")) {
+        ONCE(have_round, key);
+        if (!strcmp(val, "nearest"))
+            vs->round = GCOLL_ROUND_NEAREST;
+        else if (!strcmp(val, "stochastic"))
+            vs->round = GCOLL_ROUND_STOCHASTIC;
+        else
+            return perr(p, "round=%s must be nearest or stochastic", val);
+        return GCOLL_OK;
+    }
+    if ((vs->fmt == GCOLL_VF_FP8 || vs->fmt == GCOLL_VF_MXFP8) && !strcmp(key, "format")) {
+        ONCE(have_format, key);
+        if (!strcmp(val, "e4m3"))
+            vs->bits = GCOLL_FP8_E4M3;
+        else if (!strcmp(val, "e5m2"))
+            vs->bits = GCOLL_FP8_E5M2;
+        else
+            return perr(p, "format=%s must be e4m3 or e5m2", val);
+        return GCOLL_OK;
+    }
     if (vs->fmt == GCOLL_VF_SIGN && !strcmp(key, "scale")) {
         ONCE(have_scale, key);
         if (!strcmp(val, "mean"))
@@ -228,6 +251,17 @@ static int vfmt_by_name(const char *name, gcoll_vspec_t *vs)
          * (docs/training.md) */
         vs->fmt = GCOLL_VF_SIGN;
         vs->bucket = 64;
+    } else if (!strcmp(name, "fp8")) {
+        vs->fmt = GCOLL_VF_FP8;
+        vs->bits = GCOLL_FP8_E4M3;
+    } else if (!strcmp(name, "mxfp8")) {
+        vs->fmt = GCOLL_VF_MXFP8;
+        vs->bits = GCOLL_FP8_E4M3;
+        vs->bucket = 32;
+    } else if (!strcmp(name, "mxfp4")) {
+        vs->fmt = GCOLL_VF_MXFP4;
+        vs->bits = GCOLL_FP8_E2M1;
+        vs->bucket = 32;
     } else
         return 0;
     return 1;
@@ -332,7 +366,10 @@ static gcoll_status_t parse_segment(pctx_t *p, gcoll_compressor_t *c, seen_t *se
         return perr(p, "empty codec name");
     if (is_quant) {
         if (!vfmt_by_name(name, &c->vs) || c->vs.fmt == GCOLL_VF_F32)
-            return perr(p, "'+%s' is not a value format (q8, qsgd, fp16, bf16, sign)", name);
+            return perr(p,
+                        "'+%s' is not a value format (q8, qsgd, fp16, bf16, sign, fp8, mxfp8, "
+                        "mxfp4)",
+                        name);
     } else if (!strcmp(name, "topk")) {
         c->sparsify = GCOLL_SPARSIFY_TOPK;
     } else if (!strcmp(name, "randomk")) {
@@ -349,8 +386,8 @@ static gcoll_status_t parse_segment(pctx_t *p, gcoll_compressor_t *c, seen_t *se
         c->sparsify = GCOLL_SPARSIFY_NONE;
     } else if (!vfmt_by_name(name, &c->vs) || c->vs.fmt == GCOLL_VF_F32) {
         return perr(p,
-                    "unknown codec '%s' (none, fp16, bf16, q8, qsgd, sign, topk, randomk, "
-                    "threshold, dgc)",
+                    "unknown codec '%s' (none, fp16, bf16, fp8, mxfp8, mxfp4, q8, qsgd, sign, "
+                    "topk, randomk, threshold, dgc)",
                     name);
     }
     int vkeys = is_quant || c->sparsify == GCOLL_SPARSIFY_NONE;
@@ -411,6 +448,7 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
 #define APP(...) n += snprintf(b + n, (size_t)n < cap ? cap - (size_t)n : 0, __VA_ARGS__)
     static const char *sel[] = {"exact", "sample", "reuse"};
     static const char *sch[] = {"none", "exp", "linear", "step"};
+    static const char *rnd[] = {"nearest", "stochastic"};
     /* the warm-up keys, when the spec gave any (as given: a caller may supply the steps) */
     char warm[96] = "";
     if (c->warmup_given) {
@@ -461,10 +499,18 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
             APP("none");
         break;
     case GCOLL_VF_F16:
-        APP("%sfp16", sep);
+        APP("%sfp16%s", sep, vs->round ? ":round=stochastic" : "");
         break;
     case GCOLL_VF_BF16:
-        APP("%sbf16", sep);
+        APP("%sbf16%s", sep, vs->round ? ":round=stochastic" : "");
+        break;
+    case GCOLL_VF_FP8:
+    case GCOLL_VF_MXFP8:
+        APP("%s%s:format=%s,round=%s", sep, vs->fmt == GCOLL_VF_FP8 ? "fp8" : "mxfp8",
+            vs->bits == GCOLL_FP8_E5M2 ? "e5m2" : "e4m3", rnd[vs->round]);
+        break;
+    case GCOLL_VF_MXFP4:
+        APP("%smxfp4:round=%s", sep, rnd[vs->round]);
         break;
     case GCOLL_VF_Q8:
         APP("%sq8:bucket=%u", sep, vs->bucket);
