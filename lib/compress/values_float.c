@@ -7,6 +7,7 @@
 #include "kernels.h"
 #include "rng.h"
 #include "values.h"
+#include "values_float.h"
 #include "wire.h"
 
 /*
@@ -27,12 +28,7 @@
  * (|x| < 2^-126) count as zero: they are below every format's reach at any scale used here.
  */
 
-typedef struct {
-    int m;            /* mantissa bits */
-    int emin, emax;   /* exponents of the smallest and largest normal binade */
-    uint32_t maxcode; /* magnitude code of the largest normal (codes above: NaN/Inf or none) */
-    float maxval;     /* its value */
-} fmt_t;
+typedef gcoll_fl_fmt_t fmt_t;
 
 static const fmt_t FMT_E4M3 = {3, -6, 8, 0x7e, 448.0f};
 static const fmt_t FMT_E5M2 = {2, -14, 15, 0x7b, 57344.0f};
@@ -116,17 +112,6 @@ KBODY uint32_t absmax_bits_body(const float *x, size_t n)
 
 #define MX_BLOCK GCOLL_MX_BLOCK
 
-/* The E8M0 code of the shared scale of a block whose largest |x| has bits amax (finite):
- * floor(log2 amax) - emax, kept in [-127, 127] (a block of zeros or float subnormals gets
- * the smallest scale). */
-KBODY uint32_t mx_scale_code(uint32_t amax, int emax)
-{
-    int32_t fe = (int32_t)(amax >> 23);
-    int32_t x = fe ? fe - 127 - emax : -127;
-    x = x < -127 ? -127 : x;
-    return (uint32_t)(x + 127);
-}
-
 /* MX blocks: scales into sc[0..nb), element codes (MXFP8: one byte each; MXFP4: two per
  * byte, the lower nibble first) into el. Returns the first block with a non-finite value,
  * or nb. */
@@ -140,7 +125,7 @@ KBODY size_t mx_put_body(const float *x, size_t n, const fmt_t f, int fp4, int s
         uint32_t amax = absmax_bits_body(xb, m);
         if (amax >= 0x7f800000u)
             return b;
-        uint32_t s = mx_scale_code(amax, f.emax);
+        uint32_t s = gcoll_fl_mx_scale_code(amax, f.emax);
         sc[b] = (uint8_t)s;
         int32_t d = (int32_t)s - 127;
         uint8_t codes[MX_BLOCK];
@@ -210,15 +195,27 @@ KBODY int half_sr_body(const float *x, size_t n, int bf, uint32_t base, uint32_t
     {                                                                                              \
         return mx_put_body(x, n, F, FP4, SR, klo, khi, sc, el);                                    \
     }                                                                                              \
-    CLONE(size_t, mx_##tag,                                                                        \
-          (const float *x, size_t n, uint32_t klo, uint32_t khi, uint8_t *sc, uint8_t *el),        \
-          (x, n, klo, khi, sc, el))
+    static size_t mx_##tag##_gen(const float *x, size_t n, uint32_t klo, uint32_t khi,             \
+                                 uint8_t *sc, uint8_t *el)                                         \
+    {                                                                                              \
+        return mx_##tag##_body(x, n, klo, khi, sc, el);                                            \
+    }
 MX_INST(e4m3_rn, FMT_E4M3, 0, 0)
 MX_INST(e4m3_sr, FMT_E4M3, 0, 1)
 MX_INST(e5m2_rn, FMT_E5M2, 0, 0)
 MX_INST(e5m2_sr, FMT_E5M2, 0, 1)
 MX_INST(e2m1_rn, FMT_E2M1, 1, 0)
 MX_INST(e2m1_sr, FMT_E2M1, 1, 1)
+
+size_t gcoll_fl_mx_put_gen(const float *x, size_t n, const fmt_t *f, int fp4, int sr, uint32_t klo,
+                           uint32_t khi, uint8_t *sc, uint8_t *el)
+{
+    if (fp4)
+        return (sr ? mx_e2m1_sr_gen : mx_e2m1_rn_gen)(x, n, klo, khi, sc, el);
+    if (f == &FMT_E5M2)
+        return (sr ? mx_e5m2_sr_gen : mx_e5m2_rn_gen)(x, n, klo, khi, sc, el);
+    return (sr ? mx_e4m3_sr_gen : mx_e4m3_rn_gen)(x, n, klo, khi, sc, el);
+}
 
 #define FP8_INST(tag, F, SR)                                                                       \
     KBODY int fp8_##tag##_body(const float *x, size_t n, int32_t d, uint32_t base, uint32_t klo,   \
@@ -296,23 +293,25 @@ gcoll_status_t gcoll_vsec_float_put(const gcoll_vspec_t *vs, const float *x, siz
         int32_t d = fp8_scale_exp(amax, f);
         float scale = bitsf((uint32_t)(d + 127) << 23);
         memcpy(out, &scale, 4);
-        int e5 = vs->bits == GCOLL_FP8_E5M2;
-        if (e5)
-            (sr ? fp8_e5m2_sr : fp8_e5m2_rn)(x, n, d, (uint32_t)lo, klo, khi, out + 4);
+        size_t i = 0;
+        if (gcoll_simd_active() == GCOLL_SIMD_AVX2)
+            i = gcoll_fl_codes_avx2(x, n, d, f, sr, (uint32_t)lo, klo, khi, out + 4);
+        const uint32_t b = (uint32_t)(lo + i);
+        if (vs->bits == GCOLL_FP8_E5M2)
+            (sr ? fp8_e5m2_sr : fp8_e5m2_rn)(x + i, n - i, d, b, klo, khi, out + 4 + i);
         else
-            (sr ? fp8_e4m3_sr : fp8_e4m3_rn)(x, n, d, (uint32_t)lo, klo, khi, out + 4);
+            (sr ? fp8_e4m3_sr : fp8_e4m3_rn)(x + i, n - i, d, b, klo, khi, out + 4 + i);
         return GCOLL_OK;
     }
     case GCOLL_VF_MXFP8:
     case GCOLL_VF_MXFP4: {
         size_t nb = (n + MX_BLOCK - 1) / MX_BLOCK, b;
         uint8_t *el = out + nb;
-        if (vs->fmt == GCOLL_VF_MXFP4)
-            b = (sr ? mx_e2m1_sr : mx_e2m1_rn)(x, n, klo, khi, out, el);
-        else if (vs->bits == GCOLL_FP8_E5M2)
-            b = (sr ? mx_e5m2_sr : mx_e5m2_rn)(x, n, klo, khi, out, el);
+        const int fp4 = vs->fmt == GCOLL_VF_MXFP4;
+        if (gcoll_simd_active() == GCOLL_SIMD_AVX2)
+            b = gcoll_fl_mx_put_avx2(x, n, elem_fmt(vs), fp4, sr, klo, khi, out, el);
         else
-            b = (sr ? mx_e4m3_sr : mx_e4m3_rn)(x, n, klo, khi, out, el);
+            b = gcoll_fl_mx_put_gen(x, n, elem_fmt(vs), fp4, sr, klo, khi, out, el);
         if (b < nb)
             return nonfinite(x + b * MX_BLOCK, GCOLL_MIN(n - b * MX_BLOCK, (size_t)MX_BLOCK),
                              lo + b * MX_BLOCK, "mx");
@@ -440,7 +439,12 @@ void gcoll_vsec_float_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uin
         float scale;
         memcpy(&scale, p, 4);
         const uint8_t *c = p + 4 + start;
-        for (size_t i = 0; i < m; i++) {
+        size_t i = 0;
+        if (gcoll_simd_active() == GCOLL_SIMD_AVX2) {
+            gcoll_fl_apply8_avx2(c, 0, m / 8, elem_fmt(vs), scale, out, mode);
+            i = m / 8 * 8;
+        }
+        for (; i < m; i++) {
             float v = lut[c[i] & 0x7fu] * scale;
             put1(out + i, c[i] & 0x80u ? -v : v, mode);
         }
@@ -449,9 +453,16 @@ void gcoll_vsec_float_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uin
     uint64_t nb = (n + MX_BLOCK - 1) / MX_BLOCK;
     const uint8_t *el = p + nb;
     const int fp4 = vs->fmt == GCOLL_VF_MXFP4;
+    const int avx2 = gcoll_simd_active() == GCOLL_SIMD_AVX2;
     for (size_t i = start; i < start + m;) {
         size_t b = i / MX_BLOCK, stop = GCOLL_MIN(start + m, (b + 1) * MX_BLOCK);
         const float scale = e8m0(p[b]);
+        if (avx2 && !(fp4 && (i & 1)) && stop - i >= 8) {
+            size_t g = (stop - i) / 8;
+            gcoll_fl_apply8_avx2(fp4 ? el + i / 2 : el + i, fp4, g, elem_fmt(vs), scale,
+                                 out + (i - start), mode);
+            i += 8 * g;
+        }
         for (; i < stop; i++) {
             uint32_t c = fp4 ? (el[i / 2] >> ((i & 1) * 4)) & 0xfu : el[i];
             uint32_t sb = fp4 ? 0x8u : 0x80u;
