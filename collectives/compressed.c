@@ -425,6 +425,13 @@ static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_RING;
     }
+    if (gcoll_codec_reduce_fp32(c)) {
+        /* NCCLX's quantized reduce-scatter, Megatron's fp32 reduction: each rank's message
+         * is decoded and summed in fp32 by the chunk's owner, which quantizes once more,
+         * so the error does not grow with P as the ring's hop-by-hop rounding does */
+        snprintf(why, len, "narrow float format: decoded and summed in fp32, quantized once more");
+        return S_ALLTOALL;
+    }
     snprintf(why, len, "%d ranks, %zu floats per rank: %s 4 segments of %zu to pipeline", P, per,
              per >= 4 * segf ? "at least" : "fewer than", segf);
     return per >= 4 * segf ? S_RING : S_ALLTOALL;

@@ -40,6 +40,11 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c)
     return f;
 }
 
+int gcoll_codec_reduce_fp32(const gcoll_compressor_t *c)
+{
+    return c->sparsify == GCOLL_SPARSIFY_NONE && gcoll_vsec_is_float_lowp(&c->vs);
+}
+
 /* Warm-up (Lin et al. 2018, sec. 3.4: DGC's sparsity 75%, 93.75%, 98.4375%, 99.6%, 99.9%
  * over the first epochs, each stage a quarter of the density before): from warmup_start
  * (1 = dense) to the target over warmup_steps. exp: four equal stages, geometric between

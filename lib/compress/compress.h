@@ -197,6 +197,10 @@ void gcoll_codec_spare_release(gcoll_tensor_state_t *s);
 
 /* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */
 unsigned gcoll_codec_flags(const gcoll_compressor_t *c);
+/* Whether a compressed allreduce of c must reduce in fp32 and quantize once more at most
+ * (the narrow float formats: fp8, mxfp8, mxfp4, fp16/bf16 rounded stochastically): the
+ * all-to-all scheme does, the pipelined ring would re-round the partial sum at every hop. */
+int gcoll_codec_reduce_fp32(const gcoll_compressor_t *c);
 
 /* Density in force at step (warm-up schedule applied), and the k it gives for n elements
  * (0 for n == 0, else clamped to [1, n]). For sparsifiers without a density (threshold,

@@ -272,6 +272,21 @@ static int32_t fp8_scale_exp(uint32_t amax, const fmt_t *f)
     return d < -126 ? -126 : d > 127 ? 127 : d;
 }
 
+static const float *elem_lut(const gcoll_vspec_t *vs);
+
+/* Codes whose value times scale would overflow float become the largest that does not
+ * (saturation, as fp16's encoder does; only for max|x| within a spacing of FLT_MAX). */
+static void fp8_saturate(const gcoll_vspec_t *vs, uint8_t *codes, size_t n, float scale)
+{
+    const float *lut = elem_lut(vs);
+    uint32_t top = elem_fmt(vs)->maxcode;
+    while (top > 0 && (double)lut[top] * scale > 3.4028234663852886e38)
+        top--;
+    for (size_t i = 0; i < n; i++)
+        if ((codes[i] & 0x7fu) > top)
+            codes[i] = (uint8_t)((codes[i] & 0x80u) | top);
+}
+
 gcoll_status_t gcoll_vsec_float_put(const gcoll_vspec_t *vs, const float *x, size_t n, size_t lo,
                                     uint64_t key, uint8_t *out)
 {
@@ -301,6 +316,8 @@ gcoll_status_t gcoll_vsec_float_put(const gcoll_vspec_t *vs, const float *x, siz
             (sr ? fp8_e5m2_sr : fp8_e5m2_rn)(x + i, n - i, d, b, klo, khi, out + 4 + i);
         else
             (sr ? fp8_e4m3_sr : fp8_e4m3_rn)(x + i, n - i, d, b, klo, khi, out + 4 + i);
+        if (d > 126 - f->emax) /* max|x| near FLT_MAX: a value rounded up may pass it */
+            fp8_saturate(vs, out + 4, n, scale);
         return GCOLL_OK;
     }
     case GCOLL_VF_MXFP8:
@@ -369,13 +386,16 @@ gcoll_status_t gcoll_vsec_float_check(const gcoll_vspec_t *vs, const uint8_t *p,
             return GCOLL_OK;
         float scale;
         memcpy(&scale, p, 4);
-        /* any finite, non-negative scale that keeps every decoded value finite */
-        if (!(scale >= 0.0f && scale <= 3.4028234e38f / f->maxval)) {
+        uint32_t top = 0;
+        for (uint64_t i = 0; i < n; i++)
+            top = GCOLL_MAX(top, (uint32_t)(p[4 + i] & 0x7fu));
+        bad |= top > f->maxcode;
+        /* a finite, non-negative scale that keeps every decoded value finite */
+        if (!bad &&
+            !(scale >= 0.0f && (double)elem_lut(vs)[top] * scale <= 3.4028234663852886e38)) {
             GCOLL_WARN("compress: malformed message: fp8 scale %g", (double)scale);
             return GCOLL_ERR_INVALID;
         }
-        for (uint64_t i = 0; i < n; i++)
-            bad |= (p[4 + i] & 0x7fu) > f->maxcode;
         break;
     }
     case GCOLL_VF_MXFP8:
@@ -435,6 +455,8 @@ void gcoll_vsec_float_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uin
                                   size_t start, size_t m, float *out, int mode)
 {
     const float *lut = elem_lut(vs);
+    if (m == 0) /* an empty fp8 section has no scale to read (a fuzzer found it) */
+        return;
     if (vs->fmt == GCOLL_VF_FP8) {
         float scale;
         memcpy(&scale, p, 4);

@@ -30,6 +30,10 @@ static const char *const specs[] = {
     "topk:density=0.3+q8:bucket=4",
     "topk:density=0.3+qsgd:bits=2,bucket=4",
     "dgc:density=0.2,momentum=0.5,warmup_steps=2",
+    "fp8:format=e4m3,round=stochastic",
+    "mxfp8:format=e5m2",
+    "mxfp4:round=stochastic",
+    "fp16:round=stochastic",
     "fp16:clip=1",
     "topk:density=0.5,clip=0.01",
 };

@@ -345,6 +345,46 @@ static void test_malformed(void **unused)
     }
 }
 
+/* Values near FLT_MAX: fp8's scale 2^120 with an element rounded up to 2^128 would decode to
+ * Inf; the encoder saturates instead, and the decoder refuses a code that overflows (fuzzer
+ * findings), and an empty section reads no scale. */
+static void test_huge(void **unused)
+{
+    (void)unused;
+    static const char *specs[] = {"fp8:format=e4m3",
+                                  "fp8:format=e4m3,round=stochastic",
+                                  "fp8:format=e5m2,round=stochastic",
+                                  "mxfp8:format=e4m3",
+                                  "mxfp8:format=e5m2,round=stochastic",
+                                  "mxfp4:round=stochastic"};
+    float x[3] = {3.4028234e38f, -3.39e38f, 1.0f}, d[3];
+    FOR_EACH_SIMD(lvl)
+    {
+        for (size_t sp = 0; sp < sizeof(specs) / sizeof(*specs); sp++) {
+            gcoll_compressor_t *c = mk(specs[sp]);
+            for (int t = 0; t < 50; t++) {
+                size_t len;
+                uint8_t *b = encode_alloc(c, NULL, x, 3, &len);
+                assert_int_equal(gcoll_decode(c, b, len, d, 3, 0), GCOLL_OK);
+                for (int i = 0; i < 3; i++)
+                    assert_true(isfinite(d[i]));
+                assert_true(d[0] > 2.5e38f && d[1] < -2.5e38f);
+                if (sp == 0) { /* the largest code at this scale overflows: refused */
+                    b[48 + 4] = 0x7e;
+                    assert_int_equal(gcoll_decode(c, b, len, d, 3, 0), GCOLL_ERR_INVALID);
+                }
+                free(b);
+            }
+            size_t len;
+            uint8_t *b = encode_alloc(c, NULL, x, 0, &len);
+            assert_int_equal(len, 48);
+            assert_int_equal(gcoll_decode(c, b, len, d, 0, 0), GCOLL_OK);
+            free(b);
+            gcoll_compressor_destroy(c);
+        }
+    }
+}
+
 /* Error feedback: D(c) + e_new == e_old + g (to float rounding of the subtraction), the
  * round-to-nearest forms contract (||e_new|| <= ||e_old + g||: nearest is never further than
  * zero), and over 1000 steps of fresh gradients the mean of what was sent converges to the
@@ -421,7 +461,7 @@ int main(void)
         cmocka_unit_test(test_spec_names),  cmocka_unit_test(test_mx_blocks),
         cmocka_unit_test(test_fp8_nearest), cmocka_unit_test(test_unbiased),
         cmocka_unit_test(test_simd_same),   cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_ef_mean),
+        cmocka_unit_test(test_ef_mean),     cmocka_unit_test(test_huge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
