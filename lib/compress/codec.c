@@ -68,7 +68,8 @@ static double warm(gcoll_sched_t sched, double from, double to, uint64_t step, u
 
 double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step)
 {
-    if (c->sparsify == GCOLL_SPARSIFY_NONE || c->sparsify == GCOLL_SPARSIFY_THRESHOLD)
+    if (c->sparsify == GCOLL_SPARSIFY_NONE || c->sparsify == GCOLL_SPARSIFY_THRESHOLD ||
+        c->sparsify == GCOLL_SPARSIFY_ROWS)
         return 1.0;
     double d = c->density;
     if (c->k_fixed || c->warmup_steps == 0 || step >= c->warmup_steps)
@@ -138,6 +139,7 @@ static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
     switch (c->sparsify) {
     case GCOLL_SPARSIFY_NONE:
     case GCOLL_SPARSIFY_THRESHOLD:
+    case GCOLL_SPARSIFY_ROWS:
         return n;
     default: {
         double d = c->density;
@@ -241,7 +243,7 @@ static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, const uint32_t *idx, 
     return GCOLL_OK;
 }
 
-static uint64_t qsgd_key(uint64_t salt, uint64_t step, size_t off, int stateless)
+uint64_t gcoll_codec_noise_key(uint64_t salt, uint64_t step, size_t off, int stateless)
 {
     static uint64_t calls; /* stateless encodes must not repeat their rounding noise */
     uint64_t extra = stateless ? __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) : 0;
@@ -337,6 +339,9 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
         *nnz_p = k;
         return GCOLL_OK;
     }
+    case GCOLL_SPARSIFY_ROWS:
+        pending_flush(p, n); /* x is the residual now */
+        return gcoll_select_rows(c, x, n, sc, nnz_p);
     default:
         break;
     }
@@ -380,7 +385,7 @@ int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_stat
 {
     return c && s && s->c == c && s->e && s->mode == GCOLL_STATE_WORKER &&
            ((c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE) ||
-            c->sparsify == GCOLL_SPARSIFY_RANDOMK) &&
+            (c->sparsify == GCOLL_SPARSIFY_RANDOMK && !c->ef21)) &&
            !(c->clip > 0) && !(c->clip_value > 0) && count == s->count &&
            !gcoll_codec_layered(c, 0, count);
 }
@@ -671,6 +676,8 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
                                         size_t *len_p)
 {
     GCOLL_CHECK(encode_check(c, s, off, in, n, out, len_p));
+    if (c->sparsify == GCOLL_SPARSIFY_RANDOMK && c->ef21 && s && s->e)
+        return gcoll_randomk_ef21_encode(c, s, off, in, n, step, opt, out, cap, len_p);
     gcoll_scratch_t local = {0};
     encode_t E = {.c = c,
                   .s = s,
@@ -702,7 +709,7 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     size_t len = 0;
     int done = 0;
     gcoll_status_t st = encode_input(&E, opt, clip);
-    E.qkey = qsgd_key(s ? s->salt : 0, step, off, s == NULL);
+    E.qkey = gcoll_codec_noise_key(s ? s->salt : 0, step, off, s == NULL);
     if (st == GCOLL_OK && c->sparsify == GCOLL_SPARSIFY_NONE)
         st = encode_dense(&E, o, cap, &len, &done);
     else if (st == GCOLL_OK)
@@ -743,8 +750,8 @@ gcoll_status_t gcoll_codec_encode_pairs(const gcoll_compressor_t *c, const uint3
             return GCOLL_ERR_INVALID;
         }
     gcoll_scratch_t sc = {0};
-    gcoll_status_t st = emit_sparse(c ? &c->vs : &f32, idx, val, nnz, count, qsgd_key(0, 0, 0, 1),
-                                    &sc, out, cap, len_p);
+    gcoll_status_t st = emit_sparse(c ? &c->vs : &f32, idx, val, nnz, count,
+                                    gcoll_codec_noise_key(0, 0, 0, 1), &sc, out, cap, len_p);
     gcoll_scratch_free(&sc);
     return st;
 }

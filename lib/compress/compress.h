@@ -9,7 +9,7 @@
  * compressor created from the same spec.
  *
  * A codec is "sparsifier + value format":
- *   sparsifier   none | topk | randomk | threshold | dgc
+ *   sparsifier   none | topk | randomk | threshold | dgc | rowsparse
  *   value format f32 | f16 | bf16 | q8 | qsgd | sign | fp8 | mxfp8 | mxfp4
  * e.g. "fp16" is (none, f16), "topk:density=0.01+q8" is (topk, q8), "sign" is (none, sign).
  */
@@ -26,7 +26,8 @@ typedef enum {
     GCOLL_SPARSIFY_TOPK,
     GCOLL_SPARSIFY_RANDOMK,
     GCOLL_SPARSIFY_THRESHOLD,
-    GCOLL_SPARSIFY_DGC
+    GCOLL_SPARSIFY_DGC,
+    GCOLL_SPARSIFY_ROWS /* rowsparse: whole rows of row_dim values (embedding gradients) */
 } gcoll_sparsify_t;
 
 typedef enum { GCOLL_SELECT_EXACT = 0, GCOLL_SELECT_SAMPLE, GCOLL_SELECT_REUSE } gcoll_select_t;
@@ -83,10 +84,16 @@ struct gcoll_compressor {
     double density;   /* topk/randomk/dgc target density (0 when k is fixed) */
     uint64_t k_fixed; /* topk:k=K */
     gcoll_select_t select;
-    uint32_t reuse_steps;  /* select=reuse: recompute the threshold every N steps */
-    uint64_t seed;         /* randomk */
-    int unbiased;          /* randomk: scale kept values by n/k (ef=0 only: not a contraction) */
+    uint32_t reuse_steps; /* select=reuse: recompute the threshold every N steps */
+    uint64_t seed;        /* randomk */
+    int unbiased;         /* randomk: scale kept values by n/k (ef=0 only: not a contraction) */
+    /* randomk with ef=1 and feedback=ef21: EF21 (Richtarik, Sokolov, Fatkhullin 2021) instead of
+     * classic error feedback: the state keeps the last values sent (g_i), a message carries x - g_i
+     * at the k indices, and a collective's output is the running estimate G = mean_i g_i (its
+     * server state), not the sum of the messages (docs/compressors.md, "Random-k") */
+    int ef21;
     float tau;             /* threshold */
+    uint32_t row_dim;      /* rowsparse: values per row (density: of the touched rows; 0: all) */
     float momentum;        /* dgc */
     uint64_t warmup_steps; /* sparsifiers: of the density; dense qsgd: of the bit width */
     gcoll_sched_t sched;

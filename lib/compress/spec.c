@@ -66,7 +66,7 @@ typedef struct {
     int have_density, have_k, have_select, have_reuse, have_seed, have_unbiased, have_tau;
     int have_momentum, have_warmup, have_sched, have_scale, have_chunk, have_bits;
     int have_bucket, have_clip, have_ef, have_clip_value, have_wstart, have_wbits;
-    int have_round, have_format;
+    int have_round, have_format, have_feedback, have_dim;
 } seen_t;
 
 #define ONCE(flag, key)                                                                            \
@@ -329,12 +329,33 @@ static gcoll_status_t parse_sparsifier_key(pctx_t *p, gcoll_compressor_t *c, see
             return perr(p, "seed=%s must be a non-negative integer", val);
         return GCOLL_OK;
     }
+    if (sp == GCOLL_SPARSIFY_RANDOMK && !strcmp(key, "feedback")) {
+        ONCE(have_feedback, key);
+        if (!strcmp(val, "ef21"))
+            c->ef21 = 1;
+        else if (!strcmp(val, "ef"))
+            c->ef21 = 0;
+        else
+            return perr(p, "feedback=%s must be ef21 or ef", val);
+        return GCOLL_OK;
+    }
     if (sp == GCOLL_SPARSIFY_RANDOMK && !strcmp(key, "unbiased")) {
         ONCE(have_unbiased, key);
         if (strcmp(val, "0") && strcmp(val, "1"))
             return perr(p, "unbiased=%s must be 0 or 1", val);
         c->unbiased = val[0] == '1';
         return GCOLL_OK;
+    }
+    if (sp == GCOLL_SPARSIFY_ROWS && !strcmp(key, "dim")) {
+        ONCE(have_dim, key);
+        if (parse_u64(val, &u) || u < 1 || u > 0xffffffffull)
+            return perr(p, "dim=%s must be an integer in 1..4294967295 (values per row)", val);
+        c->row_dim = (uint32_t)u;
+        return GCOLL_OK;
+    }
+    if (sp == GCOLL_SPARSIFY_ROWS && !strcmp(key, "density")) {
+        ONCE(have_density, key);
+        return parse_density(p, val, &c->density);
     }
     if (sp == GCOLL_SPARSIFY_THRESHOLD && !strcmp(key, "tau")) {
         ONCE(have_tau, key);
@@ -382,12 +403,14 @@ static gcoll_status_t parse_segment(pctx_t *p, gcoll_compressor_t *c, seen_t *se
         c->momentum = 0.9f;
         c->sched = GCOLL_SCHED_EXP;
         c->density = 0.001;
+    } else if (!strcmp(name, "rowsparse")) {
+        c->sparsify = GCOLL_SPARSIFY_ROWS;
     } else if (!strcmp(name, "none")) {
         c->sparsify = GCOLL_SPARSIFY_NONE;
     } else if (!vfmt_by_name(name, &c->vs) || c->vs.fmt == GCOLL_VF_F32) {
         return perr(p,
                     "unknown codec '%s' (none, fp16, bf16, fp8, mxfp8, mxfp4, q8, qsgd, sign, "
-                    "topk, randomk, threshold, dgc)",
+                    "topk, randomk, threshold, dgc, rowsparse)",
                     name);
     }
     int vkeys = is_quant || c->sparsify == GCOLL_SPARSIFY_NONE;
@@ -476,11 +499,17 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
         APP("%s", warm);
         break;
     case GCOLL_SPARSIFY_RANDOMK:
-        APP("randomk:density=%s,seed=%llu,unbiased=%d%s", num(n1, sizeof(n1), c->density, 0),
-            (unsigned long long)c->seed, c->unbiased, warm);
+        APP("randomk:density=%s,seed=%llu,unbiased=%d%s%s", num(n1, sizeof(n1), c->density, 0),
+            (unsigned long long)c->seed, c->unbiased,
+            c->ef ? (c->ef21 ? ",feedback=ef21" : ",feedback=ef") : "", warm);
         break;
     case GCOLL_SPARSIFY_THRESHOLD:
         APP("threshold:tau=%s", num(n1, sizeof(n1), c->tau, 1));
+        break;
+    case GCOLL_SPARSIFY_ROWS:
+        APP("rowsparse:dim=%u", c->row_dim);
+        if (c->density > 0)
+            APP(",density=%s", num(n1, sizeof(n1), c->density, 0));
         break;
     case GCOLL_SPARSIFY_DGC:
         APP("dgc:density=%s,momentum=%s%s,select=%s", num(n1, sizeof(n1), c->density, 0),
@@ -533,6 +562,23 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
     snprintf(c->spec, sizeof(c->spec), "%s", b);
 }
 
+/* Random-k with error feedback, either form, contracts by only delta = k/n: classic
+ * feedback's residual holds ~n/k steps of input, paid out in bursts; EF21's estimate is
+ * ~n/k steps stale. Both converge with a step size ~k/n times smaller than SGD's (Stich
+ * et al. 2018; Richtarik et al. 2021): at gcoll-train's lr 0.05 with momentum 0.9, 1% diverged
+ * in both forms (docs/training.md). Said once per process: specs are parsed often. */
+static void randomk_warn_once(double density)
+{
+    static int said;
+    if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        return;
+    GCOLL_WARN("compressor: random-k at density %g with error feedback contracts by only k/n: "
+               "at an SGD step size that suits dense training (with momentum) it is known to "
+               "diverge; it needs a step size about k/n times smaller (docs/compressors.md, "
+               "\"Random-k\"); top-k at the same density does not",
+               density);
+}
+
 gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *errbuf,
                                 size_t errlen)
 {
@@ -568,7 +614,9 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
     GCOLL_CHECK(parse_segment(&p, c, &seen, buf, 0));
     if (plus) {
         if (c->sparsify == GCOLL_SPARSIFY_NONE)
-            return perr(&p, "'+%s' needs a sparsifier before it (topk, randomk, threshold, dgc)",
+            return perr(&p,
+                        "'+%s' needs a sparsifier before it (topk, randomk, threshold, dgc, "
+                        "rowsparse)",
                         plus + 1);
         seen_t s2; /* value-format keys start afresh; clip/ef stay given-once */
         memset(&s2, 0, sizeof(s2));
@@ -597,6 +645,14 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
                             "error feedback would diverge: use it with ef=0");
         if (!seen.have_unbiased)
             c->unbiased = !c->ef;
+        if (!c->ef && seen.have_feedback)
+            return perr(&p, "randomk: feedback= applies with error feedback (ef=1) only");
+        if (c->ef && c->density < 0.1)
+            randomk_warn_once(c->density);
+        break;
+    case GCOLL_SPARSIFY_ROWS:
+        if (!seen.have_dim)
+            return perr(&p, "rowsparse needs dim=D (values per row)");
         break;
     case GCOLL_SPARSIFY_THRESHOLD:
         if (!seen.have_tau)
