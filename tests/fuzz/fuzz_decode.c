@@ -40,7 +40,9 @@ static const char *const specs[] = {"topk:density=0.1",
                                     "topk:density=0.1+sign",
                                     "dgc:density=0.1",
                                     "topk:density=0.1+mxfp4",
-                                    "topk:density=0.1+fp8:format=e5m2"};
+                                    "topk:density=0.1+fp8:format=e5m2",
+                                    "rowsparse:dim=4",
+                                    "rowsparse:dim=3,density=0.5+mxfp4"};
 #elif FUZZ_FAMILY == 3
 static const char *const specs[] = {
     "randomk:density=0.1,seed=1", "randomk:density=0.1,seed=1+q8:bucket=8",

@@ -35,6 +35,8 @@ static const char *const specs[] = {
     "mxfp4:round=stochastic",
     "fp16:round=stochastic",
     "randomk:density=0.2,seed=4,feedback=ef21",
+    "rowsparse:dim=4",
+    "rowsparse:dim=5,density=0.3+q8:bucket=4",
     "fp16:clip=1",
     "topk:density=0.5,clip=0.01",
 };

@@ -100,7 +100,9 @@ int main(int argc, char **argv)
                                          "topk:density=0.1+sign",
                                          "dgc:density=0.1",
                                          "topk:density=0.1+mxfp4",
-                                         "topk:density=0.1+fp8:format=e5m2"};
+                                         "topk:density=0.1+fp8:format=e5m2",
+                                         "rowsparse:dim=4",
+                                         "rowsparse:dim=3,density=0.5+mxfp4"};
     static const char *const rk[] = {
         "randomk:density=0.1,seed=1", "randomk:density=0.1,seed=1+q8:bucket=8",
         "randomk:density=0.1,seed=1+fp16", "randomk:density=0.1,seed=1+mxfp8:format=e4m3"};

@@ -209,6 +209,9 @@ int run_efmean(int argc, char **argv)
         {"mxfp8:format=e5m2", 1 - D_MX(0x1p-6, 0x1p-32), 1 + 0x1p-3, 0},
         {"mxfp4", 1 - D_MX(0x1p-4, 0x1p-4), 1.5, 0},
         {"mxfp4:round=stochastic", 1 - D_MX(0x1p-4, 0x1p-4), 1.5, 0},
+        /* rowsparse: lossless, or the top rows by norm: at least d of ||x||^2 kept */
+        {"rowsparse:dim=50", 1, 1, 0},
+        {"rowsparse:dim=50,density=0.3", 0.3, 1, 0},
     };
     for (size_t j = 0; j < sizeof(cases) / sizeof(cases[0]); j++) {
         const ef_case_t *k = &cases[j];
