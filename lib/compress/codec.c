@@ -609,6 +609,10 @@ static gcoll_status_t encode_dense(encode_t *E, uint8_t *o, size_t cap, size_t *
         GCOLL_CHECK(gcoll_vsec_put_ef(&E->vs, E->s->e + E->off, E->in, E->a, n, E->qkey,
                                       o + GCOLL_WIRE_HDR));
         *done_p = 1;
+    } else if (E->vs.fmt == GCOLL_VF_VQ) {
+        pending_flush(&E->pend, n); /* the feedback update, if any: x = e + a*g */
+        GCOLL_CHECK(
+            gcoll_vq_put(&E->vs, E->work, n, E->s ? &E->s->vq_book : NULL, o + GCOLL_WIRE_HDR));
     } else {
         GCOLL_CHECK(gcoll_vsec_put(&E->vs, E->work, n, E->qkey, o + GCOLL_WIRE_HDR));
     }
@@ -697,7 +701,8 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     E.vs.contract = E.feedback;
     int clip = (c->clip > 0 || c->clip_value > 0) && !(s && s->mode == GCOLL_STATE_SERVER);
     /* dense codecs run the feedback update inside the value encoder, block by block */
-    E.fused_dense = E.feedback && !E.dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
+    E.fused_dense = E.feedback && !E.dgc && c->sparsify == GCOLL_SPARSIFY_NONE &&
+                    c->vs.fmt != GCOLL_VF_VQ; /* vq keeps a codebook in the state */
     size_t zeroed_n = 0;
     E.sc->zeroed = 0;
     GCOLL_CHECK(

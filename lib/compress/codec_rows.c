@@ -135,7 +135,8 @@ gcoll_status_t gcoll_select_rows(const gcoll_compressor_t *c, const float *x, si
         free(rn);
         return st;
     }
-    memset(sc->bitmap, 0, ((nrows + 63) / 64) * sizeof(uint64_t));
+    if (nrows) /* (an empty tensor has no bitmap: a fuzzer found the memset of nothing) */
+        memset(sc->bitmap, 0, ((nrows + 63) / 64) * sizeof(uint64_t));
     size_t nnz = 0;
     for (size_t t = 0; t < keep; t++) {
         sc->bitmap[rn[t].row / 64] |= 1ull << (rn[t].row % 64);

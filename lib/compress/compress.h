@@ -49,7 +49,8 @@ typedef enum {
     GCOLL_VF_SIGN = 6,  /* 1 bit per value, one scale per chunk */
     GCOLL_VF_FP8 = 7,   /* OCP OFP8 E4M3/E5M2 (bits), one power-of-two scale per message */
     GCOLL_VF_MXFP8 = 8, /* OCP MX v1.0: blocks of 32 E4M3/E5M2 (bits) with an E8M0 scale */
-    GCOLL_VF_MXFP4 = 9  /* OCP MX v1.0: blocks of 32 E2M1 with an E8M0 scale */
+    GCOLL_VF_MXFP4 = 9, /* OCP MX v1.0: blocks of 32 E2M1 with an E8M0 scale */
+    GCOLL_VF_VQ = 10    /* vector quantization: codebook of 2^bits vectors of bucket values */
 } gcoll_vfmt_t;
 
 /* Element formats of fp8 and mxfp8 (the wire's bits field; mxfp4 carries E2M1) */
@@ -154,6 +155,7 @@ struct gcoll_tensor_state {
     size_t spare_reserved;     /* bytes of the spare budget this state holds (0: none yet) */
     int spare_refused;         /* the budget had no room for it (logged once) */
     struct gcoll_adapt *adapt; /* gcoll_adapt_attach's controller, or NULL */
+    float *vq_book;            /* vq: the last codebook (warm start; not checkpointed) */
 };
 
 /* How one call handles NaN/Inf in its input. The caller of a collective decides once

@@ -198,6 +198,20 @@ static gcoll_status_t parse_vkey(pctx_t *p, gcoll_compressor_t *c, seen_t *seen,
             return perr(p, "round=%s must be nearest or stochastic", val);
         return GCOLL_OK;
     }
+    if (vs->fmt == GCOLL_VF_VQ && !strcmp(key, "dim")) {
+        ONCE(have_bucket, key);
+        if (parse_u64(val, &u) || u < 1 || u > 64)
+            return perr(p, "dim=%s must be an integer in 1..64 (values per vector)", val);
+        vs->bucket = (uint32_t)u;
+        return GCOLL_OK;
+    }
+    if (vs->fmt == GCOLL_VF_VQ && !strcmp(key, "bits")) {
+        ONCE(have_bits, key);
+        if (parse_u64(val, &u) || u < 1 || u > 8)
+            return perr(p, "bits=%s must be an integer in 1..8 (2^bits codewords)", val);
+        vs->bits = (unsigned)u;
+        return GCOLL_OK;
+    }
     if ((vs->fmt == GCOLL_VF_FP8 || vs->fmt == GCOLL_VF_MXFP8) && !strcmp(key, "format")) {
         ONCE(have_format, key);
         if (!strcmp(val, "e4m3"))
@@ -258,6 +272,10 @@ static int vfmt_by_name(const char *name, gcoll_vspec_t *vs)
         vs->fmt = GCOLL_VF_MXFP8;
         vs->bits = GCOLL_FP8_E4M3;
         vs->bucket = 32;
+    } else if (!strcmp(name, "vq")) {
+        vs->fmt = GCOLL_VF_VQ;
+        vs->bits = 8;
+        vs->bucket = 4;
     } else if (!strcmp(name, "mxfp4")) {
         vs->fmt = GCOLL_VF_MXFP4;
         vs->bits = GCOLL_FP8_E2M1;
@@ -409,7 +427,7 @@ static gcoll_status_t parse_segment(pctx_t *p, gcoll_compressor_t *c, seen_t *se
         c->sparsify = GCOLL_SPARSIFY_NONE;
     } else if (!vfmt_by_name(name, &c->vs) || c->vs.fmt == GCOLL_VF_F32) {
         return perr(p,
-                    "unknown codec '%s' (none, fp16, bf16, fp8, mxfp8, mxfp4, q8, qsgd, sign, "
+                    "unknown codec '%s' (none, fp16, bf16, fp8, mxfp8, mxfp4, vq, q8, qsgd, sign, "
                     "topk, randomk, threshold, dgc, rowsparse)",
                     name);
     }
@@ -540,6 +558,9 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
         break;
     case GCOLL_VF_MXFP4:
         APP("%smxfp4:round=%s", sep, rnd[vs->round]);
+        break;
+    case GCOLL_VF_VQ:
+        APP("%svq:dim=%u,bits=%u", sep, vs->bucket, vs->bits);
         break;
     case GCOLL_VF_Q8:
         APP("%sq8:bucket=%u", sep, vs->bucket);

@@ -246,6 +246,8 @@ gcoll_status_t gcoll_vsec_put(const gcoll_vspec_t *vs, const float *x, size_t n,
     int bad = 0;
     if (gcoll_vsec_is_float_lowp(vs))
         return gcoll_vsec_float_put(vs, x, n, 0, key, out);
+    if (vs->fmt == GCOLL_VF_VQ) /* no state here: a cold codebook */
+        return gcoll_vq_put(vs, x, n, NULL, out);
     switch (vs->fmt) {
     case GCOLL_VF_F32:
         bad = k->f32_put(x, n, out);
@@ -346,6 +348,8 @@ gcoll_status_t gcoll_vsec_check(const gcoll_vspec_t *vs, const uint8_t *p, uint6
     case GCOLL_VF_MXFP8:
     case GCOLL_VF_MXFP4:
         return gcoll_vsec_float_check(vs, p, n);
+    case GCOLL_VF_VQ:
+        return gcoll_vq_check(vs, p, n);
     default:
         return GCOLL_ERR_INTERNAL;
     }
@@ -383,6 +387,9 @@ void gcoll_vsec_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t 
     case GCOLL_VF_MXFP8:
     case GCOLL_VF_MXFP4:
         gcoll_vsec_float_apply_range(vs, p, n, start, m, out, mode);
+        return;
+    case GCOLL_VF_VQ:
+        gcoll_vq_apply_range(vs, p, n, start, m, out, mode);
         return;
     default:
         break;

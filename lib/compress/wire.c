@@ -72,6 +72,13 @@ size_t gcoll_vsec_size(const gcoll_vspec_t *vs, uint64_t n)
     case GCOLL_VF_MXFP4: /* 4.25 bits a value */
         sz = nb + (n + 1) / 2;
         break;
+    case GCOLL_VF_VQ: /* the codebook, then B bits per vector of `bucket` values */
+        if (vs->bits < 1 || vs->bits > 8 || vs->bucket < 1 || vs->bucket > 64)
+            return SIZE_MAX;
+        sz = n ? ((uint64_t)4 << vs->bits) * vs->bucket +
+                     ((n + vs->bucket - 1) / vs->bucket * vs->bits + 7) / 8
+               : 0;
+        break;
     default:
         return SIZE_MAX;
     }
@@ -116,6 +123,10 @@ static gcoll_status_t check_vspec(const gcoll_vspec_t *vs)
             vs->bucket != GCOLL_MX_BLOCK)
             BAD("mxfp8 needs element format 1 or 2 and blocks of %d (got %u/%u)", GCOLL_MX_BLOCK,
                 vs->bits, vs->bucket);
+        break;
+    case GCOLL_VF_VQ:
+        if (vs->bits < 1 || vs->bits > 8 || vs->bucket < 1 || vs->bucket > 64)
+            BAD("vq needs bits 1..8 and dim 1..64 (got %u/%u)", vs->bits, vs->bucket);
         break;
     case GCOLL_VF_MXFP4:
         if (vs->bits != GCOLL_FP8_E2M1 || vs->bucket != GCOLL_MX_BLOCK)

@@ -29,7 +29,9 @@ static const char *const specs[] = {"none",
                                     "mxfp8:format=e4m3",
                                     "mxfp8:format=e5m2",
                                     "mxfp4",
-                                    "bf16:round=stochastic"};
+                                    "bf16:round=stochastic",
+                                    "vq:dim=4,bits=3",
+                                    "vq:dim=3,bits=8"};
 #elif FUZZ_FAMILY == 2
 static const char *const specs[] = {"topk:density=0.1",
                                     "threshold:tau=0.1",

@@ -36,6 +36,8 @@ static const char *const specs[] = {
     "fp16:round=stochastic",
     "randomk:density=0.2,seed=4,feedback=ef21",
     "rowsparse:dim=4",
+    "vq:dim=4,bits=3",
+    "vq:dim=2,bits=5,ef=0",
     "rowsparse:dim=5,density=0.3+q8:bucket=4",
     "fp16:clip=1",
     "topk:density=0.5,clip=0.01",

@@ -90,7 +90,9 @@ int main(int argc, char **argv)
                                         "mxfp8:format=e4m3",
                                         "mxfp8:format=e5m2",
                                         "mxfp4",
-                                        "bf16:round=stochastic"};
+                                        "bf16:round=stochastic",
+                                        "vq:dim=4,bits=3",
+                                        "vq:dim=3,bits=8"};
     static const char *const sparse[] = {"topk:density=0.1",
                                          "threshold:tau=0.1",
                                          "topk:density=0.1+q8:bucket=8",
