@@ -2,8 +2,8 @@
  * dissemination barrier. */
 #include <stdlib.h>
 
-#include "coll.h"
-#include "util.h"
+#include "collectives/coll.h"
+#include "base/util.h"
 
 /* Below this a binomial tree's log2(P) hops beat a chain's pipeline fill. */
 #define BCAST_TREE_MAX 65536

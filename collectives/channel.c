@@ -1,12 +1,12 @@
 /* channel.c: the channel between collectives and a transport: tags, signatures, the
  * deadline and polling policy of waits, and the traffic counters. */
-#include "channel.h"
+#include "collectives/channel.h"
 
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "util.h"
+#include "base/util.h"
 
 void gcoll_channel_setup(gcoll_channel_t *ch, int64_t timeout_ms, uint64_t spin_ns,
                          const volatile int *abort_flag, char *err, size_t errlen)

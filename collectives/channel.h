@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #include "gcoll.h"
-#include "transport.h"
-#include "util.h"
+#include "transports/transport.h"
+#include "base/util.h"
 
 typedef struct gcoll_channel {
     const gcoll_transport_ops_t *ops;

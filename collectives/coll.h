@@ -5,8 +5,8 @@
 
 #include <stdlib.h>
 
-#include "channel.h"
-#include "config.h"
+#include "collectives/channel.h"
+#include "base/config.h"
 
 /* Kinds of collective call, hashed into message signatures. */
 enum {
@@ -164,17 +164,5 @@ gcoll_status_t gcoll_alltoall_run(const gcoll_coll_t *ctx, const uint8_t *sendbu
 gcoll_status_t gcoll_exchange_anylen(const gcoll_coll_t *ctx, uint32_t sub, uint32_t sig,
                                      uint8_t *const *sbuf, const size_t *slen, uint8_t *const *rbuf,
                                      const size_t *rcap, size_t *rlen);
-
-/* ---- for lib/: the ring allreduce inside a running operation of comm (lib/coll_api.c builds the
- * context), with tags from 0 or from sub0 ---- */
-gcoll_status_t gcoll_ring_allreduce(gcoll_comm_t *comm, void *recvbuf, size_t count,
-                                    gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig);
-gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
-                                       gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
-                                       uint32_t sub0);
-/* Recursive doubling (log2 P latencies: for a few bytes) inside a running operation. */
-gcoll_status_t gcoll_small_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
-                                        gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
-                                        uint32_t sub0);
 
 #endif /* GCOLL_COLL_H */

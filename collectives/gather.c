@@ -1,12 +1,12 @@
 /* gather.c: allgather(v), reduce-scatter and alltoall(v) as plans on the ring engine
  * (allgather, reduce-scatter) or pairwise exchange (alltoall); their entry points are in
- * lib/coll_api.c. */
+ * lib/api/coll_api.c. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
-#include "reduce.h"
-#include "util.h"
+#include "collectives/coll.h"
+#include "collectives/reduce.h"
+#include "base/util.h"
 
 /* Signature over the call kind, dtype and a per-rank count table every rank shares. */
 static uint32_t table_sig(int kind, const size_t *counts, int P, gcoll_dtype_t dtype)

@@ -1,11 +1,11 @@
 /* reduce.c: reduction kernels. Plain loops that gcc vectorizes at -O3, cloned for AVX2 with
  * runtime dispatch (target_clones); fp16 uses F16C conversions where the CPU has them. */
-#include "reduce.h"
+#include "collectives/reduce.h"
 
 #include <stdint.h>
 #include <string.h>
 
-#include "half.h"
+#include "base/half.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

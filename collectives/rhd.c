@@ -3,9 +3,9 @@
  * power of two below it (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005). */
 #include <stdlib.h>
 
-#include "coll.h"
-#include "reduce.h"
-#include "util.h"
+#include "collectives/coll.h"
+#include "collectives/reduce.h"
+#include "base/util.h"
 
 /* Real rank of a rank in the power-of-two group: the first 2*rem ranks pair up and only
  * the odd one of each pair stays. */

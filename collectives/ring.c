@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
-#include "reduce.h"
-#include "util.h"
+#include "collectives/coll.h"
+#include "collectives/reduce.h"
+#include "base/util.h"
 
 static size_t mod(long a, long p)
 {

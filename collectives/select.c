@@ -2,8 +2,8 @@
  * as used by Thakur, Rabenseifner & Gropp 2005), or by GCOLL_ALGO. */
 #include <stdio.h>
 
-#include "coll.h"
-#include "util.h"
+#include "collectives/coll.h"
+#include "base/util.h"
 
 const char *const gcoll_algo_names[] = {"auto", "ring", "rhd", "tree", "rd"};
 

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
+#include "collectives/coll.h"
 #include "compress/compress.h"
 #include "compress/wire.h"
-#include "sparse.h"
-#include "util.h"
+#include "collectives/sparse.h"
+#include "base/util.h"
 
 /* Tag ranges of the phases of one sparse allreduce. */
 #define PHASE(n) ((uint32_t)(n) << 24)

@@ -3,7 +3,7 @@
 #ifndef GCOLL_SPARSE_H
 #define GCOLL_SPARSE_H
 
-#include "coll.h"
+#include "collectives/coll.h"
 #include "compress/compress.h"
 
 typedef enum { GCOLL_SPARSE_ALLGATHER, GCOLL_SPARSE_SPLIT, GCOLL_SPARSE_DENSE } gcoll_sparse_plan_t;
@@ -40,19 +40,5 @@ void gcoll_pairs_free(gcoll_pairs_t *p);
 /* Runs the sparse allreduce; *plan_p (if not NULL) receives the plan used. */
 gcoll_status_t gcoll_sparse_run(const gcoll_coll_t *ctx, const gcoll_sparse_call_t *call,
                                 gcoll_sparse_plan_t *plan_p);
-
-/* Compressed allreduce (shard_only: reduce-scatter) from inside a running operation;
- * check: GCOLL_NANCHECK_DONE where the caller verified grad is finite, else GCOLL_NANCHECK_SCAN. */
-gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
-                                    float *out, size_t count, gcoll_op_t op, int shard_only,
-                                    gcoll_nancheck_t check);
-
-/* Internal entry with switches for tests of a misbehaving peer: GCOLL_SPARSE_NOCHECK skips
- * the local argument checks, GCOLL_SPARSE_BADCOUNT announces a wrong dense size on the
- * wire. Never used by the library itself. */
-enum { GCOLL_SPARSE_NOCHECK = 1, GCOLL_SPARSE_BADCOUNT = 2 };
-gcoll_status_t gcoll_sparse_submit(gcoll_comm_t *comm, const uint32_t *idx, const float *val,
-                                   size_t nnz, size_t dense_count, float *out, gcoll_op_t op,
-                                   unsigned flags, gcoll_request_t **req_p);
 
 #endif /* GCOLL_SPARSE_H */

@@ -1,13 +1,13 @@
 /* match.c: the receive side the transports share: matching a message against its receive,
  * the posted receives and unexpected messages of each peer, and a peer's failure. */
-#include "match.h"
+#include "transports/match.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, uint32_t sig,
                                 char *why, size_t whylen)

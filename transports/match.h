@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "transport.h"
+#include "transports/transport.h"
 
 /* The check every transport makes when a message meets its receive: the same signature,
  * and the same length (at most the posted one with GCOLL_TREQ_ANYLEN). On a difference,

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "transport.h"
+#include "transports/transport.h"
 
 static const gcoll_transport_ops_t *const builtin[] = {
     &gcoll_tcp_ops,

@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "auth.h"
-#include "config.h"
+#include "base/auth.h"
+#include "base/config.h"
 #include "gcoll.h"
 
 typedef struct gcoll_transport gcoll_transport_t;

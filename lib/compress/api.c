@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compress.h"
-#include "wire.h"
+#include "compress/compress.h"
+#include "compress/wire.h"
 
 GCOLL_EXPORT gcoll_status_t gcoll_compressor_create(const char *spec, gcoll_compressor_t **c_p)
 {

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "gcoll.h"
-#include "util.h"
+#include "base/util.h"
 
 typedef enum {
     GCOLL_SPARSIFY_NONE = 0,
@@ -140,7 +140,7 @@ struct gcoll_tensor_state {
 };
 
 /* How one call handles NaN/Inf in its input. The caller of a collective decides once
- * (collectives/compressed.c, run_compressed) and passes the decision down. */
+ * (collectives/compressed/compressed.c, run_compressed) and passes the decision down. */
 typedef enum {
     /* the encoder scans the input first (where feedback or clipping needs it) */
     GCOLL_NANCHECK_SCAN = 0,

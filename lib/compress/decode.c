@@ -3,11 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compress.h"
-#include "kernels.h"
-#include "select.h"
-#include "values.h"
-#include "wire.h"
+#include "compress/compress.h"
+#include "compress/kernels.h"
+#include "compress/select.h"
+#include "compress/values.h"
+#include "compress/wire.h"
 
 /* --- decoding ------------------------------------------------------------------------ */
 

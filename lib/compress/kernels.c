@@ -1,5 +1,5 @@
 /* kernels.c: codec inner loops written once, compiled for generic x86-64 and for AVX2. */
-#include "kernels.h"
+#include "compress/kernels.h"
 
 #include <cpuid.h>
 #include <math.h>
@@ -7,8 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "half.h"
-#include "rng.h"
+#include "base/half.h"
+#include "compress/rng.h"
 
 /*
  * Each *_body below is plain C shaped so the vectorizer handles it (fixed eight-lane

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "compress.h"
+#include "compress/compress.h"
 
 /*
  * Conventions: payload pointers (uint8_t) may be unaligned and are read/written with

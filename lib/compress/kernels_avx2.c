@@ -3,9 +3,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "half.h"
-#include "kernels.h"
-#include "rng.h"
+#include "base/half.h"
+#include "compress/kernels.h"
+#include "compress/rng.h"
 
 #define TARGET_AVX2 __attribute__((target("avx2,f16c,popcnt")))
 

@@ -1,11 +1,11 @@
 /* select.c: choosing what a sparsifier sends: exact and sampled top-k, threshold, random-k. */
-#include "select.h"
+#include "compress/select.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "rng.h"
+#include "compress/kernels.h"
+#include "compress/rng.h"
 
 #define ABS_MASK 0x7fffffffu
 #define NONFINITE_BIN (0x7f800000u >> 15)

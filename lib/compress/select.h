@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compress.h"
+#include "compress/compress.h"
 
 /* Each selector leaves ascending indices in sc->idx[0..*nnz_p), their values x[i] in
  * sc->val[0..*nnz_p) (captured by the collecting pass, so nothing gathers them again from

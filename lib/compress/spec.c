@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compress.h"
+#include "compress/compress.h"
 
 /*
  * spec    := segment [ '+' segment ]

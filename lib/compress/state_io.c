@@ -2,8 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compress.h"
-#include "wire.h"
+#include "compress/compress.h"
+#include "compress/wire.h"
 
 /* Layout, in host byte order (checked little-endian below, like the wire format):
  *   "GCST" u32 version u32 speclen spec[speclen] body

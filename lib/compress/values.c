@@ -1,14 +1,14 @@
 /* values.c: value sections: f32/fp16/bf16 casts, q8, QSGD and sign quantizers, encode and decode.
  */
-#include "values.h"
+#include "compress/values.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "rng.h"
-#include "wire.h"
+#include "compress/kernels.h"
+#include "compress/rng.h"
+#include "compress/wire.h"
 
 static inline float ldf(const uint8_t *p)
 {

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compress.h"
+#include "compress/compress.h"
 
 /* Encodes x[0..n) into out (gcoll_vsec_size(vs, n) bytes). key seeds QSGD's rounding.
  * GCOLL_ERR_INVALID (logged) if x holds NaN/Inf. */

@@ -1,5 +1,5 @@
 /* wire.c: codec message header, value-section sizes and the index section codec. */
-#include "wire.h"
+#include "compress/wire.h"
 
 #include <string.h>
 

@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compress.h"
+#include "compress/compress.h"
 
 #define GCOLL_WIRE_MAGIC 0x315a4347u
 #define GCOLL_WIRE_VERSION 1

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
+#include "core/comm.h"
 #include "compress/compress.h"
-#include "util.h"
+#include "base/util.h"
 
 typedef struct {
     float *param, *mom; /* the caller's */

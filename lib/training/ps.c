@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "compress/compress.h"
-#include "compressed.h"
-#include "ps_int.h"
-#include "util.h"
+#include "collectives/compressed/compressed.h"
+#include "training/ps_int.h"
+#include "base/util.h"
 
 enum { CH_REQ = 1, CH_REP = 2 };
 /* kind hashed into the messages' signature: the collectives' kinds stay below it */

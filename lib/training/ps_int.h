@@ -6,9 +6,9 @@
 
 #include <pthread.h>
 
-#include "comm.h"
-#include "ps_wire.h"
-#include "ssp.h"
+#include "core/comm.h"
+#include "training/ps_wire.h"
+#include "training/ssp.h"
 
 typedef struct {
     float *param;

@@ -1,12 +1,12 @@
 /* ps_wire.c: encoding and bounds-checked decoding of the parameter server's messages
  * (lib/training/ps_wire.h). */
-#include "ps_wire.h"
+#include "training/ps_wire.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 void gcoll_ps_put_hdr(uint8_t *buf, uint32_t kind, uint64_t a, uint64_t b, uint64_t c)
 {

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "ps_int.h"
-#include "util.h"
+#include "training/ps_int.h"
+#include "base/util.h"
 
 /* Deadline of a worker's wait: the server's own silence bound plus a margin, so the
  * server (which names the peer) reports first. */

@@ -4,7 +4,7 @@
  * the completion of clock c): SSP's bound (Ho et al. 2013) keeps tau <= S, and S = 0 makes
  * it synchronous SGD (tau = 0, each clock applied whole). f(tau) = 1/(1+tau) is the
  * staleness-dependent learning rate of Zhang et al. 2016 ("Staleness-aware Async-SGD"). */
-#include "ssp.h"
+#include "training/ssp.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* fuzz_auth.c: libFuzzer target for the job-key handshake (lib/auth.c), both sides, over a
+/* fuzz_auth.c: libFuzzer target for the job-key handshake (lib/base/auth.c), both sides, over a
  * socketpair. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -6,8 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "util.h"
+#include "base/auth.h"
+#include "base/util.h"
 
 /*
  * Input: a mode byte (bit 0: play the client against gcoll's server, or the server

@@ -1,10 +1,10 @@
-/* fuzz_bootstrap.c: libFuzzer target for the rendezvous messages (lib/bootstrap.c's hello and reply
- * parsers). */
+/* fuzz_bootstrap.c: libFuzzer target for the rendezvous messages (lib/core/bootstrap.c's hello and
+ * reply parsers). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap.h"
+#include "core/bootstrap.h"
 
 /*
  * Input: a selector byte (bit 0: hello or reply; the rest: the job size for a reply),

@@ -1,9 +1,10 @@
-/* fuzz_frame.c: libFuzzer target for the TCP transport's frame header (transports/tcp_frame.c). */
+/* fuzz_frame.c: libFuzzer target for the TCP transport's frame header (transports/tcp/tcp_frame.c).
+ */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tcp_frame.h"
+#include "transports/tcp/tcp_frame.h"
 
 /*
  * Input: a 48-byte header (shorter inputs are zero-padded). A header the decoder accepts

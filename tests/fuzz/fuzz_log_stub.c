@@ -1,5 +1,5 @@
 /* fuzz_log_stub.c: silent logging for fuzz builds (malformed input is logged on every call). */
-#include "log.h"
+#include "base/log.h"
 
 int gcoll_log_level_g = GCOLL_LOG_NONE;
 unsigned gcoll_log_subsys_g = 0;

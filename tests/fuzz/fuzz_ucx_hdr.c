@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ucx_int.h"
+#include "transports/ucx/ucx_int.h"
 
 /*
  * Input: the header as UCX hands it to the callback (any length). An accepted header has

@@ -13,9 +13,9 @@
 #                                               gcoll_decode_info, gcoll_codec_sum per family
 #   encode spec                                 the encoders' round trip; spec strings
 #   wire                                        wire.c: message header, index sections
-#   frame                                       transports/tcp_frame.c: TCP frame header
-#   bootstrap                                   lib/bootstrap.c: hello and reply messages
-#   auth                                        lib/auth.c: both sides of the handshake
+#   frame                                       transports/tcp/tcp_frame.c: TCP frame header
+#   bootstrap                                   lib/core/bootstrap.c: hello and reply messages
+#   auth                                        lib/base/auth.c: both sides of the handshake
 #   ucx_hdr                                     the UCX active-message header (UCX builds)
 # The UCX shared-memory mailbox records are read inside the transport's poll loop, not by
 # a pure function, so no target reaches them; test_ucx covers their malformed forms.
@@ -47,11 +47,11 @@ if ! "$cc" -fsanitize=fuzzer,address "$out/probe.c" -o "$out/probe" >/dev/null 2
 fi
 
 cflags="-std=gnu11 -g -O1 -fno-omit-frame-pointer -D_GNU_SOURCE -I$top/include -I$top/lib"
-cflags="$cflags -I$top/transports -DGCOLL_BUILDING_LIBRARY -DGCOLL_HAVE_UCX"
+cflags="$cflags -I$top -DGCOLL_BUILDING_LIBRARY -DGCOLL_HAVE_UCX"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 compress_srcs=$(cd "$top" && ls lib/compress/*.c)
-boot_srcs="lib/bootstrap.c lib/auth.c lib/config.c lib/adapt_stat.c lib/status.c lib/log.c"
-ucx_srcs="$(cd "$top" && ls transports/ucx*.c) transports/match.c lib/status.c"
+boot_srcs="lib/core/bootstrap.c lib/base/auth.c lib/base/config.c lib/base/status.c lib/base/log.c"
+ucx_srcs="$(cd "$top" && ls transports/ucx/*.c) transports/match.c lib/base/status.c"
 
 # Library sources are compiled once per build directory and shared by the targets.
 obj() { # source (relative to the top) -> object path
@@ -78,7 +78,7 @@ build_target() { # name: 0 built, 1 skipped
     encode) build "$1" fuzz_encode.c "$compress_srcs tests/fuzz/fuzz_log_stub.c" ;;
     spec) build "$1" fuzz_spec.c "$compress_srcs tests/fuzz/fuzz_log_stub.c" ;;
     wire) build "$1" fuzz_wire.c "$compress_srcs tests/fuzz/fuzz_log_stub.c" ;;
-    frame) build "$1" fuzz_frame.c "transports/tcp_frame.c" ;;
+    frame) build "$1" fuzz_frame.c "transports/tcp/tcp_frame.c" ;;
     bootstrap) build "$1" fuzz_bootstrap.c "$boot_srcs" "" -lcrypto ;;
     auth) build "$1" fuzz_auth.c "$boot_srcs" "" -lcrypto ;;
     ucx_hdr)

@@ -10,9 +10,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "bootstrap.h"
-#include "util.h"
+#include "base/auth.h"
+#include "base/config.h"
+#include "core/bootstrap.h"
+#include "base/util.h"
 
 static const char usage[] =
     "usage: intruder freeport\n"

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sparse.h"
+#include "collectives/sparse.h"
+#include "api/sparse_api.h"
 
 int main(int argc, char **argv)
 {

@@ -47,14 +47,25 @@ train "$TMP/h1.txt" 2 --local-steps 1
 check "local SGD H=1 none" "$TMP/h1.txt" $?
 train "$TMP/h4.txt" 2 --local-steps 4 --compressor topk:density=0.01
 check "local SGD H=4 top-k 1%" "$TMP/h4.txt" $?
-# H=1 'none' moves the bytes of the synchronous mode, and is the same SGD: the first epoch
-# (50 steps) agrees to the printed digits
+# H=1 'none' moves the bytes of the synchronous mode (equal: byte counts are exact), and is
+# the same SGD in exact arithmetic, not in floats: synchronous computes w - lr*avg(g), H=1
+# computes w_s + avg((w_s - lr*g_i) - w_s), one extra rounding of each weight (2^-24
+# relative) per step. Over the epoch's 50 steps that perturbs the weights by at most
+# 50 * 2^-24 = 3e-6 relative; the loss, a smooth function of the weights near 0.5-1, moves
+# by less than that times the loss's sensitivity (|dL/dw|*|w| <= 10 for this MLP), 3e-5,
+# plus 0.5e-4 of printing on each side. So the two epoch-1 losses agree within 2e-4
+# whatever the CPU and BLAS kernel (seen: 0.6378 against 0.6377 on AMD EPYC).
 [ "$(field 'total wire MB' "$TMP/sync.txt")" = "$(field 'total wire MB' "$TMP/h1.txt")" ] ||
     fail "H=1 none sent $(field 'total wire MB' "$TMP/h1.txt") MB, synchronous" \
         "$(field 'total wire MB' "$TMP/sync.txt") MB"
 e1s=$(awk '$1 == 1 && NF == 9 {print $2, $3}' "$TMP/sync.txt")
 e1l=$(awk '$1 == 1 && NF == 9 {print $2, $3}' "$TMP/h1.txt")
-[ -n "$e1s" ] && [ "$e1s" = "$e1l" ] || fail "epoch 1 loss: synchronous '$e1s', H=1 '$e1l'"
+if [ -n "$e1s" ] && [ -n "$e1l" ] && echo "$e1s $e1l" |
+    awk '{for (i = 1; i <= 2; i++) { d = $i - $(i + 2); if (d > 2e-4 || d < -2e-4) exit 1 }}'; then
+    pass "epoch 1 loss: synchronous '$e1s', H=1 '$e1l' (within 2e-4)"
+else
+    fail "epoch 1 loss: synchronous '$e1s', H=1 '$e1l' (differ by more than 2e-4)"
+fi
 mb1=$(field 'total wire MB' "$TMP/h1.txt")
 mb4=$(field 'total wire MB' "$TMP/h4.txt")
 if awk -v a="${mb1:-0}" -v b="${mb4:-1e9}" 'BEGIN {exit !(a > 0 && b < a / 100)}'; then

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "ibvwrap.h"
+#include "transports/verbs/ibvwrap.h"
 
 enum { FAKE_LIST_OK, FAKE_LIST_ENOSYS, FAKE_LIST_EMPTY };
 

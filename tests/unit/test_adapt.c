@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "adapt.h"
+#include "adapt/adapt.h"
 
 /* Deterministic noise in [-1, 1]. */
 static double noise(uint64_t *s)

@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "adapt.h"
-#include "adapt_stat.h"
+#include "adapt/adapt.h"
+#include "adapt/adapt_stat.h"
 #include "compress/compress.h"
 
 static uint64_t rng = 12345;

@@ -26,9 +26,9 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-#include "auth.h"
-#include "bootstrap.h"
-#include "util.h"
+#include "base/auth.h"
+#include "core/bootstrap.h"
+#include "base/util.h"
 
 /* ---- messages ---------------------------------------------------------------------- */
 

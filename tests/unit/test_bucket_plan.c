@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "bucket_plan.h"
+#include "bucket/bucket_plan.h"
 
 static uint64_t rng(uint64_t *s)
 {

@@ -13,7 +13,7 @@
 #include "compress/compress.h"
 #include "compress/kernels.h"
 #include "compress/wire.h"
-#include "half.h"
+#include "base/half.h"
 
 #include "compress_test_util.h"
 

@@ -16,7 +16,7 @@
 #include "compress/rng.h"
 #include "compress/values.h"
 #include "compress/wire.h"
-#include "half.h"
+#include "base/half.h"
 
 #include "compress_test_util.h"
 

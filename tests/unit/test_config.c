@@ -8,8 +8,8 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#include "util.h"
+#include "base/config.h"
+#include "base/util.h"
 
 static void test_parse_size(void **state)
 {

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "hier.h"
+#include "hier/hier.h"
 
 static void layout(const char *const *names, int n, int rank, gcoll_hier_t *h)
 {

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "match.h"
+#include "transports/match.h"
 
 /* A transport stand-in: counts completions and releases, as the hooks see them. */
 typedef struct {

@@ -24,10 +24,10 @@
 
 #include "root_test_util.h"
 
-#include "comm.h"
+#include "core/comm.h"
 #include "gcoll.h"
 #include "training/ssp.h"
-#include "util.h"
+#include "base/util.h"
 
 /* ---- the shard under a scripted interleaving ------------------------------------- */
 

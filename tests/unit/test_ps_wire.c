@@ -17,7 +17,7 @@
 
 #include "gcoll.h"
 #include "training/ps_wire.h"
-#include "util.h"
+#include "base/util.h"
 
 enum { NT = 3 };
 static const size_t counts[NT] = {200, 0, 17}; /* an empty slice in the middle */

@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "half.h"
-#include "reduce.h"
+#include "base/half.h"
+#include "collectives/reduce.h"
 
 static const gcoll_dtype_t dtypes[] = {GCOLL_FLOAT32, GCOLL_FLOAT16, GCOLL_BFLOAT16,
                                        GCOLL_FLOAT64, GCOLL_INT32,   GCOLL_INT64};

@@ -11,9 +11,9 @@
 
 #include <cmocka.h>
 
-#include "tcp.h"
-#include "tcp_frame.h"
-#include "util.h"
+#include "transports/tcp/tcp.h"
+#include "transports/tcp/tcp_frame.h"
+#include "base/util.h"
 
 /* ---- frame headers ---------------------------------------------------------------- */
 

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "topo.h"
+#include "base/topo.h"
 
 /* A synthetic machine of ncores cores with smt CPUs each, numbered as Linux does on Intel
  * (CPU c and c + ncores are SMT siblings) or, with adjacent, as on many AMD machines (siblings

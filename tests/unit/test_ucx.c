@@ -17,8 +17,8 @@
 
 #include <cmocka.h>
 
-#include "ucx_int.h"
-#include "util.h"
+#include "transports/ucx/ucx_int.h"
+#include "base/util.h"
 
 typedef struct {
     gcoll_config_t cfg;

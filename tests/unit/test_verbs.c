@@ -18,8 +18,8 @@
 #include <cmocka.h>
 
 #include "fake_verbs.h"
-#include "util.h"
-#include "verbs.h"
+#include "base/util.h"
+#include "transports/verbs/verbs.h"
 #include "verbs_pair.h"
 
 static void tw_qps2(gcoll_config_t *c)

@@ -13,7 +13,7 @@
 
 #include "compress/compress.h"
 #include "compress/wire.h"
-#include "policy.h"
+#include "bucket/policy.h"
 
 #include "compress_test_util.h"
 

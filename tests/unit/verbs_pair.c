@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "fake_verbs.h"
-#include "util.h"
+#include "base/util.h"
 #include "verbs_pair.h"
 
 void load_cfg(gcoll_config_t *cfg)

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "verbs.h"
+#include "transports/verbs/verbs.h"
 
 #define OPS gcoll_verbs_ops
 

@@ -212,8 +212,8 @@ model_algo_t model_resolve(const model_t *m, const model_query_t *qin)
         double ag = (P - 1) * codec_ratio(c, q) * q->bytes, sp = (P - 1) / P * 8 * (k + u);
         double dense = 2 * (P - 1) / P * q->bytes;
         /* top-k with f32 values on 16 or more segments of GCOLL_TOPK_STREAM (1M) elements
-         * streams (collectives/topk_stream.c) while k pairs from all ranks stay under the
-         * dense size */
+         * streams (collectives/compressed/topk_stream.c) while k pairs from all ranks stay under
+         * the dense size */
         if (!strncmp(c->spec, "topk:", 5) && !strchr(c->spec, '+') && N >= STREAM_MIN &&
             P * k * 8 < q->bytes)
             return ALG_STREAMED;

@@ -3,7 +3,7 @@
 #define GCOLL_RUN_H
 
 #ifdef HAVE_CONFIG_H
-#include "config.h"
+#include "base/config.h"
 #endif
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pipe2, environ */

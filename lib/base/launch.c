@@ -1,0 +1,131 @@
+/* launch.c: what a launcher tells a rank: its rank and size (gcoll's variables, Open MPI's,
+ * Slurm's, PMI's), the rendezvous under srun, the address of GCOLL_TCP_IFNAME. */
+#include "base/launch.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/config.h"
+#include "base/log.h"
+#include "base/util.h"
+
+/* First variable of a launcher's family that is set, or NULL. */
+static const char *first_env(const char *const *names, const char **which)
+{
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (v && *v) {
+            *which = *names;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+gcoll_status_t gcoll_launch_identity(int *size_p, int *rank_p, char *err, size_t errlen)
+{
+    int size = *size_p, rank = *rank_p;
+    static const char *const rank_vars[] = {"GCOLL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+                                            "PMI_RANK", NULL};
+    static const char *const size_vars[] = {"GCOLL_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
+                                            "PMI_SIZE", NULL};
+    if (size < 0 || rank < 0) {
+        const char *rv, *sv, *rname = NULL, *sname = NULL;
+        long r, s;
+        rv = first_env(rank_vars, &rname);
+        sv = first_env(size_vars, &sname);
+        if (!rv || !sv) {
+            snprintf(err, errlen,
+                     "cannot tell this process's rank and size: set GCOLL_RANK and "
+                     "GCOLL_SIZE (gcoll-run does), or run under mpirun or srun");
+            return GCOLL_ERR_INVALID;
+        }
+        if (gcoll_parse_long(rv, 0, 1 << 20, &r) || gcoll_parse_long(sv, 1, 1 << 20, &s)) {
+            snprintf(err, errlen, "%s='%s' / %s='%s' are not a valid rank and size", rname, rv,
+                     sname, sv);
+            return GCOLL_ERR_INVALID;
+        }
+        rank = (int)r;
+        size = (int)s;
+        GCOLL_INFO(GCOLL_SUBSYS_INIT, "rank %d of %d from %s/%s", rank, size, rname, sname);
+    }
+    if (size < 1 || rank < 0 || rank >= size) {
+        snprintf(err, errlen, "rank %d is not within size %d", rank, size);
+        return GCOLL_ERR_INVALID;
+    }
+    *rank_p = rank;
+    *size_p = size;
+    return GCOLL_OK;
+}
+
+/* IPv4 address of GCOLL_TCP_IFNAME, which overrides the route to the root. */
+gcoll_status_t gcoll_launch_ifname_ip(const char *ifname, char *ip, size_t len, char *err,
+                                      size_t errlen)
+{
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa) != 0) {
+        snprintf(err, errlen, "getifaddrs: %s", strerror(errno));
+        return GCOLL_ERR_TRANSPORT;
+    }
+    gcoll_status_t st = GCOLL_ERR_INVALID;
+    for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+        if (!i->ifa_addr || strcmp(i->ifa_name, ifname) != 0)
+            continue;
+        if (i->ifa_addr->sa_family == AF_INET) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)len);
+            st = GCOLL_OK;
+            break;
+        }
+    }
+    freeifaddrs(ifa);
+    if (st != GCOLL_OK)
+        snprintf(err, errlen, "GCOLL_TCP_IFNAME='%s' names no interface with an IPv4 address",
+                 ifname);
+    return st;
+}
+
+/* Under srun without GCOLL_ROOT: task 0 runs on the step's first node, so the rendezvous
+ * is there, at a port derived from the job and step ids (the same on every task; steps of
+ * one job differ, and so do jobs unless their ids are 2000 apart and run at once on the same
+ * node). Writes "host:port" into buf; 0 on success. */
+int gcoll_launch_slurm_root(char *buf, size_t len)
+{
+    const char *list = getenv("SLURM_STEP_NODELIST");
+    if (!list || !*list)
+        list = getenv("SLURM_JOB_NODELIST");
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    long jobid, stepid = 0;
+    if (!list || !*list || !job || gcoll_parse_long(job, 0, LONG_MAX, &jobid) != 0)
+        return -1;
+    if (step && gcoll_parse_long(step, 0, LONG_MAX, &stepid) != 0)
+        stepid = 0;
+    /* the first host of a list such as "node[03-05,9]-ib,other": prefix, first number,
+     * suffix */
+    char host[256];
+    size_t n = 0;
+    const char *p = list;
+    while (*p && *p != ',' && *p != '[' && n + 1 < sizeof(host))
+        host[n++] = *p++;
+    if (*p == '[') {
+        for (p++; *p && *p != '-' && *p != ',' && *p != ']' && n + 1 < sizeof(host); p++)
+            host[n++] = *p;
+        while (*p && *p != ']')
+            p++;
+        if (*p == ']')
+            p++;
+        while (*p && *p != ',' && *p != '[' && n + 1 < sizeof(host))
+            host[n++] = *p++;
+    }
+    host[n] = '\0';
+    if (n == 0)
+        return -1;
+    int port = 20000 + (int)(((jobid % 2000) * 16 + stepid % 16) % 32000);
+    snprintf(buf, len, "%s:%d", host, port);
+    return 0;
+}

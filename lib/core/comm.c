@@ -1,0 +1,596 @@
+/* comm.c: communicator life cycle (environment, bootstrap, transport), the per-communicator
+ * progress thread that runs queued operations, requests, abort and failure propagation. */
+#include "core/comm.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <net/if.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/bootstrap.h"
+#include "core/dispatch.h"
+#include "base/launch.h"
+#include "base/topo.h"
+#include "base/util.h"
+
+/* The key used when GCOLL_JOB_KEY is unset: connections still run the handshake, which
+ * keeps strangers speaking other protocols out, but it is not a secret. */
+static const char DEFAULT_KEY[] = "gcoll-default-job-key";
+
+/* ---------------------------------------------------------------------------------- */
+/* Errors                                                                               */
+
+void gcoll_comm_set_error(gcoll_comm_t *comm, const char *fmt, ...)
+{
+    if (comm->op_error[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(comm->op_error, sizeof(comm->op_error), fmt, ap);
+    va_end(ap);
+}
+
+gcoll_status_t gcoll_comm_check_args(gcoll_comm_t *comm, const char *what, int ok, const char *fmt,
+                                     ...)
+{
+    if (ok)
+        return GCOLL_OK;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    GCOLL_WARN("%s: %s", what, msg);
+    if (comm) {
+        pthread_mutex_lock(&comm->lock);
+        snprintf(comm->last_error, sizeof(comm->last_error), "%s: %s", what, msg);
+        pthread_mutex_unlock(&comm->lock);
+    }
+    return GCOLL_ERR_INVALID;
+}
+
+/* The communicator is broken from here on; peers are told so they fail fast too. Runs
+ * on the thread that owns the transport. */
+static void comm_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
+{
+    char msg[1200];
+    const char *detail = comm->op_error[0] ? comm->op_error : gcoll_channel_last_error(&comm->chan);
+    snprintf(msg, sizeof(msg), "%s failed on rank %d: %s%s%s", what, comm->rank,
+             gcoll_status_string(st), *detail ? ": " : "", detail);
+    pthread_mutex_lock(&comm->lock);
+    int first = comm->broken == GCOLL_OK;
+    if (first) {
+        comm->broken = st;
+        snprintf(comm->last_error, sizeof(comm->last_error), "%.1000s", msg);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    if (first) {
+        GCOLL_WARN("%s", msg);
+        comm->chan.ops->abort(comm->chan.tp, st, msg);
+    }
+}
+
+static int queue_empty(gcoll_comm_t *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    int empty = comm->qhead == NULL;
+    pthread_mutex_unlock(&comm->lock);
+    return empty;
+}
+
+/* A blocking operation that failed before it sent or consumed anything (comm->chan.op_local),
+ * nothing queued behind it: an error of this call only, as a bad argument. The sequence
+ * number goes back so that the caller's next call pairs with the peers' calls still
+ * waiting for this one. */
+static void local_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
+{
+    char msg[1000];
+    gcoll_channel_undo(&comm->chan);
+    snprintf(msg, sizeof(msg), "%s: %.900s", what,
+             comm->op_error[0] ? comm->op_error : gcoll_status_string(st));
+    pthread_mutex_lock(&comm->lock);
+    snprintf(comm->last_error, sizeof(comm->last_error), "%s", msg);
+    pthread_mutex_unlock(&comm->lock);
+    GCOLL_WARN("%s", msg);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Operation queue and progress thread                                                  */
+
+gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_run_fn_t run,
+                                   const gcoll_args_t *args)
+{
+    /* one request kept for reuse: most calls are blocking and free theirs at once */
+    gcoll_request_t *req = __atomic_exchange_n(&comm->req_cache, NULL, __ATOMIC_ACQUIRE);
+    if (req)
+        memset(req, 0, sizeof(*req));
+    else if (!(req = calloc(1, sizeof(*req))))
+        return NULL;
+    req->comm = comm;
+    req->name = name;
+    req->run = run;
+    req->a = *args;
+    req->status = GCOLL_INPROGRESS;
+    return req;
+}
+
+static void request_free(gcoll_request_t *req)
+{
+    if (req->a.release)
+        req->a.release(req->a.ext);
+    gcoll_request_t *none = NULL;
+    if (!__atomic_compare_exchange_n(&req->comm->req_cache, &none, req, 0, __ATOMIC_RELEASE,
+                                     __ATOMIC_RELAXED))
+        free(req);
+}
+
+/* After an operation: wakes whoever can use it, the threads in gcoll_wait and the progress
+ * thread if work is queued. Not the idle progress thread after every inline operation:
+ * that was a futex wake and a context switch on another core per small allreduce. */
+static void wake_locked(gcoll_comm_t *comm)
+{
+    if (comm->waiters || comm->qhead)
+        pthread_cond_broadcast(&comm->cond);
+}
+
+/* Runs one operation; the caller holds the busy flag. */
+static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    gcoll_status_t st;
+    if (comm->broken != GCOLL_OK || comm->abort_requested) {
+        st = GCOLL_ERR_ABORTED;
+    } else {
+        comm->op_error[0] = '\0';
+        uint64_t t0 = gcoll_time_ns();
+        gcoll_channel_begin(&comm->chan, t0);
+        st = req->run(comm, req);
+        gcoll_channel_end(&comm->chan, t0, st >= 0);
+        if (st < 0 && comm->chan.op_local && req->blocking && queue_empty(comm))
+            local_fail(comm, req->name, st);
+        else if (st < 0)
+            comm_fail(comm, req->name, st);
+    }
+    pthread_mutex_lock(&comm->lock);
+    req->status = st;
+    req->done = 1;
+    comm->busy = 0;
+    wake_locked(comm);
+    pthread_mutex_unlock(&comm->lock);
+}
+
+/* GCOLL_PROGRESS_CPU: a CPU number, none, or auto (lib/base/topo.h): a free core near the NIC
+ * the transport names (ops->nic; TCP's: GCOLL_TCP_IFNAME, else the route to the root) apart from
+ * the compute cores, and only when there are two cores per local rank, as pinning on an
+ * oversubscribed machine would only take a core away from compute. */
+static void place_progress_thread(gcoll_comm_t *comm, const char *root)
+{
+    const char *want = comm->cfg.progress_cpu ? comm->cfg.progress_cpu : "auto";
+    char nic[IF_NAMESIZE + 1] = "", why[1536];
+    if (strcmp(want, "auto") == 0 && comm->chan.ops->nic &&
+        comm->chan.ops->nic(&comm->cfg, root, nic, sizeof(nic)) != 0)
+        nic[0] = '\0';
+    int cpu = gcoll_topo_progress_cpu(want, *nic ? nic : NULL, comm->cfg.local_rank,
+                                      comm->cfg.local_size, why, sizeof(why));
+    if (cpu < 0) {
+        GCOLL_INFO(GCOLL_SUBSYS_INIT, "progress thread not pinned: %s", why);
+        return;
+    }
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    int rc = pthread_setaffinity_np(comm->thread, sizeof(one), &one);
+    if (rc == 0)
+        GCOLL_INFO(GCOLL_SUBSYS_INIT, "progress thread pinned to CPU %d: %s", cpu, why);
+    else
+        GCOLL_WARN("cannot pin the progress thread to CPU %d: %s", cpu, strerror(rc));
+}
+
+static void *progress_main(void *arg)
+{
+    gcoll_comm_t *comm = arg;
+    pthread_mutex_lock(&comm->lock);
+    for (;;) {
+        while (!comm->stop && (comm->qhead == NULL || comm->busy))
+            pthread_cond_wait(&comm->cond, &comm->lock);
+        if (comm->qhead == NULL || comm->busy) /* stop requested and nothing to run */
+            break;
+        gcoll_request_t *req = comm->qhead;
+        comm->qhead = req->next;
+        if (!comm->qhead)
+            comm->qtail = NULL;
+        comm->busy = 1;
+        pthread_mutex_unlock(&comm->lock);
+        run_op(comm, req);
+        pthread_mutex_lock(&comm->lock);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return NULL;
+}
+
+gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req, gcoll_request_t **req_p)
+{
+    req->blocking = req_p == NULL;
+    pthread_mutex_lock(&comm->lock);
+    if (req_p == NULL && comm->qhead == NULL && !comm->busy) {
+        /* Blocking call on an idle communicator: run here and save a thread hand-off. */
+        comm->busy = 1;
+        pthread_mutex_unlock(&comm->lock);
+        run_op(comm, req);
+        gcoll_status_t st = req->status;
+        request_free(req);
+        return st;
+    }
+    req->next = NULL;
+    if (comm->qtail)
+        comm->qtail->next = req;
+    else
+        comm->qhead = req;
+    comm->qtail = req;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    if (req_p) {
+        *req_p = req;
+        return GCOLL_OK;
+    }
+    return gcoll_wait(req);
+}
+
+gcoll_status_t gcoll_wait(gcoll_request_t *req)
+{
+    if (!req)
+        return GCOLL_ERR_INVALID;
+    gcoll_comm_t *comm = req->comm;
+    pthread_mutex_lock(&comm->lock);
+    comm->waiters++;
+    while (!req->done)
+        pthread_cond_wait(&comm->cond, &comm->lock);
+    comm->waiters--;
+    gcoll_status_t st = req->status;
+    pthread_mutex_unlock(&comm->lock);
+    request_free(req);
+    return st;
+}
+
+gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p)
+{
+    if (!req || !done_p)
+        return GCOLL_ERR_INVALID;
+    pthread_mutex_lock(&req->comm->lock);
+    *done_p = req->done;
+    pthread_mutex_unlock(&req->comm->lock);
+    return GCOLL_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Life cycle                                                                           */
+
+/* GCOLL_RING_DEPTH=-1: one chunk in flight per neighbour when the host's ranks outnumber
+ * its CPUs, else every chunk of a step at once. Measured (docs/benchmarks.md): 4 ranks on 2
+ * cores over UCX, depth 1 1.1-1.3x faster at 1-64 MiB; over TCP no difference; 2 ranks
+ * over UCX at 64 MiB depth 1 16% slower. The ranks on the host: GCOLL_LOCAL_SIZE (gcoll-run),
+ * else Open MPI's. */
+static void resolve_ring_depth(gcoll_comm_t *comm)
+{
+    if (comm->cfg.coll.ring_depth >= 0)
+        return;
+    long local = comm->cfg.local_size, cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (local <= 0 && v && gcoll_parse_long(v, 1, 1 << 20, &local) != 0)
+        local = -1;
+    comm->cfg.coll.ring_depth = local > 0 && cpus > 0 && local > cpus ? 1 : 0;
+    GCOLL_INFO(GCOLL_SUBSYS_INIT, "ring depth %ld: %ld local rank(s) on %ld CPU(s)",
+               comm->cfg.coll.ring_depth, local, cpus);
+}
+
+static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, char *err,
+                                                     size_t errlen)
+{
+    const char *want = gcoll_transport_names[cfg->transport];
+    if (cfg->transport == GCOLL_TRANSPORT_AUTO) {
+        char desc[256];
+        const gcoll_transport_ops_t *ops = gcoll_transport_auto(desc, sizeof(desc));
+        if (*desc)
+            GCOLL_INFO(GCOLL_SUBSYS_INIT, "GCOLL_TRANSPORT=auto: %s, which offers RDMA here (%s)",
+                       ops->name, desc);
+        return ops;
+    }
+    const gcoll_transport_ops_t *ops = gcoll_transport_find(want);
+    if (!ops) {
+        snprintf(err, errlen, "GCOLL_TRANSPORT=%s, but this build has only: %s", want,
+                 gcoll_transports_built());
+        return NULL;
+    }
+    char why[256] = "";
+    if (ops->probe(why, sizeof(why)) != GCOLL_OK) {
+        snprintf(err, errlen, "GCOLL_TRANSPORT=%s cannot run here: %s", want, why);
+        return NULL;
+    }
+    return ops;
+}
+
+static void stop_thread(gcoll_comm_t *comm)
+{
+    if (!comm->thread_started)
+        return;
+    pthread_mutex_lock(&comm->lock);
+    comm->stop = 1;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    pthread_join(comm->thread, NULL);
+    comm->thread_started = 0;
+}
+
+/* Stops the progress thread if it runs (init failing after starting it: the probe), then
+ * frees everything. */
+static void comm_free(gcoll_comm_t *comm)
+{
+    stop_thread(comm);
+    free(comm->req_cache);
+    free(comm->scratch.p);
+    if (comm->chan.tp)
+        comm->chan.ops->destroy(comm->chan.tp);
+    if (comm->wake_fd >= 0)
+        close(comm->wake_fd);
+    gcoll_config_free(&comm->cfg);
+    free(comm->keybuf);
+    pthread_mutex_destroy(&comm->lock);
+    pthread_cond_destroy(&comm->cond);
+    free(comm);
+}
+
+static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *err, size_t errlen)
+{
+    char slurm[300];
+    if ((!root || !*root) && comm->size > 1 && gcoll_launch_slurm_root(slurm, sizeof(slurm)) == 0) {
+        root = slurm;
+        GCOLL_INFO(GCOLL_SUBSYS_INIT,
+                   "rendezvous at %s, from Slurm's node list and job id "
+                   "(GCOLL_ROOT overrides)",
+                   root);
+    }
+    uint64_t deadline = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
+    gcoll_bootstrap_t *bs = NULL;
+    void **blobs = NULL;
+    size_t *lens = NULL;
+    char ip[64] = "127.0.0.1";
+    gcoll_status_t st;
+    if (comm->size > 1) {
+        if (!root || !*root) {
+            snprintf(err, errlen,
+                     "GCOLL_ROOT is not set: every rank needs the rendezvous "
+                     "address host:port (gcoll-run sets it; with mpirun pass -x GCOLL_ROOT; "
+                     "under srun it defaults to the step's first node)");
+            return GCOLL_ERR_INVALID;
+        }
+        GCOLL_CHECK_GOTO(gcoll_bootstrap_open(comm->rank, comm->size, root, &comm->key, deadline,
+                                              &bs, err, errlen),
+                         st, out);
+        snprintf(ip, sizeof(ip), "%s", gcoll_bootstrap_local_ip(bs));
+    }
+    if (comm->cfg.tcp_ifname && *comm->cfg.tcp_ifname)
+        GCOLL_CHECK_GOTO(gcoll_launch_ifname_ip(comm->cfg.tcp_ifname, ip, sizeof(ip), err, errlen),
+                         st, out);
+    snprintf(comm->local_ip, sizeof(comm->local_ip), "%s", ip); /* for gcoll_comm_split */
+    gcoll_transport_params_t tp = {.rank = comm->rank,
+                                   .size = comm->size,
+                                   .cfg = &comm->cfg,
+                                   .local_ip = ip,
+                                   .key = comm->key,
+                                   .wake_fd = comm->wake_fd};
+    st = comm->chan.ops->create(&tp, &comm->chan.tp);
+    if (st != GCOLL_OK) {
+        snprintf(err, errlen, "cannot create the %s transport on %s", comm->chan.ops->name, ip);
+        goto out;
+    }
+    uint8_t blob[4096];
+    size_t blen = sizeof(blob);
+    GCOLL_CHECK_GOTO(comm->chan.ops->address(comm->chan.tp, blob, &blen), st, out);
+    if (comm->size > 1) {
+        char match[2048];
+        gcoll_config_match_string(&comm->cfg, match, sizeof(match));
+        GCOLL_CHECK_GOTO(
+            gcoll_bootstrap_exchange(bs, match, blob, blen, &blobs, &lens, deadline, err, errlen),
+            st, out);
+    } else {
+        const void *one[1] = {blob};
+        size_t onelen[1] = {blen};
+        st = comm->chan.ops->connect(comm->chan.tp, one, onelen, deadline);
+        goto out;
+    }
+    st = comm->chan.ops->connect(comm->chan.tp, (const void *const *)blobs, lens, deadline);
+    if (st != GCOLL_OK)
+        snprintf(err, errlen, "%s", comm->chan.ops->last_error(comm->chan.tp));
+out:
+    free(blobs);
+    free(lens);
+    gcoll_bootstrap_close(bs);
+    return st;
+}
+
+gcoll_status_t gcoll_comm_alloc(gcoll_comm_t **comm_p, char *err, size_t errlen)
+{
+    gcoll_comm_t *comm = calloc(1, sizeof(*comm));
+    if (!comm)
+        return GCOLL_ERR_NOMEM;
+    comm->wake_fd = -1;
+    pthread_mutex_init(&comm->lock, NULL);
+    pthread_cond_init(&comm->cond, NULL);
+    snprintf(comm->local_ip, sizeof(comm->local_ip), "127.0.0.1");
+    *comm_p = comm;
+    gcoll_status_t st = gcoll_config_load(&comm->cfg, err, errlen);
+    if (st != GCOLL_OK)
+        return st;
+    resolve_ring_depth(comm);
+    comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    gcoll_channel_setup(&comm->chan, comm->cfg.timeout_ms, (uint64_t)comm->cfg.spin_us * 1000u,
+                        &comm->abort_requested, comm->op_error, sizeof(comm->op_error));
+    comm->algo_memo = -1;
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_comm_set_key(gcoll_comm_t *comm, const char *key)
+{
+    free(comm->keybuf);
+    comm->keybuf = strdup(key);
+    if (!comm->keybuf)
+        return GCOLL_ERR_NOMEM;
+    comm->key = (gcoll_key_t){.key = (const uint8_t *)comm->keybuf, .keylen = strlen(key)};
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_comm_start(gcoll_comm_t *comm, const char *root, char *err, size_t errlen)
+{
+    if (pthread_create(&comm->thread, NULL, progress_main, comm) != 0) {
+        snprintf(err, errlen, "cannot start the progress thread");
+        return GCOLL_ERR_INTERNAL;
+    }
+    comm->thread_started = 1;
+    place_progress_thread(comm, root);
+    return GCOLL_OK;
+}
+
+void gcoll_comm_free(gcoll_comm_t *comm)
+{
+    comm_free(comm);
+}
+
+gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
+                                    gcoll_comm_t **comm_p)
+{
+    char err[1024] = "";
+    if (!comm_p)
+        return GCOLL_ERR_INVALID;
+    gcoll_comm_t *comm = NULL;
+    gcoll_status_t st = gcoll_comm_alloc(&comm, err, sizeof(err));
+    if (!comm)
+        return st;
+    if (st != GCOLL_OK)
+        goto err_free;
+    GCOLL_CHECK_GOTO(gcoll_launch_identity(&size, &rank, err, sizeof(err)), st, err_free);
+    comm->rank = rank;
+    comm->size = size;
+    gcoll_log_set_rank(comm->rank);
+    if (!comm->cfg.job_key && comm->size > 1)
+        GCOLL_INFO(GCOLL_SUBSYS_INIT, "GCOLL_JOB_KEY is not set: connections are not "
+                                      "authenticated by a secret");
+    GCOLL_CHECK_GOTO(gcoll_comm_set_key(comm, comm->cfg.job_key ? comm->cfg.job_key : DEFAULT_KEY),
+                     st, err_free);
+    st = GCOLL_ERR_INVALID;
+    if (!(comm->chan.ops = choose_transport(&comm->cfg, err, sizeof(err))))
+        goto err_free;
+    const char *root = root_addr ? root_addr : comm->cfg.root;
+    uint64_t t0 = gcoll_time_ms();
+    GCOLL_CHECK_GOTO(comm_connect(comm, root, err, sizeof(err)), st, err_free);
+    GCOLL_CHECK_GOTO(gcoll_comm_start(comm, root, err, sizeof(err)), st, err_free);
+    if (comm->cfg.probe && comm->size > 1 &&
+        (st = gcoll_coll_dispatch.probe(comm, &comm->probe_bw)) != GCOLL_OK) {
+        snprintf(err, sizeof(err), "the bandwidth probe (GCOLL_PROBE=1) failed: %s",
+                 gcoll_comm_last_error(comm));
+        goto err_free;
+    }
+    GCOLL_INFO(GCOLL_SUBSYS_INIT, "communicator ready: rank %d of %d over %s in %llu ms",
+               comm->rank, comm->size, comm->chan.ops->name,
+               (unsigned long long)(gcoll_time_ms() - t0));
+    *comm_p = comm;
+    return GCOLL_OK;
+err_free:
+    GCOLL_WARN("gcoll_comm_init failed: %s%s%s", gcoll_status_string(st), *err ? ": " : "", err);
+    comm_free(comm);
+    return st;
+}
+
+gcoll_status_t gcoll_comm_init(gcoll_comm_t **comm_p)
+{
+    return gcoll_comm_init_rank(-1, -1, NULL, comm_p);
+}
+
+gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm)
+{
+    if (!comm)
+        return GCOLL_ERR_INVALID;
+    stop_thread(comm); /* runs what is queued first */
+    gcoll_hier_release(comm);
+    if (comm->size > 1 && comm->chan.tp && comm->broken == GCOLL_OK && !comm->abort_requested) {
+        gcoll_args_t a = {0};
+        gcoll_request_t *req =
+            gcoll_request_new(comm, "gcoll_comm_destroy", gcoll_coll_dispatch.close, &a);
+        if (req) {
+            comm->busy = 1;
+            run_op(comm, req);
+            request_free(req);
+        } else {
+            GCOLL_WARN("gcoll_comm_destroy: no memory for the closing handshake");
+        }
+    }
+    gcoll_status_t st = comm->broken;
+    comm_free(comm);
+    return st == GCOLL_ERR_ABORTED ? GCOLL_OK : st;
+}
+
+gcoll_status_t gcoll_comm_abort(gcoll_comm_t *comm)
+{
+    if (!comm)
+        return GCOLL_ERR_INVALID;
+    comm->abort_requested = 1;
+    gcoll_hier_abort(comm);
+    uint64_t one = 1;
+    if (write(comm->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        GCOLL_WARN("gcoll_comm_abort: cannot wake the progress thread: %s", strerror(errno));
+    pthread_mutex_lock(&comm->lock);
+    /* A running operation notices the flag and tells the peers itself. */
+    int idle = !comm->busy;
+    if (idle)
+        comm->busy = 1;
+    pthread_mutex_unlock(&comm->lock);
+    if (idle) {
+        snprintf(comm->op_error, sizeof(comm->op_error), "gcoll_comm_abort was called");
+        comm_fail(comm, "communicator", GCOLL_ERR_ABORTED);
+        pthread_mutex_lock(&comm->lock);
+        comm->busy = 0;
+        wake_locked(comm);
+        pthread_mutex_unlock(&comm->lock);
+    }
+    return GCOLL_OK;
+}
+
+int gcoll_comm_rank(const gcoll_comm_t *comm)
+{
+    return comm ? comm->rank : -1;
+}
+int gcoll_comm_size(const gcoll_comm_t *comm)
+{
+    return comm ? comm->size : -1;
+}
+
+const char *gcoll_comm_last_error(const gcoll_comm_t *comm)
+{
+    return comm ? comm->last_error : "no communicator";
+}
+
+const char *gcoll_comm_transport(const gcoll_comm_t *comm)
+{
+    return comm && comm->chan.ops ? comm->chan.ops->name : "";
+}
+
+gcoll_status_t gcoll_comm_probe_bandwidth(const gcoll_comm_t *comm, double *bytes_per_s)
+{
+    if (!comm || !bytes_per_s)
+        return GCOLL_ERR_INVALID;
+    *bytes_per_s = comm->probe_bw;
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_comm_counters(const gcoll_comm_t *comm, gcoll_counters_t *counters_p)
+{
+    if (!comm || !counters_p)
+        return GCOLL_ERR_INVALID;
+    pthread_mutex_lock((pthread_mutex_t *)&comm->lock);
+    *counters_p = comm->chan.counters;
+    pthread_mutex_unlock((pthread_mutex_t *)&comm->lock);
+    return GCOLL_OK;
+}

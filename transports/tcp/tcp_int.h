@@ -1,0 +1,143 @@
+/* tcp_int.h: state shared by the TCP transport's files (tcp.c data path, tcp_setup.c life
+ * cycle). Internal to transports/tcp*.c. */
+#ifndef GCOLL_TCP_INT_H
+#define GCOLL_TCP_INT_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "transports/match.h"
+#include "transports/tcp/tcp.h"
+#include "transports/tcp/tcp_frame.h"
+#include "transports/transport.h"
+#include "base/util.h"
+
+/* Events every data socket is watched for: EPOLLRDHUP tells handle_read that the peer has
+ * closed, so it reads on to the end of the stream instead of stopping at a short read. */
+#define GCOLL_TCP_EV_IN (EPOLLIN | EPOLLRDHUP)
+
+/* Bytes read at once while a header, or a payload shorter than this, is expected. */
+#define GCOLL_TCP_STAGE 4096
+
+typedef struct tx_frame {
+    struct tx_frame *next;
+    gcoll_treq_t *req; /* NULL for control frames */
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN];
+    const uint8_t *data;
+    size_t len;     /* payload bytes */
+    size_t sent;    /* header + payload bytes sent so far */
+    uint8_t *owned; /* payload owned by the frame (control frames) */
+} tx_frame_t;
+
+/* An incoming message being assembled from its frames. One that began unexpected is
+ * assembled in its entry of the peer's store (u), which stays there until a receive claims
+ * it (req set) or refuses it (discard set); from then on the entry is the message's. */
+typedef struct rx_msg {
+    struct rx_msg *next;
+    uint64_t tag;
+    uint32_t sig;
+    size_t len;
+    size_t got;
+    gcoll_treq_t *req; /* matched receive, NULL while unexpected */
+    gcoll_unexp_t *u;  /* storage of a message that began unexpected */
+    int discard;       /* a mismatch was reported: drop the payload */
+} rx_msg_t;
+
+typedef struct {
+    int fd;
+    int peer;
+    int open;
+    tx_frame_t *txq, *txq_tail;
+    int want_out;
+    /* receive state: header, then payload of one frame */
+    uint8_t hdr[GCOLL_FRAME_HDR_LEN];
+    size_t hdr_have;
+    gcoll_frame_t frame;
+    rx_msg_t *msg;
+    uint8_t *dst; /* NULL: discard */
+    size_t left;
+    uint8_t ctl[GCOLL_FRAME_MAX_CTL + 1]; /* abort reason */
+} tcp_sock_t;
+
+typedef struct {
+    tcp_sock_t *socks;
+    int nopen;
+    int draining;          /* reading its other sockets after one was reset (tcp.c handle_read) */
+    unsigned rr;           /* round-robin socket for unstriped messages */
+    rx_msg_t *msgs;        /* being assembled */
+    gcoll_match_peer_t rx; /* posted receives, unexpected messages, failure */
+} tcp_peer_t;
+
+struct gcoll_transport {
+    int rank, size, nsocks;
+    size_t stripe_min;
+    gcoll_key_t key;
+    int listen_fd;
+    int epfd;
+    int wake_fd;
+    char addr[128];
+    tcp_peer_t *peers;
+    gcoll_match_t match;
+    /* A peer announced an abort. Its notice can overtake data it sent earlier on another
+     * socket, so pending operations are failed only after a grace period without any
+     * completion (ABORT_GRACE_MS): whatever was in flight still lands. */
+    gcoll_status_t abort_status;
+    uint64_t abort_quiet_since; /* last abort notice or completion, ms */
+    int abort_final;            /* grace over: everything pending has failed */
+    uint64_t completions;       /* requests completed successfully */
+    char errmsg[512];
+    uint8_t scratch[65536]; /* sink for discarded payload */
+    /* Headers and small payloads are read GCOLL_TCP_STAGE bytes at a time into stage and
+     * copied out, so that a small message costs one recv, not one for its header and one
+     * for its payload; handle_read empties it before it returns. */
+    uint8_t stage[GCOLL_TCP_STAGE];
+};
+
+/* Records the first error worth reporting; later ones only go to the log. */
+static inline void set_error(gcoll_transport_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline void set_error(gcoll_transport_t *t, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (t->errmsg[0] == '\0')
+        snprintf(t->errmsg, sizeof(t->errmsg), "%s", msg);
+}
+
+/* Closes one socket and drops its queued frames (their requests are the caller's). */
+static inline void sock_close(gcoll_transport_t *t, tcp_sock_t *s)
+{
+    if (s->fd >= 0) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+        close(s->fd);
+        s->fd = -1;
+    }
+    s->open = 0;
+    while (s->txq) {
+        tx_frame_t *f = s->txq;
+        s->txq = f->next;
+        free(f->owned);
+        free(f);
+    }
+    s->txq_tail = NULL;
+}
+
+/* The data path (tcp.c), called through the ops table in tcp_setup.c. */
+/* The completion hook of t->match (ctx: the transport). */
+void gcoll_tcp_complete(void *ctx, gcoll_treq_t *req, gcoll_status_t st);
+/* Frees a peer's messages under assembly and its store (destroy). */
+void gcoll_tcp_rx_free(gcoll_transport_t *t, tcp_peer_t *p);
+gcoll_status_t gcoll_tcp_isend(gcoll_transport_t *t, gcoll_treq_t *req);
+gcoll_status_t gcoll_tcp_irecv(gcoll_transport_t *t, gcoll_treq_t *req);
+gcoll_status_t gcoll_tcp_progress(gcoll_transport_t *t, int timeout_ms);
+void gcoll_tcp_cancel(gcoll_transport_t *t, gcoll_treq_t *req);
+void gcoll_tcp_abort(gcoll_transport_t *t, gcoll_status_t status, const char *reason);
+
+#endif /* GCOLL_TCP_INT_H */
