@@ -57,7 +57,7 @@ static void test_lossless(void **unused)
          * ~2.2 bytes per value, within raw pairs (measured: 15005 bytes for 41 rows) */
         if (len > 48 + 8 * nnz)
             fail_msg("%zu rows of %zu: %zu bytes, more than raw pairs", touched, D, len);
-        assert_true(len < 4 * n / 50);     /* 1/85 of the dense tensor here */
+        assert_true(len < 4 * n / 50); /* 1/85 of the dense tensor here */
         for (size_t i = 0; i < n; i++) /* nothing left behind */
             assert_true(gcoll_state_residual(s)[i] == 0.0f);
         free(b);
