@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compress.h"
-#include "kernels.h"
-#include "rng.h"
-#include "select.h"
-#include "values.h"
-#include "wire.h"
+#include "compress/compress.h"
+#include "compress/kernels.h"
+#include "compress/rng.h"
+#include "compress/select.h"
+#include "compress/values.h"
+#include "compress/wire.h"
 
 /* EF21 for random-k (Richtarik, Sokolov, Fatkhullin 2021, with the contractive unscaled
  * random-k): e holds g_i, the values last sent; the message carries c = x - g_i at the k

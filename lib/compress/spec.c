@@ -596,7 +596,7 @@ static void randomk_warn_once(double density)
     GCOLL_WARN("compressor: random-k at density %g with error feedback contracts by only k/n: "
                "at an SGD step size that suits dense training (with momentum) it is known to "
                "diverge; it needs a step size about k/n times smaller (docs/compressors.md, "
-               "\"Random-k\"); top-k at the same density does not",
+               "\"Random-k with error feedback\"); top-k at the same density does not",
                density);
 }
 

@@ -4,11 +4,11 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "rng.h"
-#include "values.h"
-#include "values_float.h"
-#include "wire.h"
+#include "compress/kernels.h"
+#include "compress/rng.h"
+#include "compress/values.h"
+#include "compress/values_float.h"
+#include "compress/wire.h"
 
 /*
  * References: OCP 8-bit Floating Point Specification (OFP8) rev. 1.0 (2023) for E4M3 (bias

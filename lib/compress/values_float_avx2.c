@@ -4,8 +4,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "rng.h"
-#include "values_float.h"
+#include "compress/rng.h"
+#include "compress/values_float.h"
 
 #define TARGET_AVX2 __attribute__((target("avx2")))
 

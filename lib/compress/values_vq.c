@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "values.h"
-#include "wire.h"
+#include "compress/kernels.h"
+#include "compress/values.h"
+#include "compress/wire.h"
 
 /*
  * The tensor is cut into vectors of D values (the last padded with zeros), each replaced
