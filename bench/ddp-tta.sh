@@ -10,7 +10,8 @@
 # STEPS_cnn (300), STEPS_mlp (200), TARGET_cnn (0.80), TARGET_mlp (0.78), WIDTH (2048),
 # BATCH (32 per rank; BATCH_cnn, BATCH_mlp for one model), EVAL_EVERY (25 steps), OUT (directory for the data and the plot,
 # default bench-ddp-tta). All rows of a model run in one job, one after the other.
-# Needs root, iproute2, tc, Debian's /usr/bin/python3 with torch, dataset-fashion-mnist;
+# Needs root, iproute2, tc, a Python with torch (TORCH_PYTHON, else .venv/bin/python, else
+# python3), dataset-fashion-mnist;
 # skips with a message where it cannot run. Removes its namespaces on exit.
 set -u
 BUILD=$(cd "${1:-.}" && pwd)
@@ -20,7 +21,8 @@ MODELS=${MODELS:-"cnn mlp"}
 ROWS=${ROWS:-"gloo gcoll fp16 topk dgc powersgd"}
 RATE=${RATE:-1gbit}
 OUT=${OUT:-bench-ddp-tta}
-PY=/usr/bin/python3
+PY=${TORCH_PYTHON:-$HERE/../.venv/bin/python}
+[ -x "$PY" ] || PY=python3
 PORT=29840
 NS=gtta
 

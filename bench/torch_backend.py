@@ -1,10 +1,12 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 # bench/torch_backend.py: torch.distributed on the "gcoll" backend beside Gloo, same run.
-"""all_reduce times by size, then DDP steps of an MLP, on each backend in turn, and the
-DDP hook's per-bucket cost of the non-finite check. Run on P ranks:
+"""all_reduce times by size on each backend in turn and gcoll's C call (gcoll_allreduce
+through the ctypes binding, on a communicator of its own) for the backend's per-call
+overhead, then DDP steps of an MLP, and the DDP hook's per-bucket cost of the non-finite
+check. Run on P ranks (gcoll-run exports torch's RANK, WORLD_SIZE, MASTER_ADDR/PORT):
 
-    tools/gcoll-run -n 2 -x PYTHONPATH=$PWD/bindings/python -x MASTER_PORT=29555 -- \\
-        /usr/bin/python3 bench/torch_backend.py [--sizes 4k,64k,1m,16m] [--iters 20]
+    tools/gcoll-run -n 4 -x PYTHONPATH=$PWD/bindings/python -- \\
+        .venv/bin/python bench/torch_backend.py [--sizes 4,64k,4m,64m] [--iters 20]
 
 Every figure is the median over the iterations of the slowest rank's time (the ranks
 take a MAX of each sample)."""
@@ -19,7 +21,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import gcoll
 import gcoll.torch as gt
+from gcoll._hook import _finite
 
 RANK = int(os.environ.get("GCOLL_RANK", os.environ.get("RANK", "0")))
 SIZE = int(os.environ.get("GCOLL_SIZE", os.environ.get("WORLD_SIZE", "1")))
@@ -37,12 +41,24 @@ def slowest(t, group):
 
 
 def bench_allreduce(group, nbytes, iters):
-    t = torch.ones(nbytes // 4)
+    t = torch.ones(max(1, nbytes // 4))
     dist.all_reduce(t, group=group)  # warm-up (connections, buffers)
     samples = []
     for _ in range(iters):
         t0 = time.perf_counter()
         dist.all_reduce(t, group=group)
+        samples.append(slowest(time.perf_counter() - t0, group))
+    return statistics.median(samples)
+
+
+def bench_c_call(comm, nbytes, iters, group):
+    """gcoll_allreduce itself (blocking, in place) through the ctypes binding."""
+    t = torch.ones(max(1, nbytes // 4))
+    comm.allreduce(t)
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        comm.allreduce(t)
         samples.append(slowest(time.perf_counter() - t0, group))
     return statistics.median(samples)
 
@@ -70,7 +86,7 @@ def bench_ddp(group, steps, hook=None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="4k,64k,1m,16m")
+    ap.add_argument("--sizes", default="4,64k,4m,64m")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args()
@@ -80,12 +96,19 @@ def main():
     groups = {"gcoll": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     rows = {name: [bench_allreduce(g, n, args.iters) for n in sizes] for name, g in groups.items()}
+    comm = gcoll.Comm()  # gcoll-run's GCOLL_RANK/SIZE/ROOT: a communicator of its own
+    rows["C"] = [bench_c_call(comm, n, args.iters, groups["gloo"]) for n in sizes]
+    comm.close()
     if RANK == 0:
-        print("all_reduce float32 SUM, %d ranks, median of %d (ms)" % (SIZE, args.iters))
-        print("%10s %10s %10s %8s" % ("bytes", "gloo", "gcoll", "gloo/gcoll"))
+        print("all_reduce float32 SUM, %d ranks, median of %d (ms); overhead = gcoll backend "
+              "- gcoll_allreduce (us)" % (SIZE, args.iters))
+        print("%10s %10s %10s %8s %10s %9s" % ("bytes", "gloo", "gcoll", "gloo/gcoll",
+                                                "C call", "overhead"))
         for i, n in enumerate(sizes):
-            print("%10d %10.3f %10.3f %8.2f" % (n, rows["gloo"][i] * 1e3, rows["gcoll"][i] * 1e3,
-                                                rows["gloo"][i] / rows["gcoll"][i]))
+            print("%10d %10.3f %10.3f %8.2f %10.3f %9.1f"
+                  % (n, rows["gloo"][i] * 1e3, rows["gcoll"][i] * 1e3,
+                     rows["gloo"][i] / rows["gcoll"][i], rows["C"][i] * 1e3,
+                     (rows["gcoll"][i] - rows["C"][i]) * 1e6))
     ddp = {name: bench_ddp(g, args.steps) for name, g in groups.items()}
 
     def hook(model, nonfinite):
@@ -103,7 +126,7 @@ def main():
     flags = torch.zeros(SIZE, dtype=torch.int32)
     for _ in range(args.iters):
         t0 = time.perf_counter()
-        flags[RANK] = 0 if gt._finite(buf) else 1
+        flags[RANK] = 0 if _finite(buf) else 1
         dist.all_reduce(flags)
         samples.append(slowest(time.perf_counter() - t0, dist.group.WORLD))
     if RANK == 0:

@@ -1,9 +1,12 @@
-# torch.m4: the Python interpreter of the binding and the libtorch the torch.distributed
-# backend (bindings/python/csrc) builds against. --with-torch=yes|no|auto (default auto);
-# TORCH_PYTHON picks the interpreter (default /usr/bin/python3, Debian's, which has
-# python3-torch; another python3 on PATH may not). The extension is plain g++ against
-# the headers torch itself reports (Debian: libtorch-dev, pybind11-dev), not a setup.py:
-# torch's cpp_extension would rebuild the flags configure already knows.
+# torch.m4: the Python interpreter of the binding and the torch the torch.distributed
+# backend (bindings/python/csrc, a c10d::Backend) builds against. --with-torch=yes|no|auto
+# (default auto). The interpreter: TORCH_PYTHON if set, else $(srcdir)/.venv/bin/python
+# when present (what .ci/run makes), else the python3 on PATH when its torch is >= 2.4,
+# else that python3 for the pure-Python binding alone. The backend needs torch >= 2.4 (the
+# c10d::Backend plugin API with register_backend(..., devices=)); with an older torch or
+# none, the rest is built and configure says why the backend is not. The extension is plain
+# g++ against the headers torch itself reports, not a setup.py: torch's cpp_extension would
+# rebuild the flags configure already knows (bindings/python/pyproject.toml is the pip route).
 # Sets TORCH_CXX, TORCH_CXXFLAGS, TORCH_LIBS, TORCH_EXT_SUFFIX, TORCH_PYTHON_DIR and the
 # conditionals HAVE_PYTHON (install the package) and HAVE_TORCH (build the extension).
 AC_DEFUN([GCOLL_CHECK_TORCH], [
@@ -13,9 +16,10 @@ AC_DEFUN([GCOLL_CHECK_TORCH], [
   AC_ARG_WITH([python-dir],
     [AS_HELP_STRING([--with-python-dir=DIR], [where make install puts the Python package gcoll (default LIBDIR/pythonX.Y/dist-packages or site-packages)])],
     [], [with_python_dir=])
-  AC_ARG_VAR([TORCH_PYTHON], [Python interpreter of the binding and the backend (default /usr/bin/python3)])
-  AS_IF([test -z "$TORCH_PYTHON"],
-    [AS_IF([test -x /usr/bin/python3], [TORCH_PYTHON=/usr/bin/python3], [AC_PATH_PROG([TORCH_PYTHON], [python3])])])
+  AC_ARG_VAR([TORCH_PYTHON], [Python interpreter of the binding and the backend (default $(srcdir)/.venv/bin/python, else python3 on PATH)])
+  AS_IF([test -z "$TORCH_PYTHON" && test -x "$srcdir/.venv/bin/python"],
+    [TORCH_PYTHON=`cd "$srcdir" && pwd`/.venv/bin/python])
+  AS_IF([test -z "$TORCH_PYTHON"], [AC_PATH_PROG([TORCH_PYTHON], [python3])])
   gcoll_have_python=no
   gcoll_have_torch=no
   gcoll_torch_why=""
@@ -38,6 +42,9 @@ print(sysconfig.get_paths()[["include"]])
 print(" ".join(ce.include_paths()))
 print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
 print(int(torch.distributed.is_available()))
+print(" ".join(ce.library_paths()))
+v = torch.__version__.split("+")[[0]].split(".")
+print(int((int(v[[0]]), int(v[[1]])) >= (2, 4)))
 ' 2>/dev/null`
     AS_IF([test -n "$gcoll_torch_info"],
       [gcoll_torch_version=`echo "$gcoll_torch_info" | sed -n 1p`
@@ -46,10 +53,15 @@ print(int(torch.distributed.is_available()))
        gcoll_torch_inc=`echo "$gcoll_torch_info" | sed -n 4p`
        gcoll_torch_abi=`echo "$gcoll_torch_info" | sed -n 5p`
        gcoll_torch_dist=`echo "$gcoll_torch_info" | sed -n 6p`
+       gcoll_torch_libdirs=`echo "$gcoll_torch_info" | sed -n 7p`
+       gcoll_torch_new=`echo "$gcoll_torch_info" | sed -n 8p`
        AC_MSG_RESULT([$gcoll_torch_version])
        gcoll_have_torch=yes],
       [AC_MSG_RESULT([no])
-       gcoll_torch_why="$TORCH_PYTHON cannot import torch (Debian: python3-torch)"])
+       gcoll_torch_why="$TORCH_PYTHON cannot import torch (make a venv: python3 -m venv .venv && .venv/bin/pip install torch==2.13.0)"])
+    AS_IF([test "x$gcoll_have_torch" = xyes && test "x$gcoll_torch_new" != x1],
+      [gcoll_have_torch=no
+       gcoll_torch_why="the backend needs torch >= 2.4, $TORCH_PYTHON has torch $gcoll_torch_version"])
     AS_IF([test "x$gcoll_have_torch" = xyes && test "x$gcoll_torch_dist" != x1],
       [gcoll_have_torch=no; gcoll_torch_why="this torch has no torch.distributed"])
     AS_IF([test "x$gcoll_have_torch" = xyes && test "x$enable_shared" = xno],
@@ -70,8 +82,10 @@ print(int(torch.distributed.is_available()))
       AS_IF([echo '#include <torch/extension.h>' | $TORCH_CXX $TORCH_CXXFLAGS -x c++ -E - >/dev/null 2>&1],
         [AC_MSG_RESULT([yes])],
         [AC_MSG_RESULT([no]); gcoll_have_torch=no
-         gcoll_torch_why="torch's C++ headers or pybind11 are missing (Debian: libtorch-dev pybind11-dev)"])
-      TORCH_LIBS="-ltorch -ltorch_cpu -lc10 -ltorch_python"
+         gcoll_torch_why="torch's C++ headers or its pybind11 are missing (a CPU wheel of torch has both)"])
+      TORCH_LIBS=""
+      for d in $gcoll_torch_libdirs; do TORCH_LIBS="$TORCH_LIBS -L$d"; done
+      TORCH_LIBS="$TORCH_LIBS -ltorch -ltorch_cpu -lc10 -ltorch_python"
     ])
   ])
   AS_IF([test "x$with_torch" = xno], [gcoll_torch_why="--without-torch"])

@@ -190,6 +190,21 @@ if [ -z "$key1" ] || [ "$key1" = "$key2" ]; then
     fail "env: GCOLL_JOB_KEY not fresh per job"
 fi
 
+# torch.distributed's env:// variables, as torchrun sets them; -x overrides them
+run -n 3 sh -c 'echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $GCOLL_ROOT"'
+expect_rc torch-env 0
+awk '
+    $1 != "[" $2 "]" || $2 != $4 || $3 != "3" || $5 != "3" { bad = "rank or size" }
+    $6 != "127.0.0.1" || $7 !~ /^[0-9]+$/ || $8 == "127.0.0.1:" $7 { bad = "master " $6 ":" $7 }
+    { ports[$7]; n++ }
+    END {
+        for (p in ports) np++
+        if (n != 3 || np != 1) bad = bad " (not one MASTER_PORT for all ranks)"
+        if (bad != "") { print bad; exit 1 }
+    }' out >bad || fail "torch-env: bad $(cat bad) in: $(cat out)"
+run -n 1 -x MASTER_PORT=4242 -x RANK=7 sh -c 'echo "$MASTER_PORT $RANK"'
+grep -q '^\[0\] 4242 7$' out || fail "torch-env: -x does not override MASTER_PORT and RANK: $(cat out)"
+
 # --bind: rank R on the (R mod n)-th of the n CPUs gcoll-run may use, by default; with
 # --bind none on all of them.
 ncpu=$(nproc)

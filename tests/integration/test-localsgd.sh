@@ -111,10 +111,10 @@ expect_error "bad delta codec" "compressor" 2 --local-steps 2 --compressor topk:
 # the timeout (the transport sees the closed connection), not a hang.
 kill_one_rank lsgd-kill-key '^    1 ' --local-steps 2 --compressor topk:density=0.01
 
-# The Python wrapper (gcoll.localsgd.LocalSGD) on 2 ranks, when Debian's python3 has torch
-PY=${GCOLL_TEST_PYTHON:-/usr/bin/python3}
+# The Python wrapper (gcoll.localsgd.LocalSGD) on 2 ranks, when TORCH_PYTHON has torch
+PY=${GCOLL_TEST_PYTHON:-${TORCH_PYTHON:-python3}}
 SRC=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
-if [ -x "$PY" ] && timeout 60 "$PY" -c 'import numpy, torch' >/dev/null 2>&1 &&
+if command -v "$PY" >/dev/null 2>&1 && timeout 60 "$PY" -c 'import numpy, torch' >/dev/null 2>&1 &&
     [ -e "$top_builddir/.libs/libgcoll.so" ] &&
     ! ldd "$top_builddir/.libs/libgcoll.so" 2>/dev/null | grep -q 'libasan\|libubsan'; then
     if (export top_builddir PYTHONPATH="$SRC/bindings/python" GCOLL_DEBUG=none

@@ -91,8 +91,8 @@ static char **build_env(struct job *j, int r)
     size_t nov = 0, nenv = 0;
     for (char **e = environ; *e; e++)
         nenv++;
-    const char **ov = malloc((6 + o->nxenv + o->nrenv) * sizeof *ov);
-    char **envp = malloc((nenv + 6 + o->nxenv + o->nrenv + 1) * sizeof *envp);
+    const char **ov = malloc((12 + o->nxenv + o->nrenv) * sizeof *ov);
+    char **envp = malloc((nenv + 12 + o->nxenv + o->nrenv + 1) * sizeof *envp);
     if (!ov || !envp) {
         free(ov);
         free(envp);
@@ -100,7 +100,10 @@ static char **build_env(struct job *j, int r)
     }
     snprintf(j->kv_rank, sizeof j->kv_rank, "GCOLL_RANK=%d", r);
     snprintf(j->kv_local_rank, sizeof j->kv_local_rank, "GCOLL_LOCAL_RANK=%d", r);
-    /* In precedence order: later entries override earlier ones with the same name. */
+    snprintf(j->kv_trank, sizeof j->kv_trank, "RANK=%d", r);
+    snprintf(j->kv_tlocal_rank, sizeof j->kv_tlocal_rank, "LOCAL_RANK=%d", r);
+    /* In precedence order: later entries override earlier ones with the same name (-x
+     * MASTER_PORT=... beats the one chosen here). */
     ov[nov++] = j->kv_rank;
     ov[nov++] = j->kv_size;
     ov[nov++] = j->kv_root;
@@ -108,6 +111,12 @@ static char **build_env(struct job *j, int r)
         ov[nov++] = j->kv_key;
     ov[nov++] = j->kv_local_rank;
     ov[nov++] = j->kv_local_size;
+    ov[nov++] = j->kv_trank;
+    ov[nov++] = j->kv_tsize;
+    ov[nov++] = j->kv_tlocal_rank;
+    ov[nov++] = j->kv_tlocal_size;
+    ov[nov++] = j->kv_maddr;
+    ov[nov++] = j->kv_mport;
     for (size_t i = 0; i < o->nxenv; i++)
         ov[nov++] = o->xenv[i];
     for (size_t i = 0; i < o->nrenv; i++)
@@ -548,6 +557,33 @@ static int choose_cpus(struct job *j)
     return 0;
 }
 
+/* torch.distributed's env:// variables: its TCPStore listens on MASTER_ADDR:MASTER_PORT,
+ * the root's host and a free port other than the root's. Returns 0 or an exit status. */
+static int torch_env(struct job *j)
+{
+    const struct opts *o = j->o;
+    char host[GRUN_ROOT_MAX], port[GRUN_ROOT_MAX];
+    const char *colon = strrchr(j->root, ':');
+    size_t hl = colon ? (size_t)(colon - j->root) : strlen(j->root);
+    snprintf(host, sizeof host, "%.*s", (int)hl, j->root);
+    int err = 0;
+    for (int tries = 0; tries < 8; tries++) {
+        if ((err = find_free_port(port, sizeof port)) != 0)
+            break;
+        if (strcmp(port, j->root) != 0)
+            break;
+    }
+    if (err) {
+        grun_note(j, "cannot find a free port on 127.0.0.1 for MASTER_PORT: %s", strerror(err));
+        return GRUN_EXIT_INTERNAL;
+    }
+    snprintf(j->kv_tsize, sizeof j->kv_tsize, "WORLD_SIZE=%d", o->nranks);
+    snprintf(j->kv_tlocal_size, sizeof j->kv_tlocal_size, "LOCAL_WORLD_SIZE=%d", o->nranks);
+    snprintf(j->kv_maddr, sizeof j->kv_maddr, "MASTER_ADDR=%s", hl ? host : "127.0.0.1");
+    snprintf(j->kv_mport, sizeof j->kv_mport, "MASTER_PORT=%s", strrchr(port, ':') + 1);
+    return 0;
+}
+
 /* Returns 0 or an exit status. */
 int grun_prepare(struct job *j)
 {
@@ -571,6 +607,8 @@ int grun_prepare(struct job *j)
     snprintf(j->kv_root, sizeof j->kv_root, "GCOLL_ROOT=%s", j->root);
     snprintf(j->kv_size, sizeof j->kv_size, "GCOLL_SIZE=%d", o->nranks);
     snprintf(j->kv_local_size, sizeof j->kv_local_size, "GCOLL_LOCAL_SIZE=%d", o->nranks);
+    if ((err = torch_env(j)) != 0)
+        return err;
 
     if (choose_cpus(j))
         return GRUN_EXIT_INTERNAL;

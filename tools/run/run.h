@@ -115,6 +115,9 @@ struct job {
     int *cpus;
     char kv_rank[40], kv_local_rank[40], kv_size[40], kv_local_size[40];
     char kv_root[GRUN_ROOT_MAX + 16], kv_key[sizeof "GCOLL_JOB_KEY=" + 2 * GRUN_KEY_BYTES];
+    /* torch.distributed's env:// (as torchrun sets them), so a torch script runs unchanged */
+    char kv_trank[40], kv_tlocal_rank[40], kv_tsize[40], kv_tlocal_size[40];
+    char kv_maddr[GRUN_ROOT_MAX + 16], kv_mport[40];
     struct outbuf out[2];
     char scratch[GRUN_LINE_MAX];
 };

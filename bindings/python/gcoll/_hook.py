@@ -16,6 +16,7 @@ import ctypes
 import os
 import queue
 import threading
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -215,6 +216,7 @@ class GcollHookState:
         self.nonfinite_steps = 0  # buckets that held NaN/Inf somewhere (propagate mode)
         self._pending = queue.Queue()
         self._thread = None
+        self._warned_buckets = False  # the per-bucket residuals warning, said once
         if model is not None:
             try:
                 self.attach(model)
@@ -617,6 +619,14 @@ def comm_hook(state, bucket):
         state._complete_later(reqs, finish, fut)
         return fut
     # without a model: one state per DDP bucket index, float32 buckets compressed
+    if not state._warned_buckets:
+        state._warned_buckets = True
+        warnings.warn(
+            "gcoll hook: this GcollHookState was made without model=, so its compression "
+            "residuals are kept per DDP bucket; DDP rebuilds its buckets after the first "
+            "step and a restored job may bucket differently, so a checkpoint made with it "
+            "will not continue bit for bit (pass model= or use gcoll.torch.register(model))",
+            UserWarning, stacklevel=2)
     if buf.dtype != torch.float32:
         reqs = [state.comm.iallreduce(buf, torch.empty_like(buf), op=state.op)]
     else:

@@ -3,8 +3,9 @@
 
 The library is looked up, in order, at $GCOLL_LIBRARY, in the .libs directory of the build
 tree the process runs from (the current directory or $top_builddir), in the .libs of an
-in-tree build next to this package, and finally by ctypes.util.find_library("gcoll")
-(an installed libgcoll.so.0).
+in-tree build next to this package, in the directory pip's build found it in
+(gcoll/_libpath.py, written by `pip install ./bindings/python`), and finally by
+ctypes.util.find_library("gcoll") (an installed libgcoll.so.0).
 """
 
 import ctypes
@@ -62,6 +63,11 @@ def _candidates():
             names.append(os.path.join(top, ".libs", "libgcoll.so"))
     here = os.path.dirname(os.path.abspath(__file__))
     names.append(os.path.normpath(os.path.join(here, "..", "..", "..", ".libs", "libgcoll.so")))
+    try:
+        from . import _libpath  # written by the pip build only
+        names.append(os.path.join(_libpath.LIBDIR, "libgcoll.so.0"))
+    except ImportError:
+        pass
     return names, False
 
 

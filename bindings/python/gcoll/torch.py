@@ -8,8 +8,9 @@
     torch.save(state.state_dict(), path)               # residuals survive checkpoints
 
 The backend is the C++ extension gcoll._torch_backend (bindings/python/csrc/backend.cpp),
-built by configure when it finds libtorch; importing this module registers it either way
-(init_process_group then says why it cannot run).
+a c10d::Backend built by configure (or pip) against torch >= 2.4. Importing this module
+registers it for the CPU device either way (init_process_group then says why it cannot run):
+dist.init_process_group("gcoll") or "cpu:gcoll,cuda:nccl", with env://, tcp:// or file://.
 
 DDP hands the hook one flattened gradient bucket at a time, as backward produces them.
 The hook (gcoll/_hook.py) starts gcoll's reductions of it and returns a
@@ -26,6 +27,8 @@ The hook's gcoll communicator is its own: rank and size are the process group's,
 rendezvous address is root=, else GCOLL_ROOT, else MASTER_ADDR with MASTER_PORT + 1.
 """
 
+import sys as _sys
+
 import torch.distributed as dist
 
 from . import _lib
@@ -37,8 +40,8 @@ from .localsgd import LocalSGD  # re-exported: gcoll.torch.LocalSGD (docs/local-
 from .ps import ParameterServer  # re-exported: gcoll.torch.ParameterServer
 
 # ---- the torch.distributed backend "gcoll" ------------------------------------------
-# The C++ extension is built by configure when it finds libtorch; without it the backend
-# is still registered, so that init_process_group("gcoll") says why it cannot run.
+# The C++ extension is built by configure when it finds torch >= 2.4; without it the
+# backend is still registered, so that init_process_group("gcoll") says why it cannot run.
 try:
     from . import _torch_backend
 except ImportError as _e:  # not built, or built against another torch
@@ -50,9 +53,10 @@ def _create_backend(store, rank, size, timeout):
     """torch.distributed's creator of the "gcoll" backend (register_backend's func)."""
     if _torch_backend is None:
         raise RuntimeError("gcoll backend: the C++ extension gcoll._torch_backend is not "
-                           "available (%s); build it with ./configure (which needs "
-                           "libtorch-dev, pybind11-dev) and make" % _backend_error)
-    return _torch_backend.ProcessGroupGcoll(store, rank, size, timeout)
+                           "available (%s); build it against this torch (>= 2.4) with "
+                           "./configure TORCH_PYTHON=%s && make, or pip install "
+                           "./bindings/python" % (_backend_error, _sys.executable))
+    return _torch_backend.BackendGcoll(store, rank, size, timeout)
 
 
 def backend_available():
@@ -61,7 +65,7 @@ def backend_available():
 
 
 if "GCOLL" not in dist.Backend._plugins:
-    dist.Backend.register_backend("gcoll", _create_backend)
+    dist.Backend.register_backend("gcoll", _create_backend, devices=["cpu"])
 
 
 GcollError = _lib.GcollError

@@ -69,8 +69,8 @@ class TestBackend(unittest.TestCase):
             torch.testing.assert_close(got, want, rtol=RTOL[want.dtype], atol=0)
 
     def test_identity(self):
-        pg = dist.distributed_c10d._get_default_group()
-        self.assertIsInstance(pg, gt._torch_backend.ProcessGroupGcoll)
+        pg = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        self.assertIsInstance(pg, gt._torch_backend.BackendGcoll)
         self.assertEqual(dist.get_backend().lower(), "gcoll")
         self.assertEqual((dist.get_rank(), dist.get_world_size()), (RANK, SIZE))
         self.assertIn(pg.transport, gcoll.transports_built())
@@ -191,18 +191,137 @@ class TestBackend(unittest.TestCase):
                                                   for q in members], torch.int64))
         dist.barrier()
 
+    def test_split_group_and_device_mesh(self):
+        # split: every rank in a group of its own parity, members joined over the Store.
+        # dist.split_group itself wants a default group bound to an accelerator (or
+        # torchcomms) on torch 2.13, whatever the backend; ProcessGroup.split_group is the
+        # C++ split it then calls (BackendGcoll::split).
+        import datetime
+        parity = [[q for q in range(SIZE) if q % 2 == p] for p in (0, 1)]
+        mine = parity[RANK % 2]
+        pg = dist.distributed_c10d._get_default_group()
+        g = pg.split_group(mine, timeout=datetime.timedelta(seconds=20),
+                           group_name="parity%d" % (RANK % 2))
+        self.assertEqual((g.size(), g.rank()), (len(mine), mine.index(RANK)))
+        t = data(RANK, 9, torch.float64, 61)
+        g.allreduce([t]).wait()
+        self.check(t, expected_reduce("sum", [data(q, 9, torch.float64, 61) for q in mine],
+                                      torch.float64))
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh("cpu", (SIZE,), mesh_dim_names=("dp",))
+        t = data(RANK, 5, torch.int32, 62)
+        dist.all_reduce(t, group=mesh.get_group("dp"))
+        self.check(t, expected_reduce("sum", [data(q, 5, torch.int32, 62) for q in range(SIZE)],
+                                      torch.int32))
+
+    def test_complex_and_bytes(self):
+        # complex through the real view, as torch does
+        z = [torch.complex(data(q, 7, torch.float64, 70), data(q, 7, torch.float64, 71))
+             for q in range(SIZE)]
+        t = z[RANK].clone()
+        dist.all_reduce(t)
+        self.assertTrue(torch.equal(t, sum(z)))
+        # data movement of dtypes gcoll does not reduce, at sizes that are not whole words
+        for dtype in (torch.uint8, torch.int8, torch.bool, torch.int16, torch.complex64):
+            for n in (1, 3, 6, 1001):
+                with self.subTest(dtype=dtype, n=n):
+                    src = [data(q, n, torch.int64, 72, 0, 1 if dtype == torch.bool else 100)
+                           .to(dtype) for q in range(SIZE)]
+                    t = src[RANK].clone()
+                    dist.broadcast(t, src=SIZE - 1)
+                    self.assertTrue(torch.equal(t, src[SIZE - 1]))
+                    outs = [torch.empty_like(src[0]) for _ in range(SIZE)]
+                    dist.all_gather(outs, src[RANK])
+                    self.assertTrue(all(torch.equal(o, w) for o, w in zip(outs, src)))
+                    flat = torch.empty(SIZE * n, dtype=dtype)
+                    dist.all_gather_into_tensor(flat, src[RANK])
+                    self.assertTrue(torch.equal(flat, torch.cat(src)))
+
+    def test_objects(self):
+        objs = [{"rank": RANK, "s": "x" * (RANK + 3)}, None]
+        dist.broadcast_object_list(objs, src=SIZE - 1)
+        self.assertEqual(objs, [{"rank": SIZE - 1, "s": "x" * (SIZE + 2)}, None])
+        out = [None] * SIZE
+        dist.all_gather_object(out, (RANK, [1] * RANK))
+        self.assertEqual(out, [(q, [1] * q) for q in range(SIZE)])
+
+    def test_coalesced(self):
+        ts = [data(RANK, n, torch.float32, 80 + n) for n in (3, 1, 17)]
+        want = [expected_reduce("sum", [data(q, n, torch.float32, 80 + n) for q in range(SIZE)],
+                                torch.float32) for n in (3, 1, 17)]
+        dist.all_reduce_coalesced(ts)
+        for t, w in zip(ts, want):
+            self.check(t, w)
+        ins = [data(RANK, 3, torch.uint8, 90, 0, 99), data(RANK, 5, torch.uint8, 91, 0, 99)]
+        outs = [[torch.empty_like(i) for i in ins] for _ in range(SIZE)]
+        dist.all_gather_coalesced(outs, ins)
+        for q in range(SIZE):
+            self.check(outs[q][0], data(q, 3, torch.uint8, 90, 0, 99))
+            self.check(outs[q][1], data(q, 5, torch.uint8, 91, 0, 99))
+        # the coalescing manager: all_gather_into_tensor and reduce_scatter_tensor batched
+        outs = [torch.empty(SIZE * 4), torch.empty(SIZE * 2)]
+        rs = [torch.empty(4), torch.empty(2)]
+        with dist._coalescing_manager(async_ops=True) as cm:
+            dist.all_gather_into_tensor(outs[0], data(RANK, 4, torch.float32, 92))
+            dist.all_gather_into_tensor(outs[1], data(RANK, 2, torch.float32, 93))
+        cm.wait()
+        self.check(outs[0], torch.cat([data(q, 4, torch.float32, 92) for q in range(SIZE)]))
+        self.check(outs[1], torch.cat([data(q, 2, torch.float32, 93) for q in range(SIZE)]))
+        with dist._coalescing_manager(async_ops=True) as cm:
+            dist.reduce_scatter_tensor(rs[0], data(RANK, 4 * SIZE, torch.float32, 94))
+            dist.reduce_scatter_tensor(rs[1], data(RANK, 2 * SIZE, torch.float32, 95))
+        cm.wait()
+        for r, n, sd in ((rs[0], 4, 94), (rs[1], 2, 95)):
+            full = expected_reduce("sum", [data(q, n * SIZE, torch.float32, sd)
+                                           for q in range(SIZE)], torch.float32)
+            self.check(r, full[RANK * n:(RANK + 1) * n])
+
+    def test_collective_inside_future_callback(self):
+        # the callback runs when the first reduction completes and waits on a second one:
+        # it must not run on the thread that completes the second
+        a, b = torch.ones(4), torch.ones(4)
+        fut = dist.all_reduce(a, async_op=True).get_future().then(
+            lambda f: dist.all_reduce(b, async_op=True).get_future().wait())
+        got = fut.wait()
+        self.check(got[0], torch.full((4,), float(SIZE)))
+        # two levels deep
+        c = torch.ones(2)
+        fut = dist.all_reduce(torch.ones(1), async_op=True).get_future().then(
+            lambda f: dist.all_reduce(torch.ones(1), async_op=True).get_future().then(
+                lambda g: dist.all_reduce(c, async_op=True).get_future().wait()).wait())
+        self.check(fut.wait()[0], torch.full((2,), float(SIZE)))
+
+    def test_work_wait_timeout(self):
+        # rank 0 waits 0.3 s for a reduction the others start 1.5 s late: the wait times out,
+        # the reduction goes on, and a second wait gets it
+        import time
+        g = dist.new_group(list(range(SIZE)), timeout=__import__("datetime").timedelta(seconds=30))
+        t = torch.ones(3)
+        if RANK != 0:
+            time.sleep(1.5)
+        w = dist.all_reduce(t, group=g, async_op=True)
+        if RANK == 0:
+            with self.assertRaises(RuntimeError):
+                w.wait(timeout=__import__("datetime").timedelta(seconds=0.3))
+        w.get_future().wait()
+        self.check(t, torch.full((3,), float(SIZE)))
+
     def test_errors_are_clear(self):
         t = torch.ones(4)
-        with self.assertRaisesRegex(RuntimeError, "gcoll backend: reduce is not supported"):
+        with self.assertRaisesRegex(RuntimeError, "gcoll backend: reduce is not in gcoll's C "
+                                    "API yet \\(use all_reduce"):
             dist.reduce(t, dst=0)
-        with self.assertRaisesRegex(RuntimeError, "gcoll backend: gather is not supported"):
+        with self.assertRaisesRegex(RuntimeError, "gcoll backend: gather is not in gcoll's C "
+                                    "API yet \\(use all_gather"):
             dist.gather(t, [torch.empty(4) for _ in range(SIZE)] if RANK == 0 else None)
-        with self.assertRaisesRegex(RuntimeError, "send is not supported"):
+        with self.assertRaisesRegex(RuntimeError, "send \\(point-to-point\\) is not in"):
             dist.send(t, dst=(RANK + 1) % SIZE)
-        with self.assertRaisesRegex(RuntimeError, "reduce op .* is not supported"):
-            dist.all_reduce(t, op=dist.ReduceOp.BAND)
-        with self.assertRaisesRegex(RuntimeError, "dtype .*Bool.* is not supported"):
+        with self.assertRaisesRegex(RuntimeError, "bitwise reduce ops .* use a gloo group"):
+            dist.all_reduce(t.int(), op=dist.ReduceOp.BAND)
+        with self.assertRaisesRegex(RuntimeError, "dtype Bool cannot be reduced by gcoll yet"):
             dist.all_reduce(torch.ones(4, dtype=torch.bool))
+        with self.assertRaisesRegex(RuntimeError, "dtype Byte cannot be reduced by gcoll yet"):
+            dist.all_reduce(torch.ones(4, dtype=torch.uint8))
         with self.assertRaisesRegex(RuntimeError, "output list has"):
             dist.all_gather([torch.empty(4)], t)
         with self.assertRaisesRegex(RuntimeError, "split sizes add up"):
