@@ -165,7 +165,8 @@ class FsdpCompressState:
                                      "gcoll communicator has %d (HSDP and sub-meshes are not "
                                      "supported)" % (name, g.mesh_info.shard_mesh_size, comm.size))
             # layer policy by module name, in backward order (the last module first)
-            counts = [(n, _flat_count(g)) for n, _m, g in groups]
+            # (the root module's name is "", which a policy's patterns see as "root")
+            counts = [(n or "root", _flat_count(g)) for n, _m, g in groups]
             specs = resolve_specs(comm, list(reversed(counts)), spec, policy)[::-1]
             for (name, m, g), (_n, count), s in zip(groups, counts, specs):
                 comp = None

@@ -180,6 +180,17 @@ class TestFsdpCompress(unittest.TestCase):
             sc.load_state_dict(dict(sd_gcoll, rank=(RANK + 1) % SIZE))
         sc.close()
 
+    def test_layer_policy_by_module_name(self):
+        fs = shard(mlp(5))
+        st = gt.fsdp_compress(fs, "topk:density=0.1", policy="4=none;2=topk:density=0.3",
+                              comm=COMM, warmup=3)
+        self.assertEqual(st.modules["4"].spec, "none")
+        self.assertIsNone(st.modules["4"].ts)
+        self.assertIn("density=0.3", st.modules["2"].spec)
+        self.assertIn("density=0.1", st.modules["0"].spec)
+        self.assertIn("warmup_steps=3", st.modules["0"].spec)
+        st.close()
+
     def test_errors(self):
         fs = shard(mlp(5))
         with self.assertRaisesRegex(ValueError, "densty|density|unknown"):
