@@ -195,6 +195,17 @@ class TestFsdpCompress(unittest.TestCase):
         self.assertIn("warmup_steps=3", st.modules["0"].spec)
         st.close()
 
+    def test_adapt_trains_and_refuses_checkpoints(self):
+        fs = shard(mlp(7))
+        st = gt.fsdp_compress(fs, "topk:density=0.05", comm=COMM, adapt="snr")
+        self.assertTrue(all(m.ctl is not None for m in st.modules.values()))
+        opt = torch.optim.SGD(fs.parameters(), lr=LR)
+        train(fs, opt, batches(3, seed=700))
+        self.assertTrue(all(m.ts.step == 3 for m in st.modules.values()))
+        with self.assertRaisesRegex(ValueError, "GCOLL_ADAPT=snr"):
+            st.state_dict()
+        st.close()
+
     def test_errors(self):
         fs = shard(mlp(5))
         with self.assertRaisesRegex(ValueError, "densty|density|unknown"):
@@ -207,6 +218,15 @@ class TestFsdpCompress(unittest.TestCase):
             gt.fsdp_compress(fs, allgather="topk:density=0.1", comm=COMM)
         with self.assertRaisesRegex(ValueError, "no module under Sequential has FSDP2 state"):
             gt.fsdp_compress(mlp(5), comm=COMM)
+        with self.assertRaisesRegex(ValueError, "GCOLL_ADAPT"):
+            gt.fsdp_compress(fs, comm=COMM, adapt="sner")
+        ddp = DDP(mlp(5))
+        with self.assertRaisesRegex(TypeError, "ZeroRedundancyOptimizer"):
+            gt.register_zero2(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), comm=COMM)
+        with self.assertRaisesRegex(ValueError, "densty|density|unknown"):
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            gt.register_zero2(ddp, ZeroRedundancyOptimizer(ddp.parameters(), torch.optim.SGD,
+                                                           lr=LR), "topk:densty=0.1", comm=COMM)
 
 
 class TestZero2(unittest.TestCase):
