@@ -184,6 +184,34 @@ class TestFsdpCompress(unittest.TestCase):
             sc.load_state_dict(dict(sd_gcoll, rank=(RANK + 1) % SIZE))
         sc.close()
 
+    def _forward_weight(self, allgather):
+        """The weight layer 2 computes with in forward, and the fp32 weight."""
+        fs = shard(mlp(8))
+        st = gt.fsdp_compress(fs, "topk:density=0.1", allgather=allgather, comm=COMM)
+        seen = []
+        h = fs[2].register_forward_pre_hook(lambda m, _a: seen.append(m.weight.detach().clone()))
+        fs(batches(1, seed=800)[0])
+        h.remove()
+        st.close()
+        return seen[0], fs[2].weight.detach().full_tensor()
+
+    def test_allgather_quantized_afresh(self):
+        used, w = self._forward_weight("bf16")
+        # bf16 is elementwise round-to-nearest-even: the forward sees exactly that of w
+        self.assertTrue(torch.equal(used, w.to(torch.bfloat16).float()))
+        self.assertFalse(torch.equal(used, w))
+        try:
+            gcoll.check_spec("mxfp8:format=e4m3")
+        except ValueError:
+            self.skipTest("this gcoll has no mxfp8")
+        used, w = self._forward_weight("mxfp8:format=e4m3")
+        # E4M3 keeps 3 mantissa bits (half an ulp: 2^-4 relative); MX v1.0's shared scale
+        # puts a block's largest in [256, 512), above E4M3's 448, where it saturates:
+        # at most 64/512 = 2^-3 of the block's largest, so <= 2^-3 of max |w| overall
+        err = float((used - w).abs().max())
+        self.assertGreater(err, 0)
+        self.assertLessEqual(err, 2.0**-3 * float(w.abs().max()))
+
     def test_layer_policy_by_module_name(self):
         fs = shard(mlp(5))
         st = gt.fsdp_compress(fs, "topk:density=0.1", policy="4=none;2=topk:density=0.3",
