@@ -1,5 +1,5 @@
 #!/bin/sh
-# adapt-train.sh: docs/adaptation.md's training table: gcoll-train with fixed top-k 1% and
+# adapt-train.sh: docs/results/adaptation.md's training table: gcoll-train with fixed top-k 1% and
 # with the statistical adaptation rules (GCOLL_ADAPT=snr, stage, budget, snr+bandwidth;
 # top-k 1% as the spec, densities within GCOLL_DENSITY_MIN..MAX), on RANKS ranks, one run
 # per rule and seed (a rule `uniform=D` is the unadapted top-k at density D, for a comparison

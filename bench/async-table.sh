@@ -1,5 +1,5 @@
 #!/bin/sh
-# async-table.sh: the async table of docs/local-sgd.md. Synchronous SGD (local SGD with
+# async-table.sh: the async table of docs/results/local-sgd.md. Synchronous SGD (local SGD with
 # H=1 and 'none', which the tests show equal to it) beside the SSP parameter server with
 # S = 0, 1, 4, under a rotating straggler (--straggle 2) and a persistent one (--slow-rank
 # P-1 --slow-factor 2), on P ranks of Fashion-MNIST; then the same with top-k 1% pushes

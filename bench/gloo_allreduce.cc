@@ -2,7 +2,7 @@
 // transport, timed like gcoll-bench, for compare-dense.sh.
 //
 // Written against Debian 12's libgloo-dev (0.0~git20220518): the rendezvous is
-// gloo::rendezvous::FileStore + Context::connectFullMesh (docs/rendezvous.md in that
+// gloo::rendezvous::FileStore + Context::connectFullMesh (the rendezvous page of that
 // package); this version has no TCP store. Gloo's allreduce works in place on the vectors
 // it is given, so -c refills the input before its checking run.
 #include <gloo/allreduce_halving_doubling.h>

@@ -1,5 +1,5 @@
 #!/bin/sh
-# local-sgd-table.sh: the table of docs/local-sgd.md. Local SGD with H = 1, 2, 4, 8 and
+# local-sgd-table.sh: the table of docs/results/local-sgd.md. Local SGD with H = 1, 2, 4, 8 and
 # dense ('none') or top-k 1% deltas beside the bucketer's synchronous SGD, on P ranks of
 # Fashion-MNIST; then the momentum choices at H = 4 with top-k 1%. Prints a Markdown table.
 #   usage: bench/local-sgd-table.sh [EPOCHS [RANKS]]   (run from the build directory)

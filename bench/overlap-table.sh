@@ -1,5 +1,5 @@
 #!/bin/sh
-# overlap-table.sh: the table of docs/overlap.md. Ranks in network namespaces joined through
+# overlap-table.sh: the table of docs/results/overlap.md. Ranks in network namespaces joined through
 # a bridge by veth links shaped with tc tbf (RATE per direction); for each model
 # tools/gcoll-overlap-bench runs a backward pass whose compute takes as long as the dense
 # communication alone (-c match on the dense run, the same compute for the compressed
@@ -11,7 +11,7 @@
 # resnet50": 4 MB in 8 layers, 24 MB in 24 layers, ResNet-50's 161 tensors), SPECS ("none
 # topk:density=0.01"). GCOLL_* tuning variables set by the caller reach every rank; with
 # ERR_DIR=DIR each run's rank-0 stderr (its GCOLL_DEBUG log) is kept there.
-# PIPE_ROUNDS=N (N > 0) prints the other table of docs/overlap.md instead: each compressed
+# PIPE_ROUNDS=N (N > 0) prints the other table of docs/results/overlap.md instead: each compressed
 # spec with the codec worker on and off (GCOLL_BUCKET_PIPELINE=1 / 0), the two alternating
 # N times at the same compute (the first run's -c match) and the same buckets (the automatic
 # first layout, GCOLL_BUCKET_REBUILD=0: a rebuild from measured times would cut each run's

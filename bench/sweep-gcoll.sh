@@ -1,6 +1,6 @@
 #!/bin/bash
 # sweep-gcoll.sh: gcoll-bench allreduce busbw under several GCOLL_* settings, interleaved and
-# repeated (median), to pick defaults on a noisy machine. Used for docs/benchmarks.md.
+# repeated (median), to pick defaults on a noisy machine. Used for docs/results/dense-allreduce.md.
 #
 # usage: bench/sweep-gcoll.sh -B BUILD [-n NP] [-r REPS] [-t] [-a "gcoll-bench args"] SETTING...
 # Each SETTING is a space-separated list of VAR=VALUE (quote it), or "default" for none, e.g.

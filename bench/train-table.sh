@@ -1,8 +1,8 @@
 #!/bin/sh
-# train-table.sh: docs/training.md's measured table: gcoll-train with each gradient codec,
+# train-table.sh: docs/results/training.md's measured table: gcoll-train with each gradient codec,
 # gcoll-train's defaults (5 epochs, cosine lr, momentum 0.9, or 0 on DGC's tensors; warm-up
 # of the sparsifiers over 10% of the steps), seeds 1-3, on 2 and 4 ranks. Writes one table per
-# rank count between docs/training.md's <!-- train-table-P:begin/end --> markers (final
+# rank count between docs/results/training.md's <!-- train-table-P:begin/end --> markers (final
 # test accuracy mean and spread over the seeds, difference from dense, wire bytes over
 # dense) and draws docs/img/train-accuracy.png (test accuracy per epoch, mean over the
 # seeds; gnuplot, bench/train-accuracy.gp).
@@ -11,7 +11,7 @@
 #   method names: which rows run, default all; ROWS4 the same for 4 ranks), DATA
 #   (Fashion-MNIST directory), LIMIT (train on the first N examples: smoke runs),
 #   WORKDIR (keeps the per-run CSV files), REUSE=1 (keep runs WORKDIR already has),
-#   DOC (docs/training.md), PNG (docs/img/train-accuracy.png)
+#   DOC (docs/results/training.md), PNG (docs/img/train-accuracy.png)
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-.}" && pwd)
@@ -20,7 +20,7 @@ seeds=${SEEDS:-1 2 3}
 ranks_list=${RANKS:-2 4}
 data=${DATA:-/usr/share/datasets/fashion-mnist}
 work=${WORKDIR:-$(mktemp -d "${TMPDIR:-/tmp}/train-table.XXXXXX")}
-doc=${DOC:-$src/docs/training.md}
+doc=${DOC:-$src/docs/results/training.md}
 png=${PNG:-$src/docs/img/train-accuracy.png}
 mkdir -p "$work"
 [ -x "$build/tools/gcoll-train" ] || { echo "no $build/tools/gcoll-train: pass the build directory" >&2; exit 2; }

@@ -87,7 +87,7 @@ static void count_anylen(gcoll_channel_t *ch, gcoll_treq_t *r)
 /* A wait polls the transport for up to GCOLL_SPIN_US (counted from the last completion or
  * wake-up) before it sleeps in it, yielding the CPU between polls after the first
  * SPIN_HOT_NS. A sleeping rank pays a wake-up on every message, most of a small
- * allreduce's time (docs/benchmarks.md). The yield is what makes polling pay on shared
+ * allreduce's time (docs/results/dense-allreduce.md). The yield is what makes polling pay on shared
  * cores too: a peer sharing the core runs at once instead of when the poller's time slice
  * ends (Open MPI's yield-when-idle); polling without it made small allreduces slower
  * there. Polling hot first, for about a shared-memory message's time, answers those

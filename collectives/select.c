@@ -8,18 +8,17 @@
 const char *const gcoll_algo_names[] = {"auto", "ring", "rhd", "tree", "rd"};
 
 /* Per-step cost, per-byte wire time and per-byte reduction time, fitted to gcoll-bench on
- * loopback TCP on a 2-core VM (docs/benchmarks.md): what matters is their ratios, which
- * decide where the algorithms cross over; ALPHA_NS is well above a message's latency
- * (5-15 us here) because it also stands for what a step costs beyond its bytes
- * (hand-offs, the ring's per-slice handshake, pipeline fill). A tree step is a one-way
- * message, charged half. Halving-doubling's wire time is charged RHD_WIRE times its bytes
- * where the ring's is charged once: its steps move one whole message and then reduce it,
- * one after the other, where the ring overlaps them chunk by chunk. Refitted after blocking
- * waits began to poll (GCOLL_SPIN_US) to the fastest algorithm measured at each size,
- * 8 B to 64 MiB (time per operation, 3 runs each): recursive doubling up to 128 KiB on
- * 2 and 3 ranks and 64 KiB on 4; the ring from 256 KiB on 2 and 3 ranks (the fit picks
- * it from 128 KiB on 3, where recursive doubling measured 1.2x faster: the one miss); on
- * 4 ranks halving-doubling at 128 KiB-2 MiB (256 KiB: 225-270 us against the ring's
+ * loopback TCP on a 2-core VM (docs/results/dense-allreduce.md): what matters is their ratios,
+ * which decide where the algorithms cross over; ALPHA_NS is well above a message's latency (5-15 us
+ * here) because it also stands for what a step costs beyond its bytes (hand-offs, the ring's
+ * per-slice handshake, pipeline fill). A tree step is a one-way message, charged half.
+ * Halving-doubling's wire time is charged RHD_WIRE times its bytes where the ring's is charged
+ * once: its steps move one whole message and then reduce it, one after the other, where the ring
+ * overlaps them chunk by chunk. Refitted after blocking waits began to poll (GCOLL_SPIN_US) to the
+ * fastest algorithm measured at each size, 8 B to 64 MiB (time per operation, 3 runs each):
+ * recursive doubling up to 128 KiB on 2 and 3 ranks and 64 KiB on 4; the ring from 256 KiB on 2 and
+ * 3 ranks (the fit picks it from 128 KiB on 3, where recursive doubling measured 1.2x faster: the
+ * one miss); on 4 ranks halving-doubling at 128 KiB-2 MiB (256 KiB: 225-270 us against the ring's
  * 362-368 and recursive doubling's 351-457) and the ring from 4 MiB. Refitted once the
  * ring kept one chunk in flight on oversubscribed hosts (GCOLL_RING_DEPTH=-1) and waits
  * stopped yielding to peers on other CPUs: 4 ranks at 1 MiB, the ring 1.73-1.80 GB/s

@@ -17,7 +17,8 @@
  *   dec      decode (overwrite)          acc      decode-and-add into a dense buffer
  *   ratio    message bytes / fp32 bytes  acc ns/nz  decode-and-add time per value sent
  * dec/acc/ratio use the stateless message (dgc: the stateful one; it has no other).
- * Targets (issue 4) are checked and marked: fp16/bf16/q8/sign encode >= 0.5x memcpy,
+ * Targets (issue 4) are checked and marked: fp16/bf16/q8/sign encode >= 0.5x memcpy (and
+ * mxfp8/mxfp4, issue 38),
  * sampled top-k at density 0.001 >= 0.3x, exact top-k >= 0.1x.
  */
 
@@ -39,6 +40,12 @@ static const char *default_codecs[] = {
     "randomk:density=0.01,seed=1",
     "threshold:tau=0.003",
     "dgc:density=0.001,momentum=0.9",
+    "bf16:round=stochastic",
+    "fp8:format=e4m3,round=nearest",
+    "fp8:format=e5m2,round=stochastic",
+    "mxfp8:format=e4m3",
+    "mxfp8:format=e5m2",
+    "mxfp4",
     NULL,
 };
 
@@ -139,7 +146,7 @@ static int bench_codec(const opts_t *o, const char *spec, const float *x, size_t
     const char *target = "";
     double need = 0;
     if (!strcmp(spec, "fp16") || !strcmp(spec, "bf16") || !strcmp(spec, "q8") ||
-        !strcmp(spec, "sign"))
+        !strcmp(spec, "sign") || !strncmp(spec, "mxfp", 4)) /* mx: issue 38 */
         need = 0.5;
     else if (!strcmp(spec, "topk:density=0.001,select=sample"))
         need = 0.3;

@@ -228,7 +228,7 @@ static int cmd_fit(opts_t *o, int nfiles, char **files)
     model_t m;
     memset(&m, 0, sizeof(m));
     m.cores = o->cores;
-    m.ialpha = 5e-6; /* a shared-memory step and copy, as collectives/hier.c assumes */
+    m.ialpha = 5e-6; /* a shared-memory step and copy, as lib/hier/hier.c assumes */
     m.ibeta = 1.0 / 5e9;
     if (nfiles < 1)
         return model_die("fit: no measurement files%s%s", "", "");

@@ -338,6 +338,34 @@ out:
     return st;
 }
 
+/* Random-k's output from the k reduced values at their (ascending) indices: the sums, zeros
+ * elsewhere, through the merged sum's blocks streamed out (glibc's memset reads every line
+ * of a large output first); with EF21 (c->ef21) the estimate G = mean_i g_i (op SUM: the
+ * sum) moved by the reduced differences, kept as the server state's buffer. */
+static gcoll_status_t randomk_out(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                  const gcoll_compressor_t *c, const uint32_t *idx,
+                                  const float *val, size_t k, float *out, size_t count,
+                                  gcoll_op_t op)
+{
+    uint64_t t0 = gcoll_time_ns();
+    const float div = op == GCOLL_AVG ? (float)ctx->size : 1.0f;
+    gcoll_status_t st = GCOLL_OK;
+    if (c->ef21 && s->e && s->mode == GCOLL_STATE_WORKER) {
+        st = gcoll_compressed_server_state(s, count);
+        if (st == GCOLL_OK) {
+            float *G = s->server->e;
+            for (size_t j = 0; j < k; j++)
+                G[idx[j]] += div != 1.0f ? val[j] / div : val[j];
+            memcpy(out, G, count * sizeof(float));
+        }
+    } else {
+        gcoll_sum_src_t src = {.idx = idx, .val = val, .n = k};
+        st = gcoll_sum_sources(c, &src, 1, out, count, div, NULL);
+    }
+    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    return st;
+}
+
 /* Random-k with a shared seed: every rank picked the same indices, so only the k values
  * are reduced, densely. */
 static gcoll_status_t run_randomk(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
@@ -364,12 +392,7 @@ static gcoll_status_t run_randomk(const gcoll_coll_t *ctx, gcoll_tensor_state_t 
     ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
     GCOLL_CHECK_GOTO(
         gcoll_coll_ring_allreduce(ctx, val, k, GCOLL_FLOAT32, GCOLL_SUM, sig, PHASE(0)), st, out);
-    /* out: the k sums at their (ascending) indices, zeros elsewhere, through the merged
-     * sum's blocks streamed out (glibc's memset reads every line of a large output first) */
-    t0 = gcoll_time_ns();
-    gcoll_sum_src_t src = {.idx = idx, .val = val, .n = k};
-    st = gcoll_sum_sources(c, &src, 1, out, count, op == GCOLL_AVG ? (float)ctx->size : 1.0f, NULL);
-    ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
+    st = randomk_out(ctx, s, c, idx, val, k, out, count, op);
 out:
     free(idx);
     free(val);
@@ -424,6 +447,13 @@ static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c
     if (ctx->cfg->compressed_algo == ALGO_RING) {
         snprintf(why, len, "forced by GCOLL_COMPRESSED_ALGO");
         return S_RING;
+    }
+    if (gcoll_codec_reduce_fp32(c)) {
+        /* NCCLX's quantized reduce-scatter, Megatron's fp32 reduction: each rank's message
+         * is decoded and summed in fp32 by the chunk's owner, which quantizes once more,
+         * so the error does not grow with P as the ring's hop-by-hop rounding does */
+        snprintf(why, len, "narrow float format: decoded and summed in fp32, quantized once more");
+        return S_ALLTOALL;
     }
     snprintf(why, len, "%d ranks, %zu floats per rank: %s 4 segments of %zu to pipeline", P, per,
              per >= 4 * segf ? "at least" : "fewer than", segf);
@@ -620,13 +650,8 @@ gcoll_status_t gcoll_coll_compressed_exchange(const gcoll_coll_t *ctx, gcoll_ten
     if (e->scheme == S_RANDOMK) {
         st = gcoll_coll_ring_allreduce(ctx, e->val, e->k, GCOLL_FLOAT32, GCOLL_SUM, e->sig,
                                        PHASE(0));
-        if (st == GCOLL_OK) {
-            uint64_t t0 = gcoll_time_ns();
-            gcoll_sum_src_t src = {.idx = e->idx, .val = e->val, .n = e->k};
-            st = gcoll_sum_sources(c, &src, 1, out, count,
-                                   op == GCOLL_AVG ? (float)ctx->size : 1.0f, NULL);
-            ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
-        }
+        if (st == GCOLL_OK)
+            st = randomk_out(ctx, s, c, e->idx, e->val, e->k, out, count, op);
     } else if (gather_direct(ctx, c, count)) {
         st = gather_and_sum(ctx, c, e->msg, e->len, out, count, op, e->sig);
     } else {

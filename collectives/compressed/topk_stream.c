@@ -2,7 +2,7 @@
  *
  * The plain sparse path encodes, then sends: at 1 Gbit/s (4 ranks, 25M floats, top-k 1%)
  * its 31 ms of wire came after the 85 ms of codec work instead of during it
- * (docs/shaped-link.md). Here the selection's one pass over e + g (select.c: a sampled
+ * (docs/results/shaped-link.md). Here the selection's one pass over e + g (select.c: a sampled
  * threshold, then everything at or above it collected with its value) runs segment by
  * segment, and each segment's candidates go to every other rank as soon as the segment is
  * done. After the pass the selection trims the candidates to k; the rule it applied (keep

@@ -128,12 +128,7 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_tensor_
                       .op = op,
                       .ext = ca,
                       .release = free};
-    gcoll_request_t *req = gcoll_request_new(comm, what, run_compressed, &a);
-    if (!req) {
-        free(ca);
-        return GCOLL_ERR_NOMEM;
-    }
-    return gcoll_comm_submit(comm, req, req_p);
+    return gcoll_op_submit(comm, what, run_compressed, &a, req_p);
 }
 
 gcoll_status_t gcoll_icompressed_allreduce(gcoll_comm_t *comm, gcoll_tensor_state_t *state,

@@ -121,12 +121,7 @@ gcoll_status_t gcoll_sparse_submit(gcoll_comm_t *comm, const uint32_t *idx, cons
                       .op = op,
                       .ext = sa,
                       .release = sparse_args_free};
-    gcoll_request_t *req = gcoll_request_new(comm, what, run_sparse, &a);
-    if (!req) {
-        sparse_args_free(sa);
-        return GCOLL_ERR_NOMEM;
-    }
-    return gcoll_comm_submit(comm, req, req_p);
+    return gcoll_op_submit(comm, what, run_sparse, &a, req_p);
 }
 
 gcoll_status_t gcoll_isparse_allreduce(gcoll_comm_t *comm, const uint32_t *idx, const float *val,

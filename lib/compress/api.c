@@ -97,6 +97,7 @@ GCOLL_EXPORT void gcoll_state_destroy(gcoll_tensor_state_t *s)
     gcoll_codec_spare_release(s);
     free(s->clamped);
     free(s->u);
+    free(s->vq_book);
     free(s);
 }
 

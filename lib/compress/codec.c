@@ -30,7 +30,7 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c)
     }
     if (c->vs.fmt != GCOLL_VF_F32)
         f |= GCOLL_CODEC_QUANTIZED;
-    if (c->vs.fmt == GCOLL_VF_QSGD)
+    if (c->vs.fmt == GCOLL_VF_QSGD || c->vs.round == GCOLL_ROUND_STOCHASTIC)
         f |= GCOLL_CODEC_STOCHASTIC;
     if (c->sparsify == GCOLL_SPARSIFY_NONE && c->vs.fmt == GCOLL_VF_F32 && c->clip == 0 &&
         c->clip_value == 0)
@@ -38,6 +38,11 @@ unsigned gcoll_codec_flags(const gcoll_compressor_t *c)
     /* a sum of decoded messages is the decoding of nothing in particular, but adding
      * decodes is always meaningful: every codec here decodes to a linear image */
     return f;
+}
+
+int gcoll_codec_reduce_fp32(const gcoll_compressor_t *c)
+{
+    return c->sparsify == GCOLL_SPARSIFY_NONE && gcoll_vsec_is_float_lowp(&c->vs);
 }
 
 /* Warm-up (Lin et al. 2018, sec. 3.4: DGC's sparsity 75%, 93.75%, 98.4375%, 99.6%, 99.9%
@@ -63,7 +68,8 @@ static double warm(gcoll_sched_t sched, double from, double to, uint64_t step, u
 
 double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step)
 {
-    if (c->sparsify == GCOLL_SPARSIFY_NONE || c->sparsify == GCOLL_SPARSIFY_THRESHOLD)
+    if (c->sparsify == GCOLL_SPARSIFY_NONE || c->sparsify == GCOLL_SPARSIFY_THRESHOLD ||
+        c->sparsify == GCOLL_SPARSIFY_ROWS)
         return 1.0;
     double d = c->density;
     if (c->k_fixed || c->warmup_steps == 0 || step >= c->warmup_steps)
@@ -133,6 +139,7 @@ static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
     switch (c->sparsify) {
     case GCOLL_SPARSIFY_NONE:
     case GCOLL_SPARSIFY_THRESHOLD:
+    case GCOLL_SPARSIFY_ROWS:
         return n;
     default: {
         double d = c->density;
@@ -236,7 +243,7 @@ static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, const uint32_t *idx, 
     return GCOLL_OK;
 }
 
-static uint64_t qsgd_key(uint64_t salt, uint64_t step, size_t off, int stateless)
+uint64_t gcoll_codec_noise_key(uint64_t salt, uint64_t step, size_t off, int stateless)
 {
     static uint64_t calls; /* stateless encodes must not repeat their rounding noise */
     uint64_t extra = stateless ? __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) : 0;
@@ -332,6 +339,9 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
         *nnz_p = k;
         return GCOLL_OK;
     }
+    case GCOLL_SPARSIFY_ROWS:
+        pending_flush(p, n); /* x is the residual now */
+        return gcoll_select_rows(c, x, n, sc, nnz_p);
     default:
         break;
     }
@@ -375,7 +385,7 @@ int gcoll_codec_folds_check(const gcoll_compressor_t *c, const gcoll_tensor_stat
 {
     return c && s && s->c == c && s->e && s->mode == GCOLL_STATE_WORKER &&
            ((c->sparsify == GCOLL_SPARSIFY_TOPK && c->select != GCOLL_SELECT_REUSE) ||
-            c->sparsify == GCOLL_SPARSIFY_RANDOMK) &&
+            (c->sparsify == GCOLL_SPARSIFY_RANDOMK && !c->ef21)) &&
            !(c->clip > 0) && !(c->clip_value > 0) && count == s->count &&
            !gcoll_codec_layered(c, 0, count);
 }
@@ -599,6 +609,10 @@ static gcoll_status_t encode_dense(encode_t *E, uint8_t *o, size_t cap, size_t *
         GCOLL_CHECK(gcoll_vsec_put_ef(&E->vs, E->s->e + E->off, E->in, E->a, n, E->qkey,
                                       o + GCOLL_WIRE_HDR));
         *done_p = 1;
+    } else if (E->vs.fmt == GCOLL_VF_VQ) {
+        pending_flush(&E->pend, n); /* the feedback update, if any: x = e + a*g */
+        GCOLL_CHECK(
+            gcoll_vq_put(&E->vs, E->work, n, E->s ? &E->s->vq_book : NULL, o + GCOLL_WIRE_HDR));
     } else {
         GCOLL_CHECK(gcoll_vsec_put(&E->vs, E->work, n, E->qkey, o + GCOLL_WIRE_HDR));
     }
@@ -666,6 +680,8 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
                                         size_t *len_p)
 {
     GCOLL_CHECK(encode_check(c, s, off, in, n, out, len_p));
+    if (c->sparsify == GCOLL_SPARSIFY_RANDOMK && c->ef21 && s && s->e)
+        return gcoll_randomk_ef21_encode(c, s, off, in, n, step, opt, out, cap, len_p);
     gcoll_scratch_t local = {0};
     encode_t E = {.c = c,
                   .s = s,
@@ -685,7 +701,8 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     E.vs.contract = E.feedback;
     int clip = (c->clip > 0 || c->clip_value > 0) && !(s && s->mode == GCOLL_STATE_SERVER);
     /* dense codecs run the feedback update inside the value encoder, block by block */
-    E.fused_dense = E.feedback && !E.dgc && c->sparsify == GCOLL_SPARSIFY_NONE;
+    E.fused_dense = E.feedback && !E.dgc && c->sparsify == GCOLL_SPARSIFY_NONE &&
+                    c->vs.fmt != GCOLL_VF_VQ; /* vq keeps a codebook in the state */
     size_t zeroed_n = 0;
     E.sc->zeroed = 0;
     GCOLL_CHECK(
@@ -697,7 +714,7 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     size_t len = 0;
     int done = 0;
     gcoll_status_t st = encode_input(&E, opt, clip);
-    E.qkey = qsgd_key(s ? s->salt : 0, step, off, s == NULL);
+    E.qkey = gcoll_codec_noise_key(s ? s->salt : 0, step, off, s == NULL);
     if (st == GCOLL_OK && c->sparsify == GCOLL_SPARSIFY_NONE)
         st = encode_dense(&E, o, cap, &len, &done);
     else if (st == GCOLL_OK)
@@ -738,8 +755,8 @@ gcoll_status_t gcoll_codec_encode_pairs(const gcoll_compressor_t *c, const uint3
             return GCOLL_ERR_INVALID;
         }
     gcoll_scratch_t sc = {0};
-    gcoll_status_t st = emit_sparse(c ? &c->vs : &f32, idx, val, nnz, count, qsgd_key(0, 0, 0, 1),
-                                    &sc, out, cap, len_p);
+    gcoll_status_t st = emit_sparse(c ? &c->vs : &f32, idx, val, nnz, count,
+                                    gcoll_codec_noise_key(0, 0, 0, 1), &sc, out, cap, len_p);
     gcoll_scratch_free(&sc);
     return st;
 }

@@ -9,8 +9,8 @@
  * compressor created from the same spec.
  *
  * A codec is "sparsifier + value format":
- *   sparsifier   none | topk | randomk | threshold | dgc
- *   value format f32 | f16 | bf16 | q8 | qsgd | sign
+ *   sparsifier   none | topk | randomk | threshold | dgc | rowsparse
+ *   value format f32 | f16 | bf16 | q8 | qsgd | sign | fp8 | mxfp8 | mxfp4
  * e.g. "fp16" is (none, f16), "topk:density=0.01+q8" is (topk, q8), "sign" is (none, sign).
  */
 
@@ -26,7 +26,8 @@ typedef enum {
     GCOLL_SPARSIFY_TOPK,
     GCOLL_SPARSIFY_RANDOMK,
     GCOLL_SPARSIFY_THRESHOLD,
-    GCOLL_SPARSIFY_DGC
+    GCOLL_SPARSIFY_DGC,
+    GCOLL_SPARSIFY_ROWS /* rowsparse: whole rows of row_dim values (embedding gradients) */
 } gcoll_sparsify_t;
 
 typedef enum { GCOLL_SELECT_EXACT = 0, GCOLL_SELECT_SAMPLE, GCOLL_SELECT_REUSE } gcoll_select_t;
@@ -43,14 +44,24 @@ typedef enum {
     GCOLL_VF_F32 = 1,
     GCOLL_VF_F16 = 2,
     GCOLL_VF_BF16 = 3,
-    GCOLL_VF_Q8 = 4,   /* int8 per bucket, scale = max|x|/127, round to nearest (deterministic) */
-    GCOLL_VF_QSGD = 5, /* QSGD stochastic levels per bucket, l2-norm scale (unbiased) */
-    GCOLL_VF_SIGN = 6  /* 1 bit per value, one scale per chunk */
+    GCOLL_VF_Q8 = 4,    /* int8 per bucket, scale = max|x|/127, round to nearest (deterministic) */
+    GCOLL_VF_QSGD = 5,  /* QSGD stochastic levels per bucket, l2-norm scale (unbiased) */
+    GCOLL_VF_SIGN = 6,  /* 1 bit per value, one scale per chunk */
+    GCOLL_VF_FP8 = 7,   /* OCP OFP8 E4M3/E5M2 (bits), one power-of-two scale per message */
+    GCOLL_VF_MXFP8 = 8, /* OCP MX v1.0: blocks of 32 E4M3/E5M2 (bits) with an E8M0 scale */
+    GCOLL_VF_MXFP4 = 9, /* OCP MX v1.0: blocks of 32 E2M1 with an E8M0 scale */
+    GCOLL_VF_VQ = 10    /* vector quantization: codebook of 2^bits vectors of bucket values */
 } gcoll_vfmt_t;
+
+/* Element formats of fp8 and mxfp8 (the wire's bits field; mxfp4 carries E2M1) */
+enum { GCOLL_FP8_E4M3 = 1, GCOLL_FP8_E5M2 = 2, GCOLL_FP8_E2M1 = 3 };
+
+/* Rounding of the float formats (not on the wire: a decoder does not need it) */
+enum { GCOLL_ROUND_NEAREST = 0, GCOLL_ROUND_STOCHASTIC = 1 };
 
 typedef struct {
     gcoll_vfmt_t fmt;
-    unsigned bits;   /* qsgd: 2..8 */
+    unsigned bits;   /* qsgd: 2..8; fp8/mxfp8/mxfp4: the element format (GCOLL_FP8_*) */
     uint32_t bucket; /* q8/qsgd values per scale; sign values per scale (0: whole message) */
     int sign_l2;     /* sign: scale is ||x||_2/sqrt(n) (1-bit Adam) instead of mean |x| */
     /* the encode feeds its error back (a state's residual): send the contractive form,
@@ -58,6 +69,7 @@ typedef struct {
      * l2 sign scale capped); 0: the unbiased / published form. Not on the wire: the
      * scales carry it. See docs/compressors.md, "Error feedback". */
     int contract;
+    int round; /* fp16/bf16/fp8/mx: GCOLL_ROUND_* */
 } gcoll_vspec_t;
 
 #define GCOLL_SPEC_MAX 256
@@ -73,10 +85,16 @@ struct gcoll_compressor {
     double density;   /* topk/randomk/dgc target density (0 when k is fixed) */
     uint64_t k_fixed; /* topk:k=K */
     gcoll_select_t select;
-    uint32_t reuse_steps;  /* select=reuse: recompute the threshold every N steps */
-    uint64_t seed;         /* randomk */
-    int unbiased;          /* randomk: scale kept values by n/k (ef=0 only: not a contraction) */
+    uint32_t reuse_steps; /* select=reuse: recompute the threshold every N steps */
+    uint64_t seed;        /* randomk */
+    int unbiased;         /* randomk: scale kept values by n/k (ef=0 only: not a contraction) */
+    /* randomk with ef=1 and feedback=ef21: EF21 (Richtarik, Sokolov, Fatkhullin 2021) instead of
+     * classic error feedback: the state keeps the last values sent (g_i), a message carries x - g_i
+     * at the k indices, and a collective's output is the running estimate G = mean_i g_i (its
+     * server state), not the sum of the messages (docs/compressors.md, "Random-k") */
+    int ef21;
     float tau;             /* threshold */
+    uint32_t row_dim;      /* rowsparse: values per row (density: of the touched rows; 0: all) */
     float momentum;        /* dgc */
     uint64_t warmup_steps; /* sparsifiers: of the density; dense qsgd: of the bit width */
     gcoll_sched_t sched;
@@ -137,6 +155,7 @@ struct gcoll_tensor_state {
     size_t spare_reserved;     /* bytes of the spare budget this state holds (0: none yet) */
     int spare_refused;         /* the budget had no room for it (logged once) */
     struct gcoll_adapt *adapt; /* gcoll_adapt_attach's controller, or NULL */
+    float *vq_book;            /* vq: the last codebook (warm start; not checkpointed) */
 };
 
 /* How one call handles NaN/Inf in its input. The caller of a collective decides once
@@ -187,6 +206,10 @@ void gcoll_codec_spare_release(gcoll_tensor_state_t *s);
 
 /* Codec properties (also public as GCOLL_CODEC_* in gcoll.h). */
 unsigned gcoll_codec_flags(const gcoll_compressor_t *c);
+/* Whether a compressed allreduce of c must reduce in fp32 and quantize once more at most
+ * (the narrow float formats: fp8, mxfp8, mxfp4, fp16/bf16 rounded stochastically): the
+ * all-to-all scheme does, the pipelined ring would re-round the partial sum at every hop. */
+int gcoll_codec_reduce_fp32(const gcoll_compressor_t *c);
 
 /* Density in force at step (warm-up schedule applied), and the k it gives for n elements
  * (0 for n == 0, else clamped to [1, n]). For sparsifiers without a density (threshold,

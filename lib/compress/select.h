@@ -72,4 +72,19 @@ uint32_t gcoll_select_min_abs(const float *val, size_t nnz);
 
 gcoll_status_t gcoll_scratch_bitmap(gcoll_scratch_t *sc, size_t n);
 
+/* codec_rows.c. EF21 encode of random-k (c->ef21, s with a residual): see there. And
+ * gcoll_codec_noise_key (codec.c): the key of an encode's rounding noise, from the state's
+ * salt, the step and the chunk offset (stateless: a fresh one per call). */
+gcoll_status_t gcoll_randomk_ef21_encode(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
+                                         size_t off, const float *in, size_t n, uint64_t step,
+                                         const gcoll_encode_opts_t *opt, void *out, size_t cap,
+                                         size_t *len_p);
+/* rowsparse (codec_rows.c): the elements of x[0..n), viewed as rows of c->row_dim values,
+ * that travel, ascending in sc->idx / sc->val: every row with a non-zero value, or with
+ * c->density the top ceil(density R) of the R such rows by l2 norm (ties: the lower row).
+ * GCOLL_ERR_INVALID on a non-finite value. */
+gcoll_status_t gcoll_select_rows(const gcoll_compressor_t *c, const float *x, size_t n,
+                                 gcoll_scratch_t *sc, size_t *nnz_p);
+uint64_t gcoll_codec_noise_key(uint64_t salt, uint64_t step, size_t off, int stateless);
+
 #endif /* GCOLL_COMPRESS_SELECT_H */

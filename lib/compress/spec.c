@@ -66,6 +66,7 @@ typedef struct {
     int have_density, have_k, have_select, have_reuse, have_seed, have_unbiased, have_tau;
     int have_momentum, have_warmup, have_sched, have_scale, have_chunk, have_bits;
     int have_bucket, have_clip, have_ef, have_clip_value, have_wstart, have_wbits;
+    int have_round, have_format, have_feedback, have_dim;
 } seen_t;
 
 #define ONCE(flag, key)                                                                            \
@@ -185,6 +186,42 @@ static gcoll_status_t parse_vkey(pctx_t *p, gcoll_compressor_t *c, seen_t *seen,
         vs->bucket = (uint32_t)u;
         return GCOLL_OK;
     }
+    int floatf = vs->fmt == GCOLL_VF_F16 || vs->fmt == GCOLL_VF_BF16 || vs->fmt == GCOLL_VF_FP8 ||
+                 vs->fmt == GCOLL_VF_MXFP8 || vs->fmt == GCOLL_VF_MXFP4;
+    if (floatf && !strcmp(key, "round")) {
+        ONCE(have_round, key);
+        if (!strcmp(val, "nearest"))
+            vs->round = GCOLL_ROUND_NEAREST;
+        else if (!strcmp(val, "stochastic"))
+            vs->round = GCOLL_ROUND_STOCHASTIC;
+        else
+            return perr(p, "round=%s must be nearest or stochastic", val);
+        return GCOLL_OK;
+    }
+    if (vs->fmt == GCOLL_VF_VQ && !strcmp(key, "dim")) {
+        ONCE(have_bucket, key);
+        if (parse_u64(val, &u) || u < 1 || u > 64)
+            return perr(p, "dim=%s must be an integer in 1..64 (values per vector)", val);
+        vs->bucket = (uint32_t)u;
+        return GCOLL_OK;
+    }
+    if (vs->fmt == GCOLL_VF_VQ && !strcmp(key, "bits")) {
+        ONCE(have_bits, key);
+        if (parse_u64(val, &u) || u < 1 || u > 8)
+            return perr(p, "bits=%s must be an integer in 1..8 (2^bits codewords)", val);
+        vs->bits = (unsigned)u;
+        return GCOLL_OK;
+    }
+    if ((vs->fmt == GCOLL_VF_FP8 || vs->fmt == GCOLL_VF_MXFP8) && !strcmp(key, "format")) {
+        ONCE(have_format, key);
+        if (!strcmp(val, "e4m3"))
+            vs->bits = GCOLL_FP8_E4M3;
+        else if (!strcmp(val, "e5m2"))
+            vs->bits = GCOLL_FP8_E5M2;
+        else
+            return perr(p, "format=%s must be e4m3 or e5m2", val);
+        return GCOLL_OK;
+    }
     if (vs->fmt == GCOLL_VF_SIGN && !strcmp(key, "scale")) {
         ONCE(have_scale, key);
         if (!strcmp(val, "mean"))
@@ -228,6 +265,21 @@ static int vfmt_by_name(const char *name, gcoll_vspec_t *vs)
          * (docs/training.md) */
         vs->fmt = GCOLL_VF_SIGN;
         vs->bucket = 64;
+    } else if (!strcmp(name, "fp8")) {
+        vs->fmt = GCOLL_VF_FP8;
+        vs->bits = GCOLL_FP8_E4M3;
+    } else if (!strcmp(name, "mxfp8")) {
+        vs->fmt = GCOLL_VF_MXFP8;
+        vs->bits = GCOLL_FP8_E4M3;
+        vs->bucket = 32;
+    } else if (!strcmp(name, "vq")) {
+        vs->fmt = GCOLL_VF_VQ;
+        vs->bits = 8;
+        vs->bucket = 4;
+    } else if (!strcmp(name, "mxfp4")) {
+        vs->fmt = GCOLL_VF_MXFP4;
+        vs->bits = GCOLL_FP8_E2M1;
+        vs->bucket = 32;
     } else
         return 0;
     return 1;
@@ -295,12 +347,33 @@ static gcoll_status_t parse_sparsifier_key(pctx_t *p, gcoll_compressor_t *c, see
             return perr(p, "seed=%s must be a non-negative integer", val);
         return GCOLL_OK;
     }
+    if (sp == GCOLL_SPARSIFY_RANDOMK && !strcmp(key, "feedback")) {
+        ONCE(have_feedback, key);
+        if (!strcmp(val, "ef21"))
+            c->ef21 = 1;
+        else if (!strcmp(val, "ef"))
+            c->ef21 = 0;
+        else
+            return perr(p, "feedback=%s must be ef21 or ef", val);
+        return GCOLL_OK;
+    }
     if (sp == GCOLL_SPARSIFY_RANDOMK && !strcmp(key, "unbiased")) {
         ONCE(have_unbiased, key);
         if (strcmp(val, "0") && strcmp(val, "1"))
             return perr(p, "unbiased=%s must be 0 or 1", val);
         c->unbiased = val[0] == '1';
         return GCOLL_OK;
+    }
+    if (sp == GCOLL_SPARSIFY_ROWS && !strcmp(key, "dim")) {
+        ONCE(have_dim, key);
+        if (parse_u64(val, &u) || u < 1 || u > 0xffffffffull)
+            return perr(p, "dim=%s must be an integer in 1..4294967295 (values per row)", val);
+        c->row_dim = (uint32_t)u;
+        return GCOLL_OK;
+    }
+    if (sp == GCOLL_SPARSIFY_ROWS && !strcmp(key, "density")) {
+        ONCE(have_density, key);
+        return parse_density(p, val, &c->density);
     }
     if (sp == GCOLL_SPARSIFY_THRESHOLD && !strcmp(key, "tau")) {
         ONCE(have_tau, key);
@@ -332,7 +405,10 @@ static gcoll_status_t parse_segment(pctx_t *p, gcoll_compressor_t *c, seen_t *se
         return perr(p, "empty codec name");
     if (is_quant) {
         if (!vfmt_by_name(name, &c->vs) || c->vs.fmt == GCOLL_VF_F32)
-            return perr(p, "'+%s' is not a value format (q8, qsgd, fp16, bf16, sign)", name);
+            return perr(p,
+                        "'+%s' is not a value format (q8, qsgd, fp16, bf16, sign, fp8, mxfp8, "
+                        "mxfp4)",
+                        name);
     } else if (!strcmp(name, "topk")) {
         c->sparsify = GCOLL_SPARSIFY_TOPK;
     } else if (!strcmp(name, "randomk")) {
@@ -345,12 +421,14 @@ static gcoll_status_t parse_segment(pctx_t *p, gcoll_compressor_t *c, seen_t *se
         c->momentum = 0.9f;
         c->sched = GCOLL_SCHED_EXP;
         c->density = 0.001;
+    } else if (!strcmp(name, "rowsparse")) {
+        c->sparsify = GCOLL_SPARSIFY_ROWS;
     } else if (!strcmp(name, "none")) {
         c->sparsify = GCOLL_SPARSIFY_NONE;
     } else if (!vfmt_by_name(name, &c->vs) || c->vs.fmt == GCOLL_VF_F32) {
         return perr(p,
-                    "unknown codec '%s' (none, fp16, bf16, q8, qsgd, sign, topk, randomk, "
-                    "threshold, dgc)",
+                    "unknown codec '%s' (none, fp16, bf16, fp8, mxfp8, mxfp4, vq, q8, qsgd, sign, "
+                    "topk, randomk, threshold, dgc, rowsparse)",
                     name);
     }
     int vkeys = is_quant || c->sparsify == GCOLL_SPARSIFY_NONE;
@@ -411,6 +489,7 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
 #define APP(...) n += snprintf(b + n, (size_t)n < cap ? cap - (size_t)n : 0, __VA_ARGS__)
     static const char *sel[] = {"exact", "sample", "reuse"};
     static const char *sch[] = {"none", "exp", "linear", "step"};
+    static const char *rnd[] = {"nearest", "stochastic"};
     /* the warm-up keys, when the spec gave any (as given: a caller may supply the steps) */
     char warm[96] = "";
     if (c->warmup_given) {
@@ -438,11 +517,17 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
         APP("%s", warm);
         break;
     case GCOLL_SPARSIFY_RANDOMK:
-        APP("randomk:density=%s,seed=%llu,unbiased=%d%s", num(n1, sizeof(n1), c->density, 0),
-            (unsigned long long)c->seed, c->unbiased, warm);
+        APP("randomk:density=%s,seed=%llu,unbiased=%d%s%s", num(n1, sizeof(n1), c->density, 0),
+            (unsigned long long)c->seed, c->unbiased,
+            c->ef ? (c->ef21 ? ",feedback=ef21" : ",feedback=ef") : "", warm);
         break;
     case GCOLL_SPARSIFY_THRESHOLD:
         APP("threshold:tau=%s", num(n1, sizeof(n1), c->tau, 1));
+        break;
+    case GCOLL_SPARSIFY_ROWS:
+        APP("rowsparse:dim=%u", c->row_dim);
+        if (c->density > 0)
+            APP(",density=%s", num(n1, sizeof(n1), c->density, 0));
         break;
     case GCOLL_SPARSIFY_DGC:
         APP("dgc:density=%s,momentum=%s%s,select=%s", num(n1, sizeof(n1), c->density, 0),
@@ -461,10 +546,21 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
             APP("none");
         break;
     case GCOLL_VF_F16:
-        APP("%sfp16", sep);
+        APP("%sfp16%s", sep, vs->round ? ":round=stochastic" : "");
         break;
     case GCOLL_VF_BF16:
-        APP("%sbf16", sep);
+        APP("%sbf16%s", sep, vs->round ? ":round=stochastic" : "");
+        break;
+    case GCOLL_VF_FP8:
+    case GCOLL_VF_MXFP8:
+        APP("%s%s:format=%s,round=%s", sep, vs->fmt == GCOLL_VF_FP8 ? "fp8" : "mxfp8",
+            vs->bits == GCOLL_FP8_E5M2 ? "e5m2" : "e4m3", rnd[vs->round]);
+        break;
+    case GCOLL_VF_MXFP4:
+        APP("%smxfp4:round=%s", sep, rnd[vs->round]);
+        break;
+    case GCOLL_VF_VQ:
+        APP("%svq:dim=%u,bits=%u", sep, vs->bucket, vs->bits);
         break;
     case GCOLL_VF_Q8:
         APP("%sq8:bucket=%u", sep, vs->bucket);
@@ -485,6 +581,23 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
         APP(",clip_value=%s", num(n1, sizeof(n1), c->clip_value, 0));
 #undef APP
     snprintf(c->spec, sizeof(c->spec), "%s", b);
+}
+
+/* Random-k with error feedback, either form, contracts by only delta = k/n: classic
+ * feedback's residual holds ~n/k steps of input, paid out in bursts; EF21's estimate is
+ * ~n/k steps stale. Both converge with a step size ~k/n times smaller than SGD's (Stich
+ * et al. 2018; Richtarik et al. 2021): at gcoll-train's lr 0.05 with momentum 0.9, 1% diverged
+ * in both forms (docs/training.md). Said once per process: specs are parsed often. */
+static void randomk_warn_once(double density)
+{
+    static int said;
+    if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        return;
+    GCOLL_WARN("compressor: random-k at density %g with error feedback contracts by only k/n: "
+               "at an SGD step size that suits dense training (with momentum) it is known to "
+               "diverge; it needs a step size about k/n times smaller (docs/compressors.md, "
+               "\"Random-k\"); top-k at the same density does not",
+               density);
 }
 
 gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *errbuf,
@@ -522,7 +635,9 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
     GCOLL_CHECK(parse_segment(&p, c, &seen, buf, 0));
     if (plus) {
         if (c->sparsify == GCOLL_SPARSIFY_NONE)
-            return perr(&p, "'+%s' needs a sparsifier before it (topk, randomk, threshold, dgc)",
+            return perr(&p,
+                        "'+%s' needs a sparsifier before it (topk, randomk, threshold, dgc, "
+                        "rowsparse)",
                         plus + 1);
         seen_t s2; /* value-format keys start afresh; clip/ef stay given-once */
         memset(&s2, 0, sizeof(s2));
@@ -551,6 +666,14 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
                             "error feedback would diverge: use it with ef=0");
         if (!seen.have_unbiased)
             c->unbiased = !c->ef;
+        if (!c->ef && seen.have_feedback)
+            return perr(&p, "randomk: feedback= applies with error feedback (ef=1) only");
+        if (c->ef && c->density < 0.1)
+            randomk_warn_once(c->density);
+        break;
+    case GCOLL_SPARSIFY_ROWS:
+        if (!seen.have_dim)
+            return perr(&p, "rowsparse needs dim=D (values per row)");
         break;
     case GCOLL_SPARSIFY_THRESHOLD:
         if (!seen.have_tau)

@@ -244,6 +244,10 @@ gcoll_status_t gcoll_vsec_put(const gcoll_vspec_t *vs, const float *x, size_t n,
 {
     const gcoll_kernels_t *k = gcoll_kernels();
     int bad = 0;
+    if (gcoll_vsec_is_float_lowp(vs))
+        return gcoll_vsec_float_put(vs, x, n, 0, key, out);
+    if (vs->fmt == GCOLL_VF_VQ) /* no state here: a cold codebook */
+        return gcoll_vq_put(vs, x, n, NULL, out);
     switch (vs->fmt) {
     case GCOLL_VF_F32:
         bad = k->f32_put(x, n, out);
@@ -340,6 +344,12 @@ gcoll_status_t gcoll_vsec_check(const gcoll_vspec_t *vs, const uint8_t *p, uint6
     }
     case GCOLL_VF_SIGN:
         return check_scales(p, nb, 1.0f, "sign scale");
+    case GCOLL_VF_FP8:
+    case GCOLL_VF_MXFP8:
+    case GCOLL_VF_MXFP4:
+        return gcoll_vsec_float_check(vs, p, n);
+    case GCOLL_VF_VQ:
+        return gcoll_vq_check(vs, p, n);
     default:
         return GCOLL_ERR_INTERNAL;
     }
@@ -372,6 +382,14 @@ void gcoll_vsec_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t 
         return;
     case GCOLL_VF_BF16:
         k->bf16_apply(p + 2 * start, m, out, mode);
+        return;
+    case GCOLL_VF_FP8:
+    case GCOLL_VF_MXFP8:
+    case GCOLL_VF_MXFP4:
+        gcoll_vsec_float_apply_range(vs, p, n, start, m, out, mode);
+        return;
+    case GCOLL_VF_VQ:
+        gcoll_vq_apply_range(vs, p, n, start, m, out, mode);
         return;
     default:
         break;
@@ -457,6 +475,8 @@ static gcoll_status_t put_span(const gcoll_vspec_t *vs, const float *x, size_t n
 {
     const gcoll_kernels_t *k = gcoll_kernels();
     int bad;
+    if (gcoll_vsec_is_float_lowp(vs)) /* fp16/bf16 rounded stochastically (the others: unfused) */
+        return gcoll_vsec_float_put(vs, x, m, lo, key, out + 2 * lo);
     switch (vs->fmt) {
     case GCOLL_VF_F32:
         bad = k->f32_put(x, m, out + 4 * lo);

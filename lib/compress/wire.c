@@ -27,6 +27,11 @@ uint64_t gcoll_vsec_buckets(const gcoll_vspec_t *vs, uint64_t n)
         if (n == 0)
             return 0;
         return vs->bucket == 0 ? 1 : (n + vs->bucket - 1) / vs->bucket;
+    case GCOLL_VF_FP8: /* one scale per message */
+        return n ? 1 : 0;
+    case GCOLL_VF_MXFP8:
+    case GCOLL_VF_MXFP4:
+        return (n + GCOLL_MX_BLOCK - 1) / GCOLL_MX_BLOCK;
     default:
         return 0;
     }
@@ -57,6 +62,22 @@ size_t gcoll_vsec_size(const gcoll_vspec_t *vs, uint64_t n)
         break;
     case GCOLL_VF_SIGN:
         sz = 4 * nb + (n + 7) / 8;
+        break;
+    case GCOLL_VF_FP8:
+        sz = 4 * nb + n;
+        break;
+    case GCOLL_VF_MXFP8: /* one E8M0 byte per block: 8.25 bits a value */
+        sz = nb + n;
+        break;
+    case GCOLL_VF_MXFP4: /* 4.25 bits a value */
+        sz = nb + (n + 1) / 2;
+        break;
+    case GCOLL_VF_VQ: /* the codebook, then B bits per vector of `bucket` values */
+        if (vs->bits < 1 || vs->bits > 8 || vs->bucket < 1 || vs->bucket > 64)
+            return SIZE_MAX;
+        sz = n ? ((uint64_t)4 << vs->bits) * vs->bucket +
+                     ((n + vs->bucket - 1) / vs->bucket * vs->bits + 7) / 8
+               : 0;
         break;
     default:
         return SIZE_MAX;
@@ -92,6 +113,25 @@ static gcoll_status_t check_vspec(const gcoll_vspec_t *vs)
         if (vs->bits != 0 || vs->bucket % 8 != 0)
             BAD("sign needs bits 0 and a chunk that is a multiple of 8 (got %u/%u)", vs->bits,
                 vs->bucket);
+        break;
+    case GCOLL_VF_FP8:
+        if ((vs->bits != GCOLL_FP8_E4M3 && vs->bits != GCOLL_FP8_E5M2) || vs->bucket != 0)
+            BAD("fp8 needs element format 1 or 2 and bucket 0 (got %u/%u)", vs->bits, vs->bucket);
+        break;
+    case GCOLL_VF_MXFP8:
+        if ((vs->bits != GCOLL_FP8_E4M3 && vs->bits != GCOLL_FP8_E5M2) ||
+            vs->bucket != GCOLL_MX_BLOCK)
+            BAD("mxfp8 needs element format 1 or 2 and blocks of %d (got %u/%u)", GCOLL_MX_BLOCK,
+                vs->bits, vs->bucket);
+        break;
+    case GCOLL_VF_VQ:
+        if (vs->bits < 1 || vs->bits > 8 || vs->bucket < 1 || vs->bucket > 64)
+            BAD("vq needs bits 1..8 and dim 1..64 (got %u/%u)", vs->bits, vs->bucket);
+        break;
+    case GCOLL_VF_MXFP4:
+        if (vs->bits != GCOLL_FP8_E2M1 || vs->bucket != GCOLL_MX_BLOCK)
+            BAD("mxfp4 needs element format 3 and blocks of %d (got %u/%u)", GCOLL_MX_BLOCK,
+                vs->bits, vs->bucket);
         break;
     default:
         BAD("unknown value format %d", (int)vs->fmt);

@@ -32,6 +32,11 @@
  *   q8    4*nb scales (f32) then n int8 codes in [-127, 127]
  *   qsgd  4*nb norms (f32) then n codes of B bits, offset binary in [0, 2s], s = 2^(B-1)-1
  *   sign  4*nb scales (f32) then ceil(n/8) bytes, bit set = negative
+ *   fp8   one f32 scale (a power of two) then n OFP8 codes (sign bit 7; bits: 1 E4M3,
+ *         2 E5M2)
+ *   mxfp8 nb = ceil(n/32) E8M0 scale bytes (bucket 32), then n E4M3/E5M2 codes
+ *   mxfp4 nb E8M0 scale bytes, then ceil(n/2) bytes of E2M1 codes, element 2i in the low
+ *         nibble of byte i (sign bit 3); an odd count leaves the last high nibble zero
  */
 
 #include <stddef.h>
@@ -43,6 +48,8 @@
 #define GCOLL_WIRE_VERSION 1
 #define GCOLL_WIRE_HDR 48
 #define GCOLL_WIRE_IDX_BLOCK 128
+/* Values per shared scale of the MX formats (OCP MX v1.0's block size) */
+#define GCOLL_MX_BLOCK 32
 /* Largest count a message may describe: indices are 32-bit. */
 #define GCOLL_WIRE_MAX_COUNT 0xffffffffull
 

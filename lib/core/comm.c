@@ -270,10 +270,10 @@ gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p)
 /* Life cycle                                                                           */
 
 /* GCOLL_RING_DEPTH=-1: one chunk in flight per neighbour when the host's ranks outnumber
- * its CPUs, else every chunk of a step at once. Measured (docs/benchmarks.md): 4 ranks on 2
- * cores over UCX, depth 1 1.1-1.3x faster at 1-64 MiB; over TCP no difference; 2 ranks
- * over UCX at 64 MiB depth 1 16% slower. The ranks on the host: GCOLL_LOCAL_SIZE (gcoll-run),
- * else Open MPI's. */
+ * its CPUs, else every chunk of a step at once. Measured (docs/results/dense-allreduce.md): 4 ranks
+ * on 2 cores over UCX, depth 1 1.1-1.3x faster at 1-64 MiB; over TCP no difference; 2 ranks over
+ * UCX at 64 MiB depth 1 16% slower. The ranks on the host: GCOLL_LOCAL_SIZE (gcoll-run), else Open
+ * MPI's. */
 static void resolve_ring_depth(gcoll_comm_t *comm)
 {
     if (comm->cfg.coll.ring_depth >= 0)

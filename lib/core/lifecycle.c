@@ -1,5 +1,5 @@
 /* lifecycle.c: the collectives of a communicator's life cycle: the bandwidth probe at init
- * and the closing handshake of gcoll_comm_destroy (collectives/dispatch.h). */
+ * and the closing handshake of gcoll_comm_destroy (lib/core/dispatch.h). */
 #include <stdlib.h>
 
 #include "collectives/coll.h"

@@ -330,12 +330,7 @@ static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_hier_ca
                       .op = op,
                       .ext = call,
                       .release = call_free};
-    gcoll_request_t *req = gcoll_request_new(comm, what, run_hier, &a);
-    if (!req) {
-        call_free(call);
-        return GCOLL_ERR_NOMEM;
-    }
-    return gcoll_comm_submit(comm, req, req_p);
+    return gcoll_op_submit(comm, what, run_hier, &a, req_p);
 }
 
 gcoll_status_t gcoll_hier_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,

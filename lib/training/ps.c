@@ -30,7 +30,7 @@ enum { PS_SIG_KIND = 64 };
  * long before it sleeps: the next message of a step (a pull after a push, a peer's answer)
  * usually comes within it, and a wake-up per message costs a scheduler turn on a busy host.
  * Short, because the polling thread shares its core with the rank's compute
- * (docs/local-sgd.md, "Throughput") */
+ * (docs/results/local-sgd.md, "Throughput") */
 #define PS_SPIN_NS 200000ull
 
 gcoll_status_t gcoll_ps_invalid(gcoll_comm_t *comm, const char *what, const char *msg)

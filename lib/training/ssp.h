@@ -1,6 +1,6 @@
 /* ssp.h: the server side of the bounded-staleness parameter server, network-free: one
  * rank's shard, SSP's clock bound (Ho et al. 2013) and the staleness-weighted accumulation
- * of pushed updates (Zhang et al. 2016). Internal; lib/ps.c drives it, tests script it. */
+ * of pushed updates (Zhang et al. 2016). Internal; lib/training/ps.c drives it, tests script it. */
 #ifndef GCOLL_SSP_H
 #define GCOLL_SSP_H
 

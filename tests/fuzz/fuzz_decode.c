@@ -23,7 +23,15 @@ static const char *const specs[] = {"none",
                                     "sign:chunk=16",
                                     "qsgd:bits=2,bucket=8",
                                     "qsgd:bits=5,bucket=16",
-                                    "qsgd:bits=8,bucket=512"};
+                                    "qsgd:bits=8,bucket=512",
+                                    "fp8:format=e4m3",
+                                    "fp8:format=e5m2,round=stochastic",
+                                    "mxfp8:format=e4m3",
+                                    "mxfp8:format=e5m2",
+                                    "mxfp4",
+                                    "bf16:round=stochastic",
+                                    "vq:dim=4,bits=3",
+                                    "vq:dim=3,bits=8"};
 #elif FUZZ_FAMILY == 2
 static const char *const specs[] = {"topk:density=0.1",
                                     "threshold:tau=0.1",
@@ -32,11 +40,15 @@ static const char *const specs[] = {"topk:density=0.1",
                                     "topk:density=0.1+fp16",
                                     "topk:density=0.1+bf16",
                                     "topk:density=0.1+sign",
-                                    "dgc:density=0.1"};
+                                    "dgc:density=0.1",
+                                    "topk:density=0.1+mxfp4",
+                                    "topk:density=0.1+fp8:format=e5m2",
+                                    "rowsparse:dim=4",
+                                    "rowsparse:dim=3,density=0.5+mxfp4"};
 #elif FUZZ_FAMILY == 3
-static const char *const specs[] = {"randomk:density=0.1,seed=1",
-                                    "randomk:density=0.1,seed=1+q8:bucket=8",
-                                    "randomk:density=0.1,seed=1+fp16"};
+static const char *const specs[] = {
+    "randomk:density=0.1,seed=1", "randomk:density=0.1,seed=1+q8:bucket=8",
+    "randomk:density=0.1,seed=1+fp16", "randomk:density=0.1,seed=1+mxfp8:format=e4m3"};
 #else
 #error "define FUZZ_FAMILY as 1 (dense), 2 (sparse) or 3 (random-k)"
 #endif

@@ -84,7 +84,15 @@ int main(int argc, char **argv)
                                         "sign:chunk=16",
                                         "qsgd:bits=2,bucket=8",
                                         "qsgd:bits=5,bucket=16",
-                                        "qsgd:bits=8,bucket=512"};
+                                        "qsgd:bits=8,bucket=512",
+                                        "fp8:format=e4m3",
+                                        "fp8:format=e5m2,round=stochastic",
+                                        "mxfp8:format=e4m3",
+                                        "mxfp8:format=e5m2",
+                                        "mxfp4",
+                                        "bf16:round=stochastic",
+                                        "vq:dim=4,bits=3",
+                                        "vq:dim=3,bits=8"};
     static const char *const sparse[] = {"topk:density=0.1",
                                          "threshold:tau=0.1",
                                          "topk:density=0.1+q8:bucket=8",
@@ -92,10 +100,14 @@ int main(int argc, char **argv)
                                          "topk:density=0.1+fp16",
                                          "topk:density=0.1+bf16",
                                          "topk:density=0.1+sign",
-                                         "dgc:density=0.1"};
-    static const char *const rk[] = {"randomk:density=0.1,seed=1",
-                                     "randomk:density=0.1,seed=1+q8:bucket=8",
-                                     "randomk:density=0.1,seed=1+fp16"};
+                                         "dgc:density=0.1",
+                                         "topk:density=0.1+mxfp4",
+                                         "topk:density=0.1+fp8:format=e5m2",
+                                         "rowsparse:dim=4",
+                                         "rowsparse:dim=3,density=0.5+mxfp4"};
+    static const char *const rk[] = {
+        "randomk:density=0.1,seed=1", "randomk:density=0.1,seed=1+q8:bucket=8",
+        "randomk:density=0.1,seed=1+fp16", "randomk:density=0.1,seed=1+mxfp8:format=e4m3"};
     messages(d[0], dense, sizeof(dense) / sizeof(*dense));
     messages(d[1], sparse, sizeof(sparse) / sizeof(*sparse));
     messages(d[2], rk, sizeof(rk) / sizeof(*rk));
@@ -123,6 +135,9 @@ int main(int argc, char **argv)
         "dgc:density=0.001,momentum=0.9,warmup_steps=10,schedule=linear",
         "topk:density=2",
         "topk:density=0.1+qsgd:bits=3,bucket=8,ef=0",
+        "fp8:format=e5m2,round=stochastic",
+        "mxfp8:format=e4m3,ef=0",
+        "topk:density=0.1+mxfp4:round=stochastic",
     };
     for (size_t i = 0; i < sizeof(specs) / sizeof(*specs); i++) {
         char name[64];

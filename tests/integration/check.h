@@ -48,6 +48,7 @@ int run_adapt_stream(void);  /* check_adapt.c: streamed top-k under adaptation *
 int run_bucket_missing(int victim);
 int run_bucket_nan(int victim, int accumulate); /* check_bucketer.c */
 int run_efmean(int argc, char **argv);          /* check_ef.c */
+int run_onestep(int argc, char **argv);         /* check_ef.c */
 int run_clip(void);                             /* check_ef.c */
 int run_rss(int argc, char **argv);             /* check_ef.c */
 

@@ -68,6 +68,14 @@ static double b_qsgd(int bits, double m)
     return 1.0 + sqrt(1.0 - d_qsgd(bits, m));
 }
 
+/* fp8 with its power-of-two scale S (max|x| > maxval S / 2): a normal element's squared
+ * relative error at most r2, a subnormal one's error at most h S, so with n of them
+ * 1 - delta <= r2 + n (h / (maxval / 2))^2 (n: the whole tensor's 4000, an upper bound). */
+#define D_FP8(r2, h, half_max) ((r2) + 4000.0 * ((h) / (half_max)) * ((h) / (half_max)))
+/* MX: a block's largest element a >= 2^emax X, every normal element's squared relative
+ * error at most r2 (spacing or clamp), a subnormal one's at most (h a)^2: 31 of them. */
+#define D_MX(r2, h) ((r2) + 31.0 * (h) * (h))
+
 static double ef_bound(const ef_case_t *k, int quant, int ring, int stoch, size_t count,
                        double gavg, double gmax, double gbar, long steps)
 {
@@ -189,6 +197,21 @@ int run_efmean(int argc, char **argv)
         {"randomk:density=0.25,seed=5", 0.25, 0.5, 0}, /* E: k/n of ||x||^2 kept */
         {"threshold:tau=1", 0, 0, 1},
         {"dgc:density=0.25,momentum=0,select=exact", 0.25, 1, 0},
+        /* the narrow floats (docs/compressors.md, "fp8 and MX"): 1 - delta is the largest
+         * squared relative error of a normal element (half a spacing, or MX's clamp at the
+         * largest normal) plus the subnormal elements' share; stochastic rounding has the
+         * same bound in expectation (p (1 - p) <= 1/4 of a spacing squared) */
+        {"bf16:round=stochastic", 1 - 0x1p-16, 1 + 0x1p-8, 0},
+        {"fp16:round=stochastic", 1 - 0x1p-22, 1 + 0x1p-11, 0},
+        {"fp8:format=e4m3", 1 - D_FP8(0x1p-8, 0x1p-10, 224.0), 1 + 0x1p-4, 0},
+        {"fp8:format=e5m2,round=stochastic", 1 - D_FP8(0x1p-6, 0x1p-17, 28672.0), 1 + 0x1p-3, 0},
+        {"mxfp8:format=e4m3", 1 - D_MX(0x1p-6, 0x1p-18), 1 + 0x1p-3, 0},
+        {"mxfp8:format=e5m2", 1 - D_MX(0x1p-6, 0x1p-32), 1 + 0x1p-3, 0},
+        {"mxfp4", 1 - D_MX(0x1p-4, 0x1p-4), 1.5, 0},
+        {"mxfp4:round=stochastic", 1 - D_MX(0x1p-4, 0x1p-4), 1.5, 0},
+        /* rowsparse: lossless, or the top rows by norm: at least d of ||x||^2 kept */
+        {"rowsparse:dim=50", 1, 1, 0},
+        {"rowsparse:dim=50,density=0.3", 0.3, 1, 0},
     };
     for (size_t j = 0; j < sizeof(cases) / sizeof(cases[0]); j++) {
         const ef_case_t *k = &cases[j];
@@ -219,6 +242,61 @@ int run_efmean(int argc, char **argv)
             FAIL("efmean '%s': error of the mean %.3g above the bound %.3g from delta %.4g",
                  k->spec, rel, b, k->delta);
     }
+    return failures;
+}
+
+/* onestep SPEC COUNT: the relative l2 error of one compressed allreduce (AVG) of each
+ * rank's fixed gradient, fresh state, against the exact mean, and the scheme it ran by:
+ * "onestep SPEC: P rank(s), SCHEME, relative error E" (test-ef.sh compares 2 and 4 ranks:
+ * with the fp32 reduction of the narrow float formats the error does not grow with P). */
+int run_onestep(int argc, char **argv)
+{
+    if (argc < 4) {
+        FAIL("usage: onestep SPEC COUNT");
+        return failures;
+    }
+    const char *spec = argv[2];
+    size_t count = strtoul(argv[3], NULL, 10);
+    gcoll_compressor_t *c = NULL;
+    gcoll_tensor_state_t *st = NULL;
+    if (gcoll_compressor_create(spec, &c) != GCOLL_OK ||
+        gcoll_state_create(c, count, &st) != GCOLL_OK) {
+        FAIL("onestep: bad spec '%s'", spec);
+        gcoll_compressor_destroy(c);
+        return failures;
+    }
+    const char *scheme = gcoll_compressed_scheme(comm, c, count, 0, NULL);
+    float *g = malloc(count * sizeof(float)), *out = malloc(count * sizeof(float));
+    double *want = calloc(count, sizeof(double));
+    for (int r = 0; r < size; r++) {
+        fixed_grad(r, count, g);
+        for (size_t i = 0; i < count; i++)
+            want[i] += g[i] / (double)size;
+    }
+    fixed_grad(rank, count, g);
+    gcoll_status_t rc = gcoll_compressed_allreduce(comm, st, g, out, count, GCOLL_AVG);
+    if (rc != GCOLL_OK) {
+        FAIL("onestep '%s': %s (%s)", spec, gcoll_status_string(rc), gcoll_comm_last_error(comm));
+    } else {
+        double e2 = 0, w2 = 0;
+        for (size_t i = 0; i < count; i++) {
+            double d = out[i] - want[i];
+            e2 += d * d;
+            w2 += want[i] * want[i];
+        }
+        double rel = sqrt(e2 / w2), lo = rel, hi = rel;
+        if (gcoll_allreduce(comm, &lo, &lo, 1, GCOLL_FLOAT64, GCOLL_MIN) != GCOLL_OK ||
+            gcoll_allreduce(comm, &hi, &hi, 1, GCOLL_FLOAT64, GCOLL_MAX) != GCOLL_OK || lo != hi)
+            FAIL("onestep '%s': results differ between ranks (%g..%g)", spec, lo, hi);
+        if (rank == 0)
+            printf("onestep %s: %d rank(s), %s, relative error %.6g\n", spec, size,
+                   scheme ? scheme : "?", rel);
+    }
+    free(g);
+    free(out);
+    free(want);
+    gcoll_state_destroy(st);
+    gcoll_compressor_destroy(c);
     return failures;
 }
 

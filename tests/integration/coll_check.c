@@ -744,6 +744,8 @@ int main(int argc, char **argv)
         bad = run_clip();
     else if (strcmp(mode, "efmean") == 0)
         bad = run_efmean(argc, argv);
+    else if (strcmp(mode, "onestep") == 0)
+        bad = run_onestep(argc, argv);
     else if (strcmp(mode, "sparse") == 0)
         bad = run_sparse();
     else if (strcmp(mode, "allreduce") == 0)

@@ -3,11 +3,19 @@
 # with nm: every undefined symbol of an object must be defined in its own layer or in one
 # below it. Fails naming the calling file, the symbol and the file that defines it.
 . "$(dirname "$0")/lib.sh"
+srcdir_top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top_builddir" || exit 99
 command -v nm >/dev/null || { echo "SKIP: nm not found"; exit 77; }
-# libtool's PIC objects (.libs/), else the static ones: one copy of each
+# libtool's PIC objects (.libs/), else the static ones: one copy of each, and only those
+# whose source is still there (a tree built before files moved keeps the old objects)
 objs=$(find lib collectives transports -path '*/.libs/libgcoll_core_la-*.o' | sort)
 [ -n "$objs" ] || objs=$(find lib collectives transports -name 'libgcoll_core_la-*.o' | sort)
+objs=$(for o in $objs; do
+    d=${o%/*}
+    d=${d%/.libs}
+    b=${o##*/libgcoll_core_la-}
+    [ -f "$srcdir_top/$d/${b%.o}.c" ] && echo "$o"
+done)
 [ -n "$objs" ] || { echo "SKIP: no built objects of libgcoll_core"; exit 77; }
 
 # layer FILE: the layer an object's folder belongs to

@@ -32,7 +32,7 @@ static void test_ef_invariant_sparsifiers(void **unused)
         "topk:density=0.005,select=reuse,reuse_steps=3",
         "topk:k=17",
         "threshold:tau=0.02",
-        "randomk:density=0.05,seed=3",
+        "randomk:density=0.05,seed=3,feedback=ef",
         "topk:density=0.6",
         "topk:density=0.02+fp16",
         "dgc:density=0.01,momentum=0.9,warmup_steps=4",
@@ -555,8 +555,8 @@ static void test_folded_check(void **unused)
                                   "topk:density=0.001+q8",
                                   "topk:density=0.3",
                                   "topk:density=0.01+fp16",
-                                  "randomk:density=0.01,seed=5",
-                                  "randomk:density=0.02,seed=5+q8"};
+                                  "randomk:density=0.01,seed=5,feedback=ef",
+                                  "randomk:density=0.02,seed=5,feedback=ef+q8"};
     const float bad[] = {NAN, INFINITY, -INFINITY};
     const size_t n = 200003, pos[] = {0, 7, 100001, n - 1};
     float *x = malloc(n * 4), *e = malloc(n * 4);
@@ -852,10 +852,68 @@ static void test_fused_overflow(void **unused)
     free(g), free(e0), free(want);
 }
 
+/* EF21 random-k (feedback=ef21): the message carries x - g at the k shared indices,
+ * g there becomes x exactly (f32 values), the other elements of g stay; summing the
+ * decoded messages of every step rebuilds g, the receivers' estimate. With q8 values g
+ * moves by what was decoded. The spec warns of classic feedback at a low density. */
+static void test_ef21_randomk(void **unused)
+{
+    (void)unused;
+    const size_t n = 3000;
+    float *x = malloc(n * 4), *d = malloc(n * 4), *G = calloc(n, 4), *g0 = malloc(n * 4);
+    static const char *specs[] = {"randomk:density=0.01,feedback=ef21",
+                                  "randomk:density=0.05,seed=2,feedback=ef21+q8"};
+    for (size_t sp = 0; sp < 2; sp++) {
+        gcoll_compressor_t *c = mk(specs[sp]);
+        assert_non_null(strstr(gcoll_compressor_spec(c), "feedback=ef21"));
+        gcoll_tensor_state_t *s;
+        assert_int_equal(gcoll_state_create(c, n, &s), GCOLL_OK);
+        memset(G, 0, n * 4);
+        for (int step = 0; step < 30; step++) {
+            fill(x, n, 500 + (uint64_t)step);
+            memcpy(g0, gcoll_state_residual(s), n * 4);
+            size_t len;
+            uint8_t *b = encode_alloc(c, s, x, n, &len);
+            assert_int_equal(gcoll_decode(c, b, len, d, n, 0), GCOLL_OK);
+            const float *g = gcoll_state_residual(s);
+            size_t sent = 0;
+            for (size_t i = 0; i < n; i++) {
+                G[i] += d[i];
+                if (d[i] != 0.0f || g[i] != g0[i]) {
+                    sent++;
+                    assert_true(g[i] == g0[i] + d[i]); /* g moves by what was decoded */
+                    if (sp == 0) /* f32: the new value, to the rounding of g0 + (x - g0) */
+                        assert_true(fabsf(g[i] - x[i]) <= 0x1p-23f * (fabsf(x[i]) + fabsf(g0[i])));
+                } else {
+                    assert_true(g[i] == g0[i]);
+                }
+                assert_true(fabsf(G[i] - g[i]) <= 1e-5f * (fabsf(g[i]) + 1e-3f));
+            }
+            assert_true(sent <= gcoll_codec_k(c, n, (uint64_t)step));
+            free(b);
+        }
+        gcoll_state_destroy(s);
+        gcoll_compressor_destroy(c);
+    }
+    gcoll_compressor_t *c = mk("randomk:density=0.01"); /* classic feedback by default */
+    assert_non_null(strstr(gcoll_compressor_spec(c), "feedback=ef,"));
+    assert_false(gcoll_codec_folds_check(c, NULL, 0));
+    gcoll_compressor_destroy(c);
+    assert_int_equal(gcoll_compressor_check("randomk:density=0.01,ef=0,feedback=ef21", NULL, 0),
+                     GCOLL_ERR_INVALID);
+    assert_int_equal(gcoll_compressor_check("randomk:density=0.01,feedback=sgd", NULL, 0),
+                     GCOLL_ERR_INVALID);
+    free(x);
+    free(d);
+    free(G);
+    free(g0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ef_invariant_sparsifiers),
+        cmocka_unit_test(test_ef21_randomk),
         cmocka_unit_test(test_ef_invariant_quantizers),
         cmocka_unit_test(test_ef_off_and_state_checks),
         cmocka_unit_test(test_nonfinite_input),

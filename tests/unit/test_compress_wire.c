@@ -171,8 +171,8 @@ static void test_header_fields(void **unused)
 static size_t build_raw(uint8_t *out, const uint32_t *idx, size_t nnz, unsigned flags,
                         uint64_t count)
 {
-    gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE,          flags, count, nnz, 8 * nnz,
-                          {GCOLL_VF_F32, 0, 0, 0, 0}, 0};
+    gcoll_wire_hdr_t h = {
+        GCOLL_WIRE_SPARSE, flags, count, nnz, 8 * nnz, {GCOLL_VF_F32, 0, 0, 0, 0, 0}, 0};
     gcoll_wire_put_hdr(out, &h);
     for (size_t j = 0; j < nnz; j++) {
         gcoll_put_u32(out + 48 + 4 * j, idx[j]);
@@ -234,7 +234,7 @@ static void test_delta_indices(void **unused)
                           N,
                           200,
                           isz + 800,
-                          {GCOLL_VF_F32, 0, 0, 0, 0},
+                          {GCOLL_VF_F32, 0, 0, 0, 0, 0},
                           0};
     gcoll_wire_put_hdr(m, &h);
     assert_int_equal(gcoll_idx_delta_write(idx, 200, m + 48), isz);

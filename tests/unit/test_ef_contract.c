@@ -111,7 +111,7 @@ static void test_contraction(void **unused)
         {"topk:density=0.1+qsgd", 0, 1, 1, 1e30f},
         {"topk:density=0.1+fp16", 0.1 * (1 - 0x1p-22), 0, 1, 6e4f},
         {"topk:density=0.1+sign", 0, 0, 0, 1e30f},
-        {"randomk:density=0.1", 0, 1, 0, 3e38f},
+        {"randomk:density=0.1,feedback=ef", 0, 1, 0, 3e38f},
         {"dgc:density=0.1,momentum=0,select=exact", 0.1, 0, 0, 3e38f},
         {"threshold:tau=0.5", 0, 0, 0, 3e38f}, /* no delta: |e_i| < tau instead */
     };
@@ -144,7 +144,7 @@ static void test_contraction(void **unused)
             for (int t = 0; t < R; t++) {
                 gcoll_compressor_t *ct = c;
                 if (c->sparsify == GCOLL_SPARSIFY_RANDOMK) { /* other indices each draw */
-                    snprintf(spec, sizeof(spec), "randomk:density=0.1,seed=%d", t + 1);
+                    snprintf(spec, sizeof(spec), "randomk:density=0.1,seed=%d,feedback=ef", t + 1);
                     ct = mk(spec);
                 }
                 gcoll_tensor_state_t *s;

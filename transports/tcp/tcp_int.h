@@ -1,5 +1,5 @@
 /* tcp_int.h: state shared by the TCP transport's files (tcp.c data path, tcp_setup.c life
- * cycle). Internal to transports/tcp*.c. */
+ * cycle). Internal to the files of transports/tcp/. */
 #ifndef GCOLL_TCP_INT_H
 #define GCOLL_TCP_INT_H
 

@@ -1,5 +1,5 @@
 /* ucx_int.h: state shared by the UCX transport's files (ucx.c data path, ucx_setup.c life
- * cycle, ucx_mem.c registration cache). Internal to transports/ucx*.c. */
+ * cycle, ucx_mem.c registration cache). Internal to the files of transports/ucx/. */
 #ifndef GCOLL_UCX_INT_H
 #define GCOLL_UCX_INT_H
 

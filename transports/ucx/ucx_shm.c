@@ -3,7 +3,7 @@
  * to such a rank is copied into a ring in the receiver's mailbox and is complete at once;
  * the receiver's progress polls its rings and hands each message to the same matching as
  * UCX's arrivals. Bypassing UCX's active messages for these is what brings an 8-byte
- * allreduce on shared memory to Open MPI's vader (docs/benchmarks.md). */
+ * allreduce on shared memory to Open MPI's vader (docs/results/dense-allreduce.md). */
 #include <errno.h>
 #include <sched.h>
 #include <fcntl.h>
