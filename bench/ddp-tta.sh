@@ -1,27 +1,28 @@
 #!/bin/sh
-# ddp-tta.sh: PyTorch DDP time-to-accuracy on 4 ranks, one per network namespace, over
+# ddp-tta.sh: PyTorch DDP time-to-accuracy on N ranks, one per network namespace, over
 # veth links shaped to 1 Gbit/s per direction (tc tbf on both ends, as netns-shaped.sh),
 # for each model and each way of reducing the gradients (bench/ddp_tta.py's rows). Prints
 # a table (time to the target test accuracy, final accuracy, bytes per step per rank)
 # and, with gnuplot, plots accuracy against training time.
 #
 #   sudo bench/ddp-tta.sh [BUILD_DIR]        (BUILD_DIR: the build tree, default .)
-# Environment: MODELS ("cnn mlp"), ROWS ("gloo gcoll fp16 topk dgc powersgd"), RATE (1gbit),
+# Environment: N (ranks, 2), MODELS ("cnn mlp"),
+# ROWS ("gloo gloo-fp16 gcoll fp16 topk dgc powersgd fsdp fsdp-topk"), RATE (1gbit),
 # STEPS_cnn (300), STEPS_mlp (200), TARGET_cnn (0.80), TARGET_mlp (0.78), WIDTH (2048),
 # BATCH (32 per rank; BATCH_cnn, BATCH_mlp for one model), EVAL_EVERY (25 steps), OUT (directory for the data and the plot,
 # default bench-ddp-tta). All rows of a model run in one job, one after the other.
-# Needs root, iproute2, tc, a Python with torch (TORCH_PYTHON, else .venv/bin/python, else
-# python3), dataset-fashion-mnist;
+# Needs root, iproute2, tc, a Python with torch >= 2.6 (PY, else TORCH_PYTHON, else
+# .venv/bin/python, else python3), dataset-fashion-mnist;
 # skips with a message where it cannot run. Removes its namespaces on exit.
 set -u
 BUILD=$(cd "${1:-.}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-N=4
+N=${N:-2}
 MODELS=${MODELS:-"cnn mlp"}
-ROWS=${ROWS:-"gloo gcoll fp16 topk dgc powersgd"}
+ROWS=${ROWS:-"gloo gloo-fp16 gcoll fp16 topk dgc powersgd fsdp fsdp-topk"}
 RATE=${RATE:-1gbit}
 OUT=${OUT:-bench-ddp-tta}
-PY=${TORCH_PYTHON:-$HERE/../.venv/bin/python}
+PY=${PY:-${TORCH_PYTHON:-$HERE/../.venv/bin/python}}
 [ -x "$PY" ] || PY=python3
 PORT=29840
 NS=gtta
@@ -86,12 +87,12 @@ for model in $MODELS; do
         $N "$batch" "$target"
     printf '| row | time to %s (s) | vs DDP+Gloo | final accuracy | train time (s) | KB sent/step/rank | ranks identical |\n' "$target"
     printf '| --- | --- | --- | --- | --- | --- | --- |\n'
-    base=$(awk -v t="$target" '$1 != "final" && $3 >= t {print $2; exit}' "$OUT/$model-gloo.dat" 2>/dev/null)
+    base=$(awk -v t="$target" '$1 ~ /^[0-9]/ && $3 >= t {print $2; exit}' "$OUT/$model-gloo.dat" 2>/dev/null)
     for row in $ROWS; do
         f="$OUT/$model-$row.dat"
         [ -s "$f" ] || { echo "| $row | failed | | | | | |"; continue; }
         awk -v t="$target" -v base="${base:-}" -v row="$row" '
-            $1 != "final" && $3 >= t && tt == "" {tt = $2}
+            $1 ~ /^[0-9]/ && $3 >= t && tt == "" {tt = $2}
             $1 == "final" {acc = $4; secs = $3; kb = $5 / 1000; same = $6; div = $7 == "diverged"; at = $2}
             END {
                 if (div) {
@@ -103,6 +104,21 @@ for model in $MODELS; do
                 printf "| %s | %s | %s | %.4f | %.1f | %.1f | %s |\n", row,
                     tt == "" ? "not reached" : sprintf("%.1f", tt), speed, acc, secs, kb,
                     same == 1 ? "yes" : "NO"
+            }' "$f"
+    done
+    # the summary lines (issue 37's format): S is "inf" where the target was not reached
+    for row in $ROWS; do
+        f="$OUT/$model-$row.dat"
+        [ -s "$f" ] || continue
+        awk -v t="$target" -v model="$model" -v row="$row" '
+            $1 ~ /^[0-9]/ && $3 >= t && tt == "" {tt = $2}
+            $1 == "final" {acc = $4; mb = $5 / 1e6}
+            $1 == "commshare" {share = $2}
+            END {
+                printf "tta %s %s: time to %s %s s, final %s, MB/step %.3f\n", model, row, t,
+                    tt == "" ? "inf" : sprintf("%.1f", tt), acc, mb
+                if (share != "")
+                    printf "tta %s %s: comm share %s\n", model, row, share
             }' "$f"
     done
 done

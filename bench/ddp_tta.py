@@ -9,7 +9,9 @@ evaluate), then "final step seconds accuracy bytes_per_step identical=0|1" (accu
 group is the gcoll backend, with a Gloo group beside it for the Gloo rows.
 
 Rows:
-  gloo      DDP on a Gloo process group, no hook
+  gloo      DDP on a Gloo process group, no hook (also measures the share of its step
+            spent communicating: OUT/MODEL-gloo.comm)
+  gloo-fp16 DDP on Gloo with torch's fp16_compress_hook (the 16-bit baseline)
   gcoll     DDP on the "gcoll" backend, no hook
   fp16      the gcoll hook with fp16 (on the gcoll backend)
   topk      the gcoll hook with topk:density=0.01 (error feedback)
@@ -19,6 +21,9 @@ Rows:
             layer and tensors of at most 2/density elements dense (Lin et al. 2018; as
             gcoll-train does for a DGC compressor)
   powersgd  torch's PowerSGD hook (rank 4, error feedback, warm start) on Gloo
+  fsdp      FSDP2 (fully_shard per layer and on the model) on the "gcoll" backend
+  fsdp-topk the same with gcoll.torch.fsdp_compress: topk:density=0.01 gradients
+            reduce-scattered by gcoll, a bf16 all-gather of the parameters (qwZ)
 
 Models (--model): cnn (2 conv layers, 0.1M parameters) or mlp (784-W-W-10, W=--width).
 
@@ -40,7 +45,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gcoll.torch as gt
 
-ROWS = ("gloo", "gcoll", "fp16", "topk", "dgc", "powersgd")
+ROWS = ("gloo", "gloo-fp16", "gcoll", "fp16", "topk", "dgc", "powersgd", "fsdp", "fsdp-topk")
 
 
 def load_idx(path):
@@ -83,20 +88,38 @@ def run(args, model_kind, row, index, data, gloo):
     """Trains one row; returns rank 0's lines."""
     rank, size = dist.get_rank(), dist.get_world_size()
     (xtr, ytr), (xte, yte) = data
-    on_gloo = row in ("gloo", "powersgd")
+    on_gloo = row in ("gloo", "gloo-fp16", "powersgd")
     pg = gloo if on_gloo else None
     net = make_model(model_kind, args.width)
     cap = 25
+    fsdp = row.startswith("fsdp")
     if row == "powersgd":
         # PowerSGD's hook starts each bucket's second allreduce from a future callback on
         # Gloo's thread, so with several buckets the ranks can issue them in different
         # orders (docs/python.md): one bucket
         cap = max(cap, sum(p.numel() for p in net.parameters()) * 4 / 2**20 + 1)
         dist._DEFAULT_FIRST_BUCKET_BYTES = int(cap * 2**20)
-    model = DDP(net, bucket_cap_mb=cap, process_group=pg)
     momentum = 0.9
     hook = None
-    if row in ("fp16", "topk", "dgc"):
+    if fsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (size,))
+        for layer in net.modules():
+            if layer is not net and any(True for _ in layer.parameters(recurse=False)):
+                fully_shard(layer, mesh=mesh)
+        model = fully_shard(net, mesh=mesh)
+        if row == "fsdp-topk":
+            root = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1 + index)
+            hook = gt.fsdp_compress(model, "topk:density=0.01", allgather="bf16", root=root)
+    else:
+        model = DDP(net, bucket_cap_mb=cap, process_group=pg)
+    if row == "gloo-fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        model.register_comm_hook(gloo, default_hooks.fp16_compress_hook)
+    elif row in ("fp16", "topk", "dgc"):
         spec = {"fp16": "fp16", "topk": "topk:density=0.01",
                 "dgc": "dgc:density=0.001,momentum=0.9,warmup_steps=%d" % args.dgc_warmup}[row]
         root = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1 + index)
@@ -129,13 +152,15 @@ def run(args, model_kind, row, index, data, gloo):
             correct = 0
             for i in range(lo, hi, 500):
                 j = min(hi, i + 500)
-                correct += int((model.module(xte[i:j]).argmax(1) == yte[i:j]).sum())
+                # FSDP2 all-gathers in forward: every rank runs as many batches
+                out = (model if fsdp else model.module)(xte[i:j])
+                correct += int((out.argmax(1) == yte[i:j]).sum())
         model.train()
         c = torch.tensor([correct], dtype=torch.int64)
         dist.all_reduce(c)
         return c.item() / n
 
-    backend = dist.distributed_c10d._get_default_group()
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
 
     def sent():  # everything this process put on sockets: Gloo's writes, gcoll's sends
         n = wchar() + backend.counters()["bytes_sent"]
@@ -164,8 +189,11 @@ def run(args, model_kind, row, index, data, gloo):
             lines.append("%d %.3f %.4f %.0f" % (step, train_s, acc, nbytes / step))
             if rank == 0:
                 print(model_kind, row, lines[-1], flush=True)
+    if row == "gloo":
+        lines.append(comm_share(model, opt, batch, args.steps))
     # the ranks end with the same weights (DDP's and the hooks' promise)
-    w = torch.cat([p.detach().flatten() for p in model.parameters()])
+    w = torch.cat([(p.detach().full_tensor() if fsdp else p.detach()).flatten()
+                   for p in model.parameters()])
     ws = [torch.empty_like(w) for _ in range(size)]
     dist.all_gather(ws, w)
     same = all(torch.equal(w, v) for v in ws)
@@ -176,9 +204,35 @@ def run(args, model_kind, row, index, data, gloo):
     return lines
 
 
+def comm_share(model, opt, batch, steps, n=10):
+    """"commshare C": the share of a DDP step spent communicating, 1 - (n steps under
+    no_sync, computing alone) / (n synchronised steps); the weights are restored after."""
+    saved = [p.detach().clone() for p in model.parameters()]
+    state = opt.state_dict()
+    times = {}
+    for sync in (True, False):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for i in range(n):
+            x, y = batch(steps + 1 + i)
+            opt.zero_grad()
+            if sync:
+                nn.functional.cross_entropy(model(x), y).backward()
+            else:
+                with model.no_sync():
+                    nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        times[sync] = time.perf_counter() - t0
+    with torch.no_grad():
+        for p, q in zip(model.parameters(), saved):
+            p.copy_(q)
+    opt.load_state_dict(state)
+    return "commshare %.3f" % max(0.0, 1 - times[False] / times[True])
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", default="gloo,gcoll,fp16,topk,dgc,powersgd")
+    ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--model", default="mlp", choices=["cnn", "mlp"])
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=300)

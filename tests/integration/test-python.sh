@@ -91,4 +91,19 @@ else
     done
 fi
 
+# FSDP2 (torch >= 2.6): fully_shard against DDP, gcoll.torch.fsdp_compress's reduce-scatter
+# against a replay, its checkpoint, its errors. On the "gcoll" backend when it loads into
+# this torch, else on Gloo (the test says which); fsdp_compress runs on a gcoll.Comm either
+# way. Needs $PY (TORCH_PYTHON, or GCOLL_TEST_PYTHON) to be torch >= 2.6.
+if timeout 120 "$PY" -c 'from torch.distributed.fsdp import fully_shard' >/dev/null 2>&1; then
+    # imports alone take up to a minute on a loaded 2-core machine: a longer bound
+    limit=$((limit * 5))
+    run fsdp "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=120s \
+        -x MASTER_PORT="$(free_port)" -- "$PY" "$TESTS_DIR/test_fsdp.py"
+    grep -m 1 'process group backend' "$TMP/fsdp.out"
+else
+    note "SKIP: test-python: FSDP2 tests: $PY has no torch.distributed.fsdp.fully_shard" \
+        "(torch >= 2.6; set GCOLL_TEST_PYTHON)"
+fi
+
 finish

@@ -109,6 +109,16 @@ def _metadata(version):
             "Requires-Dist: numpy\n" % (NAME, version))
 
 
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    """The .dist-info without compiling (pip asks for it before build_wheel)."""
+    version = _version()
+    dist = "%s-%s.dist-info" % (NAME, version)
+    os.makedirs(os.path.join(metadata_directory, dist), exist_ok=True)
+    with open(os.path.join(metadata_directory, dist, "METADATA"), "w") as f:
+        f.write(_metadata(version))
+    return dist
+
+
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     version = _version()
     cflags, libs, libdir = _gcoll_flags()

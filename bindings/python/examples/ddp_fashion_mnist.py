@@ -18,10 +18,10 @@ Bytes sent per step per rank count everything the rank put on its sockets: gcoll
 counters (bytes_sent) plus gloo's writes, read from /proc/self/io (gloo writes with
 writev(2), which wchar counts; gcoll uses sendmsg(2), which it does not).
 
-Run it on 2 local CPU processes (torch.multiprocessing; Debian's python3-torch and
-dataset-fashion-mnist):
+Run it on 2 local CPU processes (torch.multiprocessing; a Python with torch, such as
+.venv/bin/python, and Debian's dataset-fashion-mnist):
     PYTHONPATH=bindings/python GCOLL_LIBRARY=$PWD/.libs/libgcoll.so \\
-        /usr/bin/python3 bindings/python/examples/ddp_fashion_mnist.py
+        .venv/bin/python bindings/python/examples/ddp_fashion_mnist.py
 or under gcoll-run, which sets GCOLL_RANK, GCOLL_SIZE, GCOLL_ROOT and a job key (gloo then
 rendezvouses at GCOLL_ROOT's port + 1):
     ./tools/gcoll-run -n 2 -x PYTHONPATH=$PWD/bindings/python \\

@@ -174,6 +174,8 @@ _PROTOS = {
     "gcoll_isparse_allreduce": (_st, [_p, _p, _p, _sz, _sz, _p, ctypes.c_int, _pp]),
     "gcoll_compressed_allreduce": (_st, [_p, _p, _p, _p, _sz, ctypes.c_int]),
     "gcoll_icompressed_allreduce": (_st, [_p, _p, _p, _p, _sz, ctypes.c_int, _pp]),
+    "gcoll_compressed_reduce_scatter": (_st, [_p, _p, _p, _p, _sz, ctypes.c_int]),
+    "gcoll_shard_range": (None, [_p, _sz, _psz, _psz]),
     "gcoll_compressor_create": (_st, [ctypes.c_char_p, _pp]),
     "gcoll_compressor_check": (_st, [ctypes.c_char_p, ctypes.c_char_p, _sz]),
     "gcoll_compressor_destroy": (None, [_p]),

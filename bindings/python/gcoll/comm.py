@@ -295,3 +295,34 @@ class Comm:
         and out must not be used until it completes."""
         return self._compressed(False, state, grad, out, op)
 
+
+    def shard_range(self, count):
+        """(offset, len) of this rank's shard of a count-element tensor, as
+        gcoll_shard_range gives it (a balanced split, rank order)."""
+        off, n = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.gcoll_shard_range(self._live(), int(count), ctypes.byref(off), ctypes.byref(n))
+        return off.value, n.value
+
+    def compressed_reduce_scatter(self, state, grad, shard, op="sum"):
+        """shard = this rank's part (shard_range(len(grad))) of the sum or average over
+        ranks of grad passed through state's compressor with error feedback (the residual
+        covers all of grad: what this rank did not send); state's step advances. float32
+        only; every rank passes a state of the same spec, size and step. Returns shard.
+        Blocks (gcoll_compressed_reduce_scatter)."""
+        what = "gcoll_compressed_reduce_scatter"
+        from .compress import TensorState
+
+        if not isinstance(state, TensorState):
+            raise TypeError("%s: state must be a gcoll.TensorState, got %s"
+                            % (what, type(state).__name__))
+        g = as_buf(grad, what + " grad", dtypes={FLOAT32})
+        o = as_buf(shard, what + " shard", writable=True, dtypes={FLOAT32})
+        if g.count != state.count:
+            raise ValueError("%s: grad has %d elements, the state %d" % (what, g.count,
+                                                                          state.count))
+        want = self.shard_range(g.count)[1]
+        if o.count != want:
+            raise ValueError("%s: shard has %d elements, this rank's shard of %d is %d"
+                             % (what, o.count, g.count, want))
+        return self._run(what, lib.gcoll_compressed_reduce_scatter,
+                         (state._live(), g.ptr, o.ptr, g.count, _op(op)), True, o.obj, None)

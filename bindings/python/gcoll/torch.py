@@ -34,6 +34,8 @@ import torch.distributed as dist
 from . import _lib
 from ._hook import (GcollHookState, NonFiniteError, comm_hook, default_root, register,
                     resolve_specs, with_warmup)
+from .fsdp import FsdpCompressState, fsdp_compress  # FSDP2 (docs/python.md)
+from .zero import Zero2HookState, register_zero2, zero2_hook  # ZeRO-2 (docs/python.md)
 from .localsgd import LocalSGD  # re-exported: gcoll.torch.LocalSGD (docs/local-sgd.md)
 from .ps import ParameterServer  # re-exported: gcoll.torch.ParameterServer
 
@@ -67,6 +69,7 @@ if "GCOLL" not in dist.Backend._plugins:
 
 
 GcollError = _lib.GcollError
-__all__ = ["LocalSGD", "ParameterServer", "GcollHookState", "NonFiniteError", "comm_hook",
+__all__ = ["fsdp_compress", "FsdpCompressState", "register_zero2", "Zero2HookState",
+           "zero2_hook", "LocalSGD", "ParameterServer", "GcollHookState", "NonFiniteError", "comm_hook",
            "register", "default_root", "resolve_specs", "with_warmup", "GcollError",
            "backend_available"]
