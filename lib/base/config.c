@@ -68,6 +68,11 @@ static const param_t core_params[] = {
      OFF(log_file), 0, NULL},
     {"GCOLL_TRANSPORT", P_ENUM, "auto", "transport: tcp, ucx, verbs or auto (best usable)",
      OFF(transport), F_MUST_MATCH, "auto|tcp|ucx|verbs"},
+    {"GCOLL_UNEXPECTED_BYTES", P_SIZE, "256mb",
+     "most payload bytes a communicator buffers for messages that arrive before their receive "
+     "is posted, all peers together; a message beyond it fails the sending peer with "
+     "GCOLL_ERR_NOMEM naming it (rendezvous transfers wait instead); 0: no bound",
+     OFF(unexpected_bytes), 0, NULL},
     {"GCOLL_PROGRESS_CPU", P_STRING, "auto",
      "progress thread placement: a CPU number, none, or auto (with two cores per local rank, a "
      "free core near the NIC, apart from the compute cores)",
