@@ -250,8 +250,7 @@ int main(int argc, char **argv)
     gcoll_comm_t *comm = NULL;
     gcoll_status_t st = gcoll_comm_init(&comm);
     if (st != GCOLL_OK) {
-        fprintf(stderr, "gcoll-train: gcoll_comm_init: %s (run under gcoll-run -n P)\n",
-                gcoll_status_string(st));
+        fprintf(stderr, "gcoll-train: %s (run under gcoll-run -n P)\n", gcoll_last_error());
         train_data_free(&d);
         return 1;
     }
@@ -270,7 +269,8 @@ int main(int argc, char **argv)
     st = gcoll_comm_destroy(comm);
     train_data_free(&d);
     if (rc == 0 && st != GCOLL_OK) {
-        fprintf(stderr, "gcoll-train: gcoll_comm_destroy: %s\n", gcoll_status_string(st));
+        fprintf(stderr, "gcoll-train: gcoll_comm_destroy: %s: %s\n", gcoll_status_string(st),
+                gcoll_last_error());
         rc = -1;
     }
     return rc == 0 ? 0 : 1;
