@@ -229,7 +229,9 @@ int main(int argc, char **argv)
         return prc;
     char err[512];
     if (gcoll_compressor_check(o.compressor, err, sizeof(err)) != GCOLL_OK) {
-        fprintf(stderr, "gcoll-train: --compressor: %s\n", err);
+        const char *env = getenv("GCOLL_COMPRESSOR"); /* where the spec came from */
+        fprintf(stderr, "gcoll-train: %s: %s\n",
+                env && o.compressor == env ? "GCOLL_COMPRESSOR" : "--compressor", err);
         return 2;
     }
     if (train_mode_check(&mo, &o))

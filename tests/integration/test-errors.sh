@@ -44,6 +44,20 @@ else
     fail "gcoll-run -np 2: $(head -3 "$TMP/np")"
 fi
 
+# A bad GCOLL_COMPRESSOR is blamed on the variable, not on --compressor (not given).
+GCOLL_COMPRESSOR=bogus timeout 30 "$top_builddir/tools/gcoll-train" >"$TMP/tr" 2>&1
+if grep -q "^gcoll-train: GCOLL_COMPRESSOR: " "$TMP/tr" && ! grep -q -- "--compressor" "$TMP/tr"; then
+    pass "gcoll-train names GCOLL_COMPRESSOR for a bad spec in it"
+else
+    fail "gcoll-train with GCOLL_COMPRESSOR=bogus: $(head -2 "$TMP/tr")"
+fi
+if ! timeout 30 "$top_builddir/tools/gcoll-train" --compressor bogus >"$TMP/tr2" 2>&1 &&
+    grep -q "^gcoll-train: --compressor: " "$TMP/tr2"; then
+    pass "gcoll-train names --compressor for a bad spec given there"
+else
+    fail "gcoll-train --compressor bogus: $(head -2 "$TMP/tr2")"
+fi
+
 # Rank 1 asks for another transport than rank 0: both are told which setting and values.
 if "$INFO" -t | grep -q "^ucx *usable"; then
     timeout 120 "$gcoll_run" -n 2 -q --timeout 100 -x GCOLL_TRANSPORT=tcp \
