@@ -58,6 +58,18 @@ else
     fail "gcoll-train --compressor bogus: $(head -2 "$TMP/tr2")"
 fi
 
+# Rank 1 alone, rank 0 never started: after 5 s it says whom it awaits and that the port
+# refused, then fails at GCOLL_TIMEOUT_MS with the reason printed by the tool.
+port=$(free_port)
+GCOLL_RANK=1 GCOLL_SIZE=2 GCOLL_ROOT=127.0.0.1:$port GCOLL_TIMEOUT_MS=7s \
+    timeout 30 "$DEMO" >"$TMP/alone" 2>&1
+if grep -q "rank 1: still waiting for rank 0 at GCOLL_ROOT 127.0.0.1:$port: connection refused" \
+    "$TMP/alone" && grep -q "^gcoll-demo: gcoll_comm_init failed: GCOLL_ERR_TIMEOUT: " "$TMP/alone"; then
+    pass "a rank whose root never comes says so every 5 s, with 'connection refused'"
+else
+    fail "rank 1 alone: $(head -4 "$TMP/alone")"
+fi
+
 # Rank 1 asks for another transport than rank 0: both are told which setting and values.
 if "$INFO" -t | grep -q "^ucx *usable"; then
     timeout 120 "$gcoll_run" -n 2 -q --timeout 100 -x GCOLL_TRANSPORT=tcp \
