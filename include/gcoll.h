@@ -69,6 +69,14 @@ GCOLL_EXPORT const char *gcoll_version(void);
 /* Human-readable name of a status ("GCOLL_ERR_TIMEOUT: timed out"). Never NULL. */
 GCOLL_EXPORT const char *gcoll_status_string(gcoll_status_t status);
 
+/* The calling thread's last error message from any gcoll call, as NCCL's
+ * ncclGetLastError(NULL): the reason a gcoll_comm_init, gcoll_compressor_create or any other
+ * call failed on this thread (a blocking collective's or gcoll_wait's failure included),
+ * also when GCOLL_DEBUG=none logs nothing. A warning logged on this thread also lands here,
+ * so read it after a failed call. "" if none yet. Never NULL; valid until the thread's next
+ * gcoll call. */
+GCOLL_EXPORT const char *gcoll_last_error(void);
+
 /* Size in bytes of one element of dtype, 0 for an unknown dtype. */
 GCOLL_EXPORT size_t gcoll_dtype_size(gcoll_dtype_t dtype);
 
@@ -96,6 +104,10 @@ GCOLL_EXPORT const char *gcoll_param_component(size_t i);
 /* Checks every GCOLL_* variable in the environment: returns GCOLL_ERR_INVALID with the
  * message in errbuf (if not NULL) when one does not parse. Unknown names only warn. */
 GCOLL_EXPORT gcoll_status_t gcoll_param_check(char *errbuf, size_t errlen);
+
+/* Checks variable i's value in the environment as init does: GCOLL_OK when unset or valid,
+ * else GCOLL_ERR_INVALID with "NAME='value' is invalid: expected ..." in errbuf. */
+GCOLL_EXPORT gcoll_status_t gcoll_param_validate(size_t i, char *errbuf, size_t errlen);
 
 /* Transports compiled into this library, e.g. "tcp,ucx". */
 GCOLL_EXPORT const char *gcoll_transports_built(void);
@@ -174,7 +186,7 @@ GCOLL_EXPORT int gcoll_comm_rank(const gcoll_comm_t *comm);
 GCOLL_EXPORT int gcoll_comm_size(const gcoll_comm_t *comm);
 
 /* Detailed message of the communicator's first error ("" if none). The string stays
- * valid until the communicator is destroyed. */
+ * valid until the communicator is destroyed. NULL comm: gcoll_last_error(). */
 GCOLL_EXPORT const char *gcoll_comm_last_error(const gcoll_comm_t *comm);
 
 /* Name of the transport in use ("tcp", "ucx", ...). */

@@ -113,7 +113,7 @@ static int bench_codec(const opts_t *o, const char *spec, const float *x, size_t
     gcoll_compressor_t *c;
     gcoll_status_t st = gcoll_compressor_create(spec, &c);
     if (st != GCOLL_OK) {
-        fprintf(stderr, "bad codec spec '%s': %s\n", spec, gcoll_status_string(st));
+        fprintf(stderr, "gcoll-codec-bench: %s\n", gcoll_last_error());
         return -1;
     }
     size_t cap = gcoll_compressor_bound(c, n), len = 0;

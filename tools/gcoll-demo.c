@@ -21,7 +21,7 @@ int main(int argc, char **argv)
     gcoll_comm_t *comm;
     gcoll_status_t st = gcoll_comm_init(&comm);
     if (st != GCOLL_OK) {
-        fprintf(stderr, "gcoll-demo: gcoll_comm_init: %s\n", gcoll_status_string(st));
+        fprintf(stderr, "gcoll-demo: %s\n", gcoll_last_error());
         return 1;
     }
     int rank = gcoll_comm_rank(comm), size = gcoll_comm_size(comm);

@@ -7,10 +7,12 @@
 
 static void usage(void)
 {
-    printf("usage: gcoll-info [-c] [-t] [-h]\n"
+    printf("usage: gcoll-info [-c] [-t] [--version] [-h]\n"
            "  (no flag)  everything\n"
            "  -c         configuration variables only\n"
-           "  -t         transports only\n");
+           "  -t         transports only\n"
+           "  --version  the library's version only\n"
+           "exit status 1 when a GCOLL_* variable is invalid\n");
 }
 
 static void print_transports(void)
@@ -27,7 +29,7 @@ static void print_transports(void)
     }
 }
 
-static void print_config(void)
+static int print_config(void)
 {
     printf("# configuration (environment variables)\n");
     const char *last = NULL;
@@ -39,13 +41,25 @@ static void print_config(void)
         if (component && (!last || strcmp(component, last) != 0))
             printf("# %s\n", component);
         last = component;
-        printf("%s=%s\n", p.name, p.value ? p.value : p.deflt);
+        char why[512];
+        int bad = gcoll_param_validate(i, why, sizeof(why)) != GCOLL_OK;
+        if (bad) /* as init would refuse it: the default is not what runs */
+            printf("%s=%s (invalid)\n", p.name, p.value);
+        else
+            printf("%s=%s\n", p.name, p.value ? p.value : p.deflt);
         printf("    %s; type %s; default '%s'%s\n", p.help, p.type, p.deflt,
-               p.value ? "; set in the environment" : "");
+               bad       ? "; INVALID in the environment: gcoll_comm_init fails"
+               : p.value ? "; set in the environment"
+                         : "");
+        if (bad)
+            printf("    error: %s\n", why);
     }
     char err[512];
-    if (gcoll_param_check(err, sizeof(err)) != GCOLL_OK)
+    if (gcoll_param_check(err, sizeof(err)) != GCOLL_OK) {
         printf("# error: %s\n", err);
+        return 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -56,7 +70,10 @@ int main(int argc, char **argv)
             transports = 0;
         else if (strcmp(argv[i], "-t") == 0)
             config = 0;
-        else {
+        else if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-V") == 0) {
+            printf("gcoll %s\n", gcoll_version());
+            return 0;
+        } else {
             usage();
             return strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
@@ -64,7 +81,5 @@ int main(int argc, char **argv)
     printf("# gcoll %s\n", gcoll_version());
     if (transports)
         print_transports();
-    if (config)
-        print_config();
-    return 0;
+    return config ? print_config() : 0;
 }

@@ -304,6 +304,11 @@ int main(int argc, char **argv)
     const char *spec = NULL, *model = "resnet50";
     int c;
     int compute_cpu = -1, list = 0, match = 0;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0) {
+            usage();
+            return 0;
+        }
     while ((c = getopt(argc, argv, "c:n:z:s:C:m:Lh")) != -1) {
         /* clang-format off */
         switch (c) {

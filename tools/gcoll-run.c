@@ -19,7 +19,7 @@ static const char usage_text[] =
     "and stop all of them as soon as one fails.\n"
     "\n"
     "Options:\n"
-    "  -n, --nranks N          number of ranks, 1 to 1024 (required)\n"
+    "  -n, --nranks N          number of ranks, 1 to 1024 (required; -np N as in mpirun)\n"
     "  -x VAR=VALUE            set VAR for every rank (repeatable)\n"
     "      --rank-env R:VAR=VALUE\n"
     "                          set VAR for rank R only (repeatable), e.g. to inject a fault\n"
@@ -157,6 +157,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
     o->grace_s = 3.0;
     opterr = 0;
+    /* "-np N" as mpirun users type it is -n N; only among gcoll-run's own options (they
+     * end at "--" or at prog: a word after a word that is no option). */
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (argv[i][0] != '-' && argv[i - 1][0] != '-')
+            break;
+        if (strcmp(argv[i], "-np") == 0)
+            argv[i] = "-n";
+    }
     /* '+': options end at prog, so its own options are left alone. */
     while ((c = getopt_long(argc, argv, "+:n:x:qhV", longopts, NULL)) != -1) {
         switch (c) {

@@ -229,7 +229,9 @@ int main(int argc, char **argv)
         return prc;
     char err[512];
     if (gcoll_compressor_check(o.compressor, err, sizeof(err)) != GCOLL_OK) {
-        fprintf(stderr, "gcoll-train: --compressor: %s\n", err);
+        const char *env = getenv("GCOLL_COMPRESSOR"); /* where the spec came from */
+        fprintf(stderr, "gcoll-train: %s: %s\n",
+                env && o.compressor == env ? "GCOLL_COMPRESSOR" : "--compressor", err);
         return 2;
     }
     if (train_mode_check(&mo, &o))
@@ -250,8 +252,7 @@ int main(int argc, char **argv)
     gcoll_comm_t *comm = NULL;
     gcoll_status_t st = gcoll_comm_init(&comm);
     if (st != GCOLL_OK) {
-        fprintf(stderr, "gcoll-train: gcoll_comm_init: %s (run under gcoll-run -n P)\n",
-                gcoll_status_string(st));
+        fprintf(stderr, "gcoll-train: %s (run under gcoll-run -n P)\n", gcoll_last_error());
         train_data_free(&d);
         return 1;
     }
@@ -270,7 +271,8 @@ int main(int argc, char **argv)
     st = gcoll_comm_destroy(comm);
     train_data_free(&d);
     if (rc == 0 && st != GCOLL_OK) {
-        fprintf(stderr, "gcoll-train: gcoll_comm_destroy: %s\n", gcoll_status_string(st));
+        fprintf(stderr, "gcoll-train: gcoll_comm_destroy: %s: %s\n", gcoll_status_string(st),
+                gcoll_last_error());
         rc = -1;
     }
     return rc == 0 ? 0 : 1;

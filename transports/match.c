@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/util.h"
 
 gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, uint32_t sig,
@@ -133,9 +134,20 @@ gcoll_unexp_t *gcoll_match_keep(gcoll_match_peer_t *mp, uint64_t tag, uint32_t s
     gcoll_match_t *m = mp->m;
     /* The storage follows the entry in one allocation (a 16-byte aligned offset). */
     size_t head = (sizeof(gcoll_unexp_t) + 15) & ~(size_t)15;
-    int room =
-        m->unexp_max == 0 || bytes <= m->unexp_max - GCOLL_MIN(mp->unexp_bytes, m->unexp_max);
-    gcoll_unexp_t *u = room && bytes <= SIZE_MAX - head ? malloc(head + bytes) : NULL;
+    size_t held = bytes ? bytes : (flags & GCOLL_UNEXP_WHOLE) ? len : 0;
+    int room = m->unexp_max == 0 || held <= m->unexp_max - GCOLL_MIN(m->unexp_held, m->unexp_max);
+    if (!room) {
+        set_error(m,
+                  "%srank %d sent a message of %zu bytes that no receive awaits while %zu bytes "
+                  "of such messages are held: GCOLL_UNEXPECTED_BYTES=%zu would be passed (the "
+                  "ranks are in different calls, or rank %d runs ahead by more than the bound)",
+                  m->prefix ? m->prefix : "", mp->rank, len, m->unexp_held, m->unexp_max, mp->rank);
+        GCOLL_WARN("%srank %d sent %zu bytes no receive awaits past GCOLL_UNEXPECTED_BYTES=%zu: "
+                   "giving rank %d up",
+                   m->prefix ? m->prefix : "", mp->rank, len, m->unexp_max, mp->rank);
+        return NULL;
+    }
+    gcoll_unexp_t *u = bytes <= SIZE_MAX - head ? malloc(head + bytes) : NULL;
     if (!u) {
         set_error(m, "%scannot buffer an unexpected message of %zu bytes from rank %d",
                   m->prefix ? m->prefix : "", len, mp->rank);
@@ -149,8 +161,10 @@ gcoll_unexp_t *gcoll_match_keep(gcoll_match_peer_t *mp, uint64_t tag, uint32_t s
     u->sig = sig;
     u->len = len;
     u->bytes = bytes;
+    u->held = held;
     u->whole = (flags & GCOLL_UNEXP_WHOLE) != 0;
     mp->unexp_bytes += bytes;
+    m->unexp_held += held;
     if (mp->unexp_tail)
         mp->unexp_tail->next = u;
     else
@@ -203,6 +217,7 @@ void gcoll_match_unexp_free(gcoll_match_peer_t *mp, gcoll_unexp_t *u)
     if (mp->m->release)
         mp->m->release(mp->m->ctx, u);
     mp->unexp_bytes -= GCOLL_MIN(u->bytes, mp->unexp_bytes);
+    mp->m->unexp_held -= GCOLL_MIN(u->held, mp->m->unexp_held);
     free(u);
 }
 

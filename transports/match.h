@@ -28,7 +28,8 @@ typedef struct gcoll_unexp {
     uint32_t sig;
     size_t len;    /* the message's length */
     uint8_t *data; /* storage of `bytes` bytes (allocated with the entry), or NULL */
-    size_t bytes;  /* counted against the store's bound */
+    size_t bytes;  /* storage allocated with the entry */
+    size_t held;   /* bytes of payload held here or by the transport: counted against the bound */
     int whole;     /* the whole payload is here: it outlives its sender's failure */
     /* the transport's: what the entry stands for and holds (UCX's descriptor of the data,
      * TCP's assembly of a message still arriving, a verbs rendezvous id) */
@@ -44,7 +45,10 @@ typedef struct gcoll_match {
     char *errmsg; /* the transport's last_error: the first failure written is kept */
     size_t errlen;
     const char *prefix; /* put before "cannot buffer..." ("verbs: "), or "" */
-    size_t unexp_max;   /* bytes one peer's unexpected messages may hold; 0: what memory allows */
+    /* GCOLL_UNEXPECTED_BYTES: the payload all peers' unexpected messages may hold together
+     * (one transport instance per communicator); 0: what memory allows */
+    size_t unexp_max;
+    size_t unexp_held; /* what they hold now */
     /* Completes a request (the transport counts completions its own way). */
     void (*complete)(void *ctx, gcoll_treq_t *req, gcoll_status_t st);
     /* Optional: lets go of what the transport holds in an entry (before it is freed). */
@@ -74,9 +78,11 @@ void gcoll_match_peer_fini(gcoll_match_peer_t *mp);
 gcoll_treq_t *gcoll_match_arrived(gcoll_match_peer_t *mp, uint64_t tag, size_t len, uint32_t sig,
                                   gcoll_status_t *st_p);
 /* Keeps an unexpected message: an entry with `bytes` bytes of storage, copied from data
- * when data is not NULL; flags GCOLL_UNEXP_WHOLE says its payload is all here. NULL when
- * the store's bound or memory does not allow it: the error says so and the caller fails
- * the peer with GCOLL_ERR_NOMEM. */
+ * when data is not NULL; flags GCOLL_UNEXP_WHOLE says its payload is all here. The payload
+ * held (bytes, or len for a whole message the transport keeps, as UCX's descriptors) counts
+ * against unexp_max; an offer whose payload stays with its sender (a rendezvous) counts
+ * nothing: the sender waits. NULL when the bound or memory does not allow it: the error
+ * names the peer and the caller fails the peer with GCOLL_ERR_NOMEM. */
 gcoll_unexp_t *gcoll_match_keep(gcoll_match_peer_t *mp, uint64_t tag, uint32_t sig, size_t len,
                                 size_t bytes, const void *data, unsigned flags);
 /* The oldest unexpected message with this tag, left in the store; NULL if none. */

@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "base/log.h"
+#include "base/util.h"
 
 extern char **environ;
 
@@ -68,6 +69,11 @@ static const param_t core_params[] = {
      OFF(log_file), 0, NULL},
     {"GCOLL_TRANSPORT", P_ENUM, "auto", "transport: tcp, ucx, verbs or auto (best usable)",
      OFF(transport), F_MUST_MATCH, "auto|tcp|ucx|verbs"},
+    {"GCOLL_UNEXPECTED_BYTES", P_SIZE, "256mb",
+     "most payload bytes a communicator buffers for messages that arrive before their receive "
+     "is posted, all peers together; a message beyond it fails the sending peer with "
+     "GCOLL_ERR_NOMEM naming it (rendezvous transfers wait instead); 0: no bound",
+     OFF(unexpected_bytes), 0, NULL},
     {"GCOLL_PROGRESS_CPU", P_STRING, "auto",
      "progress thread placement: a CPU number, none, or auto (with two cores per local rank, a "
      "free core near the NIC, apart from the compute cores)",
@@ -566,6 +572,45 @@ static int is_known(const char *name, size_t len)
     return 0;
 }
 
+/* Levenshtein distance of a (n bytes) and b, capped at 3 (enough for a suggestion). */
+static size_t edit_distance(const char *a, size_t n, const char *b)
+{
+    size_t m = strlen(b), row[64];
+    if (n >= 63 || m >= 63)
+        return 3;
+    for (size_t j = 0; j <= m; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            best = GCOLL_MIN(best, up + 1);
+            best = GCOLL_MIN(best, row[j - 1] + 1);
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return GCOLL_MIN(row[m], (size_t)3);
+}
+
+/* The known name closest to a misspelt one (at most 2 edits), or NULL. */
+static const char *nearest_name(const char *name, size_t len)
+{
+    const char *best = NULL;
+    size_t bd = 3;
+    for (size_t i = 0, np = NPARAMS; i < np; i++) {
+        const param_t *p = param_at(i, NULL);
+        size_t d = edit_distance(name, len, p->name);
+        if (d < bd) {
+            bd = d;
+            best = p->name;
+        }
+    }
+    return best;
+}
+
 static pthread_once_t unknown_once = PTHREAD_ONCE_INIT;
 
 /* A misspelt variable silently ignored is the worst kind of bug report: warn (as UCX does). */
@@ -576,7 +621,12 @@ static void warn_unknown(void)
             continue;
         const char *eq = strchr(*e, '=');
         size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
-        if (!is_known(*e, len))
+        if (is_known(*e, len))
+            continue;
+        const char *near = nearest_name(*e, len);
+        if (near)
+            GCOLL_WARN("unknown environment variable %.*s: did you mean %s?", (int)len, *e, near);
+        else
             GCOLL_WARN("unknown environment variable %.*s (gcoll-info lists the known ones)",
                        (int)len, *e);
     }
@@ -686,9 +736,17 @@ static void format_value(const param_t *p, const gcoll_config_t *cfg, char *buf,
         snprintf(buf, len, "%" PRId64 "ms", *(const int64_t *)field);
         break;
     case P_BOOL:
-    case P_ENUM:
         snprintf(buf, len, "%d", *(const int *)field);
         break;
+    case P_ENUM: { /* the word the user wrote ("ucx"), not its index */
+        int v = *(const int *)field;
+        const char *c = p->choices;
+        for (int k = 0; k < v && c && (c = strchr(c, '|')); k++)
+            c++;
+        size_t n = c ? strcspn(c, "|") : 0;
+        snprintf(buf, len, "%.*s", (int)n, c ? c : "");
+        break;
+    }
     case P_STRING: {
         const char *s = *(char *const *)field;
         snprintf(buf, len, "%s", s ? s : "");
@@ -758,4 +816,28 @@ gcoll_status_t gcoll_param_check(char *errbuf, size_t errlen)
     }
     gcoll_config_free(&cfg);
     return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_param_validate(size_t i, char *errbuf, size_t errlen)
+{
+    if (i >= NPARAMS)
+        return GCOLL_ERR_INVALID;
+    const param_t *p = param_at(i, NULL);
+    const char *val = getenv(p->name);
+    if (errbuf && errlen)
+        errbuf[0] = '\0';
+    if (!val || !*val)
+        return GCOLL_OK;
+    gcoll_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    int bad = parse_one(p, val, &cfg) != 0;
+    gcoll_config_free(&cfg);
+    if (!bad)
+        return GCOLL_OK;
+    char want[128];
+    expectation(p, want, sizeof(want));
+    if (errbuf && errlen)
+        snprintf(errbuf, errlen, "%s='%s' is invalid: expected %s", p->name,
+                 (p->flags & F_SECRET) ? "***" : val, want);
+    return GCOLL_ERR_INVALID;
 }

@@ -37,8 +37,9 @@ typedef struct gcoll_config {
     int log_level;
     char *log_subsys;
     char *log_file;
-    int transport;      /* index into gcoll_transport_names */
-    char *progress_cpu; /* "auto", "none" or a CPU number */
+    int transport;           /* index into gcoll_transport_names */
+    char *progress_cpu;      /* "auto", "none" or a CPU number */
+    size_t unexpected_bytes; /* bound of the unexpected-message store; 0: none */
     /* tcp transport */
     long tcp_nsocks;
     char *tcp_ifname;

@@ -135,16 +135,37 @@ void gcoll_log_set_rank(int rank)
     log_rank = rank;
 }
 
+/* The calling thread's last error or warning, as NCCL's ncclGetLastError(NULL). */
+static _Thread_local char last_error[2048];
+
+void gcoll_set_last_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    va_end(ap);
+}
+
+const char *gcoll_last_error(void)
+{
+    return last_error;
+}
+
 void gcoll_log_write(int level, unsigned subsys, const char *file, int line, const char *fmt, ...)
 {
     gcoll_log_init();
-    if (level > gcoll_log_level_g || !(gcoll_log_subsys_g & subsys))
+    int shown = level <= gcoll_log_level_g && (gcoll_log_subsys_g & subsys);
+    if (!shown && level != GCOLL_LOG_WARN)
         return;
     char msg[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    if (level == GCOLL_LOG_WARN)
+        snprintf(last_error, sizeof(last_error), "%s", msg);
+    if (!shown)
+        return;
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     char rank[16];

@@ -31,6 +31,9 @@ void gcoll_log_set_rank(int rank);
 void gcoll_log_write(int level, unsigned subsys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 void gcoll_log_trace_status(const char *file, int line, gcoll_status_t st);
+/* Sets the calling thread's gcoll_last_error(). Every GCOLL_WARN does, whatever the log
+ * level (GCOLL_DEBUG=none loses nothing); a failed call's status path does too. */
+void gcoll_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define GCOLL_LOG_ON(level, subsys)                                                                \
     (gcoll_log_level_g >= (level) && (gcoll_log_subsys_g & (subsys)))

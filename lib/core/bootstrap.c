@@ -80,6 +80,9 @@ static gcoll_status_t open_client(gcoll_bootstrap_t *bs, const struct addrinfo *
 {
     char a[80];
     gcoll_sockaddr_str(ai->ai_addr, a, sizeof(a));
+    /* Silence for the whole deadline helps nobody: after 5 s, and every 5 s on, say what
+     * is awaited and why ("Connection refused": nothing listens on that port). */
+    uint64_t next_note = gcoll_time_ms() + 5000;
     for (;;) {
         int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) {
@@ -113,6 +116,12 @@ static gcoll_status_t open_client(gcoll_bootstrap_t *bs, const struct addrinfo *
                      "(is rank 0 running?)",
                      a, strerror(e));
             return GCOLL_ERR_TIMEOUT;
+        }
+        if (gcoll_time_ms() >= next_note) {
+            GCOLL_WARN("rank %d: still waiting for rank 0 at GCOLL_ROOT %s: %s (is rank 0 running, "
+                       "with the same GCOLL_ROOT?)",
+                       bs->rank, a, e == ECONNREFUSED ? "connection refused" : strerror(e));
+            next_note = gcoll_time_ms() + 5000;
         }
         usleep(50000);
     }

@@ -251,6 +251,9 @@ gcoll_status_t gcoll_wait(gcoll_request_t *req)
         pthread_cond_wait(&comm->cond, &comm->lock);
     comm->waiters--;
     gcoll_status_t st = req->status;
+    if (st != GCOLL_OK) /* failed on the progress thread: the caller's thread learns why */
+        gcoll_set_last_error("%s",
+                             comm->last_error[0] ? comm->last_error : gcoll_status_string(st));
     pthread_mutex_unlock(&comm->lock);
     request_free(req);
     return st;
@@ -499,7 +502,13 @@ gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
     *comm_p = comm;
     return GCOLL_OK;
 err_free:
-    GCOLL_WARN("gcoll_comm_init failed: %s%s%s", gcoll_status_string(st), *err ? ": " : "", err);
+    /* with a reason, the status's name only: "GCOLL_ERR_MISMATCH: ranks disagree on ...",
+     * not "...: ranks disagree: ranks disagree on ..." */
+    if (*err)
+        GCOLL_WARN("gcoll_comm_init failed: %.*s: %s", (int)strcspn(gcoll_status_string(st), ":"),
+                   gcoll_status_string(st), err);
+    else
+        GCOLL_WARN("gcoll_comm_init failed: %s", gcoll_status_string(st));
     comm_free(comm);
     return st;
 }
@@ -569,7 +578,7 @@ int gcoll_comm_size(const gcoll_comm_t *comm)
 
 const char *gcoll_comm_last_error(const gcoll_comm_t *comm)
 {
-    return comm ? comm->last_error : "no communicator";
+    return comm ? comm->last_error : gcoll_last_error();
 }
 
 const char *gcoll_comm_transport(const gcoll_comm_t *comm)

@@ -134,10 +134,46 @@ static void test_match_hash(void **state)
     char s[1024];
     gcoll_config_match_string(&b, s, sizeof(s));
     assert_non_null(strstr(s, "GCOLL_RING_CHUNK=1048576"));
+    gcoll_config_free(&b);
+    /* a choice shows as the word the user wrote, never its enum number */
+    setenv("GCOLL_TRANSPORT", "ucx", 1);
+    setenv("GCOLL_ALGO", "rhd", 1);
+    assert_int_equal(gcoll_config_load(&b, err, sizeof(err)), GCOLL_OK);
+    gcoll_config_match_string(&b, s, sizeof(s));
+    assert_non_null(strstr(s, "GCOLL_TRANSPORT=ucx"));
+    assert_non_null(strstr(s, "GCOLL_ALGO=rhd"));
+    gcoll_config_match_string(&a, s, sizeof(s));
+    assert_non_null(strstr(s, "GCOLL_TRANSPORT=auto"));
     gcoll_config_free(&a);
     gcoll_config_free(&b);
+    unsetenv("GCOLL_TRANSPORT");
+    unsetenv("GCOLL_ALGO");
     unsetenv("GCOLL_TCP_IFNAME");
     unsetenv("GCOLL_RING_CHUNK");
+}
+
+/* gcoll-info's check: a value init would refuse is reported invalid, as init words it. */
+static void test_validate(void **state)
+{
+    (void)state;
+    size_t timeout = gcoll_param_count();
+    for (size_t i = 0; i < gcoll_param_count(); i++) {
+        gcoll_param_info_t p;
+        assert_int_equal(gcoll_param_get(i, &p), GCOLL_OK);
+        if (strcmp(p.name, "GCOLL_TIMEOUT_MS") == 0)
+            timeout = i;
+    }
+    assert_true(timeout < gcoll_param_count());
+    char why[256];
+    assert_int_equal(gcoll_param_validate(timeout, why, sizeof(why)), GCOLL_OK);
+    setenv("GCOLL_TIMEOUT_MS", "abc", 1);
+    assert_int_equal(gcoll_param_validate(timeout, why, sizeof(why)), GCOLL_ERR_INVALID);
+    assert_non_null(strstr(why, "GCOLL_TIMEOUT_MS='abc' is invalid: expected"));
+    setenv("GCOLL_TIMEOUT_MS", "30s", 1);
+    assert_int_equal(gcoll_param_validate(timeout, why, sizeof(why)), GCOLL_OK);
+    unsetenv("GCOLL_TIMEOUT_MS");
+    assert_int_equal(gcoll_param_validate(gcoll_param_count(), why, sizeof(why)),
+                     GCOLL_ERR_INVALID);
 }
 
 static void test_names(void **state)
@@ -164,7 +200,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_size), cmocka_unit_test(test_parse_duration),
         cmocka_unit_test(test_parse_misc), cmocka_unit_test(test_config_load),
-        cmocka_unit_test(test_match_hash), cmocka_unit_test(test_names),
+        cmocka_unit_test(test_match_hash), cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -212,8 +212,9 @@ static void test_cancel(void **state)
 
 /* ---- the bound ---------------------------------------------------------------------- */
 
-/* A peer's unexpected messages hold at most unexp_max bytes: the one beyond it is refused
- * with the transports' message, and room comes back as messages are claimed. */
+/* The unexpected messages of all peers hold at most unexp_max bytes (GCOLL_UNEXPECTED_BYTES):
+ * the one beyond it is refused with a message naming the peer and the setting, and room
+ * comes back as messages are claimed. */
 static void test_byte_bound(void **state)
 {
     fixture_t *f = *state;
@@ -225,8 +226,11 @@ static void test_byte_bound(void **state)
     assert_int_equal(arrive(f, 2, 7, msg, 40), GCOLL_OK); /* exactly full */
     assert_int_equal(f->peer.unexp_bytes, 100);
     assert_int_equal(arrive(f, 3, 7, msg, 1), GCOLL_ERR_NOMEM);
-    assert_string_equal(f->errmsg,
-                        "verbs: cannot buffer an unexpected message of 1 bytes from rank 3");
+    assert_string_equal(
+        f->errmsg,
+        "verbs: rank 3 sent a message of 1 bytes that no receive awaits while 100 bytes of such "
+        "messages are held: GCOLL_UNEXPECTED_BYTES=100 would be passed (the ranks are in "
+        "different calls, or rank 3 runs ahead by more than the bound)");
     /* a rendezvous offer holds no payload: it still fits */
     gcoll_unexp_t *offer = gcoll_match_keep(&f->peer, 4, 7, 1 << 20, 0, NULL, 0);
     assert_non_null(offer);
@@ -240,12 +244,29 @@ static void test_byte_bound(void **state)
     assert_int_equal(f->peer.unexp_bytes, 100);
     /* the first failure stays the one reported */
     assert_int_equal(arrive(f, 5, 7, msg, 2), GCOLL_ERR_NOMEM);
-    assert_string_equal(f->errmsg,
-                        "verbs: cannot buffer an unexpected message of 1 bytes from rank 3");
+    assert_string_equal(
+        f->errmsg,
+        "verbs: rank 3 sent a message of 1 bytes that no receive awaits while 100 bytes of such "
+        "messages are held: GCOLL_UNEXPECTED_BYTES=100 would be passed (the ranks are in "
+        "different calls, or rank 3 runs ahead by more than the bound)");
     /* no bound: only memory limits */
     f->m.unexp_max = 0;
     assert_int_equal(arrive(f, 5, 7, msg, 100), GCOLL_OK);
     assert_int_equal(f->peer.unexp_bytes, 200);
+    assert_int_equal(f->m.unexp_held, 200);
+    /* the bound is the communicator's: a second peer shares it */
+    gcoll_match_peer_t other;
+    gcoll_match_peer_init(&other, &f->m, 5);
+    f->m.unexp_max = 250;
+    f->errmsg[0] = '\0';
+    assert_non_null(gcoll_match_keep(&other, 1, 7, 50, 50, msg, GCOLL_UNEXP_WHOLE));
+    assert_null(gcoll_match_keep(&other, 2, 7, 1, 1, msg, GCOLL_UNEXP_WHOLE));
+    assert_non_null(strstr(f->errmsg, "rank 5 sent a message of 1 bytes"));
+    /* a whole message the transport keeps (storage 0, as UCX's descriptors) counts too */
+    f->m.unexp_max = 260;
+    assert_null(gcoll_match_keep(&other, 3, 7, 20, 0, NULL, GCOLL_UNEXP_WHOLE));
+    gcoll_match_peer_fini(&other);
+    assert_int_equal(f->m.unexp_held, 200);
 }
 
 /* ---- mismatches --------------------------------------------------------------------- */

@@ -19,6 +19,7 @@
 
 #include "transports/ucx/ucx_int.h"
 #include "base/util.h"
+#include "flood_util.h"
 
 typedef struct {
     gcoll_config_t cfg;
@@ -54,6 +55,8 @@ static int setup(void **state)
     p->cfg.timeout_ms = 10000;
     p->cfg.ucx_cma_min = 128 << 10;
     p->cfg.ucx_shm_max = 4096;
+    if (getenv("GCOLL_TEST_UNEXPECTED_BOUND"))
+        p->cfg.unexpected_bytes = 8 << 20;
     for (int r = 0; r < 2; r++) {
         gcoll_transport_params_t params = {.rank = r,
                                            .size = 2,
@@ -75,6 +78,15 @@ static int setup(void **state)
     assert_int_equal(p->st[1], GCOLL_OK);
     *state = p;
     return 0;
+}
+
+/* With GCOLL_UNEXPECTED_BYTES=8mb. */
+static int setup_bounded(void **state)
+{
+    setenv("GCOLL_TEST_UNEXPECTED_BOUND", "1", 1);
+    int rc = setup(state);
+    unsetenv("GCOLL_TEST_UNEXPECTED_BOUND");
+    return rc;
 }
 
 /* Without UCX's keepalive, which would wake a sleeping receiver every second anyway. */
@@ -493,6 +505,32 @@ static void test_destroy_answers(void **state)
     free(src);
 }
 
+/* 2 GiB that rank 1 never receives, against GCOLL_UNEXPECTED_BYTES=8mb (messages of 8 KiB,
+ * below the single-copy size): whole messages UCX keeps for rank 1 count against the
+ * bound, and at the bound rank 1 gives rank 0 up with GCOLL_ERR_NOMEM naming it; offers
+ * whose data stays with the sender (rendezvous) hold the sender back instead. Either way
+ * rank 1 holds at most the bound plus the documented overhead: 8 MiB here, UCX's own
+ * receive buffers touched as they fill (measured: 5 MiB over the bound at 8 KiB messages). */
+static void test_unexpected_bound(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    flood_result_t r = flood(&gcoll_ucx_ops, p->t[0], p->t[1], 8 << 10, 10);
+    print_message("ucx flood: %zu MiB sent, resident size grew %zu KiB, receive: %s\n",
+                  r.sent >> 20, r.rss_max >> 10, gcoll_status_string(r.recv_status));
+    assert_true(r.rss_max < (8u << 20) + (8u << 20));
+    /* rank 1 gave rank 0 up (whose sends UCX completes and rank 1 drops: rank 0 learns at
+     * its next receive from rank 1), or flow control held the rest back */
+    int gave_up = r.recv_status == GCOLL_ERR_NOMEM;
+    assert_true(gave_up || r.sent <= (8u << 20));
+    if (gave_up) {
+        assert_int_equal(r.recv_status, GCOLL_ERR_NOMEM);
+        const char *err = gcoll_ucx_ops.last_error(p->t[1]);
+        assert_non_null(strstr(err, "rank 0 sent a message of 8192 bytes that no receive"));
+        assert_non_null(strstr(err, "GCOLL_UNEXPECTED_BYTES=8388608"));
+    }
+}
+
 /* A failed peer: the receive pending from it and later ones fail with its status; a
  * message it sent whole (through the mailbox) is still received, one whose data stayed
  * with it (a single-copy descriptor) is not. */
@@ -669,6 +707,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_registration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_answers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_fail_keeps_whole, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unexpected_bound, setup_bounded, teardown),
         cmocka_unit_test_setup_teardown(test_stranger_injection, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

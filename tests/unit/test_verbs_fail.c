@@ -71,10 +71,10 @@ static void test_completion_errors(void **state)
     assert_string_equal(gcoll_vb_wc_name((enum ibv_wc_status)200), "IBV_WC_(unknown)");
 }
 
-/* A peer that fails (not one that leaves cleanly, test_peer_closed) takes the messages
- * it sent with it: one that waited unexpected is not received after the failure, which
- * fails that receive with the failure's status instead. */
-static void test_failure_drops_buffered(void **state)
+/* A peer that fails (not one that leaves cleanly, test_peer_closed) leaves the whole
+ * messages it sent before, as on tcp and ucx: one that waited unexpected is received
+ * after the failure; a receive of anything else fails with the failure's status. */
+static void test_failure_keeps_whole(void **state)
 {
     (void)state;
     pair_t *p = pair_open(NULL);
@@ -97,7 +97,13 @@ static void test_failure_drops_buffered(void **state)
     gcoll_treq_t r = req(1, 5, buf, sizeof(msg));
     OPS.irecv(p->t[0], &r);
     assert_true(r.done);
-    assert_int_equal(r.status, GCOLL_ERR_PEER);
+    assert_int_equal(r.status, GCOLL_OK);
+    assert_int_equal(r.nbytes, sizeof(msg));
+    assert_memory_equal(buf, msg, sizeof(msg));
+    gcoll_treq_t r2 = req(1, 6, buf, sizeof(msg));
+    OPS.irecv(p->t[0], &r2);
+    assert_true(r2.done);
+    assert_int_equal(r2.status, GCOLL_ERR_PEER);
     pair_close(p);
 }
 
@@ -429,7 +435,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_codec),
         cmocka_unit_test_setup_teardown(test_completion_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_failure_drops_buffered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failure_keeps_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_closed, setup, teardown),

@@ -246,17 +246,20 @@ static void dp_header(const dp_run_t *r)
     FILE *out = r->out;
     const char *c = o->csv ? "# " : "";
     train_print_model(out, c, r->comm, &r->w);
+    char buckets[64];
+    if (o->bucket_bytes == 1)
+        snprintf(buckets, sizeof(buckets), "one bucket per tensor");
+    else if (o->bucket_bytes == 0)
+        snprintf(buckets, sizeof(buckets), "buckets sized by GCOLL_BUCKET_BYTES");
+    else
+        snprintf(buckets, sizeof(buckets), "buckets of %zu bytes", o->bucket_bytes);
     fprintf(out,
-            "%scompressor %s, policy %s%s, buckets of %zu bytes%s; batch %d per rank (%zu "
+            "%scompressor %s, policy %s%s, %s; batch %d per rank (%zu "
             "global), lr %g%s%s, momentum %g%s; %zu steps per epoch on %zu examples, %zu test; "
             "seed %llu\n",
             c, o->compressor, r->policy ? r->policy : "none",
-            r->dgc_rule ? " (DGC's layer rule)" : "", o->bucket_bytes,
-            o->bucket_bytes == 1   ? " (one per tensor)"
-            : o->bucket_bytes == 0 ? " (GCOLL_BUCKET_BYTES)"
-                                   : "",
-            o->batch, r->global, (double)o->lr, " ", train_lr_schedule_name(o->lr_schedule),
-            (double)r->momentum,
+            r->dgc_rule ? " (DGC's layer rule)" : "", buckets, o->batch, r->global, (double)o->lr,
+            " ", train_lr_schedule_name(o->lr_schedule), (double)r->momentum,
             r->dgc_default                  ? " (0 on DGC's tensors: DGC corrects momentum itself)"
             : r->rctx.momentum_first > 0.0f ? " (before compression: error feedback)"
                                             : "",

@@ -393,18 +393,17 @@ static void handle_read(gcoll_transport_t *t, tcp_sock_t *s, int to_end)
                 return;
             continue;
         }
-        if (n == 0) {
-            if (s->hdr_have != 0)
-                proto_error(t, s, "connection closed in the middle of a frame");
-            else
-                sock_eof(t, s);
+        if (n == 0 && s->hdr_have == 0) {
+            sock_eof(t, s);
             return;
         }
-        if (errno == EINTR)
+        if (n < 0 && errno == EINTR)
             continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
-        int peer = s->peer, err = errno;
+        /* A reset, or the end inside a frame: a rank killed in the middle of a send
+         * (SIGKILL, out of memory), not a malformed stream. */
+        int peer = s->peer, err = n == 0 ? 0 : errno;
         tcp_peer_t *p = &t->peers[peer];
         if (!p->draining) {
             /* A rank that exits right after failing resets its connections; what it sent
@@ -418,8 +417,9 @@ static void handle_read(gcoll_transport_t *t, tcp_sock_t *s, int to_end)
             if (p->rx.failed)
                 return;
         }
-        set_error(t, "connection to rank %d failed: %s", peer, strerror(err));
-        GCOLL_WARN("connection to rank %d failed: %s", peer, strerror(err));
+        const char *how = err ? strerror(err) : "closed in the middle of a message";
+        set_error(t, "connection to rank %d failed: %s (rank %d exited or died)", peer, how, peer);
+        GCOLL_WARN("connection to rank %d failed: %s (rank %d exited or died)", peer, how, peer);
         peer_fail(t, peer, gone_status(t));
         return;
     }

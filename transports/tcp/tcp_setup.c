@@ -153,6 +153,7 @@ static gcoll_status_t tcp_create(const gcoll_transport_params_t *params, gcoll_t
     t->peers = calloc((size_t)t->size, sizeof(*t->peers));
     t->match = (gcoll_match_t){.errmsg = t->errmsg,
                                .errlen = sizeof(t->errmsg),
+                               .unexp_max = params->cfg->unexpected_bytes,
                                .prefix = "",
                                .complete = gcoll_tcp_complete,
                                .ctx = t};

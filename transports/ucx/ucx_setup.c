@@ -396,6 +396,7 @@ gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_tr
     t->shm_senders = calloc((size_t)t->size, sizeof(*t->shm_senders));
     t->match = (gcoll_match_t){.errmsg = t->errmsg,
                                .errlen = sizeof(t->errmsg),
+                               .unexp_max = params->cfg ? params->cfg->unexpected_bytes : 0,
                                .prefix = "",
                                .complete = gcoll_ucx_match_complete,
                                .release = gcoll_ucx_match_release,

@@ -86,15 +86,16 @@ const char *gcoll_vb_wc_name(enum ibv_wc_status s)
     return wc_table[s].name;
 }
 
-/* Fails everything pending with this peer, and its buffered messages; later posts to it
- * fail at once. The QPs go to the error state before any request the adapter may be
- * reading or writing for it completes. */
+/* Fails everything pending with this peer; later posts to it fail at once. The messages
+ * it sent whole (eager) stay for their receives, as on tcp and ucx: the failure is the
+ * peer's, not its earlier messages'; rendezvous offers go (their data is on the peer). The QPs go
+ * to the error state before any request the adapter may be reading or writing for it completes. */
 void gcoll_vb_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
 {
     gcoll_vb_peer_t *p = &t->peers[peer];
     if (p->rx.failed)
         return;
-    gcoll_match_fail(&p->rx, st, GCOLL_MATCH_DROP_ALL);
+    gcoll_match_fail(&p->rx, st, GCOLL_MATCH_KEEP_WHOLE);
     for (int q = 0; p->qps && q < t->nqp; q++) {
         if (!p->qps[q].qp)
             continue;

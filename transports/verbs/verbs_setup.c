@@ -519,6 +519,7 @@ gcoll_status_t gcoll_vb_create(const gcoll_transport_params_t *params, gcoll_tra
     GCOLL_CHECK_GOTO(vb_cq(t, cqe), st, err_free);
     GCOLL_CHECK_GOTO(vb_rings(t, cfg), st, err_free);
     GCOLL_CHECK_GOTO(vb_peers(t), st, err_free);
+    t->match.unexp_max = cfg->unexpected_bytes;
     GCOLL_CHECK_GOTO(vb_events(t), st, err_free);
     if (t->size > 1)
         GCOLL_CHECK_GOTO(listen_on(t, params->local_ip), st, err_free);

@@ -38,7 +38,7 @@ OPS = {"sum": SUM, "avg": AVG, "min": MIN, "max": MAX, "prod": PROD}
 class GcollError(RuntimeError):
     """A gcoll call failed. status is the gcoll_status_t value, status_name its name
     ("GCOLL_ERR_TIMEOUT"), and message the detail (gcoll_comm_last_error() when the call
-    had a communicator)."""
+    had a communicator, else the thread's gcoll_last_error())."""
 
     def __init__(self, what, status, message=""):
         self.what = what
@@ -159,6 +159,7 @@ _PROTOS = {
     "gcoll_comm_rank": (ctypes.c_int, [_p]),
     "gcoll_comm_size": (ctypes.c_int, [_p]),
     "gcoll_comm_last_error": (ctypes.c_char_p, [_p]),
+    "gcoll_last_error": (ctypes.c_char_p, []),
     "gcoll_comm_transport": (ctypes.c_char_p, [_p]),
     "gcoll_comm_counters": (_st, [_p, ctypes.POINTER(Counters)]),
     "gcoll_allreduce": (_st, [_p, _p, _p, _sz, ctypes.c_int, ctypes.c_int]),
@@ -236,6 +237,8 @@ def check(status, what, comm_ptr=None, message=None):
         message = ""
         if comm_ptr:
             message = lib.gcoll_comm_last_error(comm_ptr).decode(errors="replace")
+        if not message:  # this thread's last error: a failed init or spec, say
+            message = lib.gcoll_last_error().decode(errors="replace")
         if not message:
             message = status_string(status)
     raise GcollError(what, status, message)

@@ -107,9 +107,8 @@ class Comm:
                                           root.encode() if root is not None else None,
                                           ctypes.byref(h))
             what = "gcoll_comm_init_rank"
-        # Without a communicator the reason is in gcoll's log (stderr); say where to look.
-        _lib.check(st, what, message=None if st == _lib.OK else
-                   _lib.status_string(st) + " (details in gcoll's log on stderr)")
+        # Without a communicator the reason is this thread's gcoll_last_error().
+        _lib.check(st, what)
         self._ptr = h.value
 
     @classmethod

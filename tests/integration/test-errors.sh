@@ -1,0 +1,88 @@
+#!/bin/sh
+# test-errors.sh: errors a user can act on (issue 33, item 6), through the tools:
+# gcoll-info validates values as init does, has --version, and suggests the known name
+# for a misspelt GCOLL_ one; gcoll-run takes -np; gcoll-overlap-bench --help; a transport
+# mismatch names the setting with the words the user wrote, says "ranks disagree" once,
+# and the tool prints gcoll_last_error().
+. "$(dirname "$0")/lib.sh"
+
+INFO="$top_builddir/tools/gcoll-info"
+OVB="$top_builddir/tools/gcoll-overlap-bench"
+
+GCOLL_TIMEOUT_MS=abc timeout 30 "$INFO" -c >"$TMP/info" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^GCOLL_TIMEOUT_MS=abc (invalid)$" "$TMP/info" &&
+    grep -q "GCOLL_TIMEOUT_MS='abc' is invalid: expected" "$TMP/info"; then
+    pass "gcoll-info reports GCOLL_TIMEOUT_MS=abc invalid (exit 1)"
+else
+    fail "gcoll-info with GCOLL_TIMEOUT_MS=abc: exit $rc, $(grep GCOLL_TIMEOUT_MS "$TMP/info" | head -3)"
+fi
+
+v=$(timeout 30 "$INFO" --version 2>&1)
+case $v in
+"gcoll "[0-9]*.[0-9]*.[0-9]*) pass "gcoll-info --version: $v" ;;
+*) fail "gcoll-info --version printed '$v'" ;;
+esac
+
+GCOLL_TIMOUT_MS=5 timeout 30 "$INFO" -c >"$TMP/typo" 2>&1
+if grep -q "unknown environment variable GCOLL_TIMOUT_MS: did you mean GCOLL_TIMEOUT_MS?" "$TMP/typo"; then
+    pass "a misspelt GCOLL_ name gets a suggestion"
+else
+    fail "no suggestion for GCOLL_TIMOUT_MS: $(grep -i unknown "$TMP/typo")"
+fi
+
+if timeout 30 "$OVB" --help >"$TMP/ovb" 2>&1 && grep -q "^usage: gcoll-overlap-bench" "$TMP/ovb"; then
+    pass "gcoll-overlap-bench --help"
+else
+    fail "gcoll-overlap-bench --help: $(head -2 "$TMP/ovb")"
+fi
+
+if timeout 60 "$gcoll_run" -np 2 -q --timeout 50 -- sh -c 'echo "r$GCOLL_RANK/$GCOLL_SIZE"' \
+    >"$TMP/np" 2>&1 && grep -q "r1/2" "$TMP/np"; then
+    pass "gcoll-run -np 2"
+else
+    fail "gcoll-run -np 2: $(head -3 "$TMP/np")"
+fi
+
+# A bad GCOLL_COMPRESSOR is blamed on the variable, not on --compressor (not given).
+GCOLL_COMPRESSOR=bogus timeout 30 "$top_builddir/tools/gcoll-train" >"$TMP/tr" 2>&1
+if grep -q "^gcoll-train: GCOLL_COMPRESSOR: " "$TMP/tr" && ! grep -q -- "--compressor" "$TMP/tr"; then
+    pass "gcoll-train names GCOLL_COMPRESSOR for a bad spec in it"
+else
+    fail "gcoll-train with GCOLL_COMPRESSOR=bogus: $(head -2 "$TMP/tr")"
+fi
+if ! timeout 30 "$top_builddir/tools/gcoll-train" --compressor bogus >"$TMP/tr2" 2>&1 &&
+    grep -q "^gcoll-train: --compressor: " "$TMP/tr2"; then
+    pass "gcoll-train names --compressor for a bad spec given there"
+else
+    fail "gcoll-train --compressor bogus: $(head -2 "$TMP/tr2")"
+fi
+
+# Rank 1 alone, rank 0 never started: after 5 s it says whom it awaits and that the port
+# refused, then fails at GCOLL_TIMEOUT_MS with the reason printed by the tool.
+port=$(free_port)
+GCOLL_RANK=1 GCOLL_SIZE=2 GCOLL_ROOT=127.0.0.1:$port GCOLL_TIMEOUT_MS=7s \
+    timeout 30 "$DEMO" >"$TMP/alone" 2>&1
+if grep -q "rank 1: still waiting for rank 0 at GCOLL_ROOT 127.0.0.1:$port: connection refused" \
+    "$TMP/alone" && grep -q "^gcoll-demo: gcoll_comm_init failed: GCOLL_ERR_TIMEOUT: " "$TMP/alone"; then
+    pass "a rank whose root never comes says so every 5 s, with 'connection refused'"
+else
+    fail "rank 1 alone: $(head -4 "$TMP/alone")"
+fi
+
+# Rank 1 asks for another transport than rank 0: both are told which setting and values.
+if "$INFO" -t | grep -q "^ucx *usable"; then
+    timeout 120 "$gcoll_run" -n 2 -q --timeout 100 -x GCOLL_TRANSPORT=tcp \
+        --rank-env 1:GCOLL_TRANSPORT=ucx -x GCOLL_DEBUG=none -- "$DEMO" >"$TMP/mm" 2>&1
+    if grep -q "rank 0 has GCOLL_TRANSPORT=tcp, rank 1 has GCOLL_TRANSPORT=ucx" "$TMP/mm" &&
+        ! grep -q "ranks disagree: ranks disagree" "$TMP/mm" &&
+        grep -q "gcoll-demo: gcoll_comm_init failed: GCOLL_ERR_MISMATCH" "$TMP/mm"; then
+        pass "a transport mismatch names GCOLL_TRANSPORT=tcp and =ucx (GCOLL_DEBUG=none)"
+    else
+        fail "transport mismatch: $(cat "$TMP/mm" | head -5)"
+    fi
+else
+    note "skip: the transport mismatch needs ucx"
+fi
+
+finish
