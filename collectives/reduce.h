@@ -16,6 +16,10 @@ void gcoll_reduce(void *dst, const void *src, size_t n, gcoll_dtype_t dtype, gco
  * keep the first operand when one is NaN). */
 void gcoll_reduce_rev(void *dst, const void *src, size_t n, gcoll_dtype_t dtype, gcoll_op_t op);
 
+/* Why op cannot reduce dtype (a bitwise op on a float type, AVG on bool), or NULL when it
+ * can. Both must be known values. */
+const char *gcoll_reduce_check(gcoll_dtype_t dtype, gcoll_op_t op);
+
 /* Completes an AVG: divides n elements by nranks (integers truncate toward zero). */
 void gcoll_reduce_finish(void *buf, size_t n, gcoll_dtype_t dtype, gcoll_op_t op, int nranks);
 

@@ -46,16 +46,51 @@ typedef enum {
     GCOLL_ERR_INTERNAL = -9     /* a bug in gcoll */
 } gcoll_status_t;
 
+/* Element types. Every collective that only moves bytes (broadcast, allgather(v),
+ * alltoall(v)) takes every dtype; the reductions take the (dtype, op) pairs below.
+ * Each combination of two values is computed once and rounded once to the dtype:
+ * - float types: fp16, bf16 and both fp8 are computed in fp32 and rounded to nearest even;
+ *   NaN operands give NaN for SUM/PROD/AVG; MIN and MAX keep the first operand when one
+ *   is NaN (so the result may depend on the order ranks combine in).
+ * - integer types: SUM and PROD wrap as the type does (modulo 2^bits); AVG is the wrapped
+ *   sum divided by the rank count, truncated toward zero.
+ * - bool (one byte, 0 is false, anything else true; a combined value is 0 or 1, on one rank
+ *   the input is copied as it is): SUM, MAX and BOR are logical or; PROD, MIN and BAND
+ *   logical and; BXOR exclusive or (PyTorch's mapping).
+ * - BAND, BOR, BXOR are bitwise for the integer types and bool. They, and AVG on bool, are
+ *   GCOLL_ERR_INVALID for a float type, with the reason in gcoll_comm_last_error().
+ * Values are appended at the end: existing values never change. */
 typedef enum {
     GCOLL_FLOAT32,
     GCOLL_FLOAT16,  /* IEEE binary16, reduced in fp32 */
     GCOLL_BFLOAT16, /* reduced in fp32 */
     GCOLL_FLOAT64,
     GCOLL_INT32,
-    GCOLL_INT64
+    GCOLL_INT64,
+    GCOLL_BOOL, /* one byte per value, as C's bool and PyTorch's torch.bool */
+    GCOLL_INT8,
+    GCOLL_UINT8,
+    GCOLL_INT16,
+    GCOLL_UINT32,
+    GCOLL_UINT64,
+    /* OCP 8-bit floating point (OFP8, v1.0, 2023): E4M3 is "fn": bias 7, no infinities,
+     * S.1111.111 is NaN, largest 448, and a result beyond 464 (an infinity included) is NaN,
+     * as PyTorch's float8_e4m3fn conversion gives; E5M2 is IEEE-like: bias 15, largest
+     * 57344, overflow to infinity. Reduced in fp32, rounded to nearest even once. */
+    GCOLL_FLOAT8_E4M3,
+    GCOLL_FLOAT8_E5M2
 } gcoll_dtype_t;
 
-typedef enum { GCOLL_SUM, GCOLL_AVG, GCOLL_MIN, GCOLL_MAX, GCOLL_PROD } gcoll_op_t;
+typedef enum {
+    GCOLL_SUM,
+    GCOLL_AVG,
+    GCOLL_MIN,
+    GCOLL_MAX,
+    GCOLL_PROD,
+    GCOLL_BAND, /* bitwise and (integer types and bool) */
+    GCOLL_BOR,  /* bitwise or */
+    GCOLL_BXOR  /* bitwise exclusive or */
+} gcoll_op_t;
 
 typedef struct gcoll_comm gcoll_comm_t;
 typedef struct gcoll_request gcoll_request_t;
@@ -80,7 +115,8 @@ GCOLL_EXPORT const char *gcoll_last_error(void);
 /* Size in bytes of one element of dtype, 0 for an unknown dtype. */
 GCOLL_EXPORT size_t gcoll_dtype_size(gcoll_dtype_t dtype);
 
-/* Name of a dtype ("float32") or op ("sum"); "?" when unknown. */
+/* Name of a dtype ("float32", "bool", "uint8", "float8_e4m3", ...) or op ("sum", "band");
+ * "?" when unknown. Never blocks; thread safe. */
 GCOLL_EXPORT const char *gcoll_dtype_name(gcoll_dtype_t dtype);
 GCOLL_EXPORT const char *gcoll_op_name(gcoll_op_t op);
 
@@ -213,8 +249,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_comm_probe_bandwidth(const gcoll_comm_t *comm,
 /* ------------------------------------------------------------------------ */
 /* Dense collectives. Each blocking call is a nonblocking call plus gcoll_wait.
  * Errors common to all: GCOLL_ERR_INVALID (NULL comm, NULL buffer with count > 0, bad
- * dtype/op/root), GCOLL_ERR_MISMATCH (ranks passed different counts, dtypes or ops),
- * GCOLL_ERR_PEER, GCOLL_ERR_TIMEOUT, GCOLL_ERR_TRANSPORT, GCOLL_ERR_ABORTED. */
+ * dtype/op/root, an op the dtype does not take), GCOLL_ERR_MISMATCH (ranks passed different counts,
+ * dtypes or ops), GCOLL_ERR_PEER, GCOLL_ERR_TIMEOUT, GCOLL_ERR_TRANSPORT, GCOLL_ERR_ABORTED. */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], on every rank. AVG is the sum divided by the
  * rank count (for integers, truncated). fp16/bf16 are accumulated in fp32. Blocks.

@@ -14,11 +14,18 @@
 
 static int dtype_ok(gcoll_dtype_t d)
 {
-    return d >= GCOLL_FLOAT32 && d <= GCOLL_INT64;
+    return d >= GCOLL_FLOAT32 && d <= GCOLL_FLOAT8_E5M2;
 }
-static int op_ok(gcoll_op_t o)
+
+/* A known op that the kernels can apply to dtype (checked after dtype_ok). */
+static gcoll_status_t check_op(gcoll_comm_t *comm, const char *what, gcoll_dtype_t dtype,
+                               gcoll_op_t op)
 {
-    return o >= GCOLL_SUM && o <= GCOLL_PROD;
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, op >= GCOLL_SUM && op <= GCOLL_BXOR,
+                                      "unknown op %d", (int)op));
+    const char *why = gcoll_reduce_check(dtype, op);
+    return gcoll_comm_check_args(comm, what, why == NULL, "op %s on dtype %s: %s",
+                                 gcoll_op_name(op), gcoll_dtype_name(dtype), why ? why : "");
 }
 
 /* Common checks; count elements of dtype must fit in memory. */
@@ -43,7 +50,7 @@ gcoll_status_t gcoll_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *r
 {
     const char *what = "gcoll_allreduce";
     GCOLL_CHECK(check_common(comm, what, count, dtype));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, op_ok(op), "unknown op %d", (int)op));
+    GCOLL_CHECK(check_op(comm, what, dtype, op));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || (sendbuf && recvbuf),
                                       "NULL buffer with count %zu", count));
     return gcoll_op_iallreduce(comm, what, sendbuf, recvbuf, count, dtype, op, req_p);
@@ -219,8 +226,7 @@ gcoll_status_t gcoll_ireduce_scatter(gcoll_comm_t *comm, const void *sendbuf, vo
 {
     const char *what = "gcoll_reduce_scatter";
     GCOLL_CHECK(check_base(comm, what, dtype));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, op >= GCOLL_SUM && op <= GCOLL_PROD,
-                                      "unknown op %d", (int)op));
+    GCOLL_CHECK(check_op(comm, what, dtype, op));
     GCOLL_CHECK(check_bytes(comm, what, recvcount, gcoll_dtype_size(dtype), (size_t)comm->size));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, recvcount == 0 || (sendbuf && recvbuf),
                                       "NULL buffer with count %zu", recvcount));

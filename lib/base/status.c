@@ -39,6 +39,14 @@ size_t gcoll_dtype_size(gcoll_dtype_t dtype)
     case GCOLL_FLOAT64: return 8;
     case GCOLL_INT32: return 4;
     case GCOLL_INT64: return 8;
+    case GCOLL_BOOL: return 1;
+    case GCOLL_INT8: return 1;
+    case GCOLL_UINT8: return 1;
+    case GCOLL_INT16: return 2;
+    case GCOLL_UINT32: return 4;
+    case GCOLL_UINT64: return 8;
+    case GCOLL_FLOAT8_E4M3: return 1;
+    case GCOLL_FLOAT8_E5M2: return 1;
     }
     /* clang-format on */
     return 0;
@@ -54,6 +62,14 @@ const char *gcoll_dtype_name(gcoll_dtype_t dtype)
     case GCOLL_FLOAT64: return "float64";
     case GCOLL_INT32: return "int32";
     case GCOLL_INT64: return "int64";
+    case GCOLL_BOOL: return "bool";
+    case GCOLL_INT8: return "int8";
+    case GCOLL_UINT8: return "uint8";
+    case GCOLL_INT16: return "int16";
+    case GCOLL_UINT32: return "uint32";
+    case GCOLL_UINT64: return "uint64";
+    case GCOLL_FLOAT8_E4M3: return "float8_e4m3";
+    case GCOLL_FLOAT8_E5M2: return "float8_e5m2";
     }
     /* clang-format on */
     return "?";
@@ -68,6 +84,9 @@ const char *gcoll_op_name(gcoll_op_t op)
     case GCOLL_MIN: return "min";
     case GCOLL_MAX: return "max";
     case GCOLL_PROD: return "prod";
+    case GCOLL_BAND: return "band";
+    case GCOLL_BOR: return "bor";
+    case GCOLL_BXOR: return "bxor";
     }
     /* clang-format on */
     return "?";

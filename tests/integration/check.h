@@ -51,5 +51,6 @@ int run_efmean(int argc, char **argv);          /* check_ef.c */
 int run_onestep(int argc, char **argv);         /* check_ef.c */
 int run_clip(void);                             /* check_ef.c */
 int run_rss(int argc, char **argv);             /* check_ef.c */
+int run_dtypes(void); /* check_dtypes.c: integer, bool and fp8 dtypes, bitwise ops */
 
 #endif /* GCOLL_CHECK_H */

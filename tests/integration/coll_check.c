@@ -82,6 +82,7 @@ static void store(void *buf, size_t i, gcoll_dtype_t dt, int v)
     case GCOLL_INT64: ((int64_t *)buf)[i] = v; break;
     case GCOLL_FLOAT16: ((uint16_t *)buf)[i] = int_to_half(v); break;
     case GCOLL_BFLOAT16: ((uint16_t *)buf)[i] = int_to_bf16(v); break;
+    default: break; /* the other dtypes: check_dtypes.c */
     }
     /* clang-format on */
 }
@@ -96,6 +97,7 @@ static double load(const void *buf, size_t i, gcoll_dtype_t dt)
     case GCOLL_INT64: return (double)((const int64_t *)buf)[i];
     case GCOLL_FLOAT16: return half_to_double(((const uint16_t *)buf)[i]);
     case GCOLL_BFLOAT16: return bf16_to_double(((const uint16_t *)buf)[i]);
+    default: break;
     }
     /* clang-format on */
     return NAN;
@@ -113,6 +115,7 @@ double expected(size_t i, gcoll_dtype_t dt, gcoll_op_t op)
         case GCOLL_PROD: acc *= v; break;
         case GCOLL_MIN: acc = v < acc ? v : acc; break;
         case GCOLL_MAX: acc = v > acc ? v : acc; break;
+        default: break;
         }
         /* clang-format on */
     }
@@ -462,12 +465,14 @@ static int run_allreduce(void)
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
             for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
                 check_allreduce(counts[c], dtypes[d], ops[o], (int)((c + o) % 2));
+    run_dtypes();
     return failures;
 }
 
 static int run_all(void)
 {
     run_gathers();
+    run_dtypes();
     const size_t counts[] = {0, 1, 7, 1000003};
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)

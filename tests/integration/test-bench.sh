@@ -22,6 +22,32 @@ for tr in $(transports); do
         fi
     done
 done
+# the dtypes after the first six: integer sums checked (-c), bool and fp8 run (their
+# results are checked by coll_check's dtypes part), a bitwise op on uint8
+for dt in int8 uint8 int16 uint32 uint64 bool float8_e4m3 float8_e5m2; do
+    out="$TMP/bench-dtype-$dt.csv"
+    if timeout 120 "$gcoll_run" -n 3 -q --timeout 100 -- \
+        "$BENCH" -d "$dt" -b 8 -e 64K -f 16 -n 2 -w 1 -c --csv >"$out" 2>&1 &&
+       [ "$(grep -c "^[0-9].*,$dt," "$out")" -ge 3 ] &&
+       ! awk -F, '/^[0-9]/ && $8 != "0" && $8 != "N/A"' "$out" | grep -q .; then
+        case $dt in
+        bool | float8*) pass "gcoll-bench -d $dt: $(grep -c '^[0-9]' "$out") sizes ran (not checked here)" ;;
+        *) pass "gcoll-bench -d $dt -c: $(grep -c '^[0-9]' "$out") sizes, none wrong" ;;
+        esac
+    else
+        fail "gcoll-bench -d $dt"
+        cat "$out"
+    fi
+done
+out="$TMP/bench-bxor.csv"
+if timeout 120 "$gcoll_run" -n 3 -q --timeout 100 -- \
+    "$BENCH" -d uint8 -r bxor -b 1K -e 1K -n 2 -w 1 --csv >"$out" 2>&1 &&
+   grep -q "^1024,1024,uint8,bxor," "$out"; then
+    pass "gcoll-bench -d uint8 -r bxor"
+else
+    fail "gcoll-bench -d uint8 -r bxor"
+    cat "$out"
+fi
 # check_z NAME ROWS ROW_REGEX GCOLL_RUN_ARGS... -- BENCH_ARGS...: a compressed gcoll-bench -c
 # run on 3 ranks passes when ROWS lines match ROW_REGEX and none has a wrong element
 check_z() {

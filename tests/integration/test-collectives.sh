@@ -1,6 +1,8 @@
 #!/bin/sh
 # test-collectives.sh: every collective, dtype, op and count on 1-5 ranks, on every
-# transport built, checked against independently computed results.
+# transport built, checked against independently computed results. The all and allreduce
+# modes include check_dtypes.c: the integer, bool and fp8 dtypes and the bitwise ops, so
+# every forced allreduce algorithm below runs them too.
 . "$(dirname "$0")/lib.sh"
 
 for tr in $(transports); do
