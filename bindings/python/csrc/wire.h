@@ -34,13 +34,38 @@ static bool reducible_dtype(at::ScalarType s, gcoll_dtype_t *dt)
     case at::kLong:
         *dt = GCOLL_INT64;
         return true;
+    case at::kBool:
+        *dt = GCOLL_BOOL;
+        return true;
+    case at::kChar:
+        *dt = GCOLL_INT8;
+        return true;
+    case at::kByte:
+        *dt = GCOLL_UINT8;
+        return true;
+    case at::kShort:
+        *dt = GCOLL_INT16;
+        return true;
+    case at::kUInt32:
+        *dt = GCOLL_UINT32;
+        return true;
+    case at::kUInt64:
+        *dt = GCOLL_UINT64;
+        return true;
+    case at::kFloat8_e4m3fn:
+        *dt = GCOLL_FLOAT8_E4M3;
+        return true;
+    case at::kFloat8_e5m2:
+        *dt = GCOLL_FLOAT8_E5M2;
+        return true;
     default:
         return false;
     }
 }
 
-static const char *const REDUCIBLE = "float32, float64, float16, bfloat16, int32, int64 and "
-                                     "complex64/complex128 (as their real view) with SUM or AVG";
+static const char *const REDUCIBLE =
+    "float32, float64, float16, bfloat16, float8_e4m3fn, float8_e5m2, bool, int8, uint8, int16, "
+    "int32, uint32, int64, uint64 and complex64/complex128 (as their real view) with SUM or AVG";
 
 static gcoll_op_t to_gcoll_op(const c10d::ReduceOp &op, const char *what)
 {
@@ -56,17 +81,18 @@ static gcoll_op_t to_gcoll_op(const c10d::ReduceOp &op, const char *what)
     case c10d::ReduceOp::PRODUCT:
         return GCOLL_PROD;
     case c10d::ReduceOp::BAND:
+        return GCOLL_BAND;
     case c10d::ReduceOp::BOR:
+        return GCOLL_BOR;
     case c10d::ReduceOp::BXOR:
-        TORCH_CHECK(false, "gcoll backend: ", what,
-                    ": the bitwise reduce ops (BAND, BOR, BXOR) are not in gcoll's C API yet; "
-                    "use a gloo group for them (dist.new_group(backend=\"gloo\"))");
+        return GCOLL_BXOR;
     default:
         break;
     }
-    TORCH_CHECK(false, "gcoll backend: ", what, ": reduce op ", static_cast<int>(op.op_),
-                " is not supported (SUM, AVG, MIN, MAX, PRODUCT; PREMUL_SUM: scale the "
-                "tensor first and use SUM)");
+    TORCH_CHECK(
+        false, "gcoll backend: ", what, ": reduce op ", static_cast<int>(op.op_),
+        " is not supported (SUM, AVG, MIN, MAX, PRODUCT, BAND, BOR, BXOR; PREMUL_SUM: scale the "
+        "tensor first and use SUM)");
 }
 
 static void check_cpu(const at::Tensor &t, const char *what)

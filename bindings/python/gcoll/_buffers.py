@@ -13,6 +13,12 @@ _NUMPY_DTYPES = {
     "float64": _lib.FLOAT64,
     "int32": _lib.INT32,
     "int64": _lib.INT64,
+    "bool": _lib.BOOL,
+    "int8": _lib.INT8,
+    "uint8": _lib.UINT8,
+    "int16": _lib.INT16,
+    "uint32": _lib.UINT32,
+    "uint64": _lib.UINT64,
 }
 _TORCH_DTYPES = {
     "torch.float32": _lib.FLOAT32,
@@ -21,6 +27,14 @@ _TORCH_DTYPES = {
     "torch.float64": _lib.FLOAT64,
     "torch.int32": _lib.INT32,
     "torch.int64": _lib.INT64,
+    "torch.bool": _lib.BOOL,
+    "torch.int8": _lib.INT8,
+    "torch.uint8": _lib.UINT8,
+    "torch.int16": _lib.INT16,
+    "torch.uint32": _lib.UINT32,
+    "torch.uint64": _lib.UINT64,
+    "torch.float8_e4m3fn": _lib.FLOAT8_E4M3,
+    "torch.float8_e5m2": _lib.FLOAT8_E5M2,
 }
 DTYPE_NAMES = {
     _lib.FLOAT32: "float32",
@@ -29,6 +43,14 @@ DTYPE_NAMES = {
     _lib.FLOAT64: "float64",
     _lib.INT32: "int32",
     _lib.INT64: "int64",
+    _lib.BOOL: "bool",
+    _lib.INT8: "int8",
+    _lib.UINT8: "uint8",
+    _lib.INT16: "int16",
+    _lib.UINT32: "uint32",
+    _lib.UINT64: "uint64",
+    _lib.FLOAT8_E4M3: "float8_e4m3",
+    _lib.FLOAT8_E5M2: "float8_e5m2",
 }
 
 
@@ -61,8 +83,8 @@ def as_buf(x, what, writable=False, dtypes=None):
     if _is_numpy(x):
         dtype = _NUMPY_DTYPES.get(x.dtype.name)
         if dtype is None:
-            raise TypeError("%s: numpy dtype %s is not supported (float32, float16, float64, "
-                            "int32, int64)" % (what, x.dtype))
+            raise TypeError("%s: numpy dtype %s is not supported (%s)"
+                            % (what, x.dtype, ", ".join(_NUMPY_DTYPES)))
         if not x.flags.c_contiguous:
             raise ValueError("%s: the array must be C-contiguous (use numpy.ascontiguousarray)"
                              % what)
@@ -72,8 +94,8 @@ def as_buf(x, what, writable=False, dtypes=None):
     elif _is_torch(x):
         dtype = _TORCH_DTYPES.get(str(x.dtype))
         if dtype is None:
-            raise TypeError("%s: torch dtype %s is not supported (float32, float16, bfloat16, "
-                            "float64, int32, int64)" % (what, x.dtype))
+            raise TypeError("%s: torch dtype %s is not supported (%s)"
+                            % (what, x.dtype, ", ".join(_TORCH_DTYPES)))
         if x.device.type != "cpu":
             raise ValueError("%s: the tensor is on %s; gcoll takes CPU tensors" % (what, x.device))
         if x.is_sparse or not x.is_contiguous():

@@ -31,8 +31,10 @@ STATUS_NAMES = {
 
 # gcoll_dtype_t and gcoll_op_t, in the order of gcoll.h
 FLOAT32, FLOAT16, BFLOAT16, FLOAT64, INT32, INT64 = range(6)
-SUM, AVG, MIN, MAX, PROD = range(5)
-OPS = {"sum": SUM, "avg": AVG, "min": MIN, "max": MAX, "prod": PROD}
+BOOL, INT8, UINT8, INT16, UINT32, UINT64, FLOAT8_E4M3, FLOAT8_E5M2 = range(6, 14)
+SUM, AVG, MIN, MAX, PROD, BAND, BOR, BXOR = range(8)
+OPS = {"sum": SUM, "avg": AVG, "min": MIN, "max": MAX, "prod": PROD, "band": BAND, "bor": BOR,
+       "bxor": BXOR}
 
 
 class GcollError(RuntimeError):

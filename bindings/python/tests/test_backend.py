@@ -306,6 +306,43 @@ class TestBackend(unittest.TestCase):
         w.get_future().wait()
         self.check(t, torch.full((3,), float(SIZE)))
 
+    def test_all_reduce_small_ints_bool_bitwise(self):
+        # gcoll's 1- and 2-byte integers, bool and the bitwise ops against torch's own
+        # arithmetic: sums wrap as the dtype does, bool SUM/MAX are or, PROD/MIN are and
+        seed = 500
+        bitwise = {"band": (dist.ReduceOp.BAND, torch.bitwise_and),
+                   "bor": (dist.ReduceOp.BOR, torch.bitwise_or),
+                   "bxor": (dist.ReduceOp.BXOR, torch.bitwise_xor)}
+        for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
+            for n in (1, 1001):
+                seed += 1
+                inputs = [data(q, n, dtype, seed, 0, 120) for q in range(SIZE)]
+                for name, (op, fn) in bitwise.items():
+                    with self.subTest(dtype=dtype, op=name, n=n):
+                        want = inputs[0].clone()
+                        for x in inputs[1:]:
+                            want = fn(want, x)
+                        t = inputs[RANK].clone()
+                        dist.all_reduce(t, op=op)
+                        self.check(t, want)
+                with self.subTest(dtype=dtype, op="sum", n=n):
+                    want = inputs[0].clone()
+                    for x in inputs[1:]:
+                        want = want + x  # torch wraps as the dtype does
+                    t = inputs[RANK].clone()
+                    dist.all_reduce(t)
+                    self.check(t, want)
+        for n in (1, 1001):
+            inputs = [data(q, n, torch.int64, 600 + n, 0, 1).bool() for q in range(SIZE)]
+            anyv, allv = torch.stack(inputs).any(0), torch.stack(inputs).all(0)
+            for op, want in ((dist.ReduceOp.SUM, anyv), (dist.ReduceOp.MAX, anyv),
+                             (dist.ReduceOp.PRODUCT, allv), (dist.ReduceOp.MIN, allv),
+                             (dist.ReduceOp.BOR, anyv), (dist.ReduceOp.BAND, allv)):
+                with self.subTest(dtype=torch.bool, op=op, n=n):
+                    t = inputs[RANK].clone()
+                    dist.all_reduce(t, op=op)
+                    self.check(t, want)
+
     def test_errors_are_clear(self):
         t = torch.ones(4)
         with self.assertRaisesRegex(RuntimeError, "gcoll backend: reduce is not in gcoll's C "
@@ -316,12 +353,8 @@ class TestBackend(unittest.TestCase):
             dist.gather(t, [torch.empty(4) for _ in range(SIZE)] if RANK == 0 else None)
         with self.assertRaisesRegex(RuntimeError, "send \\(point-to-point\\) is not in"):
             dist.send(t, dst=(RANK + 1) % SIZE)
-        with self.assertRaisesRegex(RuntimeError, "bitwise reduce ops .* use a gloo group"):
-            dist.all_reduce(t.int(), op=dist.ReduceOp.BAND)
-        with self.assertRaisesRegex(RuntimeError, "dtype Bool cannot be reduced by gcoll yet"):
-            dist.all_reduce(torch.ones(4, dtype=torch.bool))
-        with self.assertRaisesRegex(RuntimeError, "dtype Byte cannot be reduced by gcoll yet"):
-            dist.all_reduce(torch.ones(4, dtype=torch.uint8))
+        with self.assertRaisesRegex(RuntimeError, "band on dtype float32"):
+            dist.all_reduce(t, op=dist.ReduceOp.BAND)
         with self.assertRaisesRegex(RuntimeError, "output list has"):
             dist.all_gather([torch.empty(4)], t)
         with self.assertRaisesRegex(RuntimeError, "split sizes add up"):
