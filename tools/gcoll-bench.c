@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "tool_error.h"
 
 typedef enum { OUT_TABLE, OUT_CSV, OUT_JSON } out_t;
 
@@ -169,7 +170,7 @@ int main(int argc, char **argv)
     gcoll_comm_t *comm;
     gcoll_status_t st = gcoll_comm_init(&comm);
     if (st != GCOLL_OK) {
-        fprintf(stderr, "gcoll-bench: %s\n", gcoll_last_error());
+        tool_error("gcoll-bench", "gcoll_comm_init", "");
         return 1;
     }
     p.rank = gcoll_comm_rank(comm);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "gcoll.h"
+#include "tool_error.h"
 
 /*
  * Every figure is the best of several runs (the machine may be shared), in GB/s of fp32
@@ -113,7 +114,7 @@ static int bench_codec(const opts_t *o, const char *spec, const float *x, size_t
     gcoll_compressor_t *c;
     gcoll_status_t st = gcoll_compressor_create(spec, &c);
     if (st != GCOLL_OK) {
-        fprintf(stderr, "gcoll-codec-bench: %s\n", gcoll_last_error());
+        tool_error("gcoll-codec-bench", "gcoll_compressor_create", "");
         return -1;
     }
     size_t cap = gcoll_compressor_bound(c, n), len = 0;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "gcoll.h"
+#include "tool_error.h"
 
 static double now(void)
 {
@@ -21,7 +22,7 @@ int main(int argc, char **argv)
     gcoll_comm_t *comm;
     gcoll_status_t st = gcoll_comm_init(&comm);
     if (st != GCOLL_OK) {
-        fprintf(stderr, "gcoll-demo: %s\n", gcoll_last_error());
+        tool_error("gcoll-demo", "gcoll_comm_init", "");
         return 1;
     }
     int rank = gcoll_comm_rank(comm), size = gcoll_comm_size(comm);

@@ -11,6 +11,7 @@
 #include "train/idx.h"
 #include "train/modes.h"
 #include "train/train.h"
+#include "tool_error.h"
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
@@ -252,7 +253,7 @@ int main(int argc, char **argv)
     gcoll_comm_t *comm = NULL;
     gcoll_status_t st = gcoll_comm_init(&comm);
     if (st != GCOLL_OK) {
-        fprintf(stderr, "gcoll-train: %s (run under gcoll-run -n P)\n", gcoll_last_error());
+        tool_error("gcoll-train", "gcoll_comm_init", " (run under gcoll-run -n P)");
         train_data_free(&d);
         return 1;
     }
