@@ -21,7 +21,7 @@
 
 #include "collectives/coll.h"
 #include "compress/compress.h"
-#include "compress/select.h"
+#include "compress/sparsify.h"
 #include "compress/wire.h"
 #include "collectives/compressed/compressed.h"
 #include "collectives/sparse.h"

@@ -7,7 +7,7 @@
 #include "compress/compress.h"
 #include "compress/kernels.h"
 #include "compress/rng.h"
-#include "compress/select.h"
+#include "compress/sparsify.h"
 #include "compress/values.h"
 #include "compress/wire.h"
 
@@ -268,7 +268,7 @@ typedef struct {
     float *dst;
     const float *g;
     float a;
-    int zero; /* values go out as f32: top-k may zero dst where it selects (select.h) */
+    int zero; /* values go out as f32: top-k may zero dst where it selects (sparsify.h) */
 } pending_t;
 
 static void pending_flush(pending_t *p, size_t n)
@@ -707,7 +707,7 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
     E.sc->zeroed = 0;
     GCOLL_CHECK(
         nan_policy(c, s, opt, off, in, n, E.feedback && !E.dgc, E.feedback || clip, &E.fold));
-    E.sc->stream = opt ? opt->stream : NULL; /* for this call only (select.h); reset below */
+    E.sc->stream = opt ? opt->stream : NULL; /* for this call only (sparsify.h); reset below */
     E.ew = E.fold ? s->spare : E.feedback ? s->e + off : NULL;
 
     uint8_t *o = out;

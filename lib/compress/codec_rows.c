@@ -1,5 +1,4 @@
-/* codec_rows.c: the sparsifiers beside top-k: EF21 for random-k and embedding rows
- * (rowsparse). */
+/* codec_rows.c: embedding rows (rowsparse), the sparsifier beside top-k. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,71 +6,9 @@
 #include "compress/compress.h"
 #include "compress/kernels.h"
 #include "compress/rng.h"
-#include "compress/select.h"
+#include "compress/sparsify.h"
 #include "compress/values.h"
 #include "compress/wire.h"
-
-/* EF21 for random-k (Richtarik, Sokolov, Fatkhullin 2021, with the contractive unscaled
- * random-k): e holds g_i, the values last sent; the message carries c = x - g_i at the k
- * shared indices and g_i += D(c) there. The receivers' estimate G = mean_i g_i moves by the
- * mean of the messages (run_randomk keeps it). Unlike classic feedback nothing
- * accumulates: an unsent element's estimate is its last sent value, a stale gradient
- * rather than ~n/k steps of them released at once. */
-gcoll_status_t gcoll_randomk_ef21_encode(const gcoll_compressor_t *c, gcoll_tensor_state_t *s,
-                                         size_t off, const float *in, size_t n, uint64_t step,
-                                         const gcoll_encode_opts_t *opt, void *out, size_t cap,
-                                         size_t *len_p)
-{
-    const gcoll_kernels_t *k = gcoll_kernels();
-    if (!(opt && opt->check == GCOLL_NANCHECK_DONE)) {
-        size_t i = k->first_bad(in, n);
-        if (i < n) {
-            GCOLL_WARN("compress: non-finite input %g at element %zu of %zu", (double)in[i], i, n);
-            return GCOLL_ERR_INVALID;
-        }
-    }
-    float a = 1.0f;
-    if (c->clip > 0 && s->mode == GCOLL_STATE_WORKER)
-        a = opt && opt->clip_preset ? opt->clip_factor
-                                    : gcoll_codec_clip_factor(c, in, n, 1, s->nranks);
-    const float v =
-        c->clip_value > 0 && s->mode == GCOLL_STATE_WORKER ? (float)c->clip_value : 0.0f;
-    gcoll_scratch_t *sc = &s->sc;
-    size_t kk = gcoll_codec_k(c, n, step);
-    GCOLL_CHECK(gcoll_scratch_pairs(sc, kk));
-    GCOLL_CHECK(gcoll_scratch_bitmap(sc, n));
-    GCOLL_CHECK(gcoll_scratch_tmp(sc, kk));
-    uint64_t key = gcoll_randomk_key(c, step, off);
-    GCOLL_CHECK(gcoll_randomk_indices(key, n, kk, sc->idx, sc->bitmap));
-    float *g = s->e + off;
-    for (size_t j = 0; j < kk; j++) {
-        float x = in[sc->idx[j]];
-        if (v > 0)
-            x = x > v ? v : (x < -v ? -v : x);
-        sc->val[j] = a * x - g[sc->idx[j]];
-    }
-    size_t vsz = gcoll_vsec_size(&c->vs, kk);
-    if (GCOLL_WIRE_HDR + vsz > cap) {
-        GCOLL_WARN("compress: output buffer of %zu bytes, message needs %zu", cap,
-                   GCOLL_WIRE_HDR + vsz);
-        return GCOLL_ERR_INVALID;
-    }
-    uint8_t *o = out;
-    gcoll_vspec_t vs = c->vs;
-    vs.contract = 1;
-    gcoll_wire_hdr_t h = {GCOLL_WIRE_RANDOMK, 0, n, kk, vsz, vs, key};
-    gcoll_wire_put_hdr(o, &h);
-    /* a difference that overflows is refused here, before g changes */
-    GCOLL_CHECK(gcoll_vsec_put(&vs, sc->val, kk, gcoll_codec_noise_key(s->salt, step, off, 0),
-                               o + GCOLL_WIRE_HDR));
-    if (kk) { /* (an empty tensor has no scratch: a fuzzer found the memcpy of nothing) */
-        gcoll_vsec_apply_range(&vs, o + GCOLL_WIRE_HDR, kk, 0, kk, sc->tmp, GCOLL_DECODE_SET);
-        for (size_t j = 0; j < kk; j++)
-            g[sc->idx[j]] += sc->tmp[j];
-    }
-    *len_p = GCOLL_WIRE_HDR + vsz;
-    return GCOLL_OK;
-}
 
 /* --- rowsparse ------------------------------------------------------------------------ */
 

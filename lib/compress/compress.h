@@ -125,9 +125,9 @@ typedef struct gcoll_scratch {
     size_t cap_bitmap; /* words */
     float *tmp;
     size_t cap_tmp;
-    int zeroed; /* the last selection left e = 0 at the indices it returned (see select.h) */
+    int zeroed; /* the last selection left e = 0 at the indices it returned (see sparsify.h) */
     struct gcoll_select_stream *stream; /* the call's gcoll_encode_opts_t.stream, or NULL */
-    struct gcoll_scratch *layer;        /* per-layer selection: one layer's pairs (select.c) */
+    struct gcoll_scratch *layer;        /* per-layer selection: one layer's pairs (sparsify.c) */
 } gcoll_scratch_t;
 
 typedef enum { GCOLL_STATE_WORKER = 0, GCOLL_STATE_SERVER = 1 } gcoll_state_mode_t;
@@ -175,7 +175,7 @@ typedef enum {
  * keeps only what persists across steps. */
 typedef struct gcoll_encode_opts {
     gcoll_nancheck_t check;
-    /* top-k's collecting pass streamed to this sink (select.h), or NULL */
+    /* top-k's collecting pass streamed to this sink (sparsify.h), or NULL */
     struct gcoll_select_stream *stream;
     /* clip=C over the whole tensor: a collective that encodes it chunk by chunk passes
      * the factor of the whole (gcoll_codec_clip_factor), else each encode scales its
@@ -281,7 +281,7 @@ gcoll_status_t gcoll_codec_sum(const gcoll_compressor_t *c, const uint8_t *const
  * ascending, < count, checked by the caller), or a chain of nmsg sorted f32 sparse
  * messages of c (message j's indices in [j * seg, (j + 1) * seg) unless seg is 0), with
  * filter set read through a trim rule: keep |v| bits > thr, and the first ties pairs with
- * |v| bits == thr (select.h). want: the pairs the source must yield; checked. */
+ * |v| bits == thr (sparsify.h). want: the pairs the source must yield; checked. */
 typedef struct {
     const uint32_t *idx;
     const float *val;
@@ -335,7 +335,7 @@ uint64_t gcoll_randomk_key(const gcoll_compressor_t *c, uint64_t step, size_t of
 gcoll_status_t gcoll_randomk_indices(uint64_t key, size_t n, size_t k, uint32_t *idx,
                                      uint64_t *bitmap);
 
-/* Scratch management (select.c). */
+/* Scratch management (sparsify.c). */
 gcoll_status_t gcoll_scratch_pairs(gcoll_scratch_t *sc, size_t n);
 gcoll_status_t gcoll_scratch_tmp(gcoll_scratch_t *sc, size_t n);
 void gcoll_scratch_free(gcoll_scratch_t *sc);

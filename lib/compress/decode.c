@@ -5,7 +5,7 @@
 
 #include "compress/compress.h"
 #include "compress/kernels.h"
-#include "compress/select.h"
+#include "compress/sparsify.h"
 #include "compress/values.h"
 #include "compress/wire.h"
 

@@ -204,7 +204,7 @@ static int by_abs_desc(const void *a, const void *b)
     return x < y ? -1 : x > y; /* ties to the lower index */
 }
 
-/* ref[i] += the top k of x[0..n) by |x| (by sorting: independent of select.c) */
+/* ref[i] += the top k of x[0..n) by |x| (by sorting: independent of lib/compress/sparsify.c) */
 static void add_topk(const float *x, size_t n, size_t k, double *ref)
 {
     const float **p = malloc(n * sizeof(*p));

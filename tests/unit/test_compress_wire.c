@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "compress/compress.h"
-#include "compress/select.h"
+#include "compress/sparsify.h"
 #include "compress/wire.h"
 
 #define N 1000

@@ -1,4 +1,4 @@
-/* select.h: index selection for the sparsifiers (top-k exact/sampled, threshold, random-k). */
+/* sparsify.h: index selection for the sparsifiers (top-k exact/sampled, threshold, random-k). */
 #ifndef GCOLL_COMPRESS_SELECT_H
 #define GCOLL_COMPRESS_SELECT_H
 

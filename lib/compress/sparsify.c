@@ -1,5 +1,6 @@
-/* select.c: choosing what a sparsifier sends: exact and sampled top-k, threshold, random-k. */
-#include "compress/select.h"
+/* sparsify.c: choosing what a sparsifier sends: exact and sampled top-k and threshold
+ * (random-k draws its indices in randomk.c). */
+#include "compress/sparsify.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -521,67 +522,6 @@ uint32_t gcoll_select_min_abs(const float *val, size_t nnz)
         mn = a < mn ? a : mn;
     }
     return mn;
-}
-
-/* --- random-k ------------------------------------------------------------------------ */
-
-uint64_t gcoll_randomk_key(const gcoll_compressor_t *c, uint64_t step, size_t off)
-{
-    uint64_t k = gcoll_mix64(c->seed ^ 0x72616e646f6d6bull);
-    k = gcoll_mix64(k + step * 0x9e3779b97f4a7c15ull);
-    k = gcoll_mix64(k ^ ((uint64_t)off * 0xd1b54a32d192ed03ull));
-    return k ? k : 1; /* 0 marks "no key" on the wire */
-}
-
-/* Floyd's algorithm (Bentley & Floyd 1987) draws k distinct indices with exactly k calls
- * to the generator; a bitmap makes membership O(1) and yields them in ascending order.
- * The draws do not depend on the bitmap, so they are made RK_BATCH at a time and the
- * bitmap words they touch prefetched before the batch is applied in order: each is a
- * cache miss otherwise (the bitmap of 25M elements is 3 MiB; 4 ranks, 25M floats,
- * random-k 1%: the draws were 28% of the step's CPU time). */
-#define RK_BATCH 32
-gcoll_status_t gcoll_randomk_indices(uint64_t key, size_t n, size_t k, uint32_t *idx,
-                                     uint64_t *bitmap)
-{
-    if (k > n || n > 0xffffffffull)
-        return GCOLL_ERR_INVALID;
-    if (k == 0)
-        return GCOLL_OK;
-    size_t words = (n + 63) / 64;
-    uint64_t *bm = bitmap;
-    if (!bm) {
-        bm = calloc(words, sizeof(uint64_t));
-        if (!bm)
-            return GCOLL_ERR_NOMEM;
-    } else {
-        memset(bm, 0, words * sizeof(uint64_t));
-    }
-    uint64_t rs = key;
-    uint32_t draw[RK_BATCH];
-    for (size_t j0 = n - k; j0 < n; j0 += RK_BATCH) {
-        size_t m = GCOLL_MIN((size_t)RK_BATCH, n - j0);
-        for (size_t q = 0; q < m; q++) {
-            draw[q] = (uint32_t)gcoll_rng_below(&rs, (uint64_t)(j0 + q) + 1);
-            __builtin_prefetch(&bm[draw[q] >> 6], 1);
-        }
-        for (size_t q = 0; q < m; q++) {
-            size_t t = draw[q];
-            if (bm[t >> 6] & (1ull << (t & 63)))
-                t = j0 + q;
-            bm[t >> 6] |= 1ull << (t & 63);
-        }
-    }
-    size_t o = 0;
-    for (size_t w = 0; w < words && o < k; w++) {
-        uint64_t v = bm[w];
-        while (v) {
-            idx[o++] = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(v));
-            v &= v - 1;
-        }
-    }
-    if (!bitmap)
-        free(bm);
-    return GCOLL_OK;
 }
 
 gcoll_status_t gcoll_scratch_bitmap(gcoll_scratch_t *sc, size_t n)
