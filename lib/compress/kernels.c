@@ -18,17 +18,6 @@
  * round identically. Loops the compiler cannot vectorize well have hand-written AVX2
  * versions in kernels_avx2.c.
  */
-#define KBODY static inline __attribute__((always_inline))
-#define TARGET_AVX2 __attribute__((target("avx2,f16c,popcnt")))
-#define CLONE2(ret, name, params, args)                                                            \
-    static ret name##_gen params                                                                   \
-    {                                                                                              \
-        return name##_body args;                                                                   \
-    }                                                                                              \
-    TARGET_AVX2 static ret name##_avx2 params                                                      \
-    {                                                                                              \
-        return name##_body args;                                                                   \
-    }
 
 #define EXP_MASK 0x7f800000u
 #define ABS_MASK 0x7fffffffu

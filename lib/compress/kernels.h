@@ -8,6 +8,21 @@
 
 #include "compress/compress.h"
 
+/* A loop body written once (KBODY name##_body) and compiled twice by CLONE2: for the
+ * baseline target (name##_gen) and with AVX2 (name##_avx2); callers pick one at run time.
+ * No FMA in either, so both round identically. */
+#define KBODY static inline __attribute__((always_inline))
+#define TARGET_AVX2 __attribute__((target("avx2,f16c,popcnt")))
+#define CLONE2(ret, name, params, args)                                                            \
+    static ret name##_gen params                                                                   \
+    {                                                                                              \
+        return name##_body args;                                                                   \
+    }                                                                                              \
+    TARGET_AVX2 static ret name##_avx2 params                                                      \
+    {                                                                                              \
+        return name##_body args;                                                                   \
+    }
+
 /*
  * Conventions: payload pointers (uint8_t) may be unaligned and are read/written with
  * memcpy-sized accesses; "mode" is a gcoll_dmode_t (SET, ADD, SUB). Reductions use eight

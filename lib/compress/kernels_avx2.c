@@ -7,8 +7,6 @@
 #include "compress/kernels.h"
 #include "compress/rng.h"
 
-#define TARGET_AVX2 __attribute__((target("avx2,f16c,popcnt")))
-
 TARGET_AVX2 int gcoll_k_f16_put_avx2(const float *x, size_t n, uint8_t *out)
 {
     const __m256i expm = _mm256_set1_epi32(0x7f800000);

@@ -71,7 +71,6 @@ gcoll_status_t gcoll_randomk_indices(uint64_t key, size_t n, size_t k, uint32_t 
     return GCOLL_OK;
 }
 
-
 /* EF21 for random-k (Richtarik, Sokolov, Fatkhullin 2021, with the contractive unscaled
  * random-k): e holds g_i, the values last sent; the message carries c = x - g_i at the k
  * shared indices and g_i += D(c) there. The receivers' estimate G = mean_i g_i moves by the

@@ -42,9 +42,6 @@ static const fmt_t *elem_fmt(const gcoll_vspec_t *vs)
     return vs->bits == GCOLL_FP8_E5M2 ? &FMT_E5M2 : &FMT_E4M3;
 }
 
-#define KBODY static inline __attribute__((always_inline))
-#define TARGET_AVX2 __attribute__((target("avx2")))
-
 static inline uint32_t fbits(float f)
 {
     uint32_t u;
@@ -175,14 +172,7 @@ KBODY int half_sr_body(const float *x, size_t n, int bf, uint32_t base, uint32_t
 /* Both builds of each loop; the AVX2 one where gcoll_simd_active() says so (same results:
  * integer arithmetic only). */
 #define CLONE(ret, name, params, args)                                                             \
-    static ret name##_gen params                                                                   \
-    {                                                                                              \
-        return name##_body args;                                                                   \
-    }                                                                                              \
-    TARGET_AVX2 static ret name##_avx2 params                                                      \
-    {                                                                                              \
-        return name##_body args;                                                                   \
-    }                                                                                              \
+    CLONE2(ret, name, params, args)                                                                \
     static ret name params                                                                         \
     {                                                                                              \
         return gcoll_simd_active() == GCOLL_SIMD_AVX2 ? name##_avx2 args : name##_gen args;        \
