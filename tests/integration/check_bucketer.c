@@ -163,9 +163,9 @@ static void check_bucketer_errors(void)
     if (gcoll_bucketer_create(comm, &badspec, &b) != GCOLL_ERR_INVALID ||
         !strstr(gcoll_comm_last_error(comm), "fc*=topk:density=7"))
         FAIL("bad compressor in a policy rule not named: '%s'", gcoll_comm_last_error(comm));
-    gcoll_bucketer_config_t ok = {.default_spec = "none"};
+    gcoll_bucketer_config_t ok = {.op = GCOLL_AVG, .default_spec = "none"};
     gcoll_bucketer_create(comm, &ok, &b);
-    float x[4];
+    float x[4] = {1, 2, 3, 4}; /* finite: a NaN would abort the communicator (the NaN check) */
     int id;
     gcoll_bucketer_add_tensor(b, "w", x, 4, GCOLL_FLOAT32, NULL, &id);
     if (gcoll_bucketer_add_tensor(b, "w", x, 3, GCOLL_FLOAT32, NULL, &id) != GCOLL_ERR_INVALID)
@@ -173,7 +173,10 @@ static void check_bucketer_errors(void)
     if (gcoll_bucketer_ready(b, 99) != GCOLL_ERR_INVALID)
         FAIL("ready on an unknown tensor accepted");
     gcoll_bucketer_ready(b, 0);
-    gcoll_bucketer_wait(b);
+    checks++;
+    if (gcoll_bucketer_wait(b) != GCOLL_OK || x[0] != 1.0f || x[3] != 4.0f) /* avg, exact */
+        FAIL("the bucketer after refused calls: %s, x = %g .. %g", gcoll_comm_last_error(comm),
+             (double)x[0], (double)x[3]);
     gcoll_bucketer_destroy(b);
 }
 
