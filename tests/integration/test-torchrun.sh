@@ -28,7 +28,7 @@ cd "$TMP" || exit 1
 
 # check NAME WANT: the launch's output in $TMP/NAME.out has WANT "torchrun-ok" lines
 check() {
-    got=$(grep -c 'torchrun-ok' "$TMP/$1.out")
+    got=$(grep -o 'torchrun-ok rank [0-9]*/[0-9]* attempt [0-9]*' "$TMP/$1.out" | wc -l)
     if [ "$rc" -eq 0 ] && [ "$got" -eq "$2" ]; then
         pass "$1: $got ranks ok"
     else
