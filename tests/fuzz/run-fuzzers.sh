@@ -50,7 +50,7 @@ cflags="-std=gnu11 -g -O1 -fno-omit-frame-pointer -D_GNU_SOURCE -I$top/include -
 cflags="$cflags -I$top -DGCOLL_BUILDING_LIBRARY -DGCOLL_HAVE_UCX"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 compress_srcs=$(cd "$top" && ls lib/compress/*.c)
-boot_srcs="lib/core/bootstrap.c lib/base/auth.c lib/base/config.c lib/base/status.c lib/base/log.c"
+boot_srcs="lib/core/bootstrap.c lib/base/auth.c lib/base/config.c lib/base/parse.c lib/base/status.c lib/base/log.c"
 ucx_srcs="$(cd "$top" && ls transports/ucx/*.c) transports/match.c lib/base/status.c"
 
 # Library sources are compiled once per build directory and shared by the targets.
