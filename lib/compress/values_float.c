@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "base/half.h"
 #include "compress/kernels.h"
 #include "compress/rng.h"
 #include "compress/values.h"
@@ -42,19 +43,6 @@ static const fmt_t *elem_fmt(const gcoll_vspec_t *vs)
     return vs->bits == GCOLL_FP8_E5M2 ? &FMT_E5M2 : &FMT_E4M3;
 }
 
-static inline uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static inline float bitsf(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* The magnitude code of |x| / 2^d (u: the bits of x) in format f, saturated at f's largest
  * normal; rnd: 32 random bits (stochastic), or ~0u selects round to nearest even. Written
  * without branches so the loops below vectorize. */
@@ -89,7 +77,7 @@ KBODY void fp8_codes_body(const float *x, size_t n, int32_t d, const fmt_t f, in
                           uint32_t klo, uint32_t khi, uint8_t *out)
 {
     for (size_t i = 0; i < n; i++) {
-        uint32_t u = fbits(x[i]);
+        uint32_t u = gcoll_f32_bits(x[i]);
         uint32_t r = sr ? rnd_at(base + (uint32_t)i, klo, khi) : 0u;
         uint32_t c = round_code(u, d, f.m, f.emin, f.emax, f.maxcode, r, sr);
         out[i] = (uint8_t)(c | ((u >> 24) & 0x80u));
@@ -101,7 +89,7 @@ KBODY uint32_t absmax_bits_body(const float *x, size_t n)
 {
     uint32_t mx = 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t a = fbits(x[i]) & 0x7fffffffu;
+        uint32_t a = gcoll_f32_bits(x[i]) & 0x7fffffffu;
         mx = a > mx ? a : mx;
     }
     return mx;
@@ -127,7 +115,7 @@ KBODY size_t mx_put_body(const float *x, size_t n, const fmt_t f, int fp4, int s
         int32_t d = (int32_t)s - 127;
         uint8_t codes[MX_BLOCK];
         for (size_t i = 0; i < m; i++) {
-            uint32_t u = fbits(xb[i]);
+            uint32_t u = gcoll_f32_bits(xb[i]);
             uint32_t r = sr ? rnd_at((uint32_t)(lo + i), klo, khi) : 0u;
             uint32_t c = round_code(u, d, f.m, f.emin, f.emax, f.maxcode, r, sr);
             codes[i] = (uint8_t)(c | ((u >> (fp4 ? 28 : 24)) & (fp4 ? 0x8u : 0x80u)));
@@ -153,7 +141,7 @@ KBODY int half_sr_body(const float *x, size_t n, int bf, uint32_t base, uint32_t
 {
     uint32_t bad = 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t u = fbits(x[i]), a = u & 0x7fffffffu;
+        uint32_t u = gcoll_f32_bits(x[i]), a = u & 0x7fffffffu;
         bad |= a >= 0x7f800000u;
         uint32_t r = rnd_at(base + (uint32_t)i, klo, khi);
         uint32_t h;
@@ -258,7 +246,7 @@ static int32_t fp8_scale_exp(uint32_t amax, const fmt_t *f)
     int32_t fe = (int32_t)(amax >> 23);
     if (fe == 0)
         return -126;
-    int32_t d = fe - 127 - f->emax + ((amax & 0x7fffffu) > (fbits(f->maxval) & 0x7fffffu));
+    int32_t d = fe - 127 - f->emax + ((amax & 0x7fffffu) > (gcoll_f32_bits(f->maxval) & 0x7fffffu));
     return d < -126 ? -126 : d > 127 ? 127 : d;
 }
 
@@ -296,7 +284,7 @@ gcoll_status_t gcoll_vsec_float_put(const gcoll_vspec_t *vs, const float *x, siz
             return nonfinite(x, n, lo, "fp8");
         const fmt_t *f = elem_fmt(vs);
         int32_t d = fp8_scale_exp(amax, f);
-        float scale = bitsf((uint32_t)(d + 127) << 23);
+        float scale = gcoll_bits_f32((uint32_t)(d + 127) << 23);
         memcpy(out, &scale, 4);
         size_t i = 0;
         if (gcoll_simd_active() == GCOLL_SIMD_AVX2)
@@ -436,7 +424,7 @@ static inline void put1(float *o, float v, int mode)
 /* 2^(s - 127) for an E8M0 code s <= 254 (s = 0: the subnormal 2^-127). */
 static inline float e8m0(uint32_t s)
 {
-    return s ? bitsf(s << 23) : bitsf(0x00400000u);
+    return s ? gcoll_bits_f32(s << 23) : gcoll_bits_f32(0x00400000u);
 }
 
 /* Decoded value = element * scale, the decoder's only rounding (exact: both are powers of
