@@ -331,6 +331,96 @@ GCOLL_EXPORT gcoll_status_t gcoll_ialltoallv(gcoll_comm_t *comm, const void *sen
                                              const size_t *rdispls, gcoll_dtype_t dtype,
                                              gcoll_request_t **req_p);
 
+/* ------------------------------------------------------------------------ */
+/* Rooted collectives (as MPI_Reduce, MPI_Gather, MPI_Scatter and NCCL's ncclReduce).
+ * root is a rank of comm (GCOLL_ERR_INVALID otherwise) and the same on every rank
+ * (GCOLL_ERR_MISMATCH otherwise). Small messages go up or down a binomial tree; large ones
+ * take a reduce-scatter then a gather to root (reduce) or direct transfers (gather,
+ * scatter); the cost model chooses, as for allreduce. Errors as for the dense collectives.
+ * Each blocking call is its nonblocking twin plus gcoll_wait. */
+
+/* root's recvbuf[i] = op over ranks of sendbuf[i] (count elements). Other ranks may pass
+ * NULL recvbuf. In place at root when sendbuf == recvbuf. AVG as in gcoll_allreduce.
+ * Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_reduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                         int root);
+GCOLL_EXPORT gcoll_status_t gcoll_ireduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                          size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                          int root, gcoll_request_t **req_p);
+
+/* root's recvbuf (size * count elements) receives every rank's sendbuf (count elements) in
+ * rank order. Other ranks may pass NULL recvbuf. In place at root when sendbuf == recvbuf +
+ * root * count elements. Any dtype (bytes are moved). Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_gather(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         size_t count, gcoll_dtype_t dtype, int root);
+GCOLL_EXPORT gcoll_status_t gcoll_igather(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                          size_t count, gcoll_dtype_t dtype, int root,
+                                          gcoll_request_t **req_p);
+
+/* Block i (count elements) of root's sendbuf (size * count elements, rank order) lands in
+ * rank i's recvbuf. Other ranks may pass NULL sendbuf. In place at root when recvbuf ==
+ * sendbuf + root * count elements. Any dtype. Blocks. */
+GCOLL_EXPORT gcoll_status_t gcoll_scatter(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                          size_t count, gcoll_dtype_t dtype, int root);
+GCOLL_EXPORT gcoll_status_t gcoll_iscatter(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           size_t count, gcoll_dtype_t dtype, int root,
+                                           gcoll_request_t **req_p);
+
+/* ------------------------------------------------------------------------ */
+/* Point-to-point (as NCCL's ncclSend/ncclRecv and MPI's MPI_Send/MPI_Recv).
+ * - The n-th send from rank a to rank b matches the n-th receive rank b posts from rank a:
+ *   messages between two ranks never overtake one another. There are no tags and no
+ *   receive from any source.
+ * - count may be 0; any dtype (bytes are moved); a rank may send to itself (the message is
+ *   copied, and its receive must follow the send or share a group with it).
+ * - Operations on a communicator run in the order they were issued, as NCCL's do on one
+ *   stream: a receive holds back the calls issued after it until its message arrives, and
+ *   a send until the peer has taken it (a message of up to GCOLL_UNEXPECTED_BYTES may be
+ *   buffered by the receiver before its receive is posted). To exchange in both
+ *   directions at once (a ring shift, a halo exchange), issue the sends and receives
+ *   between gcoll_group_start and gcoll_group_end: a group posts them all together.
+ * - Point-to-point calls do not take part in the collectives' ordering: ranks that do not
+ *   exchange messages need not make matching calls.
+ * Errors: GCOLL_ERR_INVALID (NULL comm, NULL buf with count > 0, bad dtype, peer out of
+ * range), GCOLL_ERR_MISMATCH on the receiving rank when the send's count or dtype differs
+ * from the receive's (nothing is written past the receive's buffer; the communicator then
+ * fails, as after any mismatch), GCOLL_ERR_PEER (the peer died or aborted), GCOLL_ERR_TIMEOUT
+ * (no progress for GCOLL_TIMEOUT_MS), GCOLL_ERR_ABORTED. Thread safety as the collectives.
+ * Large messages are sent from buf without a copy (the transport's rendezvous where it has
+ * one). */
+
+/* Sends count elements of buf to peer. Blocks until buf may be reused. */
+GCOLL_EXPORT gcoll_status_t gcoll_send(gcoll_comm_t *comm, const void *buf, size_t count,
+                                       gcoll_dtype_t dtype, int peer);
+/* Receives count elements from peer into buf. Blocks until they are there. */
+GCOLL_EXPORT gcoll_status_t gcoll_recv(gcoll_comm_t *comm, void *buf, size_t count,
+                                       gcoll_dtype_t dtype, int peer);
+/* Nonblocking twins: return a request at once; buf stays untouched (isend: unmodified)
+ * until gcoll_wait/gcoll_test reports completion. */
+GCOLL_EXPORT gcoll_status_t gcoll_isend(gcoll_comm_t *comm, const void *buf, size_t count,
+                                        gcoll_dtype_t dtype, int peer, gcoll_request_t **req_p);
+GCOLL_EXPORT gcoll_status_t gcoll_irecv(gcoll_comm_t *comm, void *buf, size_t count,
+                                        gcoll_dtype_t dtype, int peer, gcoll_request_t **req_p);
+
+/* ------------------------------------------------------------------------ */
+/* Group calls (as NCCL's ncclGroupStart/ncclGroupEnd). Between gcoll_group_start(comm)
+ * and gcoll_group_end(comm), the calls the same thread makes on comm (collectives,
+ * rooted, point-to-point, compressed) are queued, not run: each returns GCOLL_OK at once
+ * once its arguments check out (blocking calls too), and a nonblocking call's request
+ * completes when the group has run. gcoll_group_end runs them together and waits for all:
+ * the group's sends and receives are posted at once (so a ring shift written as a blocking
+ * send then a blocking recv completes), its collectives run in the order issued, and
+ * consecutive allreduces of one dtype and op of at most GCOLL_GROUP_FUSE_BYTES in all are
+ * fused into one (PyTorch's coalesced all-reduce). Buffers must stay valid until
+ * gcoll_group_end returns. Groups nest (only the outermost end runs them). Every rank
+ * that takes part in a group's collectives must issue them in a group too or in the same
+ * order outside one. Errors: GCOLL_ERR_INVALID (NULL comm, end without start, a group
+ * started on another thread), else the first failure among the group's operations (the
+ * others then fail with it or GCOLL_ERR_ABORTED). Blocks (group_end). */
+GCOLL_EXPORT gcoll_status_t gcoll_group_start(gcoll_comm_t *comm);
+GCOLL_EXPORT gcoll_status_t gcoll_group_end(gcoll_comm_t *comm);
+
 /* Waits for a request to complete and frees it; returns the operation's status. Blocks
  * (bounded by the timeout). Any thread may wait for a request (completion is guarded by
  * the communicator's lock), but only one thread may wait for a given request. */
