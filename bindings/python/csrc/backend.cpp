@@ -49,6 +49,26 @@ class WorkGcoll : public c10d::Work
 
     std::vector<at::Tensor> result() override { return outputs_; }
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+    // A Work queued in a coalescing batch completes once the batch has run: waiting for it
+    // inside the batch (a blocking call under torch's _coalescing_manager) first runs what
+    // the batch holds so far (run_batch), instead of waiting for ever.
+    bool wait(std::chrono::milliseconds timeout) override
+    {
+        std::function<void()> run;
+        {
+            std::lock_guard<std::mutex> g(batch_mutex_);
+            run = run_batch_;
+        }
+        if (run)
+            run();
+        return c10d::Work::wait(timeout);
+    }
+    void set_run_batch(std::function<void()> f)
+    {
+        std::lock_guard<std::mutex> g(batch_mutex_);
+        run_batch_ = std::move(f);
+    }
+
     // The sender of a recv (torch asks a recv's Work for it).
     int sourceRank() const override
     {
@@ -70,6 +90,8 @@ class WorkGcoll : public c10d::Work
   private:
     std::vector<at::Tensor> outputs_;
     int source_;
+    std::mutex batch_mutex_;
+    std::function<void()> run_batch_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -229,7 +251,7 @@ class BackendGcoll : public c10d::Backend
             if (group_) { // a batch started and never ended: run it, its Works complete
                 if (aborted)
                     gcoll_comm_abort(comm_);
-                end_group();
+                run_batch(false);
             }
             std::lock_guard<std::mutex> q(qmutex_);
             stop_ = true;
@@ -259,30 +281,64 @@ class BackendGcoll : public c10d::Backend
     };
     // A batch between startCoalescing and endCoalescing: its operations are queued for the
     // completion thread only once gcoll_group_end has run them; error is the first failure
-    // among them (set and read by the completion thread alone).
+    // among them (set and read by the completion thread alone). A wait inside the batch
+    // runs the group so far and opens another for the rest (run_batch_for_wait).
     struct Group {
-        std::vector<Pending> pending;
-        std::vector<at::Tensor> outputs;
-        std::exception_ptr error;
+        std::vector<Pending> pending;     // issued since the gcoll group was opened
+        std::vector<at::Tensor> outputs;  // of the whole batch
+        std::exception_ptr error;         // completion thread only
+        std::thread::id thread;           // that called startCoalescing
+        bool open = true;                 // a gcoll group is open (under issue_mutex_)
+        gcoll_status_t status = GCOLL_OK; // the first failed gcoll_group_start/end
     };
 
-    // Runs the open group (under the issue lock) and queues its operations and then its
-    // marker, whose Work is returned.
-    c10::intrusive_ptr<WorkGcoll> end_group()
+    // Runs the open batch's gcoll group (under the issue lock) and queues its operations
+    // for the completion thread; then opens a new group for the rest of the batch (reopen),
+    // or queues the marker that closes the batch and returns its Work.
+    c10::intrusive_ptr<WorkGcoll> run_batch(bool reopen)
     {
-        std::shared_ptr<Group> grp = std::move(group_);
-        group_.reset();
-        gcoll_status_t st = gcoll_group_end(comm_); // blocks, bounded by the timeout
-        auto work = c10::make_intrusive<WorkGcoll>(rank_, c10d::OpType::COALESCED, grp->outputs);
+        std::shared_ptr<Group> grp = group_;
+        gcoll_status_t st = grp->open ? gcoll_group_end(comm_) : grp->status;
+        grp->open = false;
+        if (grp->status == GCOLL_OK)
+            grp->status = st;
         {
             std::lock_guard<std::mutex> q(qmutex_);
-            for (Pending &p : grp->pending)
+            for (Pending &p : grp->pending) {
+                p.work->set_run_batch(nullptr);
                 queue_.push_back(std::move(p));
+            }
             grp->pending.clear();
-            queue_.push_back(Pending{work, nullptr, [] {}, "coalesced operations", grp, st});
+        }
+        c10::intrusive_ptr<WorkGcoll> work;
+        if (reopen) {
+            st = gcoll_group_start(comm_);
+            grp->open = st == GCOLL_OK;
+            if (grp->status == GCOLL_OK)
+                grp->status = st;
+        } else {
+            group_.reset();
+            work = c10::make_intrusive<WorkGcoll>(rank_, c10d::OpType::COALESCED, grp->outputs);
+            std::lock_guard<std::mutex> q(qmutex_);
+            queue_.push_back(Pending{work, nullptr, [] {}, "coalesced operations", grp, grp->status});
         }
         qcond_.notify_one();
         return work;
+    }
+
+    // A Work of the open batch is waited for: the batch so far runs first (from the thread
+    // that started it: gcoll's group belongs to that thread).
+    void run_batch_for_wait()
+    {
+        without_gil([this] {
+            std::lock_guard<std::mutex> g(issue_mutex_);
+            if (!group_)
+                return;
+            TORCH_CHECK(std::this_thread::get_id() == group_->thread,
+                        "gcoll backend: wait() on an operation of a coalescing batch another "
+                        "thread started: it runs when that thread ends the batch");
+            run_batch(true);
+        });
     }
 
     // Starts one gcoll call (start) under the issue lock and queues it for the completion
@@ -303,6 +359,7 @@ class BackendGcoll : public c10d::Backend
         gcoll_status_t st = start(comm_, &req);
         TORCH_CHECK(st == GCOLL_OK, "gcoll backend: ", what, " failed: ", error_text(st));
         if (group_) { // coalescing: waited for once the group has run
+            work->set_run_batch([this] { run_batch_for_wait(); });
             group_->pending.push_back(Pending{work, req, std::move(after), what, group_});
             group_->outputs.insert(group_->outputs.end(), outputs.begin(), outputs.end());
             return work;
