@@ -98,9 +98,17 @@ static void guard_cancel(guard_t *gd)
 
 /* ---- the choice ---------------------------------------------------------------------- */
 
-/* Per message handled at the root of a direct transfer: its receive or send is one more
- * system call and hand-off there (5-15 us a message on this loopback, select.c). */
-#define ROOT_MSG_NS 10000.0
+/* What each message handled at the root of a direct transfer costs there beyond its
+ * bytes (one more receive or send to post, complete and hand off). Fitted to the rooted
+ * calls timed against each other on 2-4 ranks over TCP loopback on a busy 2-core VM
+ * (docs/results/rooted.md): on 4 ranks direct gather and scatter were level with the tree
+ * up to a few KiB and ahead from 32 KiB (131072 B: 299-467 us against 542-971 for gather),
+ * which puts their crossover near 8 KiB per block; reduce's tree stayed ahead to 128-512
+ * KiB and reduce-scatter then gather from 2 MiB on 3 and 4 ranks, level on 2. With it the
+ * model switches reduce at 6 MiB on 2 ranks, 384 KiB on 3 and 5, 768 KiB on 4, and gather
+ * and scatter at 8 KiB on 4 ranks; on 3 and 5 always direct (the tree has as many or
+ * more steps there), on 2 never (both are one message). */
+#define ROOT_MSG_NS 28000.0
 
 static int ceil_log2(int p)
 {

@@ -704,6 +704,50 @@ static int run_mismatch(const char *kind)
     return failures;
 }
 
+/* ---- timing (not a test: docs/results/rooted.md) ------------------------------------- */
+
+/* Time per call of each rooted collective (or the one named), root 0, bytes per rank from 8 B to
+ * `max` in steps of 4x: the slowest rank's mean over enough calls to fill about 0.2 s, after 3
+ * warm-up calls. Rank 0 prints "kind bytes us". */
+static int run_time(size_t max, const char *only)
+{
+    static const char *const kinds[] = {"reduce", "gather", "scatter"};
+    uint8_t *a = calloc(max * (size_t)size, 1), *b = calloc(max * (size_t)size, 1);
+    for (int k = 0; k < 3; k++) {
+        if (only && strcmp(only, kinds[k]) != 0)
+            continue;
+        for (size_t bytes = 8; bytes <= max; bytes *= 4) {
+            size_t n = bytes / 4;
+            int iters = 3;
+            double per = 0;
+            for (int round = 0; round < 2; round++) { /* warm-up, then the measurement */
+                gcoll_barrier(comm);
+                double t0 = now();
+                for (int i = 0; i < iters; i++) {
+                    gcoll_status_t st =
+                        k == 0   ? gcoll_reduce(comm, a, b, n, GCOLL_FLOAT32, GCOLL_SUM, 0)
+                        : k == 1 ? gcoll_gather(comm, a, b, n, GCOLL_FLOAT32, 0)
+                                 : gcoll_scatter(comm, a, b, n, GCOLL_FLOAT32, 0);
+                    if (st != GCOLL_OK) {
+                        FAIL("%s of %zu bytes: %s", kinds[k], bytes, gcoll_status_string(st));
+                        return failures;
+                    }
+                }
+                double t = (now() - t0) / iters;
+                gcoll_allreduce(comm, &t, &per, 1, GCOLL_FLOAT64, GCOLL_MAX);
+                iters = (int)(0.2 / per) + 1;
+                if (iters > 2000)
+                    iters = 2000;
+            }
+            if (rank == 0)
+                printf("%s %zu %.1f\n", kinds[k], bytes, per * 1e6);
+        }
+    }
+    free(a);
+    free(b);
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "all";
@@ -724,6 +768,9 @@ int main(int argc, char **argv)
         bad = run_all();
     else if (strcmp(mode, "invalid") == 0)
         bad = run_invalid();
+    else if (strcmp(mode, "time") == 0)
+        bad =
+            run_time(argc > 2 ? strtoul(argv[2], NULL, 10) : 16u << 20, argc > 3 ? argv[3] : NULL);
     else if (strcmp(mode, "mismatch") == 0)
         bad = run_mismatch(argc > 2 ? argv[2] : "reduce");
     else {
