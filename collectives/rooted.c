@@ -131,14 +131,16 @@ static gcoll_status_t post_ready(const gcoll_coll_t *ctx, gcoll_treq_t *req, int
 
 /* What each message handled at the root of a direct transfer costs there beyond its
  * bytes (one more receive or send to post, complete and hand off). Fitted to the rooted
- * calls timed against each other on 2-4 ranks over TCP loopback on a busy 2-core VM
- * (docs/results/rooted.md): on 4 ranks direct gather and scatter were level with the tree
- * up to a few KiB and ahead from 32 KiB (131072 B: 299-467 us against 542-971 for gather),
- * which puts their crossover near 8 KiB per block; reduce's tree stayed ahead to 128-512
- * KiB and reduce-scatter then gather from 2 MiB on 3 and 4 ranks, level on 2. With it the
- * model switches reduce at 6 MiB on 2 ranks, 384 KiB on 3 and 5, 768 KiB on 4, and gather
- * and scatter at 8 KiB on 4 ranks; on 3 and 5 always direct (the tree has as many or
- * more steps there), on 2 never (both are one message). */
+ * calls timed with each form forced on 2-5 ranks over TCP loopback on a 2-core VM under
+ * a load of 9-10 from other jobs (docs/results/rooted.md; runs of one size differ up to
+ * 2x): below 8 KiB the tree took 100-250 us and the direct forms 150-450 (reduce: 2
+ * steps against P, the difference 2 alpha + 3 of these on 4 ranks); from 32-128 KiB
+ * direct gather and scatter were ahead on 4 ranks, and reduce-scatter then gather on 4
+ * and 5 ranks at 128-512 KiB (1.2-4x); at 2-8 MiB the two reduces were within the noise
+ * of each other on 4 and 5 ranks, and the tree ahead on 2 (8 MiB: 14-21 ms against
+ * 18-36). The model switches reduce at 6 MiB on 2 ranks, 384 KiB on 3 and 5, 768 KiB on
+ * 4; gather and scatter at 8 KiB per block on 4 ranks, on 3, 5 and 6 always direct (the
+ * tree has as many steps or more there), on 2 never (both are one message). */
 #define ROOT_MSG_NS 28000.0
 
 static int ceil_log2(int p)
@@ -274,7 +276,7 @@ static gcoll_status_t reduce_direct(const gcoll_coll_t *ctx, guard_t *gd, const 
      * receives; elsewhere the working copy is the temporary */
     uint8_t *scratch = at_root && !inplace ? NULL : gcoll_coll_scratch(ctx, slice * esz);
     gcoll_span_t *seg = calloc(P, sizeof(*seg));
-    gcoll_treq_t *req = calloc(P, sizeof(*req));
+    gcoll_treq_t *req = calloc(2 * P, sizeof(*req));
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     int n = 0;
     if ((!at_root || inplace) && !scratch) {
@@ -300,19 +302,27 @@ static gcoll_status_t reduce_direct(const gcoll_coll_t *ctx, guard_t *gd, const 
         plan.buf = at_root ? recv + off * esz : scratch;
         plan.src = inplace ? NULL : send + off * esz;
         plan.tmp = inplace ? scratch : NULL;
-        GCOLL_CHECK_GOTO(gcoll_ring_run(ctx, &plan), st, out);
         uint32_t nsub =
             (uint32_t)((P - 1) *
                        GCOLL_MAX(GCOLL_DIV_UP(GCOLL_DIV_UP(len, P), chunk_elems), (size_t)1));
-        uint32_t gsub = plan.sub0 + nsub;
+        uint32_t gsub = plan.sub0 + nsub + 1; /* sub0 + nsub: the ring's handshake */
+        /* large slices as the ring allreduce's: the handshake first */
+        if (len * esz >= READY_MIN)
+            GCOLL_CHECK_GOTO(gcoll_ring_run_ready(ctx, &plan, plan.sub0 + nsub), st, out);
+        else
+            GCOLL_CHECK_GOTO(gcoll_ring_run(ctx, &plan), st, out);
         n = 0;
         if (at_root) {
             for (size_t i = 0; i < P; i++)
-                if (i != r && seg[i].len)
+                if (i != r && seg[i].len) {
                     GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (int)i, gsub, sig,
                                                          plan.buf + seg[i].off, seg[i].len, 0),
                                      st, out);
+                    GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (int)i, seg[i].len, sig), st, out);
+                }
         } else if (seg[r].len) {
+            GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, root, seg[r].len, sig), st, out);
+            GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
             GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], root, gsub, sig,
                                                  plan.buf + seg[r].off, seg[r].len),
                              st, out);
