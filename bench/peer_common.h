@@ -65,7 +65,7 @@ static inline void peer_usage(const char *prog, FILE *f)
             "  -f F     multiply the size by F at each step (default 2)\n"
             "  -n N     timed iterations per size (default 20)\n"
             "  -w N     warm-up iterations per size (default 5)\n"
-            "  -c       check results (#wrong column)\n"
+            "  -c N     check results (#wrong column) when N > 0 (gcoll-bench's -c)\n"
             "  -a ALGO  algorithm (gloo: ring_chunked, halving_doubling)\n"
             "  -s DIR   gloo: FileStore directory for the rendezvous\n"
             "  --csv    comma-separated output\n"
@@ -88,8 +88,8 @@ static inline int peer_parse(int argc, char **argv, peer_opts_t *o)
             return 1;
         } else if (!strcmp(a, "--csv")) {
             o->csv = 1;
-        } else if (!strcmp(a, "-c")) {
-            o->check = 1;
+        } else if (v && !strcmp(a, "-c")) {
+            o->check = atoi(v) > 0, ok = v[0] >= '0' && v[0] <= '9', i++;
         } else if (v && !strcmp(a, "-b")) {
             ok = peer_parse_size(v, &o->min_bytes), i++;
         } else if (v && !strcmp(a, "-e")) {
