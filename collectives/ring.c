@@ -161,8 +161,8 @@ static gcoll_status_t ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t 
                         gcoll_reduce_rev(p->buf + ch.off, p->src + ch.off, ch.len / p->esz,
                                          p->dtype, p->op);
                     else
-                        gcoll_reduce(p->buf + ch.off, p->tmp + ch.off, ch.len / p->esz, p->dtype,
-                                     p->op);
+                        gcoll_reduce_local(p->buf + ch.off, p->tmp + ch.off, ch.len / p->esz,
+                                           p->dtype, p->op);
                 }
                 if (g + 1 < nsteps) {
                     gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g + 1, 0), c, nch);
