@@ -9,8 +9,9 @@
 #include <strings.h>
 #include <time.h>
 
-static const char *const coll_names[BENCH_NCOLL] = {
-    "allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "barrier", "compressed"};
+static const char *const coll_names[BENCH_NCOLL] = {"allreduce",  "allgather", "reduce_scatter",
+                                                    "alltoall",   "broadcast", "barrier",
+                                                    "compressed", "sendrecv"};
 
 int bench_parse_coll(const char *s, bench_coll_t *c)
 {
@@ -71,9 +72,10 @@ int bench_coll_rooted(bench_coll_t c)
 
 int bench_coll_has_ip(bench_coll_t c)
 {
-    /* gcoll_alltoall refuses in place; a barrier has no buffer */
-    return c == BENCH_ALLREDUCE || c == BENCH_ALLGATHER || c == BENCH_REDUCE_SCATTER ||
-           c == BENCH_BROADCAST;
+    /* gcoll_alltoall refuses in place; a barrier has no buffer; a send and a receive of one
+     * buffer at once would race */
+    return c != BENCH_ALLTOALL && c != BENCH_BARRIER && c != BENCH_COMPRESSED &&
+           c != BENCH_SENDRECV;
 }
 
 int bench_coll_has_oop(bench_coll_t c)
@@ -103,6 +105,7 @@ double bench_bus_factor(bench_coll_t c, int n)
     case BENCH_ALLTOALL:
         return (double)(n - 1) / n;
     case BENCH_BROADCAST:
+    case BENCH_SENDRECV:
         return 1.0;
     default:
         return 0.0; /* a barrier moves no data */
@@ -157,10 +160,10 @@ static void shape(const bench_opts_t *o, size_t bytes, int n, size_t *in, size_t
         *in = *out = *count = c;
         break;
     }
-    *size =
-        (o->coll == BENCH_ALLGATHER || o->coll == BENCH_REDUCE_SCATTER || o->coll == BENCH_ALLTOALL)
-            ? *count * (size_t)n * esz
-            : *count * esz;
+    /* per rank for allreduce, broadcast, sendrecv; the total of the others */
+    int total =
+        o->coll == BENCH_ALLGATHER || o->coll == BENCH_REDUCE_SCATTER || o->coll == BENCH_ALLTOALL;
+    *size = *count * esz * (total ? (size_t)n : 1);
 }
 
 typedef struct {
@@ -171,7 +174,30 @@ typedef struct {
     int rank, n;
 } ctx_t;
 
-/* One operation, out of place (ip == 0) or in place; req NULL: blocking. */
+/* nccl-tests' sendrecv: to rank+1, from rank-1, both at once. A blocking send then a
+ * blocking receive would wait for each other (gcoll's calls run in the order issued), so
+ * the pair is a group (gcoll_group_start/end, as ncclGroupStart/End); the nonblocking
+ * pair (req) goes into the group loop() opens around all the iterations. */
+static gcoll_status_t sendrecv(const ctx_t *c, gcoll_request_t **req)
+{
+    const int next = (c->rank + 1) % c->n, prev = (c->rank + c->n - 1) % c->n;
+    const bench_opts_t *o = c->o;
+    if (req) {
+        gcoll_status_t st = gcoll_isend(c->comm, c->in, c->count, o->dtype, next, &req[0]);
+        return st == GCOLL_OK ? gcoll_irecv(c->comm, c->out, c->count, o->dtype, prev, &req[1])
+                              : st;
+    }
+    gcoll_status_t st = gcoll_group_start(c->comm);
+    if (st != GCOLL_OK)
+        return st;
+    gcoll_status_t s1 = gcoll_send(c->comm, c->in, c->count, o->dtype, next);
+    gcoll_status_t s2 = s1 == GCOLL_OK ? gcoll_recv(c->comm, c->out, c->count, o->dtype, prev) : s1;
+    st = gcoll_group_end(c->comm);
+    return s2 != GCOLL_OK ? s2 : st;
+}
+
+/* One operation, out of place (ip == 0) or in place; req NULL: blocking, else req[0] (and
+ * req[1] for sendrecv) receive the requests. */
 static gcoll_status_t post(const ctx_t *c, int ip, gcoll_request_t **req)
 {
     const bench_opts_t *o = c->o;
@@ -201,6 +227,8 @@ static gcoll_status_t post(const ctx_t *c, int ip, gcoll_request_t **req)
                    : gcoll_broadcast(m, dst, cnt, d, o->root);
     case BENCH_BARRIER:
         return req ? gcoll_ibarrier(m, req) : gcoll_barrier(m);
+    case BENCH_SENDRECV:
+        return sendrecv(c, req);
     default:
         return GCOLL_ERR_INVALID;
     }
@@ -231,7 +259,7 @@ static void fill(const ctx_t *c, int ip)
         break;
     case BENCH_BARRIER:
         break;
-    default: /* allreduce, broadcast: a non-root's buffer holds its own input */
+    default: /* allreduce, broadcast, sendrecv (a non-root's buffer: its own input) */
         bench_fill(o, buf, cnt, c->rank, 0);
         if (!ip)
             memset(c->out, 0xa5, cnt * c->esz);
@@ -260,6 +288,8 @@ static long verify(const ctx_t *c, int ip)
         return wrong;
     case BENCH_BROADCAST:
         return bench_wrong(o, c->out, cnt, c->n, o->root, 0);
+    case BENCH_SENDRECV:
+        return bench_wrong(o, c->out, cnt, c->n, (c->rank + c->n - 1) % c->n, 0);
     default:
         return 0;
     }
@@ -277,12 +307,22 @@ static gcoll_status_t loop(const ctx_t *c, int ip, int k, gcoll_request_t **reqs
         }
         return st;
     }
-    int posted = 0;
-    for (; posted < k && st == GCOLL_OK; posted++)
-        if ((st = post(c, ip, &reqs[posted])) != GCOLL_OK)
-            break;
-    for (int i = 0; i < posted; i++) {
+    /* two request slots per operation (sendrecv's send and receive) */
+    const int grouped = c->o->coll == BENCH_SENDRECV;
+    if (grouped && (st = gcoll_group_start(c->comm)) != GCOLL_OK)
+        return st;
+    for (int i = 0; i < k && st == GCOLL_OK; i++)
+        st = post(c, ip, &reqs[2 * i]);
+    if (grouped) {
+        gcoll_status_t g = gcoll_group_end(c->comm);
+        if (st == GCOLL_OK)
+            st = g;
+    }
+    for (int i = 0; i < 2 * k; i++) {
+        if (!reqs[i])
+            continue;
         gcoll_status_t w = gcoll_wait(reqs[i]);
+        reqs[i] = NULL;
         if (st == GCOLL_OK)
             st = w;
     }
@@ -342,7 +382,7 @@ gcoll_status_t bench_run(gcoll_comm_t *comm, const bench_opts_t *o,
     c.in = calloc(nin + 1, esz);
     c.out = calloc(nbuf + 1, esz);
     int nreq = o->iters > o->warmup ? o->iters : o->warmup;
-    gcoll_request_t **reqs = calloc((size_t)nreq + 1, sizeof(*reqs));
+    gcoll_request_t **reqs = calloc(2 * (size_t)nreq + 2, sizeof(*reqs));
     float *ref = NULL;
     gcoll_compressor_t *comp = NULL;
     gcoll_status_t st = c.in && c.out && reqs ? GCOLL_OK : GCOLL_ERR_NOMEM;
