@@ -44,7 +44,7 @@ static void usage(FILE *f)
             "                          int64, bool, int8, uint8, int16, uint32, uint64,\n"
             "                          float8_e4m3, float8_e5m2, all (also float, half,\n"
             "                          double, int)\n"
-            "  -r,--root R             root of broadcast (default 0)\n"
+            "  -r,--root R             root of broadcast, reduce, gather, scatter (default 0)\n"
             "  -a,--average 0|1|2|3    reported time: rank 0's, mean over ranks (default),\n"
             "                          minimum, maximum\n"
             "  -z,--blocking 0|1|2     0: post the iterations as nonblocking calls, then wait\n"
@@ -52,7 +52,8 @@ static void usage(FILE *f)
             "                          iteration; 2: blocking call per iteration, no barrier\n"
             "gcoll's own:\n"
             "  --coll NAME             allreduce (default), allgather, reduce_scatter,\n"
-            "                          alltoall, broadcast, barrier, compressed, sendrecv\n"
+            "                          alltoall, broadcast, barrier, compressed, sendrecv,\n"
+            "                          reduce, gather, scatter\n"
             "  --compressor SPEC       compressed allreduce (float32 sum) with compressor\n"
             "                          SPEC (implies --coll compressed); extra columns: wire\n"
             "                          bytes per rank per op, compression ratio, codec time,\n"
@@ -62,10 +63,11 @@ static void usage(FILE *f)
             "  --csv                   comma-separated output\n"
             "  --json                  JSON output (a list of records)\n"
             "  -h,--help\n"
-            "Sizes follow nccl-tests: for allgather, reduce_scatter and alltoall, size is the\n"
-            "total over ranks. algbw = size / time; busbw = algbw * 2(n-1)/n (allreduce,\n"
-            "compressed), (n-1)/n (allgather, reduce_scatter, alltoall), 1 (broadcast,\n"
-            "sendrecv). sendrecv: every rank sends to rank+1 and receives from rank-1 at once.\n"
+            "Sizes follow nccl-tests: for allgather, reduce_scatter, alltoall, gather and\n"
+            "scatter, size is the total over ranks. algbw = size / time; busbw = algbw *\n"
+            "2(n-1)/n (allreduce, compressed), (n-1)/n (allgather, reduce_scatter, alltoall,\n"
+            "gather, scatter), 1 (broadcast, reduce, sendrecv). sendrecv: every rank sends\n"
+            "to rank+1 and receives from rank-1 at once.\n"
             "Every size runs out of place, then in place where the call has that form.\n");
 }
 
@@ -386,7 +388,7 @@ int main(int argc, char **argv)
             if (bench_parse_coll(optarg, &o.coll))
                 return refuse("--coll", optarg,
                               "allreduce allgather reduce_scatter alltoall broadcast barrier "
-                              "compressed sendrecv");
+                              "compressed sendrecv reduce gather scatter");
             coll_given = 1;
             break;
         case O_COMPRESSOR:

@@ -44,12 +44,12 @@ wrong_rows() {
 }
 
 # every collective, dtype and op, checked: sizes 3, 69, 1587, 36501 bytes (count 0 for the
-# wider dtypes at 3 B, odd counts per rank), root 2 of 3 for broadcast
+# wider dtypes at 3 B, odd counts per rank), root 2 of 3 for the rooted collectives
 for tr in $(transports); do
-    for coll in allreduce reduce_scatter allgather alltoall broadcast sendrecv; do
+    for coll in allreduce reduce_scatter allgather alltoall broadcast sendrecv reduce gather scatter; do
         out="$TMP/all-$tr-$coll.csv"
         case $coll in
-        allreduce | reduce_scatter) want=372 ;; # (6 float x 5 ops, 7 int x 8, bool x 7) x 4 sizes
+        allreduce | reduce_scatter | reduce) want=372 ;; # (6 float x 5 ops, 7 int x 8, bool x 7) x 4 sizes
         *) want=56 ;;                           # 14 dtypes x 4 sizes
         esac
         # columns that must be filled (1) or empty (0): out of place, in place
@@ -166,7 +166,7 @@ bad() {
 }
 bad "bad value 'nonsense' for -o/--op; valid: sum avg min max prod band bor bxor all" -o nonsense
 bad "valid: float32 float16 bfloat16 float64 int32 int64 bool int8 uint8 int16 uint32 uint64 float8_e4m3 float8_e5m2 all" --datatype float128
-bad "bad value 'gossip' for --coll; valid: allreduce allgather reduce_scatter alltoall broadcast barrier compressed sendrecv" --coll gossip
+bad "bad value 'gossip' for --coll; valid: allreduce allgather reduce_scatter alltoall broadcast barrier compressed sendrecv reduce gather scatter" --coll gossip
 bad "valid: 0 (rank 0), 1 (mean), 2 (min), 3 (max)" -a 4
 bad "valid: 0 (nonblocking), 1 (blocking + barrier), 2 (blocking)" -z 3
 bad "bad value 'x' for -c/--check" -c x

@@ -9,9 +9,9 @@
 #include <strings.h>
 #include <time.h>
 
-static const char *const coll_names[BENCH_NCOLL] = {"allreduce",  "allgather", "reduce_scatter",
-                                                    "alltoall",   "broadcast", "barrier",
-                                                    "compressed", "sendrecv"};
+static const char *const coll_names[BENCH_NCOLL] = {
+    "allreduce",  "allgather", "reduce_scatter", "alltoall", "broadcast", "barrier",
+    "compressed", "sendrecv",  "reduce",         "gather",   "scatter"};
 
 int bench_parse_coll(const char *s, bench_coll_t *c)
 {
@@ -62,12 +62,12 @@ int bench_parse_op(const char *s, gcoll_op_t *o)
 
 int bench_coll_reduces(bench_coll_t c)
 {
-    return c == BENCH_ALLREDUCE || c == BENCH_REDUCE_SCATTER;
+    return c == BENCH_ALLREDUCE || c == BENCH_REDUCE_SCATTER || c == BENCH_REDUCE;
 }
 
 int bench_coll_rooted(bench_coll_t c)
 {
-    return c == BENCH_BROADCAST;
+    return c == BENCH_BROADCAST || c == BENCH_REDUCE || c == BENCH_GATHER || c == BENCH_SCATTER;
 }
 
 int bench_coll_has_ip(bench_coll_t c)
@@ -104,8 +104,12 @@ double bench_bus_factor(bench_coll_t c, int n)
     case BENCH_REDUCE_SCATTER:
     case BENCH_ALLTOALL:
         return (double)(n - 1) / n;
+    case BENCH_GATHER:
+    case BENCH_SCATTER:
+        return (double)(n - 1) / n;
     case BENCH_BROADCAST:
     case BENCH_SENDRECV:
+    case BENCH_REDUCE:
         return 1.0;
     default:
         return 0.0; /* a barrier moves no data */
@@ -140,11 +144,13 @@ static void shape(const bench_opts_t *o, size_t bytes, int n, size_t *in, size_t
     size_t esz = gcoll_dtype_size(o->dtype), c = bytes / esz;
     switch (o->coll) {
     case BENCH_ALLGATHER:
+    case BENCH_GATHER:
         *count = c / (size_t)n;
         *in = *count;
         *out = *count * (size_t)n;
         break;
     case BENCH_REDUCE_SCATTER:
+    case BENCH_SCATTER:
         *count = c / (size_t)n;
         *in = *count * (size_t)n;
         *out = *count;
@@ -160,9 +166,9 @@ static void shape(const bench_opts_t *o, size_t bytes, int n, size_t *in, size_t
         *in = *out = *count = c;
         break;
     }
-    /* per rank for allreduce, broadcast, sendrecv; the total of the others */
-    int total =
-        o->coll == BENCH_ALLGATHER || o->coll == BENCH_REDUCE_SCATTER || o->coll == BENCH_ALLTOALL;
+    /* per rank for allreduce, broadcast, sendrecv, reduce; the total of the others */
+    int total = o->coll == BENCH_ALLGATHER || o->coll == BENCH_REDUCE_SCATTER ||
+                o->coll == BENCH_ALLTOALL || o->coll == BENCH_GATHER || o->coll == BENCH_SCATTER;
     *size = *count * esz * (total ? (size_t)n : 1);
 }
 
@@ -229,6 +235,19 @@ static gcoll_status_t post(const ctx_t *c, int ip, gcoll_request_t **req)
         return req ? gcoll_ibarrier(m, req) : gcoll_barrier(m);
     case BENCH_SENDRECV:
         return sendrecv(c, req);
+    case BENCH_REDUCE:
+        return req ? gcoll_ireduce(m, src, dst, cnt, d, o->op, o->root, req)
+                   : gcoll_reduce(m, src, dst, cnt, d, o->op, o->root);
+    case BENCH_GATHER:
+        if (ip)
+            src = c->out + mine;
+        return req ? gcoll_igather(m, src, dst, cnt, d, o->root, req)
+                   : gcoll_gather(m, src, dst, cnt, d, o->root);
+    case BENCH_SCATTER:
+        if (ip)
+            dst = c->out + mine;
+        return req ? gcoll_iscatter(m, src, dst, cnt, d, o->root, req)
+                   : gcoll_scatter(m, src, dst, cnt, d, o->root);
     default:
         return GCOLL_ERR_INVALID;
     }
@@ -243,6 +262,7 @@ static void fill(const ctx_t *c, int ip)
     uint8_t *buf = ip ? c->out : c->in;
     switch (o->coll) {
     case BENCH_ALLGATHER:
+    case BENCH_GATHER:
         if (ip) {
             memset(c->out, 0xa5, cnt * n * c->esz);
             bench_fill(o, c->out + r * cnt * c->esz, cnt, c->rank, 0);
@@ -253,13 +273,14 @@ static void fill(const ctx_t *c, int ip)
         break;
     case BENCH_REDUCE_SCATTER:
     case BENCH_ALLTOALL:
+    case BENCH_SCATTER:
         bench_fill(o, buf, cnt * n, c->rank, 0);
         if (!ip)
             memset(c->out, 0xa5, (o->coll == BENCH_ALLTOALL ? cnt * n : cnt) * c->esz);
         break;
     case BENCH_BARRIER:
         break;
-    default: /* allreduce, broadcast, sendrecv (a non-root's buffer: its own input) */
+    default: /* allreduce, broadcast, sendrecv, reduce (a non-root's buffer: its own input) */
         bench_fill(o, buf, cnt, c->rank, 0);
         if (!ip)
             memset(c->out, 0xa5, cnt * c->esz);
@@ -290,6 +311,14 @@ static long verify(const ctx_t *c, int ip)
         return bench_wrong(o, c->out, cnt, c->n, o->root, 0);
     case BENCH_SENDRECV:
         return bench_wrong(o, c->out, cnt, c->n, (c->rank + c->n - 1) % c->n, 0);
+    case BENCH_SCATTER:
+        return bench_wrong(o, c->out + (ip ? r * blk : 0), cnt, c->n, o->root, r * cnt);
+    case BENCH_REDUCE: /* only the root has a result */
+        return c->rank == o->root ? bench_wrong(o, c->out, cnt, c->n, -1, 0) : 0;
+    case BENCH_GATHER:
+        for (int k = 0; c->rank == o->root && k < c->n; k++)
+            wrong += bench_wrong(o, c->out + (size_t)k * blk, cnt, c->n, k, 0);
+        return wrong;
     default:
         return 0;
     }

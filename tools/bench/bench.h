@@ -16,6 +16,9 @@ typedef enum {
     BENCH_BARRIER,
     BENCH_COMPRESSED, /* gcoll_compressed_allreduce of float32 with a compressor */
     BENCH_SENDRECV,   /* nccl-tests' pattern: every rank sends to rank+1, receives from rank-1 */
+    BENCH_REDUCE,
+    BENCH_GATHER,
+    BENCH_SCATTER,
     BENCH_NCOLL
 } bench_coll_t;
 
