@@ -133,6 +133,10 @@ static void test_names_and_factors(void **state)
     assert_true(bench_bus_factor(BENCH_REDUCE_SCATTER, 4) == 0.75);
     assert_true(bench_bus_factor(BENCH_ALLTOALL, 4) == 0.75);
     assert_true(bench_bus_factor(BENCH_BROADCAST, 4) == 1.0);
+    assert_true(bench_bus_factor(BENCH_SENDRECV, 4) == 1.0);
+    assert_true(bench_bus_factor(BENCH_REDUCE, 4) == 1.0);
+    assert_true(bench_bus_factor(BENCH_GATHER, 4) == 0.75);
+    assert_true(bench_bus_factor(BENCH_SCATTER, 4) == 0.75);
 }
 
 int main(void)
