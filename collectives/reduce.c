@@ -399,7 +399,7 @@ static void reduce_any(void *dst, const void *src, size_t n, gcoll_dtype_t dtype
     /* clang-format on */
 }
 
-void gcoll_reduce(void *dst, const void *src, size_t n, gcoll_dtype_t dtype, gcoll_op_t op)
+void gcoll_reduce_local(void *dst, const void *src, size_t n, gcoll_dtype_t dtype, gcoll_op_t op)
 {
     reduce_any(dst, src, n, dtype, op, 0);
 }

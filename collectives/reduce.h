@@ -8,11 +8,11 @@
 
 /* dst[i] = dst[i] op src[i] for n elements; AVG reduces as SUM (see gcoll_reduce_finish).
  * fp16 and bf16 are computed in fp32 and rounded to nearest even. */
-void gcoll_reduce(void *dst, const void *src, size_t n, gcoll_dtype_t dtype, gcoll_op_t op);
+void gcoll_reduce_local(void *dst, const void *src, size_t n, gcoll_dtype_t dtype, gcoll_op_t op);
 
-/* dst[i] = src[i] op dst[i]: gcoll_reduce with the operands in the other order, for a
+/* dst[i] = src[i] op dst[i]: gcoll_reduce_local with the operands in the other order, for a
  * partial sum received straight into dst and combined with the local input src, so that
- * the result is bit for bit what gcoll_reduce(local copy, received) gives (MIN and MAX
+ * the result is bit for bit what gcoll_reduce_local(local copy, received) gives (MIN and MAX
  * keep the first operand when one is NaN). */
 void gcoll_reduce_rev(void *dst, const void *src, size_t n, gcoll_dtype_t dtype, gcoll_op_t op);
 

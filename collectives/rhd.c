@@ -97,8 +97,8 @@ gcoll_status_t gcoll_rhd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_
     if (!tmp || !lo)
         goto out;
     int nr; /* rank in the power-of-two group, -1 if folded away */
-    GCOLL_CHECK_GOTO(fold_in(ctx, rem, 0, sig, buf, tmp, count, dtype, op, gcoll_reduce, &nr), st,
-                     out);
+    GCOLL_CHECK_GOTO(fold_in(ctx, rem, 0, sig, buf, tmp, count, dtype, op, gcoll_reduce_local, &nr),
+                     st, out);
     if (nr >= 0) {
         /* Halving: at each step keep one half of the current range and reduce into it. */
         lo[0] = 0;
@@ -111,7 +111,7 @@ gcoll_status_t gcoll_rhd_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size_
             GCOLL_CHECK_GOTO(exchange(ctx, peer, 1 + (uint32_t)s, sig, buf + slo * esz,
                                       (shi - slo) * esz, tmp + klo * esz, (khi - klo) * esz),
                              st, out);
-            gcoll_reduce(buf + klo * esz, tmp + klo * esz, khi - klo, dtype, op);
+            gcoll_reduce_local(buf + klo * esz, tmp + klo * esz, khi - klo, dtype, op);
             lo[s + 1] = klo;
             hi[s + 1] = khi;
         }
@@ -157,7 +157,7 @@ gcoll_status_t gcoll_rd_allreduce_at(const gcoll_coll_t *ctx, void *recvbuf, siz
         GCOLL_CHECK(exchange(ctx, real_rank(pnr, rem), sub0 + 1 + (uint32_t)s, sig, buf, bytes, tmp,
                              bytes));
         if (nr < pnr)
-            gcoll_reduce(buf, tmp, count, dtype, op);
+            gcoll_reduce_local(buf, tmp, count, dtype, op);
         else
             gcoll_reduce_rev(buf, tmp, count, dtype, op);
     }
@@ -190,7 +190,7 @@ gcoll_status_t gcoll_tree_allreduce(const gcoll_coll_t *ctx, void *recvbuf, size
         }
         if (r + mask < P) {
             GCOLL_CHECK_GOTO(exchange(ctx, r + mask, sub, sig, NULL, 0, tmp, bytes), st, out);
-            gcoll_reduce(recvbuf, tmp, count, dtype, op);
+            gcoll_reduce_local(recvbuf, tmp, count, dtype, op);
         }
     }
     st = gcoll_bcast_run(ctx, recvbuf, bytes, 0, sig, 64);

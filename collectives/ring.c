@@ -161,8 +161,8 @@ static gcoll_status_t ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t 
                         gcoll_reduce_rev(p->buf + ch.off, p->src + ch.off, ch.len / p->esz,
                                          p->dtype, p->op);
                     else
-                        gcoll_reduce(p->buf + ch.off, p->tmp + ch.off, ch.len / p->esz, p->dtype,
-                                     p->op);
+                        gcoll_reduce_local(p->buf + ch.off, p->tmp + ch.off, ch.len / p->esz,
+                                           p->dtype, p->op);
                 }
                 if (g + 1 < nsteps) {
                     gcoll_span_t ch = chunk_of(p, step_seg(p, r, P, g + 1, 0), c, nch);
@@ -201,6 +201,12 @@ out:
 gcoll_status_t gcoll_ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *p)
 {
     return ring_run(ctx, p, NO_READY);
+}
+
+gcoll_status_t gcoll_ring_run_ready(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *p,
+                                    uint32_t ready_sub)
+{
+    return ring_run(ctx, p, ready_sub);
 }
 
 /* The passes of both forms, in slices of at most GCOLL_RING_SLICE bytes so the temporary

@@ -105,6 +105,11 @@ static const param_t coll_params[] = {
      "allreduce algorithm: ring, rhd (recursive halving-doubling), tree, rd (recursive "
      "doubling), or auto (cost model)",
      OFF(coll.algo), F_MUST_MATCH, "auto|ring|rhd|tree|rd"},
+    {"GCOLL_ROOTED_ALGO", P_ENUM, "auto",
+     "reduce, gather and scatter: tree (binomial), direct (reduce: reduce-scatter then the "
+     "blocks to the root; gather, scatter: straight between the root and each rank), or auto "
+     "(cost model)",
+     OFF(coll.rooted_algo), F_MUST_MATCH, "auto|tree|direct"},
     {"GCOLL_SPARSE_ALGO", P_ENUM, "auto",
      "sparse allreduce plan: allgather (SSAR), split (split-and-reduce), dense, or auto (by bytes)",
      OFF(coll.sparse_algo), F_MUST_MATCH, "auto|allgather|split|dense"},
@@ -125,6 +130,10 @@ static const param_t coll_params[] = {
      "hosts, allgather or broadcast inside), 0 flat, auto (hierarchical when ranks share "
      "hosts and the cost estimate favours it)",
      OFF(coll.hier), F_MUST_MATCH, "auto|0|1"},
+    {"GCOLL_GROUP_FUSE_BYTES", P_SIZE, "4mb",
+     "a group's consecutive allreduces of one dtype and op run as one allreduce while their "
+     "bytes together stay within this (PyTorch's coalesced all-reduce); 0: never fused",
+     OFF(coll.group_fuse_bytes), F_MUST_MATCH, NULL},
 };
 
 static const param_t compress_params[] = {

@@ -317,7 +317,7 @@ static gcoll_status_t finalize(gcoll_bucketer_t *b)
 /* Adds src into dst (n elements of dtype) for local accumulation. */
 static void accumulate(void *dst, const void *src, size_t n, gcoll_dtype_t dtype)
 {
-    gcoll_reduce(dst, src, n, dtype, GCOLL_SUM);
+    gcoll_reduce_local(dst, src, n, dtype, GCOLL_SUM);
 }
 
 static double norm2(const float *x, size_t n)

@@ -157,7 +157,8 @@ static gcoll_status_t dense_shm(const dense_t *d, size_t nc)
             size_t part = n / L, at = (off + lr * part) * esz;
             memcpy(d->buf + at, h->shm + at, part * esz);
             for (size_t j = 1; j < L; j++)
-                gcoll_reduce(d->buf + at, h->shm + j * h->shm_slot + at, part, d->dtype, d->op);
+                gcoll_reduce_local(d->buf + at, h->shm + j * h->shm_slot + at, part, d->dtype,
+                                   d->op);
             st = gcoll_iallreduce(h->rail, d->buf + at, d->buf + at, part, d->dtype, d->op, &r[c]);
         }
         if (st == GCOLL_OK && c > 0) {

@@ -100,7 +100,7 @@ gcoll_status_t gcoll_hier_shm_reduce_scatter(gcoll_hier_t *h, const void *in, vo
     uint8_t *mine = (uint8_t *)out + lr * pb;
     memcpy(mine, h->shm + lr * pb, pb); /* slot 0's part, then the others in order */
     for (size_t j = 1; j < L; j++)
-        gcoll_reduce(mine, h->shm + j * h->shm_slot + lr * pb, part, dtype, op);
+        gcoll_reduce_local(mine, h->shm + j * h->shm_slot + lr * pb, part, dtype, op);
     return GCOLL_OK;
 }
 

@@ -65,7 +65,7 @@ static void check_all(int scalar)
                 put(a, i, dtypes[d], (double)((int)(i * 7 % 23) - 11));
                 put(b, i, dtypes[d], (double)((int)(i * 13 % 9) - 4));
             }
-            gcoll_reduce(a, b, N, dtypes[d], ops[o]);
+            gcoll_reduce_local(a, b, N, dtypes[d], ops[o]);
             for (size_t i = 0; i < N; i++) {
                 double x = (double)((int)(i * 7 % 23) - 11), y = (double)((int)(i * 13 % 9) - 4);
                 double want = ops[o] == GCOLL_PROD  ? x * y
@@ -97,7 +97,7 @@ static const gcoll_dtype_t rev_dtypes[] = {GCOLL_FLOAT32,     GCOLL_FLOAT16,    
                                            GCOLL_FLOAT64,     GCOLL_INT32,      GCOLL_INT64,
                                            GCOLL_FLOAT8_E4M3, GCOLL_FLOAT8_E5M2};
 
-/* gcoll_reduce_rev(dst, src) leaves in dst exactly what gcoll_reduce(copy of src, dst)
+/* gcoll_reduce_rev(dst, src) leaves in dst exactly what gcoll_reduce_local(copy of src, dst)
  * gives, bit for bit, on both kernel paths: non-integer values (rounding), NaN operands
  * (MIN/MAX keep the first operand's NaN) and every dtype and op. */
 static void test_reduce_rev(void **state)
@@ -119,7 +119,7 @@ static void test_reduce_rev(void **state)
                 memcpy(d2, s1, N * esz); /* reference: reduce(copy of src, dst) */
                 memcpy(s2, d1, N * esz);
                 gcoll_reduce_rev(d1, s1, N, rev_dtypes[d], ops[o]);
-                gcoll_reduce(d2, s2, N, rev_dtypes[d], ops[o]);
+                gcoll_reduce_local(d2, s2, N, rev_dtypes[d], ops[o]);
                 if (memcmp(d1, d2, N * esz) != 0)
                     fail_msg("reduce_rev %s %s scalar=%d differs from reduce with the operands "
                              "swapped",
@@ -140,9 +140,9 @@ static void test_f16_rounding_paths_agree(void **state)
         a[i] = a2[i] = gcoll_f32_to_f16(sinf((float)i) * 100.0f);
         b[i] = gcoll_f32_to_f16(cosf((float)i * 0.7f) * 3.0f);
     }
-    gcoll_reduce(a, b, N, GCOLL_FLOAT16, GCOLL_SUM);
+    gcoll_reduce_local(a, b, N, GCOLL_FLOAT16, GCOLL_SUM);
     int old = gcoll_reduce_force_scalar(1);
-    gcoll_reduce(a2, b, N, GCOLL_FLOAT16, GCOLL_SUM);
+    gcoll_reduce_local(a2, b, N, GCOLL_FLOAT16, GCOLL_SUM);
     gcoll_reduce_force_scalar(old);
     assert_memory_equal(a, a2, sizeof(a));
 }
@@ -307,7 +307,7 @@ static void test_int_types(void **state)
                 }
                 for (size_t i = 0; i < N; i++)
                     ref_int(want, a, b, i, ints[d], all_ops[o]);
-                gcoll_reduce(a, b, N, ints[d], all_ops[o]);
+                gcoll_reduce_local(a, b, N, ints[d], all_ops[o]);
                 if (memcmp(a, want, N * esz) != 0)
                     fail_msg("%s %s scalar=%d differs from the reference",
                              gcoll_dtype_name(ints[d]), gcoll_op_name(all_ops[o]), scalar);
@@ -386,7 +386,7 @@ static void test_fp8_kernels(void **state)
                     a[i] = a0[i] = (uint8_t)(i >> 8);
                     b[i] = (uint8_t)i;
                 }
-                gcoll_reduce(a, b, N, dt, op);
+                gcoll_reduce_local(a, b, N, dt, op);
                 for (int i = 0; i < N; i++) {
                     double x = fp8_value(a0[i], e4m3), y = fp8_value(b[i], e4m3);
                     double r = op == GCOLL_PROD  ? x * y
