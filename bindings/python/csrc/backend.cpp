@@ -276,7 +276,7 @@ class BackendGcoll : public c10d::Backend
         gcoll_request_t *req; // nullptr: the marker that closes a group
         std::function<void()> after;
         const char *what;
-        std::shared_ptr<Group> group; // the coalesced batch it belongs to, if any
+        std::shared_ptr<Group> group;     // the coalesced batch it belongs to, if any
         gcoll_status_t status = GCOLL_OK; // the marker's: what gcoll_group_end returned
     };
     // A batch between startCoalescing and endCoalescing: its operations are queued for the
@@ -320,7 +320,8 @@ class BackendGcoll : public c10d::Backend
             group_.reset();
             work = c10::make_intrusive<WorkGcoll>(rank_, c10d::OpType::COALESCED, grp->outputs);
             std::lock_guard<std::mutex> q(qmutex_);
-            queue_.push_back(Pending{work, nullptr, [] {}, "coalesced operations", grp, grp->status});
+            queue_.push_back(
+                Pending{work, nullptr, [] {}, "coalesced operations", grp, grp->status});
         }
         qcond_.notify_one();
         return work;
