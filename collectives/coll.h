@@ -101,6 +101,11 @@ typedef struct {
 } gcoll_ring_plan_t;
 
 gcoll_status_t gcoll_ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *plan);
+/* The same, starting with the handshake of ring_allreduce's large slices (ring.c): each
+ * rank tells its left neighbour on tag ready_sub that its receives are posted, and sends
+ * to its right one only after hearing the same, so no data arrives unexpected. */
+gcoll_status_t gcoll_ring_run_ready(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *plan,
+                                    uint32_t ready_sub);
 
 /* Ring allreduce over recvbuf, which already holds this rank's input, its message tags
  * starting at sub0 (0 for a call of its own; else it is one phase of a collective).

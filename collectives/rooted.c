@@ -96,18 +96,51 @@ static void guard_cancel(guard_t *gd)
     gcoll_channel_cancel(gd->ctx->ch, gd->g, gd->posted);
 }
 
+/* ---- large transfers wait for their receive -------------------------------------------- */
+
+/* A message this large goes only once its receive is posted: the receiver says so with an
+ * empty message. Otherwise a rank that is late into the call (its peers' sends eager)
+ * has every byte sent to it held as unexpected, a fresh allocation and one more copy,
+ * and a gather of large blocks into a late root could pass GCOLL_UNEXPECTED_BYTES and fail.
+ * As the ring's handshake (ring.c), from the same size: one more message time, small
+ * against the transfer's there. */
+#define READY_MIN ((size_t)1 << 20)
+#define READY_SUB 0xfffffff1u
+
+/* The receiver's half: after posting a receive of len bytes from peer, tell it (into
+ * req[*n], counted, when len is large enough). */
+static gcoll_status_t tell_ready(const gcoll_coll_t *ctx, gcoll_treq_t *req, int *n, int peer,
+                                 size_t len, uint32_t sig)
+{
+    if (len < READY_MIN)
+        return GCOLL_OK;
+    return gcoll_channel_isend(ctx->ch, &req[(*n)++], peer, READY_SUB, sig, NULL, 0);
+}
+
+/* The sender's half: post the receive of peer's word into req[*n] (when len is large
+ * enough); the caller waits for it before sending. */
+static gcoll_status_t post_ready(const gcoll_coll_t *ctx, gcoll_treq_t *req, int *n, int peer,
+                                 size_t len, uint32_t sig)
+{
+    if (len < READY_MIN)
+        return GCOLL_OK;
+    return gcoll_channel_irecv(ctx->ch, &req[(*n)++], peer, READY_SUB, sig, NULL, 0, 0);
+}
+
 /* ---- the choice ---------------------------------------------------------------------- */
 
 /* What each message handled at the root of a direct transfer costs there beyond its
  * bytes (one more receive or send to post, complete and hand off). Fitted to the rooted
- * calls timed against each other on 2-4 ranks over TCP loopback on a busy 2-core VM
- * (docs/results/rooted.md): on 4 ranks direct gather and scatter were level with the tree
- * up to a few KiB and ahead from 32 KiB (131072 B: 299-467 us against 542-971 for gather),
- * which puts their crossover near 8 KiB per block; reduce's tree stayed ahead to 128-512
- * KiB and reduce-scatter then gather from 2 MiB on 3 and 4 ranks, level on 2. With it the
- * model switches reduce at 6 MiB on 2 ranks, 384 KiB on 3 and 5, 768 KiB on 4, and gather
- * and scatter at 8 KiB on 4 ranks; on 3 and 5 always direct (the tree has as many or
- * more steps there), on 2 never (both are one message). */
+ * calls timed with each form forced on 2-5 ranks over TCP loopback on a 2-core VM under
+ * a load of 9-10 from other jobs (docs/results/rooted.md; runs of one size differ up to
+ * 2x): below 8 KiB the tree took 100-250 us and the direct forms 150-450 (reduce: 2
+ * steps against P, the difference 2 alpha + 3 of these on 4 ranks); from 32-128 KiB
+ * direct gather and scatter were ahead on 4 ranks, and reduce-scatter then gather on 4
+ * and 5 ranks at 128-512 KiB (1.2-4x); at 2-8 MiB the two reduces were within the noise
+ * of each other on 4 and 5 ranks, and the tree ahead on 2 (8 MiB: 14-21 ms against
+ * 18-36). The model switches reduce at 6 MiB on 2 ranks, 384 KiB on 3 and 5, 768 KiB on
+ * 4; gather and scatter at 8 KiB per block on 4 ranks, on 3, 5 and 6 always direct (the
+ * tree has as many steps or more there), on 2 never (both are one message). */
 #define ROOT_MSG_NS 28000.0
 
 static int ceil_log2(int p)
@@ -191,21 +224,26 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
         memcpy(tmp, send, bytes);
     else if (!vr && send != recv)
         memcpy(recv, send, bytes);
-    gcoll_treq_t req[33] = {0};
+    const int parent = (t.parent + root) % P;
+    gcoll_treq_t req[68] = {0}; /* children's data and words, the parent's word, the send */
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
     for (int c = 0; c < t.nchild; c++)
         GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (vr + (1 << c) + root) % P, 0, sig,
                                              tmp + (size_t)(own + c) * bytes, bytes, 0),
                          st, out);
+    for (int c = 0; c < t.nchild; c++)
+        GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (vr + (1 << c) + root) % P, bytes, sig), st, out);
+    if (vr)
+        GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, parent, bytes, sig), st, out);
     for (int c = 0; c < t.nchild; c++) {
         GCOLL_CHECK_GOTO(wait_guarded(gd, &req[c], 1), st, out);
         gcoll_reduce_local((uint8_t *)acc, tmp + (size_t)(own + c) * bytes, count, dtype, op);
     }
+    GCOLL_CHECK_GOTO(wait_guarded(gd, req + t.nchild, n - t.nchild), st, out);
     if (vr) {
-        GCOLL_CHECK_GOTO(
-            gcoll_channel_isend(ctx->ch, &req[n++], (t.parent + root) % P, 0, sig, acc, bytes), st,
-            out);
+        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], parent, 0, sig, acc, bytes), st,
+                         out);
         st = wait_guarded(gd, &req[n - 1], 1);
     }
 out:
@@ -238,7 +276,7 @@ static gcoll_status_t reduce_direct(const gcoll_coll_t *ctx, guard_t *gd, const 
      * receives; elsewhere the working copy is the temporary */
     uint8_t *scratch = at_root && !inplace ? NULL : gcoll_coll_scratch(ctx, slice * esz);
     gcoll_span_t *seg = calloc(P, sizeof(*seg));
-    gcoll_treq_t *req = calloc(P, sizeof(*req));
+    gcoll_treq_t *req = calloc(2 * P, sizeof(*req));
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     int n = 0;
     if ((!at_root || inplace) && !scratch) {
@@ -264,19 +302,27 @@ static gcoll_status_t reduce_direct(const gcoll_coll_t *ctx, guard_t *gd, const 
         plan.buf = at_root ? recv + off * esz : scratch;
         plan.src = inplace ? NULL : send + off * esz;
         plan.tmp = inplace ? scratch : NULL;
-        GCOLL_CHECK_GOTO(gcoll_ring_run(ctx, &plan), st, out);
         uint32_t nsub =
             (uint32_t)((P - 1) *
                        GCOLL_MAX(GCOLL_DIV_UP(GCOLL_DIV_UP(len, P), chunk_elems), (size_t)1));
-        uint32_t gsub = plan.sub0 + nsub;
+        uint32_t gsub = plan.sub0 + nsub + 1; /* sub0 + nsub: the ring's handshake */
+        /* large slices as the ring allreduce's: the handshake first */
+        if (len * esz >= READY_MIN)
+            GCOLL_CHECK_GOTO(gcoll_ring_run_ready(ctx, &plan, plan.sub0 + nsub), st, out);
+        else
+            GCOLL_CHECK_GOTO(gcoll_ring_run(ctx, &plan), st, out);
         n = 0;
         if (at_root) {
             for (size_t i = 0; i < P; i++)
-                if (i != r && seg[i].len)
+                if (i != r && seg[i].len) {
                     GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (int)i, gsub, sig,
                                                          plan.buf + seg[i].off, seg[i].len, 0),
                                      st, out);
+                    GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (int)i, seg[i].len, sig), st, out);
+                }
         } else if (seg[r].len) {
+            GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, root, seg[r].len, sig), st, out);
+            GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
             GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], root, gsub, sig,
                                                  plan.buf + seg[r].off, seg[r].len),
                              st, out);
@@ -361,7 +407,8 @@ static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
         }
         memcpy(buf, send, block);
     }
-    gcoll_treq_t req[33] = {0};
+    const int parent = (t.parent + root) % P;
+    gcoll_treq_t req[68] = {0};
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
     for (int c = 0; c < t.nchild; c++) {
@@ -370,11 +417,14 @@ static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
         GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (cv + root) % P, 0, sig,
                                              buf + (size_t)(1 << c) * block, csize * block, 0),
                          st, out);
+        GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (cv + root) % P, csize * block, sig), st, out);
     }
+    if (vr)
+        GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, parent, (size_t)t.size * block, sig), st, out);
     GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
     if (vr) {
-        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], (t.parent + root) % P, 0, sig,
-                                             buf ? buf : send, (size_t)t.size * block),
+        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], parent, 0, sig, buf ? buf : send,
+                                             (size_t)t.size * block),
                          st, out);
         st = wait_guarded(gd, &req[n - 1], 1);
     } else {
@@ -395,7 +445,7 @@ static gcoll_status_t scatter_tree(const gcoll_coll_t *ctx, guard_t *gd, const u
     const int P = ctx->size, vr = (ctx->rank - root + P) % P;
     gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
     const uint8_t *buf = send; /* this rank's subtree's blocks, in virtual order */
-    gcoll_treq_t req[33] = {0};
+    gcoll_treq_t req[68] = {0};
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
     if (vr == 0 && root != 0) { /* rank order is not virtual order: rotate first */
@@ -420,9 +470,15 @@ static gcoll_status_t scatter_tree(const gcoll_coll_t *ctx, guard_t *gd, const u
         GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (t.parent + root) % P, 0, sig, in,
                                              (size_t)t.size * block, 0),
                          st, out);
-        GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
+        GCOLL_CHECK_GOTO(
+            tell_ready(ctx, req, &n, (t.parent + root) % P, (size_t)t.size * block, sig), st, out);
         buf = in;
     }
+    for (int c = t.nchild - 1; c >= 0; c--) /* the children's word, heard while receiving */
+        GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, (vr + (1 << c) + root) % P,
+                                    (size_t)gcoll_tree_pos(vr + (1 << c), P).size * block, sig),
+                         st, out);
+    GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
     for (int c = t.nchild - 1; c >= 0; c--) {
         int cv = vr + (1 << c);
         size_t csize = (size_t)gcoll_tree_pos(cv, P).size;
@@ -451,29 +507,45 @@ static gcoll_status_t rooted_direct(const gcoll_coll_t *ctx, guard_t *gd, int ga
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
     if (r != root) {
-        gcoll_treq_t one;
-        if (gather)
-            GCOLL_CHECK(gcoll_channel_isend(ctx->ch, &one, root, 0, sig, send, block));
-        else
-            GCOLL_CHECK(gcoll_channel_irecv(ctx->ch, &one, root, 0, sig, recv, block, 0));
-        st = wait_guarded(gd, &one, 1);
+        gcoll_treq_t two[2] = {{0}};
+        if (gather) {
+            GCOLL_CHECK_GOTO(post_ready(ctx, two, &n, root, block, sig), st, out1);
+            GCOLL_CHECK_GOTO(wait_guarded(gd, two, n), st, out1);
+            GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &two[n++], root, 0, sig, send, block), st,
+                             out1);
+        } else {
+            GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &two[n++], root, 0, sig, recv, block, 0),
+                             st, out1);
+            GCOLL_CHECK_GOTO(tell_ready(ctx, two, &n, root, block, sig), st, out1);
+        }
+        st = wait_guarded(gd, two, n);
+    out1:
         if (st != GCOLL_OK)
-            gcoll_channel_cancel(ctx->ch, &one, 1);
+            gcoll_channel_cancel(ctx->ch, two, n);
         return st;
     }
-    req = calloc((size_t)P, sizeof(*req));
+    req = calloc(2 * (size_t)P, sizeof(*req));
     if (!req)
         return GCOLL_ERR_NOMEM;
     for (int k = 1; k < P; k++) {
         int i = (r + k) % P;
-        if (gather)
+        if (gather) {
             GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], i, 0, sig,
                                                  recv + (size_t)i * block, block, 0),
                              st, out);
-        else
+            GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, i, block, sig), st, out);
+        } else {
+            GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, i, block, sig), st, out);
+        }
+    }
+    if (!gather) { /* every rank's word (large blocks), then every block at once */
+        GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
+        for (int k = 1; k < P; k++) {
+            int i = (r + k) % P;
             GCOLL_CHECK_GOTO(
                 gcoll_channel_isend(ctx->ch, &req[n++], i, 0, sig, send + (size_t)i * block, block),
                 st, out);
+        }
     }
     /* the root's own block, unless in place */
     if (gather && send != recv + (size_t)r * block)

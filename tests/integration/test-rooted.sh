@@ -3,7 +3,9 @@
 # started by hand (GCOLL_RANK/SIZE/ROOT/JOB_KEY), over tcp and over ucx on shared memory and
 # on its tcp: every root, dtype, op, odd counts and 0, in place, NULL buffers off the root,
 # nonblocking, interleaved with allreduce and compressed allreduce; each algorithm forced
-# with large counts cut into many ring chunks and slices; a control showing the tree-order
+# with large counts cut into many ring chunks and slices, and with messages of 1 MiB and
+# more, which wait for their receive (a late receiver with a small unexpected-message
+# bound); a control showing the tree-order
 # float check tells the algorithms apart; roots out of range (GCOLL_ERR_INVALID) and ranks
 # naming different roots (GCOLL_ERR_MISMATCH, in bounded time).
 . "$(dirname "$0")/lib.sh"
@@ -56,6 +58,7 @@ for v in $variants; do
             show "all-$v-$n" "$n"
         fi
     done
+    [ "$v" = ucx-tcp ] && continue # the algorithms forced: tcp and ucx's shared memory
     for algo in tree direct; do
         for n in 3 4; do
             # shellcheck disable=SC2086
@@ -67,6 +70,34 @@ for v in $variants; do
                 show "$algo-$v-$n" "$n"
             fi
         done
+    done
+done
+
+# messages of 1 MiB and more (they wait for their receive): each algorithm on 3 ranks, with
+# 400001-element calls; then a receiving side 300 ms late with GCOLL_UNEXPECTED_BYTES
+# below a block (2 MiB), which would fail a transfer held as unexpected
+for v in $(echo "$variants" | grep -o 'tcp\|ucx-shm' | sort -u); do
+    case "$v" in
+    ucx-*) tenv="GCOLL_TRANSPORT=ucx $(ucx_variant_env "$v")" ;;
+    *) tenv="GCOLL_TRANSPORT=$v" ;;
+    esac
+    for algo in tree direct; do
+        if [ "$v" = tcp ]; then # the large calls themselves on tcp only
+            # shellcheck disable=SC2086
+            if launch "big-$algo-$v" 3 $tenv GCOLL_ROOTED_ALGO=$algo ROOTED_CHECK_LARGE=400001 -- all; then
+                pass "$v: $algo forced, 3 ranks, 400001-element calls (1.6 MB reduces, 1 MB blocks)"
+            else
+                fail "$v: $algo forced, 3 ranks, 400001-element calls"
+                show "big-$algo-$v" 3
+            fi
+        fi
+        # shellcheck disable=SC2086
+        if launch "late-$algo-$v" 3 $tenv GCOLL_ROOTED_ALGO=$algo GCOLL_UNEXPECTED_BYTES=1mb -- late; then
+            pass "$v: $algo forced, 2 MiB per rank into a receiver 300 ms late, GCOLL_UNEXPECTED_BYTES=1mb"
+        else
+            fail "$v: $algo forced, 2 MiB per rank into a late receiver"
+            show "late-$algo-$v" 3
+        fi
     done
 done
 
