@@ -505,8 +505,12 @@ int main(int argc, char **argv)
             printf("#\n");
         }
     }
-    if (st != GCOLL_OK)
-        fprintf(stderr, "gcoll-bench: rank %d: %s\n", p.rank, gcoll_comm_last_error(comm));
+    if (st == GCOLL_ERR_NOMEM)
+        fprintf(stderr, "gcoll-bench: rank %d: no memory for the buffers of -e %zu bytes\n", p.rank,
+                o.max_bytes);
+    else if (st != GCOLL_OK)
+        fprintf(stderr, "gcoll-bench: rank %d: %s: %s\n", p.rank, gcoll_status_string(st),
+                gcoll_comm_last_error(comm));
     gcoll_comm_destroy(comm);
     return st != GCOLL_OK || p.wrong ? 1 : 0;
 }
