@@ -74,6 +74,22 @@ gcoll_status_t gcoll_channel_irecv(gcoll_channel_t *ch, gcoll_treq_t *r, int pee
     return ch->ops->irecv(ch->tp, r);
 }
 
+gcoll_status_t gcoll_channel_isend_tag(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint64_t tag,
+                                       uint32_t sig, const void *buf, size_t len)
+{
+    *r = (gcoll_treq_t){.peer = peer, .tag = tag, .sig = sig, .buf = (void *)buf, .len = len};
+    ch->counters.bytes_sent += len;
+    return ch->ops->isend(ch->tp, r);
+}
+
+gcoll_status_t gcoll_channel_irecv_tag(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint64_t tag,
+                                       uint32_t sig, void *buf, size_t len)
+{
+    *r = (gcoll_treq_t){.peer = peer, .tag = tag, .sig = sig, .buf = buf, .len = len};
+    ch->counters.bytes_received += len;
+    return ch->ops->irecv(ch->tp, r);
+}
+
 /* A receive of any length counts what arrived, once, when its completion is seen. */
 static void count_anylen(gcoll_channel_t *ch, gcoll_treq_t *r)
 {

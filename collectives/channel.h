@@ -66,10 +66,12 @@ static inline void gcoll_channel_undo(gcoll_channel_t *ch)
 void gcoll_channel_set_error(gcoll_channel_t *ch, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Tag of message `sub` within the running operation. */
+/* Tag of message `sub` within the running operation. The top bit is point-to-point's
+ * (GCOLL_P2P_TAG): the collectives' sequence numbers wrap at 2^31. */
+#define GCOLL_P2P_TAG (1ull << 63)
 static inline uint64_t gcoll_channel_tag(const gcoll_channel_t *ch, uint32_t sub)
 {
-    return ((uint64_t)ch->seq << 32) | sub;
+    return ((uint64_t)(ch->seq & 0x7fffffffu) << 32) | sub;
 }
 
 /* 32-bit signature of a collective call, compared by the receiving side of every message
@@ -84,6 +86,11 @@ gcoll_status_t gcoll_channel_isend(gcoll_channel_t *ch, gcoll_treq_t *r, int pee
                                    uint32_t sig, const void *buf, size_t len);
 gcoll_status_t gcoll_channel_irecv(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint32_t sub,
                                    uint32_t sig, void *buf, size_t len, unsigned flags);
+/* The same with the whole tag given (point-to-point: GCOLL_P2P_TAG | its own count). */
+gcoll_status_t gcoll_channel_isend_tag(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint64_t tag,
+                                       uint32_t sig, const void *buf, size_t len);
+gcoll_status_t gcoll_channel_irecv_tag(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint64_t tag,
+                                       uint32_t sig, void *buf, size_t len);
 /* One round of progress: a poll while the wait is young (GCOLL_SPIN_US), else a sleep of
  * up to the deadline until something happens. Returns GCOLL_ERR_TIMEOUT past the deadline
  * (naming `waiting` if not NULL), GCOLL_ERR_ABORTED once the owner is aborted. Call

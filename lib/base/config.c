@@ -130,6 +130,10 @@ static const param_t coll_params[] = {
      "hosts, allgather or broadcast inside), 0 flat, auto (hierarchical when ranks share "
      "hosts and the cost estimate favours it)",
      OFF(coll.hier), F_MUST_MATCH, "auto|0|1"},
+    {"GCOLL_GROUP_FUSE_BYTES", P_SIZE, "4mb",
+     "a group's consecutive allreduces of one dtype and op run as one allreduce while their "
+     "bytes together stay within this (PyTorch's coalesced all-reduce); 0: never fused",
+     OFF(coll.group_fuse_bytes), F_MUST_MATCH, NULL},
 };
 
 static const param_t compress_params[] = {

@@ -14,13 +14,14 @@ typedef struct gcoll_coll_cfg {
     long ring_depth; /* chunks a ring step keeps in flight to its right neighbour; 0: all;
                       * -1 (auto) is resolved at init (comm.c) */
     size_t ring_slice;
-    int algo;            /* gcoll_algo_t */
-    int rooted_algo;     /* gcoll_rooted_algo_t: reduce, gather, scatter */
-    int sparse_algo;     /* 0 auto, else gcoll_sparse_plan_t + 1 */
-    int compressed_algo; /* 0 auto, 1 alltoall, 2 ring */
-    size_t topk_stream;  /* elements per streamed segment of top-k (0: off) */
-    char *hostname;      /* GCOLL_HOSTNAME: the host for hierarchical collectives, or NULL */
-    int hier;            /* GCOLL_HIER: 0 auto, 1 flat ("0"), 2 hierarchical ("1") */
+    int algo;                /* gcoll_algo_t */
+    int rooted_algo;         /* gcoll_rooted_algo_t: reduce, gather, scatter */
+    int sparse_algo;         /* 0 auto, else gcoll_sparse_plan_t + 1 */
+    int compressed_algo;     /* 0 auto, 1 alltoall, 2 ring */
+    size_t topk_stream;      /* elements per streamed segment of top-k (0: off) */
+    char *hostname;          /* GCOLL_HOSTNAME: the host for hierarchical collectives, or NULL */
+    int hier;                /* GCOLL_HIER: 0 auto, 1 flat ("0"), 2 hierarchical ("1") */
+    size_t group_fuse_bytes; /* GCOLL_GROUP_FUSE_BYTES */
 } gcoll_coll_cfg_t;
 
 /* Parsed configuration, one snapshot per communicator (read at init), in the sections of

@@ -119,7 +119,7 @@ gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_r
     return req;
 }
 
-static void request_free(gcoll_request_t *req)
+void gcoll_request_free(gcoll_request_t *req)
 {
     if (req->a.release)
         req->a.release(req->a.ext);
@@ -148,6 +148,8 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
         comm->op_error[0] = '\0';
         uint64_t t0 = gcoll_time_ns();
         gcoll_channel_begin(&comm->chan, t0);
+        if (req->noseq) /* point-to-point takes no place among the collectives */
+            gcoll_channel_undo(&comm->chan);
         st = req->run(comm, req);
         gcoll_channel_end(&comm->chan, t0, st >= 0);
         if (st < 0 && comm->chan.op_local && req->blocking && queue_empty(comm))
@@ -212,17 +214,54 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
+void gcoll_request_complete(gcoll_request_t *req, gcoll_status_t st)
+{
+    gcoll_comm_t *comm = req->comm;
+    if (req->blocking) {
+        gcoll_request_free(req);
+        return;
+    }
+    pthread_mutex_lock(&comm->lock);
+    req->status = st;
+    req->done = 1;
+    if (comm->waiters)
+        pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+}
+
+int gcoll_comm_in_group(gcoll_comm_t *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    int in = comm->group_depth > 0 && pthread_equal(comm->group_thread, pthread_self());
+    pthread_mutex_unlock(&comm->lock);
+    return in;
+}
+
 gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req, gcoll_request_t **req_p)
 {
     req->blocking = req_p == NULL;
     pthread_mutex_lock(&comm->lock);
+    if (comm->group_depth > 0 && pthread_equal(comm->group_thread, pthread_self())) {
+        /* inside a group: kept for gcoll_group_end, which runs the group's calls together */
+        req->grouped = 1;
+        req->next = NULL;
+        if (comm->gtail)
+            comm->gtail->next = req;
+        else
+            comm->ghead = req;
+        comm->gtail = req;
+        pthread_mutex_unlock(&comm->lock);
+        if (req_p)
+            *req_p = req;
+        return GCOLL_OK;
+    }
     if (req_p == NULL && comm->qhead == NULL && !comm->busy) {
         /* Blocking call on an idle communicator: run here and save a thread hand-off. */
         comm->busy = 1;
         pthread_mutex_unlock(&comm->lock);
         run_op(comm, req);
         gcoll_status_t st = req->status;
-        request_free(req);
+        gcoll_request_free(req);
         return st;
     }
     req->next = NULL;
@@ -246,6 +285,13 @@ gcoll_status_t gcoll_wait(gcoll_request_t *req)
         return GCOLL_ERR_INVALID;
     gcoll_comm_t *comm = req->comm;
     pthread_mutex_lock(&comm->lock);
+    if (req->grouped) { /* would wait for ever: the group has not run */
+        pthread_mutex_unlock(&comm->lock);
+        GCOLL_WARN("gcoll_wait: %s belongs to a group still open: call "
+                   "gcoll_group_end first",
+                   req->name);
+        return GCOLL_ERR_INVALID;
+    }
     comm->waiters++;
     while (!req->done)
         pthread_cond_wait(&comm->cond, &comm->lock);
@@ -255,7 +301,7 @@ gcoll_status_t gcoll_wait(gcoll_request_t *req)
         gcoll_set_last_error("%s",
                              comm->last_error[0] ? comm->last_error : gcoll_status_string(st));
     pthread_mutex_unlock(&comm->lock);
-    request_free(req);
+    gcoll_request_free(req);
     return st;
 }
 
@@ -333,6 +379,14 @@ static void stop_thread(gcoll_comm_t *comm)
 static void comm_free(gcoll_comm_t *comm)
 {
     stop_thread(comm);
+    while (comm->ghead) { /* a group never ended: its calls never ran */
+        gcoll_request_t *r = comm->ghead;
+        comm->ghead = r->next;
+        if (r->a.release)
+            r->a.release(r->a.ext);
+        free(r);
+    }
+    free(comm->p2p_count);
     free(comm->req_cache);
     free(comm->scratch.p);
     if (comm->chan.tp)
@@ -355,6 +409,13 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
                    "rendezvous at %s, from Slurm's node list and job id "
                    "(GCOLL_ROOT overrides)",
                    root);
+    } else if ((!root || !*root) && comm->size > 1 &&
+               gcoll_launch_mpirun_root(slurm, sizeof(slurm)) == 0) {
+        root = slurm;
+        GCOLL_INFO(GCOLL_SUBSYS_INIT,
+                   "rendezvous at %s: every rank of this mpirun job is on this host "
+                   "(GCOLL_ROOT overrides)",
+                   root);
     }
     uint64_t deadline = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
     gcoll_bootstrap_t *bs = NULL;
@@ -366,8 +427,9 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
         if (!root || !*root) {
             snprintf(err, errlen,
                      "GCOLL_ROOT is not set: every rank needs the rendezvous "
-                     "address host:port (gcoll-run sets it; with mpirun pass -x GCOLL_ROOT; "
-                     "under srun it defaults to the step's first node)");
+                     "address host:port (gcoll-run sets it; with mpirun across hosts pass "
+                     "-x GCOLL_ROOT; under srun, and under mpirun on one host, it has a "
+                     "default)");
             return GCOLL_ERR_INVALID;
         }
         GCOLL_CHECK_GOTO(gcoll_bootstrap_open(comm->rank, comm->size, root, &comm->key, deadline,
@@ -522,6 +584,11 @@ gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm)
 {
     if (!comm)
         return GCOLL_ERR_INVALID;
+    if (gcoll_comm_in_group(comm)) {
+        GCOLL_WARN("gcoll_comm_destroy: called inside an open group (call gcoll_group_end "
+                   "first)");
+        return GCOLL_ERR_INVALID;
+    }
     stop_thread(comm); /* runs what is queued first */
     gcoll_hier_release(comm);
     if (comm->size > 1 && comm->chan.tp && comm->broken == GCOLL_OK && !comm->abort_requested) {
@@ -531,7 +598,7 @@ gcoll_status_t gcoll_comm_destroy(gcoll_comm_t *comm)
         if (req) {
             comm->busy = 1;
             run_op(comm, req);
-            request_free(req);
+            gcoll_request_free(req);
         } else {
             GCOLL_WARN("gcoll_comm_destroy: no memory for the closing handshake");
         }

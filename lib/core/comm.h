@@ -36,6 +36,10 @@ struct gcoll_request {
     gcoll_status_t status;
     int done;
     int blocking; /* the caller waits for it in the call (no request handle) */
+    /* point-to-point and groups: takes no sequence number of its own among the
+     * collectives (a group's collectives take theirs as they run) */
+    int noseq;
+    int grouped; /* captured by an open group, not yet handed to the queue */
     struct gcoll_request *next;
 };
 
@@ -73,6 +77,14 @@ struct gcoll_comm {
     double probe_bw;   /* GCOLL_PROBE: bytes/s per rank the slowest rank saw at init; 0: none */
     char local_ip[64]; /* this rank's address for transports (a split's new instance) */
     struct gcoll_hier *hier; /* host layout and hierarchy children (lib/hier/hier.c) */
+    /* point-to-point: messages sent to and received from each peer so far (2 * size,
+     * allocated at the first); owned by the running operation */
+    uint64_t *p2p_count;
+    /* an open group (group.c): its depth, the thread that opened it, and the requests
+     * captured so far, in issue order; under lock */
+    int group_depth;
+    pthread_t group_thread;
+    gcoll_request_t *ghead, *gtail;
 };
 
 /* The steps of creating a communicator that init and split share: allocation with the
@@ -100,6 +112,14 @@ static inline gcoll_coll_t gcoll_comm_coll(gcoll_comm_t *comm)
 
 /* Queues req (nonblocking form) or runs it (blocking form, inline when idle). */
 gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req, gcoll_request_t **req_p);
+/* Completes a request that ran inside another (a group's): status set, waiters woken;
+ * a blocking one (no handle) is freed. */
+void gcoll_request_complete(gcoll_request_t *req, gcoll_status_t st);
+/* Frees a request (its release runs). */
+void gcoll_request_free(gcoll_request_t *req);
+/* Whether the calling thread has a group open on comm (inside a group, calls are captured,
+ * and the hierarchy is not used). */
+int gcoll_comm_in_group(gcoll_comm_t *comm);
 /* Allocates a request for run with args; NULL on ENOMEM. */
 gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_run_fn_t run,
                                    const gcoll_args_t *args);

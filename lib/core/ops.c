@@ -43,7 +43,7 @@ gcoll_vargs_t *gcoll_vargs_new(int P, const size_t *rc, const size_t *rd, const 
     return v;
 }
 
-static gcoll_status_t run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
+gcoll_status_t gcoll_op_run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req)
 {
     const gcoll_args_t *a = &req->a;
     gcoll_coll_t ctx = gcoll_comm_coll(comm);
@@ -100,7 +100,7 @@ gcoll_status_t gcoll_op_iallreduce(gcoll_comm_t *comm, const char *what, const v
         return gcoll_hier_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, req_p);
     gcoll_args_t a = {
         .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op};
-    return gcoll_op_submit(comm, what, run_allreduce, &a, req_p);
+    return gcoll_op_submit(comm, what, gcoll_op_run_allreduce, &a, req_p);
 }
 
 gcoll_status_t gcoll_op_allreduce(gcoll_comm_t *comm, void *buf, size_t count, gcoll_dtype_t dtype,

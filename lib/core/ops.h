@@ -27,6 +27,16 @@ gcoll_status_t gcoll_op_iallreduce(gcoll_comm_t *comm, const char *what, const v
                                    gcoll_request_t **req_p);
 gcoll_status_t gcoll_op_allreduce(gcoll_comm_t *comm, void *buf, size_t count, gcoll_dtype_t dtype,
                                   gcoll_op_t op);
+/* The run function of a flat dense allreduce (a group fuses consecutive ones: group.c). */
+gcoll_status_t gcoll_op_run_allreduce(gcoll_comm_t *comm, gcoll_request_t *req);
+/* Point-to-point (group.c): kind GCOLL_P2P_SEND or _RECV, peer in a->root. */
+enum { GCOLL_P2P_SEND = 1, GCOLL_P2P_RECV = 2 };
+gcoll_status_t gcoll_op_p2p(gcoll_comm_t *comm, const char *what, int kind, const void *sendbuf,
+                            void *recvbuf, size_t count, gcoll_dtype_t dtype, int peer,
+                            gcoll_request_t **req_p);
+/* Groups (group.c): gcoll_group_start/end's work, arguments checked. */
+gcoll_status_t gcoll_op_group_start(gcoll_comm_t *comm);
+gcoll_status_t gcoll_op_group_end(gcoll_comm_t *comm);
 gcoll_status_t gcoll_op_iallgatherv(gcoll_comm_t *comm, const char *what, int kind,
                                     const void *sendbuf, size_t sendcount, void *recvbuf,
                                     const size_t *recvcounts, const size_t *displs,

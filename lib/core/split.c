@@ -134,6 +134,10 @@ gcoll_status_t gcoll_comm_split(gcoll_comm_t *comm, int color, int key, gcoll_co
 {
     if (!comm || !newcomm_p)
         return GCOLL_ERR_INVALID;
+    if (gcoll_comm_in_group(comm)) {
+        GCOLL_WARN("gcoll_comm_split: called inside an open group (call gcoll_group_end first)");
+        return GCOLL_ERR_INVALID;
+    }
     const int P = comm->size;
     char err[1024] = "";
     gcoll_status_t st, lst = GCOLL_OK;

@@ -235,8 +235,10 @@ gcoll_status_t gcoll_hier_use(gcoll_comm_t *comm, const char *what, size_t bytes
     *use_p = 0;
     /* GCOLL_HIER=0 costs nothing: no exchange, no children; nor does auto below
      * GCOLL_HIER_AUTO_MIN, where three child collectives cost more than a flat tree */
+    /* a group's calls run flat: the hierarchy's own calls on the children cannot wait for
+     * the group to end */
     if (comm->size < 3 || comm->cfg.coll.hier == 1 || comm->broken != GCOLL_OK ||
-        (comm->cfg.coll.hier == 0 && bytes < GCOLL_HIER_AUTO_MIN))
+        gcoll_comm_in_group(comm) || (comm->cfg.coll.hier == 0 && bytes < GCOLL_HIER_AUTO_MIN))
         return GCOLL_OK;
     gcoll_hier_t *h;
     GCOLL_CHECK(gcoll_hier_layout(comm, &h));

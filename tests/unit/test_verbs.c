@@ -506,6 +506,41 @@ static void test_anylen_self_zero(void **state)
 }
 
 /* A length or signature mismatch fails the receive (never an overrun) and the link goes on. */
+/* Point-to-point's tags (the top bit and a per-peer count, lib/core/group.c) between a
+ * collective's: eager and rendezvous sizes, all sent before any receive, received in
+ * another order, each landing where its tag says. */
+static void test_p2p_tags(void **state)
+{
+    (void)state;
+    pair_t *p = pair_open(NULL);
+    enum { N = 4 };
+    const size_t lens[N] = {8, 200000, 0, 3000};
+    const uint64_t tags[N] = {(1ull << 63) | 0, (1ull << 63) | 1, (7ull << 32) | 3,
+                              (1ull << 63) | 2};
+    static uint8_t src[N][200000], dst[N][200000];
+    gcoll_treq_t s[N], r[N], *all[2 * N];
+    for (int k = 0; k < N; k++) {
+        for (size_t i = 0; i < lens[k]; i++)
+            src[k][i] = (uint8_t)(k * 37 + i * 11);
+        memset(dst[k], 0xee, lens[k]);
+        s[k] = req(1, tags[k], src[k], lens[k]);
+        r[k] = req(0, tags[k], dst[k], lens[k]);
+        all[k] = &s[k];
+        all[N + k] = &r[k];
+    }
+    for (int k = 0; k < N; k++)
+        assert_int_equal(OPS.isend(p->t[0], &s[k]), GCOLL_OK);
+    idle(p, 20);
+    for (int k = N - 1; k >= 0; k--)
+        assert_int_equal(OPS.irecv(p->t[1], &r[k]), GCOLL_OK);
+    drive(p, all, 2 * N);
+    for (int k = 0; k < N; k++) {
+        assert_int_equal(r[k].status, GCOLL_OK);
+        assert_memory_equal(src[k], dst[k], lens[k]);
+    }
+    pair_close(p);
+}
+
 static void test_mismatch(void **state)
 {
     (void)state;
@@ -565,6 +600,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_many_mixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_anylen_self_zero, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_p2p_tags, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
