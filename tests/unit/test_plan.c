@@ -32,6 +32,7 @@ typedef struct {
     const char *spec;
     const char *want[STEPS];
     const char *stateless;
+    const char *adapt; /* rules of a gcoll_adapt controller attached to the state, or NULL */
 } plan_case_t;
 
 typedef struct {
@@ -106,10 +107,14 @@ static void *rank_main(void *p)
     gcoll_comm_t *comm = NULL;
     gcoll_compressor_t *c = NULL;
     gcoll_tensor_state_t *s = NULL;
+    gcoll_adapt_t *ad = NULL;
     float *g = malloc(COUNT * sizeof(float)), *out = malloc(COUNT * sizeof(float));
     int ok = g && out && gcoll_comm_init_rank(P, a->rank, root_addr, &comm) == GCOLL_OK &&
              gcoll_compressor_create(a->pc->spec, &c) == GCOLL_OK &&
              gcoll_state_create(c, COUNT, &s) == GCOLL_OK;
+    if (ok && a->pc->adapt)
+        ok = gcoll_adapt_create(comm, a->pc->adapt, &ad) == GCOLL_OK &&
+             gcoll_adapt_attach(ad, s) == GCOLL_OK;
     RCHECK(a, ok, "%s: setup failed", a->pc->spec);
     /* every rank runs every step, failed or not: the barriers and the collectives pair up */
     for (int t = 0; t < STEPS; t++) {
@@ -121,6 +126,7 @@ static void *rank_main(void *p)
             for (int q = 0; q < 4; q++)
                 pthread_barrier_wait(&bar);
     }
+    gcoll_adapt_destroy(ad);
     gcoll_state_destroy(s);
     gcoll_compressor_destroy(c);
     gcoll_comm_destroy(comm);
@@ -157,7 +163,8 @@ static void test_topk_warmup(void **unused)
     static const plan_case_t pc = {"topk:density=0.01,warmup_steps=3",
                                    {"sparse", "sparse", "streamed sparse", "streamed sparse",
                                     "streamed sparse", "streamed sparse"},
-                                   "streamed sparse"};
+                                   "streamed sparse",
+                                   NULL};
     run_case(&pc);
 }
 
@@ -169,17 +176,39 @@ static void test_other_codecs(void **unused)
     static const plan_case_t cases[] = {
         {"dgc:density=0.01,warmup_steps=4",
          {"sparse", "sparse", "sparse", "sparse", "sparse", "sparse"},
-         "sparse"},
+         "sparse",
+         NULL},
         {"randomk:density=0.05,warmup_steps=2",
          {"random-k dense values", "random-k dense values", "random-k dense values",
           "random-k dense values", "random-k dense values", "random-k dense values"},
-         "random-k dense values"},
+         "random-k dense values",
+         NULL},
         {"qsgd:bits=4,warmup_steps=3,warmup_bits=8",
          {"alltoall", "alltoall", "alltoall", "alltoall", "alltoall", "alltoall"},
-         "alltoall"},
+         "alltoall",
+         NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         run_case(&cases[i]);
+}
+
+/* A controller attached to the state encodes with its own copy of the codec, whose
+ * density it sets after each call: with GCOLL_DENSITY_MIN/MAX at 0.3/0.5 its first
+ * decision (snr+stage: within those bounds) puts k above count / (2 P), so the second call
+ * on is not streamed, where the state-less answer (the spec's 1%) still is. */
+static void test_adapt(void **unused)
+{
+    (void)unused;
+    static const plan_case_t pc = {
+        "topk:density=0.01",
+        {"streamed sparse", "sparse", "sparse", "sparse", "sparse", "sparse"},
+        "streamed sparse",
+        "snr+stage"};
+    setenv("GCOLL_DENSITY_MIN", "0.3", 1);
+    setenv("GCOLL_DENSITY_MAX", "0.5", 1);
+    run_case(&pc);
+    unsetenv("GCOLL_DENSITY_MIN");
+    unsetenv("GCOLL_DENSITY_MAX");
 }
 
 /* Bad arguments: NULL, never a crash. */
@@ -195,6 +224,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topk_warmup),
         cmocka_unit_test(test_other_codecs),
+        cmocka_unit_test(test_adapt),
         cmocka_unit_test(test_null),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
