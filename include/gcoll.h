@@ -594,10 +594,25 @@ GCOLL_EXPORT void gcoll_shard_range(const gcoll_comm_t *comm, size_t count, size
  * For "ring", *segment_p (if not NULL) receives the elements per compressed message
  * (GCOLL_RING_CHUNK / 8, at least 1024, at most one rank's chunk): each segment of each
  * chunk is compressed on its own. NULL for a
- * NULL comm or compressor. Never blocks. */
+ * NULL comm or compressor. Never blocks.
+ * This is the state-less answer: the scheme of a state of c past its warm-up (its last
+ * step's density and bit width). During a warm-up, or under an attached adaptation
+ * controller, the call may run another: gcoll_compressed_scheme_state names that one. */
 GCOLL_EXPORT const char *gcoll_compressed_scheme(const gcoll_comm_t *comm,
                                                  const gcoll_compressor_t *c, size_t count,
                                                  int shard_only, size_t *segment_p);
+
+/* The scheme (a name as for gcoll_compressed_scheme, and *segment_p likewise) that the
+ * next gcoll_compressed_allreduce (shard_only != 0: gcoll_compressed_reduce_scatter) of
+ * state's count elements on comm runs: with the codec the state encodes with (an attached
+ * controller's copy, gcoll_adapt_attach) at the state's step, its warm-up included, as
+ * that call plans it. The same on every rank whose state is at the same step. Where the
+ * call runs hierarchically (GCOLL_HIER, see gcoll_allreduce) this is the scheme of the
+ * flat call instead. Reads the state: not while a call on it is in flight. NULL for a
+ * NULL comm or state. Never blocks. */
+GCOLL_EXPORT const char *gcoll_compressed_scheme_state(const gcoll_comm_t *comm,
+                                                       const gcoll_tensor_state_t *state,
+                                                       int shard_only, size_t *segment_p);
 
 /* ------------------------------------------------------------------------ */
 /* Bucketer: overlap of gradient reduction with the backward pass            */
