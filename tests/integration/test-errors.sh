@@ -73,6 +73,29 @@ else
     fail "rank 1 alone: $(head -4 "$TMP/alone")"
 fi
 
+# Rank 0 of 3 with rank 1 only: at the default GCOLL_DEBUG, after 5 s, rank 0 names the
+# rank it still awaits and where. GCOLL_TIMEOUT_MS=60s, so the note is not the timeout's
+# message; both are killed once it shows (at most 15 s).
+port=$(free_port)
+for r in 0 1; do
+    env -u GCOLL_DEBUG GCOLL_RANK=$r GCOLL_SIZE=3 GCOLL_ROOT=127.0.0.1:$port GCOLL_TIMEOUT_MS=60s \
+        timeout 30 "$DEMO" >"$TMP/await$r" 2>&1 &
+    BG_PIDS="$BG_PIDS $!"
+    eval "await_pid$r=$!"
+done
+want="rendezvous: still waiting for rank 2 (2 of 3 joined) at GCOLL_ROOT 127.0.0.1:$port"
+i=0
+while [ $i -lt 150 ] && ! grep -q "$want" "$TMP/await0"; do
+    sleep 0.1
+    i=$((i + 1))
+done
+kill_ours $await_pid0 $await_pid1
+if grep -q "$want" "$TMP/await0"; then
+    pass "rank 0 names the rank it awaits after $((i / 10)) s: $want"
+else
+    fail "rank 0 awaiting rank 2: $(head -3 "$TMP/await0")"
+fi
+
 # Rank 1 asks for another transport than rank 0: both are told which setting and values.
 if "$INFO" -t | grep -q "^ucx *usable"; then
     timeout 120 "$gcoll_run" -n 2 -q --timeout 100 -x GCOLL_TRANSPORT=tcp \
