@@ -113,8 +113,8 @@ struct job {
     bool timed_out;
     int early_rank;          /* first rank that exited 0 with others running; -1: none */
     uint64_t early_deadline; /* when to report it if the others still run; 0: reported */
-    int abort_code; /* signal, launch failure or broken stdout: beats everything else */
-    int fail_code;  /* first failing rank's status */
+    int abort_code;          /* signal, launch failure or broken stdout: beats everything else */
+    int fail_code;           /* first failing rank's status */
     char root[GRUN_ROOT_MAX];
     int ncpus; /* CPUs the ranks are bound to, one each in order; 0: not bound */
     int *cpus;
