@@ -208,8 +208,15 @@ int main(int argc, char **argv)
     st = bench_run(comm, &o, emit, &p);
     if (p.rank == 0 && p.out == OUT_JSON)
         printf("\n]\n");
-    if (st != GCOLL_OK)
-        fprintf(stderr, "gcoll-bench: rank %d: %s\n", p.rank, gcoll_comm_last_error(comm));
+    if (st != GCOLL_OK) {
+        /* the communicator's first error, else gcoll_last_error: a failure outside the
+         * communicator (a bad -z spec) */
+        const char *e = gcoll_comm_last_error(comm);
+        fprintf(stderr, "gcoll-bench: rank %d: %s\n", p.rank, *e ? e : gcoll_last_error());
+        /* the peers may be in a collective this rank never joins: tell them, or they wait
+         * for it until GCOLL_TIMEOUT_MS */
+        gcoll_comm_abort(comm);
+    }
     gcoll_comm_destroy(comm);
     return st == GCOLL_OK ? 0 : 1;
 }

@@ -148,7 +148,7 @@ static const param_t compress_params[] = {
      OFF(codec_simd), 0, "auto|generic|avx2"},
     {"GCOLL_COMPRESSOR", P_STRING, "none",
      "default compressor spec of the bucketer and the tools (e.g. topk:density=0.01+q8)",
-     OFF(compressor), 0, NULL},
+     OFF(compressor), F_MUST_MATCH, NULL},
 };
 
 static const param_t bucket_params[] = {
