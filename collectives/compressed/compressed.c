@@ -486,7 +486,7 @@ static gcoll_status_t end_call(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
  * signature, or not at all where their messages happen to agree in length. So the first
  * call with a state (and only it: later calls pay nothing) sends the hash of the canonical
  * spec and the spec as written to every rank, in a phase of its own with a signature that
- * does not depend on the spec; every rank compares every rank's with rank 0's, so all name
+ * does not depend on the spec (bytes not counted); every rank compares every rank's with rank 0's, so all name
  * the same pair. */
 #define SPEC_CHECK PHASE(0x7f)
 static gcoll_status_t check_spec(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
@@ -515,7 +515,11 @@ static gcoll_status_t check_spec(const gcoll_coll_t *ctx, gcoll_tensor_state_t *
         rcap[j] = cap;
     }
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, 0, 0, 0, 0x7f);
+    /* setup, as the rendezvous is: not the collective's bytes in the counters */
+    const uint64_t sent = ctx->ch->counters.bytes_sent, got = ctx->ch->counters.bytes_received;
     st = gcoll_exchange_anylen(ctx, SPEC_CHECK, sig, sbuf, slen, rbuf, rcap, rlen);
+    ctx->ch->counters.bytes_sent = sent;
+    ctx->ch->counters.bytes_received = got;
     if (st != GCOLL_OK)
         goto out;
     rbuf[r] = mine;
