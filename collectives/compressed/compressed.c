@@ -486,8 +486,8 @@ static gcoll_status_t end_call(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
  * signature, or not at all where their messages happen to agree in length. So the first
  * call with a state (and only it: later calls pay nothing) sends the hash of the canonical
  * spec and the spec as written to every rank, in a phase of its own with a signature that
- * does not depend on the spec (bytes not counted); every rank compares every rank's with rank 0's, so all name
- * the same pair. */
+ * does not depend on the spec (bytes not counted); every rank compares every rank's with
+ * rank 0's, so all name the same pair. */
 #define SPEC_CHECK PHASE(0x7f)
 static gcoll_status_t check_spec(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                  const gcoll_compressor_t *c)
