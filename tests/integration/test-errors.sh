@@ -129,6 +129,20 @@ else
     fail "bad spec on rank 1 ($took s): $(grep -v '^\[0\] #' "$TMP/badspec" | head -4)"
 fi
 
+# gcoll-train: the epochs' wire bytes and 'total wire MB' are the same quantity (rank 0's):
+# the epochs add up to the total, which adds only the epoch statistics (3 doubles per
+# epoch and their frame headers, well under 1 kB) and its own rounding to 1 kB. Summed
+# over 2 ranks, the epochs would be about twice the total.
+timeout 120 "$gcoll_run" -q -n 2 --timeout 100 -- "$top_builddir/tools/gcoll-train" --epochs 2 \
+    --limit 1280 --csv -c topk:density=0.01+q8 >"$TMP/train" 2>&1
+sum=$(awk -F, '$1 ~ /^[0-9]+$/ && NF == 8 { s += $5 } END { print s + 0 }' "$TMP/train")
+tot=$(sed -n 's/^total wire MB: //p' "$TMP/train")
+if [ -n "$tot" ] && awk -v s="$sum" -v t="$tot" 'BEGIN { d = t * 1e6 - s; exit !(s > 0 && d > -600 && d < 2000) }'; then
+    pass "gcoll-train: the epochs' wire bytes ($sum) add up to 'total wire MB: $tot' (rank 0's)"
+else
+    fail "gcoll-train wire bytes: epochs $sum, total '$tot' MB: $(tail -n 4 "$TMP/train")"
+fi
+
 # Rank 1 asks for another transport than rank 0: both are told which setting and values.
 if "$INFO" -t | grep -q "^ucx *usable"; then
     timeout 120 "$gcoll_run" -n 2 -q --timeout 100 -x GCOLL_TRANSPORT=tcp \
