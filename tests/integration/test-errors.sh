@@ -143,6 +143,36 @@ else
     fail "gcoll-train wire bytes: epochs $sum, total '$tot' MB: $(tail -n 4 "$TMP/train")"
 fi
 
+# A peer whose host vanishes without closing (here: loopback taken down in a private
+# network namespace, as a cut link): rank 0, waiting in an allreduce on idle connections,
+# fails with GCOLL_ERR_PEER from TCP keepalive (about 20 s), not at GCOLL_TIMEOUT_MS
+# (60 s here; 30 minutes by default). Needs unshare -n (root or user namespaces).
+if unshare -n true 2>/dev/null && command -v ip >/dev/null; then
+    cat >"$TMP/vanish.sh" <<'EOS'
+ip link set lo up
+for r in 0 1; do
+    GCOLL_TRANSPORT=tcp GCOLL_RANK=$r GCOLL_SIZE=2 GCOLL_ROOT=127.0.0.1:29500 \
+        GCOLL_TIMEOUT_MS=60000 timeout -s KILL 60 "$1" silent 1 >"$2.$r" 2>&1 &
+    eval p$r=\$!
+done
+sleep 2
+ip link set lo down
+i=0
+while [ $i -lt 450 ] && ! grep -q "failed as expected" "$2.0"; do sleep 0.1; i=$((i + 1)); done
+kill -9 $p0 $p1 2>/dev/null
+EOS
+    timeout 70 unshare -n sh "$TMP/vanish.sh" "$CHECK" "$TMP/vanish"
+    t=$(sed -n 's/.*silent peer failed as expected after \([0-9.]*\) s: GCOLL_ERR_PEER.*/\1/p' "$TMP/vanish.0")
+    if [ -n "$t" ] && awk -v t="$t" 'BEGIN { exit !(t < 40) }' &&
+        grep -q "its host is unreachable" "$TMP/vanish.0"; then
+        pass "a vanished peer host: GCOLL_ERR_PEER after $t s (keepalive), not the 60 s timeout"
+    else
+        fail "vanished peer host: $(tail -n 2 "$TMP/vanish.0")"
+    fi
+else
+    note "skip: the vanished-host check needs unshare -n"
+fi
+
 # Rank 1 asks for another transport than rank 0: both are told which setting and values.
 if "$INFO" -t | grep -q "^ucx *usable"; then
     timeout 120 "$gcoll_run" -n 2 -q --timeout 100 -x GCOLL_TRANSPORT=tcp \
