@@ -59,7 +59,7 @@ run() {
         h=$((r / L))
         ip netns exec gcoll-hns$h env $(passenv) GCOLL_HIER="$hier" GCOLL_HOSTNAME="host$h" \
             GCOLL_RANK=$r GCOLL_SIZE=$n GCOLL_ROOT="10.78.0.1:$PORT" GCOLL_JOB_KEY="$key" \
-            GCOLL_TIMEOUT_MS=120s timeout 600 "$BENCH" "$@" --csv \
+            GCOLL_TIMEOUT_MS=120s timeout 600 "$BENCH" -a 3 -z 2 -c 0 "$@" --csv \
             >"$TMP/rank$r.csv" 2>"$TMP/rank$r.err" &
         pids="$pids $!"
         r=$((r + 1))
@@ -82,7 +82,7 @@ for spec in dense $SPECS; do
         args="-b $bytes -e $bytes -n $ITERS -w 1"
         col=5
     else
-        args="-z $spec -b $bytes -e $bytes -n $ITERS -w 1"
+        args="--compressor $spec -b $bytes -e $bytes -n $ITERS -w 1"
         col=3
     fi
     # shellcheck disable=SC2086

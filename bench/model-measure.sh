@@ -10,7 +10,8 @@
 # Environment: RANKS ("2 3 4 6 8"), ALGOS ("ring rhd rd tree"), SPECS
 # ("topk:density=0.01 q8"), DENSE ("-b 8 -e 16M -f 8 -n 10 -w 3"), COMP ("-b 4M -e 64M -f 4
 # -n 3 -w 1"): gcoll-bench size and iteration flags for the dense and the compressed rows.
-# REPEAT (1) runs everything that many times, interleaved; gcoll-model takes the median of
+# Every launch adds -a 3 -z 2 -c 0: the slowest rank's time of blocking calls, unchecked
+# (what the model predicts). REPEAT (1) runs everything that many times, interleaved; gcoll-model takes the median of
 # a case's rows. Rows are appended to OUT.csv (the header is written when the file is new). Everything it
 # creates (namespaces gcoll-mns*, gcoll-mbr, temp files) is removed on exit.
 set -u
@@ -71,7 +72,7 @@ bench() {
     shift 3
     if [ "$LINK" = loopback ]; then
         timeout 600 "$RUN" -n "$p" -q --timeout 590 -x GCOLL_TIMEOUT_MS=120s \
-            "$BENCH" "$@" --csv >"$TMP/all.csv" 2>"$TMP/err" || return 1
+            "$BENCH" -a 3 -z 2 -c 0 "$@" --csv >"$TMP/all.csv" 2>"$TMP/err" || return 1
         grep -v '^\[' "$TMP/all.csv" >"$TMP/out.csv"
     else
         key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -79,7 +80,7 @@ bench() {
         for i in $(seq 0 $((p - 1))); do
             ip netns exec "gcoll-mns$i" env GCOLL_RANK="$i" GCOLL_SIZE="$p" \
                 GCOLL_ROOT="10.78.0.1:$PORT" GCOLL_JOB_KEY="$key" GCOLL_TIMEOUT_MS=120s \
-                timeout 600 "$BENCH" "$@" --csv >"$TMP/rank$i.csv" 2>"$TMP/rank$i.err" &
+                timeout 600 "$BENCH" -a 3 -z 2 -c 0 "$@" --csv >"$TMP/rank$i.csv" 2>"$TMP/rank$i.err" &
             pids="$pids $!"
         done
         ok=0
@@ -103,11 +104,11 @@ for rep in $(seq "${REPEAT:-1}"); do
 for p in $RANKS; do
     for a in $ALGOS; do
         # shellcheck disable=SC2086
-        bench "$p" "$a" none $DENSE -a "$a" || echo "model-measure: $p ranks $a failed" >&2
+        bench "$p" "$a" none $DENSE --algo "$a" || echo "model-measure: $p ranks $a failed" >&2
     done
     for s in $SPECS; do
         # shellcheck disable=SC2086
-        bench "$p" compressed "$s" $COMP -z "$s" || echo "model-measure: $p ranks $s failed" >&2
+        bench "$p" compressed "$s" $COMP --compressor "$s" || echo "model-measure: $p ranks $s failed" >&2
     done
     echo "model-measure: $LINK, run $rep, $p ranks done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
 done

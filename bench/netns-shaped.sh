@@ -85,7 +85,7 @@ run_gcoll() {
     for i in $(seq 0 $((N - 1))); do
         ip netns exec "gcoll-ns$i" env $(passenv) GCOLL_RANK="$i" GCOLL_SIZE=$N \
             GCOLL_ROOT="10.77.0.1:$PORT" GCOLL_JOB_KEY="$key" GCOLL_TIMEOUT_MS=120s \
-            ${ALGO_ENV:-} timeout 600 "$BENCH" "$@" --csv \
+            ${ALGO_ENV:-} timeout 600 "$BENCH" -a 3 -z 2 -c 0 "$@" --csv \
             >"$TMP/rank$i.csv" 2>"$TMP/rank$i.err" &
         pids="$pids $!"
     done
@@ -197,7 +197,7 @@ for rate in $RATES; do
     bps=$(echo "$rate" | awk '/gbit/ {print $0 * 1e9} /mbit/ {print $0 * 1e6}')
     printf '\n## link %s per direction (tc tbf on both ends of every veth)\n' "$rate"
     printf '%-28s %10s %12s %10s %10s %10s %s\n' "method" "time(s)" "wire(MB)" "wire(s)" "comp(s)" "vs gloo" "bound"
-    run_gcoll "$TMP/dense.csv" -b $bytes -e $bytes -n "$ITERS" -w 1 -a ring >/dev/null 2>&1
+    run_gcoll "$TMP/dense.csv" -b $bytes -e $bytes -n "$ITERS" -w 1 --algo ring >/dev/null 2>&1
     dense=$(awk -F, '/^[0-9]/ {print $5 / 1e6}' "$TMP/dense.csv")
     dwire=$(awk -v n=$N -v b=$bytes 'BEGIN {print 2 * (n - 1) / n * b}')
     dmb=$(awk -v w="$dwire" 'BEGIN {print w / 1e6}')
@@ -216,7 +216,7 @@ for rate in $RATES; do
         # SPEC@ALGO forces the compressed allreduce's scheme (GCOLL_COMPRESSED_ALGO) for a row
         ALGO_ENV=""
         case "$spec" in *@*) ALGO_ENV="GCOLL_COMPRESSED_ALGO=${spec#*@}" ;; esac
-        run_gcoll "$TMP/z.csv" -z "${spec%@*}" -b $bytes -e $bytes -n "$ITERS" -w 1 >/dev/null 2>&1 || continue
+        run_gcoll "$TMP/z.csv" --compressor "${spec%@*}" -b $bytes -e $bytes -n "$ITERS" -w 1 >/dev/null 2>&1 || continue
         awk -F, -v spec="$spec" -v bps="$bps" -v base="$base" '/^[0-9]/ {
             t = $3 / 1e6; wire = $6; ws = wire * 8 / bps; cs = $8 / 1e6;
             bound = ws > cs ? "wire" : "compression";

@@ -15,6 +15,8 @@ typedef struct {
     int iters, warmup, check, csv;
     const char *algo;  /* driver-specific; NULL: the driver's default */
     const char *store; /* gloo: FileStore directory */
+    const char *coll;  /* mpi_colls: --coll (NULL: the driver's only collective) */
+    int root;          /* mpi_colls: -r */
 } peer_opts_t;
 
 static inline double peer_now_us(void)
@@ -65,19 +67,21 @@ static inline void peer_usage(const char *prog, FILE *f)
             "  -f F     multiply the size by F at each step (default 2)\n"
             "  -n N     timed iterations per size (default 20)\n"
             "  -w N     warm-up iterations per size (default 5)\n"
-            "  -c       check results (#wrong column)\n"
+            "  -c N     check results (#wrong column) when N > 0 (gcoll-bench's -c)\n"
             "  -a ALGO  algorithm (gloo: ring_chunked, halving_doubling)\n"
             "  -s DIR   gloo: FileStore directory for the rendezvous\n"
+            "  --coll C mpi_colls: sendrecv, reduce, gather, scatter\n"
+            "  -r ROOT  mpi_colls: root of reduce, gather, scatter (default 0)\n"
             "  --csv    comma-separated output\n"
-            "Float32 sum allreduce. Time is the mean per operation on the slowest rank;\n"
-            "algbw = size / time, busbw = algbw * 2(n-1)/n, as in nccl-tests.\n",
+            "Float32 sum (allreduce, or mpi_colls' --coll). Time is the mean per operation on\n"
+            "the slowest rank; algbw = size / time, busbw as in nccl-tests.\n",
             prog);
 }
 
 /* Returns 0 to go on, 1 to exit successfully (-h), -1 on a bad argument. */
 static inline int peer_parse(int argc, char **argv, peer_opts_t *o)
 {
-    peer_opts_t d = {8, 32u << 20, 2.0, 20, 5, 0, 0, NULL, NULL};
+    peer_opts_t d = {8, 32u << 20, 2.0, 20, 5, 0, 0, NULL, NULL, NULL, 0};
     *o = d;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -88,8 +92,8 @@ static inline int peer_parse(int argc, char **argv, peer_opts_t *o)
             return 1;
         } else if (!strcmp(a, "--csv")) {
             o->csv = 1;
-        } else if (!strcmp(a, "-c")) {
-            o->check = 1;
+        } else if (v && !strcmp(a, "-c")) {
+            o->check = atoi(v) > 0, ok = v[0] >= '0' && v[0] <= '9', i++;
         } else if (v && !strcmp(a, "-b")) {
             ok = peer_parse_size(v, &o->min_bytes), i++;
         } else if (v && !strcmp(a, "-e")) {
@@ -104,6 +108,10 @@ static inline int peer_parse(int argc, char **argv, peer_opts_t *o)
             o->algo = v, i++;
         } else if (v && !strcmp(a, "-s")) {
             o->store = v, i++;
+        } else if (v && !strcmp(a, "--coll")) {
+            o->coll = v, i++;
+        } else if (v && !strcmp(a, "-r")) {
+            o->root = atoi(v), ok = v[0] >= '0' && v[0] <= '9', i++;
         } else {
             ok = 0;
         }

@@ -6,7 +6,8 @@
 # Each SETTING is a space-separated list of VAR=VALUE (quote it), or "default" for none, e.g.
 #   bench/sweep-gcoll.sh -B /tmp/build -n 4 default "GCOLL_RING_CHUNK=1mb" \
 #       "GCOLL_TCP_NSOCKS=1"
-# Prints one markdown table: size by setting, median busbw (GB/s), or with -t the time per
+# gcoll-bench runs with -a 3 -z 2 -c 0 (the slowest rank's time of blocking calls) before
+# the -a ARGS. Prints one markdown table: size by setting, median busbw (GB/s), or with -t the time per
 # operation (us), ± half the min-max range.
 set -euo pipefail
 build=${GCOLL_BUILD:-$PWD}
@@ -34,8 +35,8 @@ for rep in $(seq 1 "$reps"); do
         [ "$setting" = default ] || for kv in $setting; do xs+=(-x "$kv"); done
         # shellcheck disable=SC2086 # $args is a list of flags
         timeout 300 "$build/tools/gcoll-run" -q -n "$np" -x GCOLL_TRANSPORT=tcp "${xs[@]}" \
-            "$build/tools/gcoll-bench" --csv $args 2>/dev/null |
-            awk -F, -v i="$i" -v c="$col" 'NF == 8 && $1 ~ /^[0-9]+$/ { print i "," $1 "," $c }' >>"$raw" ||
+            "$build/tools/gcoll-bench" -a 3 -z 2 -c 0 --csv $args 2>/dev/null |
+            awk -F, -v i="$i" -v c="$col" 'NF == 15 && $1 ~ /^[0-9]+$/ { print i "," $1 "," $c }' >>"$raw" ||
             echo "sweep: '$setting' failed in repetition $rep" >&2
     done
 done

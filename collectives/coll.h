@@ -20,6 +20,9 @@ enum {
     GCOLL_KIND_ALLTOALLV,
     GCOLL_KIND_SPARSE,
     GCOLL_KIND_COMPRESSED,
+    GCOLL_KIND_REDUCE,
+    GCOLL_KIND_GATHER,
+    GCOLL_KIND_SCATTER,
 };
 
 /* Allreduce algorithms (GCOLL_ALGO). */
@@ -35,6 +38,13 @@ extern const char *const gcoll_algo_names[];
 typedef struct {
     size_t off, len;
 } gcoll_span_t;
+
+/* The figures of the alpha-beta-gamma cost model (select.c says how they were fitted): ns
+ * per step, per byte on the wire, per byte reduced. The rooted collectives' choice
+ * (rooted.c) uses them too. */
+#define GCOLL_COST_ALPHA_NS 80000.0
+#define GCOLL_COST_BETA_NS 0.5
+#define GCOLL_COST_GAMMA_NS 0.05
 
 /* A temporary kept across operations: large buffers malloc'ed and freed per call are
  * mapped and faulted in afresh every time (a third of the CPU time of a 64 MiB
@@ -91,6 +101,11 @@ typedef struct {
 } gcoll_ring_plan_t;
 
 gcoll_status_t gcoll_ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *plan);
+/* The same, starting with the handshake of ring_allreduce's large slices (ring.c): each
+ * rank tells its left neighbour on tag ready_sub that its receives are posted, and sends
+ * to its right one only after hearing the same, so no data arrives unexpected. */
+gcoll_status_t gcoll_ring_run_ready(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *plan,
+                                    uint32_t ready_sub);
 
 /* Ring allreduce over recvbuf, which already holds this rank's input, its message tags
  * starting at sub0 (0 for a call of its own; else it is one phase of a collective).
@@ -164,5 +179,42 @@ gcoll_status_t gcoll_alltoall_run(const gcoll_coll_t *ctx, const uint8_t *sendbu
 gcoll_status_t gcoll_exchange_anylen(const gcoll_coll_t *ctx, uint32_t sub, uint32_t sig,
                                      uint8_t *const *sbuf, const size_t *slen, uint8_t *const *rbuf,
                                      const size_t *rcap, size_t *rlen);
+
+/* ---- rooted collectives (rooted.c) ---- */
+
+/* Algorithms of reduce, gather and scatter (GCOLL_ROOTED_ALGO): a binomial tree, or the
+ * large-message form (reduce: ring reduce-scatter then the blocks to the root; gather and
+ * scatter: direct transfers between the root and every rank). */
+typedef enum { GCOLL_ROOTED_AUTO, GCOLL_ROOTED_TREE, GCOLL_ROOTED_DIRECT } gcoll_rooted_algo_t;
+extern const char *const gcoll_rooted_algo_names[];
+
+/* Place of virtual rank vr (rank - root, modulo P) in the binomial tree of P ranks: its
+ * parent (-1 at the root), its children vr + 2^c for c < nchild, and the size of its
+ * subtree, which holds virtual ranks vr .. vr + size - 1. */
+typedef struct {
+    int parent, nchild, size;
+} gcoll_tree_pos_t;
+gcoll_tree_pos_t gcoll_tree_pos(int vr, int P);
+
+/* The algorithm for kind (GCOLL_KIND_REDUCE, _GATHER, _SCATTER) and bytes per rank (the
+ * vector of a reduce, one rank's block of a gather or scatter), by the cost model or
+ * GCOLL_ROOTED_ALGO; the same on every rank that passes the same arguments. why (unless
+ * NULL) receives the reason. */
+gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_t bytes, char *why,
+                                        size_t len);
+
+/* Reduce of count elements to root's recvbuf (in place when sendbuf == recvbuf there;
+ * unused elsewhere); AVG finished. */
+gcoll_status_t gcoll_reduce_run(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                size_t count, gcoll_dtype_t dtype, gcoll_op_t op, int root,
+                                gcoll_rooted_algo_t algo);
+/* Gather of every rank's count elements into root's recvbuf, in rank order (in place when
+ * sendbuf is the root's own block of recvbuf), and scatter, its mirror image. */
+gcoll_status_t gcoll_gather_run(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                size_t count, gcoll_dtype_t dtype, int root,
+                                gcoll_rooted_algo_t algo);
+gcoll_status_t gcoll_scatter_run(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                 size_t count, gcoll_dtype_t dtype, int root,
+                                 gcoll_rooted_algo_t algo);
 
 #endif /* GCOLL_COLL_H */

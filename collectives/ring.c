@@ -203,6 +203,12 @@ gcoll_status_t gcoll_ring_run(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *
     return ring_run(ctx, p, NO_READY);
 }
 
+gcoll_status_t gcoll_ring_run_ready(const gcoll_coll_t *ctx, const gcoll_ring_plan_t *p,
+                                    uint32_t ready_sub)
+{
+    return ring_run(ctx, p, ready_sub);
+}
+
 /* The passes of both forms, in slices of at most GCOLL_RING_SLICE bytes so the temporary
  * stays bounded; sendbuf NULL (or recvbuf) means in place. */
 static gcoll_status_t ring_allreduce(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,

@@ -29,9 +29,9 @@ const char *const gcoll_algo_names[] = {"auto", "ring", "rhd", "tree", "rd"};
  * to RHD_STEP of a step, which moves its crossover with the ring on 4 ranks from 2 MiB to
  * about 600 KiB and leaves the others (recursive doubling to 128 KiB on 2 ranks and 64
  * KiB on 3 and 4, the ring from 256 KiB on 2 and 128 KiB on 3) where they were. */
-#define ALPHA_NS 80000.0
-#define BETA_NS 0.5
-#define GAMMA_NS 0.05
+#define ALPHA_NS GCOLL_COST_ALPHA_NS
+#define BETA_NS GCOLL_COST_BETA_NS
+#define GAMMA_NS GCOLL_COST_GAMMA_NS
 #define RHD_WIRE 2.8
 #define RHD_STEP 0.87
 

@@ -107,6 +107,11 @@ static const param_t coll_params[] = {
      "allreduce algorithm: ring, rhd (recursive halving-doubling), tree, rd (recursive "
      "doubling), or auto (cost model)",
      OFF(coll.algo), F_MUST_MATCH, "auto|ring|rhd|tree|rd"},
+    {"GCOLL_ROOTED_ALGO", P_ENUM, "auto",
+     "reduce, gather and scatter: tree (binomial), direct (reduce: reduce-scatter then the "
+     "blocks to the root; gather, scatter: straight between the root and each rank), or auto "
+     "(cost model)",
+     OFF(coll.rooted_algo), F_MUST_MATCH, "auto|tree|direct"},
     {"GCOLL_SPARSE_ALGO", P_ENUM, "auto",
      "sparse allreduce plan: allgather (SSAR), split (split-and-reduce), dense, or auto (by bytes)",
      OFF(coll.sparse_algo), F_MUST_MATCH, "auto|allgather|split|dense"},

@@ -15,6 +15,7 @@ typedef struct gcoll_coll_cfg {
                       * -1 (auto) is resolved at init (comm.c) */
     size_t ring_slice;
     int algo;                /* gcoll_algo_t */
+    int rooted_algo;         /* gcoll_rooted_algo_t: reduce, gather, scatter */
     int sparse_algo;         /* 0 auto, else gcoll_sparse_plan_t + 1 */
     int compressed_algo;     /* 0 auto, 1 alltoall, 2 ring */
     size_t topk_stream;      /* elements per streamed segment of top-k (0: off) */

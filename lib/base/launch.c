@@ -129,3 +129,24 @@ int gcoll_launch_slurm_root(char *buf, size_t len)
     snprintf(buf, len, "%s:%d", host, port);
     return 0;
 }
+
+/* mpirun exports the job id (PMIx's namespace) and the local size to every rank: with all
+ * ranks on one host the rendezvous can be on loopback at a port only this job derives.
+ * Across hosts rank 0's host is not in the environment (the head node's address is
+ * mpirun's, not rank 0's), so GCOLL_ROOT stays required there. */
+int gcoll_launch_mpirun_root(char *buf, size_t len)
+{
+    const char *ws = getenv("OMPI_COMM_WORLD_SIZE"), *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char *job = getenv("PMIX_NAMESPACE");
+    if (!job || !*job)
+        job = getenv("OMPI_MCA_ess_base_jobid");
+    long world, local;
+    if (!ws || !ls || !job || !*job || gcoll_parse_long(ws, 1, LONG_MAX, &world) != 0 ||
+        gcoll_parse_long(ls, 1, LONG_MAX, &local) != 0 || local != world)
+        return -1;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the job id */
+    for (const char *p = job; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    snprintf(buf, len, "127.0.0.1:%d", 20000 + (int)(h % 32000));
+    return 0;
+}

@@ -15,6 +15,11 @@ gcoll_status_t gcoll_launch_identity(int *size_p, int *rank_p, char *err, size_t
  * a port derived from the job and step ids. 0 on success, -1 when not under Slurm. */
 int gcoll_launch_slurm_root(char *buf, size_t len);
 
+/* Under Open MPI's mpirun without GCOLL_ROOT, every rank on this host (local size == world
+ * size): "127.0.0.1:port", the port derived from the job id. 0 on success, -1 otherwise
+ * (not under mpirun, or ranks on several hosts: GCOLL_ROOT must then be passed). */
+int gcoll_launch_mpirun_root(char *buf, size_t len);
+
 /* The IPv4 address of interface ifname (GCOLL_TCP_IFNAME) into ip. */
 gcoll_status_t gcoll_launch_ifname_ip(const char *ifname, char *ip, size_t len, char *err,
                                       size_t errlen);

@@ -48,6 +48,15 @@ static gcoll_status_t parse_rule(const char *text, gcoll_rule_t *r, char *err, s
         snprintf(err, errlen, "rule '%s': %s", text, cerr);
         return GCOLL_ERR_INVALID;
     }
+    if (strncmp(sel, "type:", 5) == 0) {
+        /* module classes are PyTorch's: its hook and fsdp_compress expand these rules */
+        snprintf(err, errlen,
+                 "rule '%s': type: selectors match PyTorch module classes and are resolved "
+                 "by gcoll.torch (the DDP hook, fsdp_compress); name, size<N, size>N, "
+                 "first and last work everywhere",
+                 text);
+        return GCOLL_ERR_INVALID;
+    }
     if (strncmp(sel, "size<", 5) == 0 || strncmp(sel, "size>", 5) == 0) {
         if (gcoll_parse_size(sel + 5, &r->size) != 0) {
             snprintf(err, errlen, "rule '%s': '%s' is not a size (elements)", text, sel + 5);

@@ -409,6 +409,13 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
                    "rendezvous at %s, from Slurm's node list and job id "
                    "(GCOLL_ROOT overrides)",
                    root);
+    } else if ((!root || !*root) && comm->size > 1 &&
+               gcoll_launch_mpirun_root(slurm, sizeof(slurm)) == 0) {
+        root = slurm;
+        GCOLL_INFO(GCOLL_SUBSYS_INIT,
+                   "rendezvous at %s: every rank of this mpirun job is on this host "
+                   "(GCOLL_ROOT overrides)",
+                   root);
     }
     uint64_t deadline = gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms;
     gcoll_bootstrap_t *bs = NULL;
@@ -420,8 +427,9 @@ static gcoll_status_t comm_connect(gcoll_comm_t *comm, const char *root, char *e
         if (!root || !*root) {
             snprintf(err, errlen,
                      "GCOLL_ROOT is not set: every rank needs the rendezvous "
-                     "address host:port (gcoll-run sets it; with mpirun pass -x GCOLL_ROOT; "
-                     "under srun it defaults to the step's first node)");
+                     "address host:port (gcoll-run sets it; with mpirun across hosts pass "
+                     "-x GCOLL_ROOT; under srun, and under mpirun on one host, it has a "
+                     "default)");
             return GCOLL_ERR_INVALID;
         }
         GCOLL_CHECK_GOTO(gcoll_bootstrap_open(comm->rank, comm->size, root, &comm->key, deadline,

@@ -195,7 +195,25 @@ static void fused(gcoll_comm_t *c)
         i64[i] = rank * 1000 + i;
     CHECK(gcoll_allreduce(c, i64, i64, 9, GCOLL_INT64, GCOLL_MAX) == GCOLL_OK,
           "blocking allreduce in a group");
+    /* a compressed allreduce among them (fp16 of small integers and their sums: exact) */
+    gcoll_compressor_t *comp = NULL;
+    gcoll_tensor_state_t *ts = NULL;
+    float g[100], out[100];
+    for (int i = 0; i < 100; i++)
+        g[i] = (float)(i % 9 - 4);
+    CHECK(gcoll_compressor_create("fp16", &comp) == GCOLL_OK &&
+              gcoll_state_create(comp, 100, &ts) == GCOLL_OK,
+          "fp16 state");
+    CHECK(gcoll_compressed_allreduce(c, ts, g, out, 100, GCOLL_SUM) == GCOLL_OK,
+          "compressed allreduce in a group");
     CHECK(gcoll_group_end(c) == GCOLL_OK, "group_end");
+    for (int i = 0; i < 100; i++)
+        if (out[i] != (float)(size * (i % 9 - 4))) {
+            CHECK(0, "compressed allreduce in a group [%d] = %g", i, out[i]);
+            break;
+        }
+    gcoll_state_destroy(ts);
+    gcoll_compressor_destroy(comp);
     for (int k = 0; k < N; k++) {
         CHECK(gcoll_wait(rq[k]) == GCOLL_OK, "wait %d", k);
         double sr = (double)size * (size + 1) / 2;

@@ -4,7 +4,7 @@
 # between every pair, ordering, sends to oneself, ring shifts in groups, fused allreduces,
 # p2p between collectives; argument errors; a count mismatch (reported on the receiver,
 # nothing written past its buffer) and a peer that dies before it sends (GCOLL_ERR_PEER
-# well within the timeout, not a hang).
+# well within the timeout, not a hang); under mpirun without GCOLL_ROOT.
 . "$(dirname "$0")/../chaos/common.sh"
 P2P="$top_builddir/tests/integration/p2p_check"
 
@@ -37,4 +37,17 @@ for var in $(variants); do
     run 2 "$var" mismatch
     run 2 "$var" dead
 done
+# Open MPI's mpirun on one host, as an MPI user types it: no GCOLL_ROOT (loopback at a
+# port derived from the job id), no job key
+if command -v mpirun >/dev/null 2>&1; then
+    if timeout 120 mpirun --allow-run-as-root --oversubscribe -np 3 "$P2P" all \
+        >"$TMP/mpirun.log" 2>&1; then
+        pass "p2p all under mpirun -np 3 without GCOLL_ROOT"
+    else
+        fail "p2p all under mpirun -np 3 without GCOLL_ROOT"
+        tail -n 10 "$TMP/mpirun.log"
+    fi
+else
+    note "mpirun not installed: its case skipped"
+fi
 finish

@@ -68,7 +68,7 @@ fi
 # variants; over UCX's tcp nothing is held. Single copy is off here: it holds nothing.
 cpu=$(awk '/^Cpus_allowed_list:/ {split($2, a, "[-,]"); print a[1]}' /proc/self/status)
 if command -v taskset >/dev/null 2>&1 && [ -n "$cpu" ]; then
-    ops=52 # -n 50 -w 2
+    ops=106 # -n 50 -w 2 -c 1, out of place and in place
     for v in ucx-default $(ucx_variants); do
         log="$TMP/held-$v.log"
         venv=$(ucx_variant_env "$v")
@@ -77,7 +77,7 @@ if command -v taskset >/dev/null 2>&1 && [ -n "$cpu" ]; then
         if ! env $venv taskset -c "$cpu" "$gcoll_run" --timeout 120 -n 2 -x GCOLL_TRANSPORT=ucx \
             -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=NET -x GCOLL_RING_CHUNK=128kb \
             -x GCOLL_UCX_CMA_MIN=0 \
-            -- "$top_builddir/tools/gcoll-bench" -c -b 4M -e 4M -n 50 -w 2 >"$log" 2>&1; then
+            -- "$top_builddir/tools/gcoll-bench" -c 1 -z 2 -b 4M -e 4M -n 50 -w 2 >"$log" 2>&1; then
             fail "$v: 4 MiB allreduce on one CPU did not run"
             tail -n 20 "$log"
             continue
@@ -121,7 +121,7 @@ counted_path() {
         # shellcheck disable=SC2086
         if ! env $venv "$gcoll_run" --timeout 120 -n 3 -x GCOLL_TRANSPORT=ucx $extra \
             -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=NET \
-            -- "$top_builddir/tools/gcoll-bench" -c $bench_args >"$log" 2>&1; then
+            -- "$top_builddir/tools/gcoll-bench" -c 1 -z 2 $bench_args >"$log" 2>&1; then
             fail "$v: $what run did not run"
             tail -n 20 "$log"
             continue
@@ -132,8 +132,9 @@ counted_path() {
             END {printf "%d %d %d %d", n, s[c "_sends"], s[c "_recvs"], zero}')
         # shellcheck disable=SC2086
         set -- $res
-        wrong=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ {w += $(NF - 0)} END {print w + 0}' "$log")
-        sizes=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ && $NF == 0' "$log" | wc -l)
+        # the #wrong columns, out of place and in place
+        wrong=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ {w += $(NF - 4) + $NF} END {print w + 0}' "$log")
+        sizes=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ && $(NF - 4) == 0 && $NF == 0' "$log" | wc -l)
         if [ "$1" = 3 ] && [ "$sizes" = "$nsizes" ] && [ "$wrong" = 0 ] &&
             { { [ "$want" = yes ] && [ "$2" -gt 0 ] && [ "$2" = "$3" ] && [ "$4" = 0 ]; } ||
               { [ "$want" = no ] && [ "$2" = 0 ] && [ "$3" = 0 ]; }; }; then

@@ -54,11 +54,11 @@ timeout 120 "$GCOLL_RUN" --timeout 90 -n 3 $common -- "$CHECK" abort >"$TMP/abor
 n=$(grep -c "failed as expected" "$TMP/abort.log")
 [ "$n" -eq 3 ] && pass "verbs: abort from another thread" ||
     { fail "verbs: abort: $n rank(s) failed as expected, wanted 3"; tail -n 30 "$TMP/abort.log"; }
-# gcoll-bench over verbs, checked (-c), for the log: compare its busbw with ib_write_bw
+# gcoll-bench over verbs, checked (-c 1), for the log: compare its busbw with ib_write_bw
 # between the same ports (docs/verbs.md).
 out="$TMP/bench.log"
 if timeout 300 "$GCOLL_RUN" -n 2 -q --timeout 250 -x GCOLL_TRANSPORT=verbs -- \
-    "$top_builddir/tools/gcoll-bench" -o allreduce -b 8 -e 64M -f 8 -n 5 -w 1 -c >"$out" 2>&1; then
+    "$top_builddir/tools/gcoll-bench" --coll allreduce -b 8 -e 64M -f 8 -n 5 -w 1 -c 1 >"$out" 2>&1; then
     pass "verbs: gcoll-bench allreduce 8 B .. 64 MiB"
     cat "$out"
 else

@@ -318,6 +318,10 @@ static void test_policy_layers(void **unused)
     assert_string_equal(gcoll_policy_pick(&p, "fc.weight", 2048000, 0, 1, "D", &rule), "D");
     assert_int_equal(rule, -1);
     gcoll_policy_free(&p);
+    /* type: rules are gcoll.torch's (module classes): refused here, saying so */
+    assert_int_equal(gcoll_policy_parse("*bias*=none;type:Conv*=fp16", &p, err, sizeof(err)),
+                     GCOLL_ERR_INVALID);
+    assert_non_null(strstr(err, "PyTorch module classes"));
 }
 
 int main(void)

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from . import _lib
+from ._policy import expand as expand_policy, module_info
 from .comm import Comm
 from .compress import Adapt, Compressor, TensorState, adapt_rules, check_spec
 
@@ -247,8 +248,11 @@ class GcollHookState:
         spec (the layer policy over the names in backward order, as the C bucketer)."""
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         backward = list(reversed(named))
+        # type: rules, "seed" and the embedding default, resolved by module class here
+        policy = expand_policy(self.policy, [n for n, _p in named], module_info(model),
+                               self.compressor.spec)
         specs = resolve_specs(self.comm, [(n, p.numel()) for n, p in backward], self.spec,
-                              self.policy)
+                              policy)
         params = {}
         for (name, p), spec in zip(backward, specs):
             comp = None

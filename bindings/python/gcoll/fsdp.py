@@ -30,6 +30,7 @@ import torch.distributed as dist
 from .comm import Comm
 from .compress import Adapt, Compressor, TensorState, adapt_rules, check_spec
 from ._hook import DEFAULT_SPEC, default_root, resolve_specs, with_warmup
+from ._policy import expand as expand_policy, module_info
 
 try:  # torch 2.6+: FSDP2 and its communication extension points
     from torch.distributed.fsdp import FSDPModule
@@ -167,7 +168,11 @@ class FsdpCompressState:
             # layer policy by module name, in backward order (the last module first)
             # (the root module's name is "", which a policy's patterns see as "root")
             counts = [(n or "root", _flat_count(g)) for n, _m, g in groups]
-            specs = resolve_specs(comm, list(reversed(counts)), spec, policy)[::-1]
+            # type: rules and "seed" by the FSDP module's class; no embedding default
+            # here (a unit's flat reduce-scatter holds every parameter it owns)
+            policy_c = expand_policy(policy, [c[0] for c in counts],
+                                     module_info(module, by_module=True), "none")
+            specs = resolve_specs(comm, list(reversed(counts)), spec, policy_c)[::-1]
             for (name, m, g), (_n, count), s in zip(groups, counts, specs):
                 comp = None
                 if s != "none":

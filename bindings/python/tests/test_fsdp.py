@@ -223,6 +223,22 @@ class TestFsdpCompress(unittest.TestCase):
         self.assertIn("warmup_steps=3", st.modules["0"].spec)
         st.close()
 
+    def test_layer_policy_by_module_type(self):
+        """type: rules match the FSDP module's own class (fully_shard makes it a subclass
+        FSDPLinear); "seed" gives each Linear 10% (first, last, and by type)."""
+        fs = shard(mlp(5))
+        st = gt.fsdp_compress(fs, "fp16", policy="type:Sequential=none;type:Lin*=sign",
+                              comm=COMM)
+        self.assertEqual(st.modules["root"].spec if "root" in st.modules else "none", "none")
+        for m in ("0", "2", "4"):
+            self.assertIn("sign", st.modules[m].spec)
+        st.close()
+        fs = shard(mlp(5))
+        st = gt.fsdp_compress(fs, "fp16", policy="seed", comm=COMM)
+        for m in ("0", "2", "4"):
+            self.assertIn("density=0.1", st.modules[m].spec)
+        st.close()
+
     def test_adapt_trains_and_refuses_checkpoints(self):
         fs = shard(mlp(7))
         st = gt.fsdp_compress(fs, "topk:density=0.05", comm=COMM, adapt="snr")

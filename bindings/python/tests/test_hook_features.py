@@ -88,6 +88,29 @@ def flat_params(model):
     return torch.cat([p.detach().float().flatten() for p in model.parameters()])
 
 
+class Mixed(nn.Module):
+    """An embedding of token ids drawn from the input, a convolution with batch norm, and
+    a linear head: one of each module class the seed's policy treats differently."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(40, 8)
+        self.conv = nn.Conv1d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm1d(4)
+        self.fc = nn.Linear(4 * 32 + 8, 10)
+
+    def forward(self, x):
+        ids = (x[:, :4].abs() * 10).long().clamp(max=39)
+        h = torch.relu(self.bn(self.conv(x.unsqueeze(1)))).flatten(1)
+        return self.fc(torch.cat([h, self.emb(ids).mean(1)], 1))
+
+
+def make_mixed(seed=0):
+    torch.manual_seed(seed)
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 1024
+    return DDP(Mixed(), bucket_cap_mb=0.02)
+
+
 class TestHookFeatures(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -209,6 +232,39 @@ class TestHookFeatures(unittest.TestCase):
         self.assertTrue(any(len(b) > 2 for b in layouts[2]), layouts[2])
         self.assert_same_weights(model)
         self.hook.close()
+
+    def test_type_selectors_seed_and_embeddings(self):
+        """policy="seed": norms and biases dense, the embedding table row-sparse (its row
+        width filled in), the convolution at 1% and the linear last layer at 10%; every
+        reduced bucket equals the per-parameter replay. type:PATTERN rules match the
+        owning module's class; the embedding goes row-sparse by default."""
+        canon = lambda s: gcoll.Compressor(s).spec  # noqa: E731
+        model = make_mixed()
+        self.hook = gt.GcollHookState("topk:density=0.05", comm=self.comm, model=model,
+                                      policy="seed")
+        want = {"module.emb.weight": canon("rowsparse:dim=8"),
+                "module.conv.weight": canon("topk:density=0.01"),
+                "module.fc.weight": canon("topk:density=0.1"),
+                "module.conv.bias": "none", "module.bn.weight": "none",
+                "module.bn.bias": "none", "module.fc.bias": "none"}
+        self.assertEqual(self.hook.specs, want)
+        log = self.capture(model, self.hook)
+        self.train(model, 4)
+        self.replay(log, model, want)
+        self.assert_same_weights(model)
+        self.hook.close()
+        model = make_mixed()
+        self.hook = gt.GcollHookState("fp16", comm=self.comm, model=model,
+                                      policy="type:Conv*=sign;type:*Norm*=none")
+        specs = self.hook.specs
+        self.assertEqual(specs["module.conv.weight"], canon("sign"))
+        self.assertEqual(specs["module.conv.bias"], canon("sign"))
+        self.assertEqual(specs["module.bn.weight"], "none")
+        self.assertEqual(specs["module.fc.weight"], canon("fp16"))
+        self.assertEqual(specs["module.emb.weight"], canon("rowsparse:dim=8"))
+        self.hook.close()
+        with self.assertRaisesRegex(ValueError, "class name pattern"):
+            gt.GcollHookState("fp16", comm=self.comm, model=make_mixed(), policy="type:=sign")
 
     def test_default_spec_from_environment(self):
         model = make_model()

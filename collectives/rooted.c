@@ -1,0 +1,611 @@
+/* rooted.c: the rooted collectives, reduce, gather and scatter: binomial trees for small
+ * messages; for large ones reduce-scatter then a gather of the blocks (Rabenseifner's
+ * reduce; Thakur, Rabenseifner & Gropp 2005, section 4.4) and direct transfers between the
+ * root and every rank (gather, scatter). Their entry points are in lib/api/rooted_api.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll.h"
+#include "collectives/reduce.h"
+#include "base/util.h"
+
+const char *const gcoll_rooted_algo_names[] = {"auto", "tree", "direct"};
+
+/* ---- the binomial tree ------------------------------------------------------------- */
+
+/* Lowest set bit of vr (P for the root, vr 0): the span of vr's subtree before clipping. */
+static int low_bit(int vr, int P)
+{
+    return vr ? vr & -vr : P;
+}
+
+gcoll_tree_pos_t gcoll_tree_pos(int vr, int P)
+{
+    gcoll_tree_pos_t t = {.parent = -1};
+    int span = low_bit(vr, P);
+    if (vr)
+        t.parent = vr - span;
+    t.size = GCOLL_MIN(span, P - vr);
+    /* the children are vr + m for each power of two m below the span, while inside P */
+    for (int m = 1; m < span && vr + m < P; m <<= 1)
+        t.nchild++;
+    return t;
+}
+
+/* ---- the guard ring: no rank waits forever on ranks that called something else ------- */
+
+/* A rank whose arguments differ from the others' may wait for a message nobody sends
+ * (two ranks naming different roots each wait for the other's data). So every rooted call
+ * also sends an empty message, carrying the call's signature, to the next rank on a ring
+ * and receives one from the previous: if any two ranks disagree, two neighbours do, and
+ * the receiving one fails with GCOLL_ERR_MISMATCH (its abort then ends the others' waits).
+ * Its receive is watched by every wait of the call. One message per rank and call, sent
+ * at the start: the root, which waits for every rank anyway, is not slowed, but a rank
+ * that only sends returns only once its neighbour has started the call, so back-to-back
+ * small calls pay a message time each (docs/results/rooted.md). */
+#define GUARD_SUB 0xfffffff0u
+
+typedef struct {
+    const gcoll_coll_t *ctx;
+    gcoll_treq_t g[2]; /* receive from the left, send to the right */
+    int posted;
+} guard_t;
+
+static gcoll_status_t guard_start(guard_t *gd, const gcoll_coll_t *ctx, uint32_t sig)
+{
+    const int P = ctx->size, r = ctx->rank;
+    memset(gd, 0, sizeof(*gd));
+    gd->ctx = ctx;
+    if (P == 1)
+        return GCOLL_OK;
+    GCOLL_CHECK(
+        gcoll_channel_irecv(ctx->ch, &gd->g[0], (r - 1 + P) % P, GUARD_SUB, sig, NULL, 0, 0));
+    gd->posted = 1;
+    GCOLL_CHECK(gcoll_channel_isend(ctx->ch, &gd->g[1], (r + 1) % P, GUARD_SUB, sig, NULL, 0));
+    gd->posted = 2;
+    return GCOLL_OK;
+}
+
+/* Waits for reqs[0..n) in order, failing as soon as the guard's receive failed. The
+ * guard is only looked at, never passed to gcoll_channel_done: that would push the
+ * deadline out on every round. */
+static gcoll_status_t wait_guarded(guard_t *gd, gcoll_treq_t *reqs, int n)
+{
+    gcoll_channel_t *ch = gd->ctx->ch;
+    int first = 0, done;
+    for (;;) {
+        for (; first < n; first++) {
+            GCOLL_CHECK(gcoll_channel_done(ch, &reqs[first], &done));
+            if (!done)
+                break;
+        }
+        if (first == n)
+            return GCOLL_OK;
+        if (gd->posted && gd->g[0].done && gd->g[0].status < 0)
+            return gd->g[0].status;
+        GCOLL_CHECK(gcoll_channel_poll(ch, &reqs[first]));
+    }
+}
+
+static gcoll_status_t guard_finish(guard_t *gd)
+{
+    return gd->posted ? gcoll_channel_waitall(gd->ctx->ch, gd->g, gd->posted) : GCOLL_OK;
+}
+
+static void guard_cancel(guard_t *gd)
+{
+    gcoll_channel_cancel(gd->ctx->ch, gd->g, gd->posted);
+}
+
+/* ---- large transfers wait for their receive -------------------------------------------- */
+
+/* A message this large goes only once its receive is posted: the receiver says so with an
+ * empty message. Otherwise a rank that is late into the call (its peers' sends eager)
+ * has every byte sent to it held as unexpected, a fresh allocation and one more copy,
+ * and a gather of large blocks into a late root could pass GCOLL_UNEXPECTED_BYTES and fail.
+ * As the ring's handshake (ring.c), from the same size: one more message time, small
+ * against the transfer's there. */
+#define READY_MIN ((size_t)1 << 20)
+#define READY_SUB 0xfffffff1u
+
+/* The receiver's half: after posting a receive of len bytes from peer, tell it (into
+ * req[*n], counted, when len is large enough). */
+static gcoll_status_t tell_ready(const gcoll_coll_t *ctx, gcoll_treq_t *req, int *n, int peer,
+                                 size_t len, uint32_t sig)
+{
+    if (len < READY_MIN)
+        return GCOLL_OK;
+    return gcoll_channel_isend(ctx->ch, &req[(*n)++], peer, READY_SUB, sig, NULL, 0);
+}
+
+/* The sender's half: post the receive of peer's word into req[*n] (when len is large
+ * enough); the caller waits for it before sending. */
+static gcoll_status_t post_ready(const gcoll_coll_t *ctx, gcoll_treq_t *req, int *n, int peer,
+                                 size_t len, uint32_t sig)
+{
+    if (len < READY_MIN)
+        return GCOLL_OK;
+    return gcoll_channel_irecv(ctx->ch, &req[(*n)++], peer, READY_SUB, sig, NULL, 0, 0);
+}
+
+/* ---- the choice ---------------------------------------------------------------------- */
+
+/* What each message handled at the root of a direct transfer costs there beyond its
+ * bytes (one more receive or send to post, complete and hand off). Fitted to the rooted
+ * calls timed with each form forced on 2-5 ranks over TCP loopback on a 2-core VM under
+ * a load of 9-10 from other jobs (docs/results/rooted.md; runs of one size differ up to
+ * 2x): below 8 KiB the tree took 100-250 us and the direct forms 150-450 (reduce: 2
+ * steps against P, the difference 2 alpha + 3 of these on 4 ranks); from 32-128 KiB
+ * direct gather and scatter were ahead on 4 ranks, and reduce-scatter then gather on 4
+ * and 5 ranks at 128-512 KiB (1.2-4x); at 2-8 MiB the two reduces were within the noise
+ * of each other on 4 and 5 ranks, and the tree ahead on 2 (8 MiB: 14-21 ms against
+ * 18-36). The model switches reduce at 6 MiB on 2 ranks, 384 KiB on 3 and 5, 768 KiB on
+ * 4; gather and scatter at 8 KiB per block on 4 ranks, on 3, 5 and 6 always direct (the
+ * tree has as many steps or more there), on 2 never (both are one message). */
+#define ROOT_MSG_NS 28000.0
+
+static int ceil_log2(int p)
+{
+    int l = 0;
+    while ((1 << l) < p)
+        l++;
+    return l;
+}
+
+/* Blocks that cross a link in the binomial tree: each rank's whole subtree goes to its
+ * parent, so a block travels once per level it climbs. */
+static double tree_blocks(int P)
+{
+    double f = 0;
+    for (int vr = 1; vr < P; vr++)
+        f += gcoll_tree_pos(vr, P).size;
+    return f;
+}
+
+/* Estimated ns of each algorithm for n bytes per rank (reduce: the vector; gather and
+ * scatter: one block) on P ranks, with select.c's figures. */
+static double rooted_cost(int kind, gcoll_rooted_algo_t a, double n, int P)
+{
+    const double lg = ceil_log2(P), f = (double)(P - 1) / P;
+    if (kind == GCOLL_KIND_REDUCE) {
+        if (a == GCOLL_ROOTED_TREE) /* every level: one whole vector in and reduced */
+            return lg * (GCOLL_COST_ALPHA_NS + n * GCOLL_COST_BETA_NS + n * GCOLL_COST_GAMMA_NS);
+        /* ring reduce-scatter (P-1 steps), then the blocks to the root */
+        return P * GCOLL_COST_ALPHA_NS + 2.0 * f * n * GCOLL_COST_BETA_NS +
+               f * n * GCOLL_COST_GAMMA_NS + (P - 1) * ROOT_MSG_NS;
+    }
+    if (a == GCOLL_ROOTED_TREE)
+        return lg * GCOLL_COST_ALPHA_NS + tree_blocks(P) * n * GCOLL_COST_BETA_NS;
+    return GCOLL_COST_ALPHA_NS + (P - 1) * (ROOT_MSG_NS + n * GCOLL_COST_BETA_NS);
+}
+
+gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_t bytes, char *why,
+                                        size_t len)
+{
+    if (ctx->cfg->rooted_algo != GCOLL_ROOTED_AUTO) {
+        if (why)
+            snprintf(why, len, "GCOLL_ROOTED_ALGO=%s",
+                     gcoll_rooted_algo_names[ctx->cfg->rooted_algo]);
+        return (gcoll_rooted_algo_t)ctx->cfg->rooted_algo;
+    }
+    double t = rooted_cost(kind, GCOLL_ROOTED_TREE, (double)bytes, ctx->size);
+    double d = rooted_cost(kind, GCOLL_ROOTED_DIRECT, (double)bytes, ctx->size);
+    if (why)
+        snprintf(why, len,
+                 "cost model for %zu bytes per rank on %d ranks: tree %.0f us, direct %.0f us",
+                 bytes, ctx->size, t / 1e3, d / 1e3);
+    /* ties to the tree; the relative margin keeps the choice the same on every rank */
+    return d < t * (1.0 - 1e-9) ? GCOLL_ROOTED_DIRECT : GCOLL_ROOTED_TREE;
+}
+
+/* ---- reduce ---------------------------------------------------------------------------- */
+
+/* Binomial reduce: each rank combines its children's partial results, in the order of
+ * their distance (its own input first), and sends the result to its parent. Every child's
+ * receive is posted at once, each into a buffer of its own. */
+static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const uint8_t *send,
+                                  uint8_t *recv, size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                  int root, uint32_t sig)
+{
+    const int P = ctx->size, vr = (ctx->rank - root + P) % P;
+    const size_t bytes = count * gcoll_dtype_size(dtype);
+    gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
+    int own = vr && t.nchild; /* a non-root rank with children combines into a temporary */
+    uint8_t *tmp = NULL;
+    if (t.nchild) {
+        tmp = gcoll_coll_scratch(ctx, (size_t)(t.nchild + own) * bytes);
+        if (!tmp) {
+            gcoll_channel_set_error(ctx->ch, "cannot allocate %zu bytes for the reduce tree",
+                                    (size_t)(t.nchild + own) * bytes);
+            return GCOLL_ERR_NOMEM;
+        }
+    }
+    const uint8_t *acc = vr ? (own ? tmp : send) : recv;
+    if (own)
+        memcpy(tmp, send, bytes);
+    else if (!vr && send != recv)
+        memcpy(recv, send, bytes);
+    const int parent = (t.parent + root) % P;
+    gcoll_treq_t req[68] = {0}; /* children's data and words, the parent's word, the send */
+    gcoll_status_t st = GCOLL_OK;
+    int n = 0;
+    for (int c = 0; c < t.nchild; c++)
+        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (vr + (1 << c) + root) % P, 0, sig,
+                                             tmp + (size_t)(own + c) * bytes, bytes, 0),
+                         st, out);
+    for (int c = 0; c < t.nchild; c++)
+        GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (vr + (1 << c) + root) % P, bytes, sig), st, out);
+    if (vr)
+        GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, parent, bytes, sig), st, out);
+    for (int c = 0; c < t.nchild; c++) {
+        GCOLL_CHECK_GOTO(wait_guarded(gd, &req[c], 1), st, out);
+        gcoll_reduce_local((uint8_t *)acc, tmp + (size_t)(own + c) * bytes, count, dtype, op);
+    }
+    GCOLL_CHECK_GOTO(wait_guarded(gd, req + t.nchild, n - t.nchild), st, out);
+    if (vr) {
+        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], parent, 0, sig, acc, bytes), st,
+                         out);
+        st = wait_guarded(gd, &req[n - 1], 1);
+    }
+out:
+    if (st != GCOLL_OK)
+        gcoll_channel_cancel(ctx->ch, req, n);
+    return st;
+}
+
+/* Balanced split of n items into k parts: part i. */
+static gcoll_span_t split(size_t n, size_t k, size_t i)
+{
+    size_t base = n / k, extra = n % k;
+    return (gcoll_span_t){i * base + GCOLL_MIN(i, extra), base + (i < extra)};
+}
+
+/* Rabenseifner's reduce: a ring reduce-scatter leaves block r of the vector reduced on
+ * rank r (rs_shift -1), and every rank sends its block straight to the root, which
+ * receives it in place. In slices of at most GCOLL_RING_SLICE bytes, so that the working
+ * copy of the other ranks stays bounded; out of place the ring reduces into that copy (or
+ * the root's recvbuf) from sendbuf, so no rank copies its input first. */
+static gcoll_status_t reduce_direct(const gcoll_coll_t *ctx, guard_t *gd, const uint8_t *send,
+                                    uint8_t *recv, size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
+                                    int root, uint32_t sig)
+{
+    const size_t P = (size_t)ctx->size, r = (size_t)ctx->rank, esz = gcoll_dtype_size(dtype);
+    const int at_root = ctx->rank == root, inplace = at_root && send == recv;
+    const size_t slice = GCOLL_MIN(count, GCOLL_MAX(ctx->cfg->ring_slice / esz, P));
+    const size_t chunk_elems = GCOLL_MAX(ctx->cfg->ring_chunk / esz, (size_t)1);
+    /* the root works in recvbuf; in place, the ring needs a temporary for what it
+     * receives; elsewhere the working copy is the temporary */
+    uint8_t *scratch = at_root && !inplace ? NULL : gcoll_coll_scratch(ctx, slice * esz);
+    gcoll_span_t *seg = calloc(P, sizeof(*seg));
+    gcoll_treq_t *req = calloc(2 * P, sizeof(*req));
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    int n = 0;
+    if ((!at_root || inplace) && !scratch) {
+        gcoll_channel_set_error(ctx->ch, "cannot allocate %zu bytes for the reduce", slice * esz);
+        goto out;
+    }
+    if (!seg || !req)
+        goto out;
+    st = GCOLL_OK;
+    gcoll_ring_plan_t plan = {.seg = seg,
+                              .esz = esz,
+                              .dtype = dtype,
+                              .op = op,
+                              .rs_steps = P - 1,
+                              .rs_shift = -1,
+                              .sig = sig};
+    for (size_t off = 0; off < count; off += slice) {
+        size_t len = GCOLL_MIN(slice, count - off);
+        for (size_t i = 0; i < P; i++) {
+            gcoll_span_t s = split(len, P, i);
+            seg[i] = (gcoll_span_t){s.off * esz, s.len * esz};
+        }
+        plan.buf = at_root ? recv + off * esz : scratch;
+        plan.src = inplace ? NULL : send + off * esz;
+        plan.tmp = inplace ? scratch : NULL;
+        uint32_t nsub =
+            (uint32_t)((P - 1) *
+                       GCOLL_MAX(GCOLL_DIV_UP(GCOLL_DIV_UP(len, P), chunk_elems), (size_t)1));
+        uint32_t gsub = plan.sub0 + nsub + 1; /* sub0 + nsub: the ring's handshake */
+        /* large slices as the ring allreduce's: the handshake first */
+        if (len * esz >= READY_MIN)
+            GCOLL_CHECK_GOTO(gcoll_ring_run_ready(ctx, &plan, plan.sub0 + nsub), st, out);
+        else
+            GCOLL_CHECK_GOTO(gcoll_ring_run(ctx, &plan), st, out);
+        n = 0;
+        if (at_root) {
+            for (size_t i = 0; i < P; i++)
+                if (i != r && seg[i].len) {
+                    GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (int)i, gsub, sig,
+                                                         plan.buf + seg[i].off, seg[i].len, 0),
+                                     st, out);
+                    GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (int)i, seg[i].len, sig), st, out);
+                }
+        } else if (seg[r].len) {
+            GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, root, seg[r].len, sig), st, out);
+            GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
+            GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], root, gsub, sig,
+                                                 plan.buf + seg[r].off, seg[r].len),
+                             st, out);
+        }
+        GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
+        n = 0;
+        plan.sub0 = gsub + 1;
+    }
+out:
+    if (st != GCOLL_OK && req)
+        gcoll_channel_cancel(ctx->ch, req, n);
+    free(req);
+    free(seg);
+    return st;
+}
+
+gcoll_status_t gcoll_reduce_run(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                size_t count, gcoll_dtype_t dtype, gcoll_op_t op, int root,
+                                gcoll_rooted_algo_t algo)
+{
+    const size_t bytes = count * gcoll_dtype_size(dtype);
+    const int at_root = ctx->rank == root;
+    if (ctx->size == 1) {
+        if (bytes && sendbuf != recvbuf)
+            memcpy(recvbuf, sendbuf, bytes);
+        gcoll_reduce_finish(recvbuf, count, dtype, op, 1);
+        return GCOLL_OK;
+    }
+    uint32_t sig = gcoll_call_sig(GCOLL_KIND_REDUCE, count, dtype, op, root);
+    guard_t gd;
+    gcoll_status_t st;
+    GCOLL_CHECK_GOTO(guard_start(&gd, ctx, sig), st, out);
+    if (bytes) {
+        if (algo == GCOLL_ROOTED_DIRECT)
+            st = reduce_direct(ctx, &gd, sendbuf, recvbuf, count, dtype, op, root, sig);
+        else
+            st = reduce_tree(ctx, &gd, sendbuf, recvbuf, count, dtype, op, root, sig);
+        GCOLL_CHECK_GOTO(st, st, out);
+    }
+    GCOLL_CHECK_GOTO(guard_finish(&gd), st, out);
+    if (at_root)
+        gcoll_reduce_finish(recvbuf, count, dtype, op, ctx->size);
+    ctx->ch->counters.bytes_raw += bytes;
+    return GCOLL_OK;
+out:
+    guard_cancel(&gd);
+    return st;
+}
+
+/* ---- gather and scatter ---------------------------------------------------------------- */
+
+/* The root's blocks in virtual-rank order (virtual rank v is rank (v + root) % P) from or
+ * to rank order: a rotation by root blocks, two copies. */
+static void rotate_copy(uint8_t *dst, const uint8_t *src, size_t block, int P, int root,
+                        int to_virtual)
+{
+    size_t head = (size_t)(P - root) * block, tail = (size_t)root * block;
+    if (to_virtual) { /* src in rank order */
+        memcpy(dst, src + tail, head);
+        memcpy(dst + head, src, tail);
+    } else {
+        memcpy(dst + tail, src, head);
+        memcpy(dst, src + head, tail);
+    }
+}
+
+/* Binomial gather: each rank collects its subtree's blocks (virtual ranks vr .. vr+size-1,
+ * in that order) and sends them to its parent in one message. The root receives in
+ * virtual order and rotates into rank order. */
+static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const uint8_t *send,
+                                  uint8_t *recv, size_t block, int root, uint32_t sig)
+{
+    const int P = ctx->size, vr = (ctx->rank - root + P) % P;
+    gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
+    uint8_t *buf = NULL;
+    if (t.nchild) {
+        buf = gcoll_coll_scratch(ctx, (size_t)t.size * block);
+        if (!buf) {
+            gcoll_channel_set_error(ctx->ch, "cannot allocate %zu bytes for the gather tree",
+                                    (size_t)t.size * block);
+            return GCOLL_ERR_NOMEM;
+        }
+        memcpy(buf, send, block);
+    }
+    const int parent = (t.parent + root) % P;
+    gcoll_treq_t req[68] = {0};
+    gcoll_status_t st = GCOLL_OK;
+    int n = 0;
+    for (int c = 0; c < t.nchild; c++) {
+        int cv = vr + (1 << c);
+        size_t csize = (size_t)gcoll_tree_pos(cv, P).size;
+        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (cv + root) % P, 0, sig,
+                                             buf + (size_t)(1 << c) * block, csize * block, 0),
+                         st, out);
+        GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (cv + root) % P, csize * block, sig), st, out);
+    }
+    if (vr)
+        GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, parent, (size_t)t.size * block, sig), st, out);
+    GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
+    if (vr) {
+        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], parent, 0, sig, buf ? buf : send,
+                                             (size_t)t.size * block),
+                         st, out);
+        st = wait_guarded(gd, &req[n - 1], 1);
+    } else {
+        rotate_copy(recv, buf, block, P, root, 0);
+    }
+out:
+    if (st != GCOLL_OK)
+        gcoll_channel_cancel(ctx->ch, req, n);
+    return st;
+}
+
+/* Binomial scatter: the root sends each child its subtree's blocks in one message, largest
+ * subtree first (it has the longest way to go); every rank keeps its own block and passes
+ * the rest down the same way. */
+static gcoll_status_t scatter_tree(const gcoll_coll_t *ctx, guard_t *gd, const uint8_t *send,
+                                   uint8_t *recv, size_t block, int root, uint32_t sig)
+{
+    const int P = ctx->size, vr = (ctx->rank - root + P) % P;
+    gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
+    const uint8_t *buf = send; /* this rank's subtree's blocks, in virtual order */
+    gcoll_treq_t req[68] = {0};
+    gcoll_status_t st = GCOLL_OK;
+    int n = 0;
+    if (vr == 0 && root != 0) { /* rank order is not virtual order: rotate first */
+        uint8_t *tmp = gcoll_coll_scratch(ctx, (size_t)P * block);
+        if (!tmp) {
+            gcoll_channel_set_error(ctx->ch, "cannot allocate %zu bytes for the scatter tree",
+                                    (size_t)P * block);
+            return GCOLL_ERR_NOMEM;
+        }
+        rotate_copy(tmp, send, block, P, root, 1);
+        buf = tmp;
+    } else if (vr) {
+        uint8_t *in = recv; /* a leaf receives its block in place */
+        if (t.nchild) {
+            in = gcoll_coll_scratch(ctx, (size_t)t.size * block);
+            if (!in) {
+                gcoll_channel_set_error(ctx->ch, "cannot allocate %zu bytes for the scatter tree",
+                                        (size_t)t.size * block);
+                return GCOLL_ERR_NOMEM;
+            }
+        }
+        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (t.parent + root) % P, 0, sig, in,
+                                             (size_t)t.size * block, 0),
+                         st, out);
+        GCOLL_CHECK_GOTO(
+            tell_ready(ctx, req, &n, (t.parent + root) % P, (size_t)t.size * block, sig), st, out);
+        buf = in;
+    }
+    for (int c = t.nchild - 1; c >= 0; c--) /* the children's word, heard while receiving */
+        GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, (vr + (1 << c) + root) % P,
+                                    (size_t)gcoll_tree_pos(vr + (1 << c), P).size * block, sig),
+                         st, out);
+    GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
+    for (int c = t.nchild - 1; c >= 0; c--) {
+        int cv = vr + (1 << c);
+        size_t csize = (size_t)gcoll_tree_pos(cv, P).size;
+        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], (cv + root) % P, 0, sig,
+                                             buf + (size_t)(1 << c) * block, csize * block),
+                         st, out);
+    }
+    /* this rank's own block, unless the root's is in place */
+    if (buf != recv && !(vr == 0 && recv == send + (size_t)root * block))
+        memcpy(recv, buf, block);
+    st = wait_guarded(gd, req, n);
+out:
+    if (st != GCOLL_OK)
+        gcoll_channel_cancel(ctx->ch, req, n);
+    return st;
+}
+
+/* Direct: the root posts one transfer per rank, all at once, straight between the
+ * caller's buffers (the staggered order spreads the root's work over its peers). */
+static gcoll_status_t rooted_direct(const gcoll_coll_t *ctx, guard_t *gd, int gather,
+                                    const uint8_t *send, uint8_t *recv, size_t block, int root,
+                                    uint32_t sig)
+{
+    const int P = ctx->size, r = ctx->rank;
+    gcoll_treq_t *req = NULL;
+    gcoll_status_t st = GCOLL_OK;
+    int n = 0;
+    if (r != root) {
+        gcoll_treq_t two[2] = {{0}};
+        if (gather) {
+            GCOLL_CHECK_GOTO(post_ready(ctx, two, &n, root, block, sig), st, out1);
+            GCOLL_CHECK_GOTO(wait_guarded(gd, two, n), st, out1);
+            GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &two[n++], root, 0, sig, send, block), st,
+                             out1);
+        } else {
+            GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &two[n++], root, 0, sig, recv, block, 0),
+                             st, out1);
+            GCOLL_CHECK_GOTO(tell_ready(ctx, two, &n, root, block, sig), st, out1);
+        }
+        st = wait_guarded(gd, two, n);
+    out1:
+        if (st != GCOLL_OK)
+            gcoll_channel_cancel(ctx->ch, two, n);
+        return st;
+    }
+    req = calloc(2 * (size_t)P, sizeof(*req));
+    if (!req)
+        return GCOLL_ERR_NOMEM;
+    for (int k = 1; k < P; k++) {
+        int i = (r + k) % P;
+        if (gather) {
+            GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], i, 0, sig,
+                                                 recv + (size_t)i * block, block, 0),
+                             st, out);
+            GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, i, block, sig), st, out);
+        } else {
+            GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, i, block, sig), st, out);
+        }
+    }
+    if (!gather) { /* every rank's word (large blocks), then every block at once */
+        GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
+        for (int k = 1; k < P; k++) {
+            int i = (r + k) % P;
+            GCOLL_CHECK_GOTO(
+                gcoll_channel_isend(ctx->ch, &req[n++], i, 0, sig, send + (size_t)i * block, block),
+                st, out);
+        }
+    }
+    /* the root's own block, unless in place */
+    if (gather && send != recv + (size_t)r * block)
+        memcpy(recv + (size_t)r * block, send, block);
+    if (!gather && recv != send + (size_t)r * block)
+        memcpy(recv, send + (size_t)r * block, block);
+    st = wait_guarded(gd, req, n);
+out:
+    if (st != GCOLL_OK)
+        gcoll_channel_cancel(ctx->ch, req, n);
+    free(req);
+    return st;
+}
+
+static gcoll_status_t rooted_move(const gcoll_coll_t *ctx, int kind, const void *sendbuf,
+                                  void *recvbuf, size_t count, gcoll_dtype_t dtype, int root,
+                                  gcoll_rooted_algo_t algo)
+{
+    const size_t block = count * gcoll_dtype_size(dtype);
+    const int P = ctx->size, gather = kind == GCOLL_KIND_GATHER;
+    const uint8_t *send = sendbuf;
+    uint8_t *recv = recvbuf;
+    if (P == 1) {
+        if (block && send != recv)
+            memcpy(recv, send, block);
+        return GCOLL_OK;
+    }
+    uint32_t sig = gcoll_call_sig(kind, count, dtype, 0, root);
+    guard_t gd;
+    gcoll_status_t st;
+    GCOLL_CHECK_GOTO(guard_start(&gd, ctx, sig), st, out);
+    if (block) {
+        if (algo == GCOLL_ROOTED_DIRECT)
+            st = rooted_direct(ctx, &gd, gather, send, recv, block, root, sig);
+        else if (gather)
+            st = gather_tree(ctx, &gd, send, recv, block, root, sig);
+        else
+            st = scatter_tree(ctx, &gd, send, recv, block, root, sig);
+        GCOLL_CHECK_GOTO(st, st, out);
+    }
+    GCOLL_CHECK_GOTO(guard_finish(&gd), st, out);
+    ctx->ch->counters.bytes_raw += block;
+    return GCOLL_OK;
+out:
+    guard_cancel(&gd);
+    return st;
+}
+
+gcoll_status_t gcoll_gather_run(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                size_t count, gcoll_dtype_t dtype, int root,
+                                gcoll_rooted_algo_t algo)
+{
+    return rooted_move(ctx, GCOLL_KIND_GATHER, sendbuf, recvbuf, count, dtype, root, algo);
+}
+
+gcoll_status_t gcoll_scatter_run(const gcoll_coll_t *ctx, const void *sendbuf, void *recvbuf,
+                                 size_t count, gcoll_dtype_t dtype, int root,
+                                 gcoll_rooted_algo_t algo)
+{
+    return rooted_move(ctx, GCOLL_KIND_SCATTER, sendbuf, recvbuf, count, dtype, root, algo);
+}

@@ -1,0 +1,118 @@
+/* test_rooted.c: the rooted collectives' schedule and choice (collectives/rooted.c): the
+ * binomial tree's positions against a tree built here by brute force from its definition
+ * (the parent of virtual rank v clears v's lowest set bit), and the cost model's choice:
+ * forced by the setting, the tree for a few bytes, the large-message form for many, one
+ * switch per rank count as the size grows. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "collectives/coll.h"
+
+#define MAXP 80
+
+/* Every virtual rank's parent, children and subtree size agree with the definition, and
+ * the subtree of v is the contiguous range v .. v + size - 1. */
+static void test_tree_positions(void **state)
+{
+    (void)state;
+    for (int P = 1; P <= MAXP; P++) {
+        int parent[MAXP], nchild[MAXP] = {0}, sub[MAXP];
+        parent[0] = -1;
+        for (int v = 1; v < P; v++) {
+            parent[v] = v & (v - 1);
+            nchild[parent[v]]++;
+        }
+        /* subtree sizes, leaves first (a child is always above its parent) */
+        for (int v = P - 1; v >= 0; v--) {
+            sub[v] = 1;
+            for (int c = v + 1; c < P; c++)
+                if (parent[c] == v)
+                    sub[v] += sub[c];
+        }
+        int covered = 0;
+        for (int v = 0; v < P; v++) {
+            gcoll_tree_pos_t t = gcoll_tree_pos(v, P);
+            assert_int_equal(t.parent, parent[v]);
+            assert_int_equal(t.nchild, nchild[v]);
+            assert_int_equal(t.size, sub[v]);
+            /* children are v + 2^c, c < nchild, each inside P with v as its parent */
+            int span = 0;
+            for (int c = 0; c < t.nchild; c++) {
+                int ch = v + (1 << c);
+                assert_true(ch < P);
+                assert_int_equal(parent[ch], v);
+                /* their subtrees tile v+1 .. v+size-1 in order */
+                assert_int_equal(ch, v + 1 + span);
+                span += gcoll_tree_pos(ch, P).size;
+            }
+            assert_int_equal(span + 1, t.size);
+            covered += v ? 0 : t.size;
+        }
+        assert_int_equal(covered, P);
+    }
+}
+
+static gcoll_rooted_algo_t pick(int algo, int P, int kind, size_t bytes)
+{
+    gcoll_coll_cfg_t cfg = {.rooted_algo = algo};
+    gcoll_coll_t ctx = {.rank = 0, .size = P, .cfg = &cfg};
+    char why[256];
+    gcoll_rooted_algo_t a = gcoll_rooted_select(&ctx, kind, bytes, why, sizeof(why));
+    assert_int_equal(a, gcoll_rooted_select(&ctx, kind, bytes, NULL, 0)); /* why or not */
+    assert_true(strlen(why) > 0);
+    return a;
+}
+
+static void test_choice(void **state)
+{
+    (void)state;
+    static const int kinds[] = {GCOLL_KIND_REDUCE, GCOLL_KIND_GATHER, GCOLL_KIND_SCATTER};
+    for (int k = 0; k < 3; k++) {
+        for (int P = 2; P <= 64; P++) {
+            /* forced */
+            assert_int_equal(pick(GCOLL_ROOTED_TREE, P, kinds[k], 1 << 30), GCOLL_ROOTED_TREE);
+            assert_int_equal(pick(GCOLL_ROOTED_DIRECT, P, kinds[k], 8), GCOLL_ROOTED_DIRECT);
+            /* at most one switch, from the tree to the direct form, as the size grows */
+            int switched = 0;
+            for (size_t b = 8; b <= ((size_t)1 << 32); b *= 2) {
+                gcoll_rooted_algo_t a = pick(GCOLL_ROOTED_AUTO, P, kinds[k], b);
+                if (switched)
+                    assert_int_equal(a, GCOLL_ROOTED_DIRECT);
+                switched = a == GCOLL_ROOTED_DIRECT;
+            }
+            /* a large reduce always takes reduce-scatter then gather: it moves 2 (P-1)/P
+             * of the vector per rank where the tree's root takes in log2 P of them */
+            if (kinds[k] == GCOLL_KIND_REDUCE) {
+                assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], 8), GCOLL_ROOTED_TREE);
+                assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], (size_t)1 << 32),
+                                 GCOLL_ROOTED_DIRECT);
+            }
+            /* 2 ranks: both forms of a gather or scatter are one message; the tree wins
+             * the tie. From 4 ranks, the tree forwards blocks that direct sends once. */
+            if (kinds[k] != GCOLL_KIND_REDUCE && P == 2)
+                assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], (size_t)1 << 32),
+                                 GCOLL_ROOTED_TREE);
+            if (kinds[k] != GCOLL_KIND_REDUCE && P >= 4)
+                assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], (size_t)1 << 32),
+                                 GCOLL_ROOTED_DIRECT);
+        }
+    }
+    /* small messages on many ranks: the tree's log2 P steps beat P - 1 root messages */
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 64, GCOLL_KIND_GATHER, 8), GCOLL_ROOTED_TREE);
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 64, GCOLL_KIND_SCATTER, 8), GCOLL_ROOTED_TREE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tree_positions),
+        cmocka_unit_test(test_choice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
