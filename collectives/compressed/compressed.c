@@ -486,6 +486,74 @@ static gcoll_status_t end_call(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
     return st;
 }
 
+/* Ranks whose states were made from different specs would fail on an opaque call
+ * signature, or not at all where their messages happen to agree in length. So the first
+ * call with a state (and only it: later calls pay nothing) sends the hash of the canonical
+ * spec and the spec as written to every rank, in a phase of its own with a signature that
+ * does not depend on the spec (bytes not counted); every rank compares every rank's with
+ * rank 0's, so all name the same pair. */
+#define SPEC_CHECK PHASE(0x7f)
+static gcoll_status_t check_spec(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                 const gcoll_compressor_t *c)
+{
+    const int P = ctx->size, r = ctx->rank;
+    if (P == 1) {
+        s->spec_checked = 1;
+        return GCOLL_OK;
+    }
+    const size_t cap = 8 + GCOLL_SPEC_MAX, len = 8 + strnlen(c->given, GCOLL_SPEC_MAX - 1);
+    uint8_t *store = malloc((size_t)(P + 1) * cap);
+    uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
+    size_t *slen = calloc(3 * (size_t)P, sizeof(size_t)), *rcap = slen ? slen + P : NULL,
+           *rlen = slen ? slen + 2 * P : NULL;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!store || !sbuf || !slen)
+        goto out;
+    uint8_t *mine = store + (size_t)P * cap;
+    gcoll_put_u64(mine, gcoll_hash64(c->spec, strlen(c->spec), 0));
+    memcpy(mine + 8, c->given, len - 8);
+    for (int j = 0; j < P; j++) {
+        sbuf[j] = j == r ? NULL : mine;
+        slen[j] = len;
+        rbuf[j] = j == r ? NULL : store + (size_t)j * cap;
+        rcap[j] = cap;
+    }
+    uint32_t sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, 0, 0, 0, 0x7f);
+    /* setup, as the rendezvous is: not the collective's bytes in the counters */
+    const uint64_t sent = ctx->ch->counters.bytes_sent, got = ctx->ch->counters.bytes_received;
+    st = gcoll_exchange_anylen(ctx, SPEC_CHECK, sig, sbuf, slen, rbuf, rcap, rlen);
+    ctx->ch->counters.bytes_sent = sent;
+    ctx->ch->counters.bytes_received = got;
+    if (st != GCOLL_OK)
+        goto out;
+    rbuf[r] = mine;
+    rlen[r] = len;
+    for (int j = 0; j < P; j++)
+        if (rlen[j] < 8) {
+            gcoll_channel_set_error(ctx->ch, "the compressor spec check of rank %d is malformed",
+                                    j);
+            st = GCOLL_ERR_TRANSPORT;
+            goto out;
+        }
+    for (int j = 1; j < P; j++)
+        if (gcoll_get_u64(rbuf[j]) != gcoll_get_u64(rbuf[0])) {
+            gcoll_channel_set_error(ctx->ch,
+                                    "the compressor spec (gcoll_compressor_create, "
+                                    "GCOLL_COMPRESSOR) differs: rank 0 has '%.*s', rank %d "
+                                    "has '%.*s'",
+                                    (int)(rlen[0] - 8), (const char *)rbuf[0] + 8, j,
+                                    (int)(rlen[j] - 8), (const char *)rbuf[j] + 8);
+            st = GCOLL_ERR_MISMATCH;
+            goto out;
+        }
+    s->spec_checked = 1;
+out:
+    free(slen);
+    free(sbuf);
+    free(store);
+    return st;
+}
+
 /* The compressed allreduce (or reduce-scatter) by the plan's scheme, which pick_scheme chose
  * for the plan's reason; check: the call's NaN/Inf policy (run_compressed). */
 static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
@@ -496,6 +564,8 @@ static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *
     /* a quantizer's bit-width warm-up: this step's messages and the server's are those of
      * the plan's copy at this step's width (every rank at the same step picks the same) */
     const gcoll_compressor_t *orig = s->c;
+    if (!s->spec_checked)
+        GCOLL_CHECK(check_spec(ctx, s, orig));
     use_codec(s, gcoll_plan_codec(plan, orig));
     const gcoll_compressor_t *c = s->c;
     const scheme_t sc = (scheme_t)plan->scheme;
@@ -657,6 +727,8 @@ gcoll_status_t gcoll_coll_compressed_exchange(const gcoll_coll_t *ctx, gcoll_ten
                                               gcoll_op_t op)
 {
     const gcoll_compressor_t *orig = s->c;
+    if (!s->spec_checked)
+        GCOLL_CHECK(check_spec(ctx, s, orig));
     use_codec(s, gcoll_plan_codec(&e->plan, orig));
     const gcoll_compressor_t *c = s->c;
     gcoll_status_t st;

@@ -80,7 +80,8 @@ typedef struct {
 #define GCOLL_WARMUP_SHAPE_GIVEN 2
 
 struct gcoll_compressor {
-    char spec[GCOLL_SPEC_MAX]; /* canonical spec string, equal on ranks iff settings equal */
+    char spec[GCOLL_SPEC_MAX];  /* canonical spec string, equal on ranks iff settings equal */
+    char given[GCOLL_SPEC_MAX]; /* the spec as the caller wrote it, for error messages */
     gcoll_sparsify_t sparsify;
     double density;   /* topk/randomk/dgc target density (0 when k is fixed) */
     uint64_t k_fixed; /* topk:k=K */
@@ -156,6 +157,7 @@ struct gcoll_tensor_state {
     int spare_refused;         /* the budget had no room for it (logged once) */
     struct gcoll_adapt *adapt; /* gcoll_adapt_attach's controller, or NULL */
     float *vq_book;            /* vq: the last codebook (warm start; not checkpointed) */
+    int spec_checked; /* the first compressed call compared the ranks' specs (compressed.c) */
 };
 
 /* How one call handles NaN/Inf in its input. The caller of a collective decides once
