@@ -1,0 +1,232 @@
+#!/usr/bin/python3
+# bench/fsdp_speed.py: one rank of bench/fsdp-speed.sh (issue 37 item 4).
+"""Steps per second of dense FSDP2 on the gcoll backend against FSDP2 with
+gcoll.torch.fsdp_compress (top-k gradients, a quantized all-gather), and the loss after
+--steps steps of each, with a breakdown of where each step's time goes.
+
+Both models are built from the same initial weights (784-W-W-10 MLP, fully_shard per
+Linear and on the root) and trained on the same batches, one step of one, then one step
+of the other, so that both see the same load on a shared machine and their ratio holds
+within the run. Prints on rank 0:
+
+  fsdp-speed ROW: S steps/s, loss after N steps L, MB/step M
+  fsdp-speed ratio: R (compressed steps/s over dense)
+  breakdown ROW: step X ms = reduce-scatter A ms (C calls) + all-gather B ms (D calls)
+                 + rest (compute, FSDP2, optimizer) E ms
+  compute: forward+backward+step of the unsharded model alone X ms
+  codec: ... (encode/decode of one step's messages, measured alone)
+
+MB/step: what this rank sent per step (gcoll's bytes_sent, backend and compress communicators).
+"""
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import gcoll.torch as gt
+from gcoll.compress import Compressor
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import (DefaultAllGather,
+                                                                    DefaultReduceScatter)
+
+
+def make_model(width):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, width), nn.ReLU(), nn.Linear(width, width),
+                         nn.ReLU(), nn.Linear(width, 10))
+
+
+class Timer:
+    def __init__(self):
+        self.s, self.calls = 0.0, 0
+
+    def wrap(self, fn):
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.s += time.perf_counter() - t0
+                self.calls += 1
+        return timed
+
+
+class TimedAG(DefaultAllGather):
+    def __init__(self, t):
+        self.t = t
+
+    def __call__(self, *a, **k):
+        k["async_op"] = False  # timed where it runs (CPU: FSDP2 waits at once anyway)
+        return self.t.wrap(super().__call__)(*a, **k)
+
+
+class TimedRS(DefaultReduceScatter):
+    def __init__(self, t):
+        self.t = t
+
+    def __call__(self, *a, **k):
+        k["async_op"] = False
+        return self.t.wrap(super().__call__)(*a, **k)
+
+
+def shard(net, mesh):
+    for layer in net.modules():
+        if layer is not net and any(True for _ in layer.parameters(recurse=False)):
+            fully_shard(layer, mesh=mesh)
+    return fully_shard(net, mesh=mesh)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warm", type=int, default=3, help="untimed steps first (each row)")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--spec", default="topk:density=0.01")
+    ap.add_argument("--allgather", default="mxfp8:format=e4m3")
+    ap.add_argument("--reshard", type=int, default=1,
+                    help="reshard_after_forward of the layers (1: FSDP2's default)")
+    args = ap.parse_args()
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gcoll", rank=rank, world_size=size)
+    mesh = init_device_mesh("cpu", (size,))
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+
+    def build(compressed):
+        net = make_model(args.width)
+        for layer in net.modules():
+            if layer is not net and any(True for _ in layer.parameters(recurse=False)):
+                fully_shard(layer, mesh=mesh, reshard_after_forward=bool(args.reshard))
+        model = fully_shard(net, mesh=mesh)
+        rs, ag = Timer(), Timer()
+        state = None
+        if compressed:
+            root = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1)
+            state = gt.fsdp_compress(model, args.spec, allgather=args.allgather or None,
+                                     root=root)
+            state._reduce_scatter = rs.wrap(state._reduce_scatter)
+            if args.allgather:
+                state._all_gather = ag.wrap(state._all_gather)
+            else:
+                for m in model.modules():
+                    if hasattr(m, "set_custom_all_gather"):
+                        m.set_custom_all_gather(TimedAG(ag))
+        else:
+            for m in model.modules():
+                if hasattr(m, "set_custom_reduce_scatter"):
+                    m.set_custom_reduce_scatter(TimedRS(rs))
+                    m.set_custom_all_gather(TimedAG(ag))
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+        return dict(model=model, opt=opt, state=state, rs=rs, ag=ag, secs=0.0, bytes=0,
+                    loss=None)
+
+    rows = {"dense": build(False), "compressed": build(True)}
+
+    g = torch.Generator().manual_seed(1 + rank)
+    data = [(torch.randn(args.batch, 784, generator=g),
+             torch.randint(0, 10, (args.batch,), generator=g))
+            for _ in range(args.steps + args.warm)]
+    # a learnable target: labels from a fixed random linear map of the inputs
+    w_true = torch.randn(784, 10, generator=torch.Generator().manual_seed(7))
+    data = [(x, (x @ w_true).argmax(1)) for x, _ in data]
+
+    def sent(r):
+        n = backend.counters()["bytes_sent"]
+        if r["state"] is not None:
+            n += r["state"].counters().bytes_sent
+        return n
+
+    def step(r, x, y, timed):
+        dist.barrier()
+        b0, t0 = sent(r), time.perf_counter()
+        r["opt"].zero_grad()
+        loss = nn.functional.cross_entropy(r["model"](x), y)
+        loss.backward()
+        r["opt"].step()
+        if timed:
+            r["secs"] += time.perf_counter() - t0
+            r["bytes"] += sent(r) - b0
+        return loss
+
+    for i, (x, y) in enumerate(data):
+        timed = i >= args.warm
+        if i == args.warm:
+            for r in rows.values():
+                r["rs"].__init__()
+                r["ag"].__init__()
+        order = ("dense", "compressed") if i % 2 == 0 else ("compressed", "dense")
+        for name in order:
+            step(rows[name], x, y, timed)
+    # the loss after the steps, on a held-out batch, averaged over the ranks
+    xe = torch.randn(1024, 784, generator=torch.Generator().manual_seed(99))
+    ye = (xe @ w_true).argmax(1)
+    n = args.steps
+    out = []
+    for name, r in rows.items():
+        with torch.no_grad():
+            le = nn.functional.cross_entropy(r["model"](xe), ye).detach().reshape(1)
+        dist.all_reduce(le)
+        r["loss"] = le.item() / size
+        out.append("fsdp-speed %s: %.2f steps/s, loss after %d steps %.4f, MB/step %.3f" %
+                   (name, n / r["secs"], args.steps + args.warm, r["loss"], r["bytes"] / n / 1e6))
+    d, c = rows["dense"], rows["compressed"]
+    out.append("fsdp-speed ratio: %.2f (compressed steps/s over dense); loss %+.1f%%" %
+               (d["secs"] / c["secs"], 100 * (c["loss"] / d["loss"] - 1)))
+    for name, r in rows.items():
+        ms = 1e3 / n
+        out.append("breakdown %s: step %.1f ms = reduce-scatter %.1f ms (%d calls) + all-gather "
+                   "%.1f ms (%d calls) + rest (compute, FSDP2, optimizer) %.1f ms" %
+                   (name, r["secs"] * ms, r["rs"].s * ms, r["rs"].calls // n, r["ag"].s * ms,
+                    r["ag"].calls // n, (r["secs"] - r["rs"].s - r["ag"].s) * ms))
+
+    # compute alone: the unsharded model, same batch, no communication
+    net = make_model(args.width)
+    opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
+    t0 = time.perf_counter()
+    for x, y in data[:10]:
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+    out.append("compute: forward+backward+step of the unsharded model alone %.1f ms" %
+               ((time.perf_counter() - t0) * 100))
+
+    # the codecs alone, on one step's sizes: top-k of each module's flat gradient, the
+    # all-gather codec on each shard
+    sizes = [sum(p.numel() for p in m.parameters()) for m in net if any(True for _ in m.parameters())]
+    topk, agc = Compressor(args.spec), Compressor(args.allgather) if args.allgather else None
+    t_enc = t_agenc = t_agdec = 0.0
+    reps = 3
+    for _ in range(reps):
+        for s in sizes:
+            v = torch.randn(s)
+            t0 = time.perf_counter()
+            topk.encode(v)
+            t_enc += time.perf_counter() - t0
+            if agc is not None:
+                sh = v[: (s + size - 1) // size].contiguous()
+                t0 = time.perf_counter()
+                msg = agc.encode(sh)
+                t_agenc += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                agc.decode(msg, torch.empty_like(sh))
+                t_agdec += time.perf_counter() - t0
+    out.append("codec: top-k select+encode of every module's full gradient %.1f ms/step; "
+               "all-gather encode of the shards %.1f ms, decode of one rank's shards %.1f ms "
+               "(x%d ranks, x2 if resharded)" % (t_enc * 1e3 / reps, t_agenc * 1e3 / reps,
+                                                 t_agdec * 1e3 / reps, size))
+    out.append("counters compressed: %s" % (c["state"].counters(),))
+    if rank == 0:
+        print("\n".join(out), flush=True)
+    c["state"].close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
