@@ -4,16 +4,19 @@
 gcoll.torch.fsdp_compress (top-k gradients, a quantized all-gather), and the loss after
 --steps steps of each, with a breakdown of where each step's time goes.
 
-Both models are built from the same initial weights (784-W-W-10 MLP, fully_shard per
-Linear and on the root) and trained on the same batches, one step of one, then one step
-of the other, so that both see the same load on a shared machine and their ratio holds
-within the run. Prints on rank 0:
+The models (--rows) are built from the same initial weights (784-W-W-10 MLP,
+fully_shard per Linear and on the root) and trained on the same batches (labels from a
+fixed random linear map of Gaussian inputs), one step of each in turn, so that all see the
+same load on a shared machine and their ratio holds within the run; the first --warm steps
+are not timed. Prints on rank 0:
 
   fsdp-speed ROW: S steps/s, loss after N steps L, MB/step M
-  fsdp-speed ratio: R (compressed steps/s over dense)
+  fsdp-speed ratio ROW: R (steps/s over dense's); loss D% of dense's
   breakdown ROW: step X ms = reduce-scatter A ms (C calls) + all-gather B ms (D calls)
                  + rest (compute, FSDP2, optimizer) E ms
-  compute: forward+backward+step of the unsharded model alone X ms
+  cpu ROW: the same in CPU time of the process (all threads), which load does not inflate
+  compute: forward+backward+step of the unsharded model alone X ms (Y ms of CPU)
+  idle projection ROW: CPU + bytes / --rate per step, and the ratio of the projections
   codec: ... (encode/decode of one step's messages, measured alone)
 
 MB/step: what this rank sent per step (gcoll's bytes_sent, backend and compress communicators).
@@ -42,18 +45,31 @@ def make_model(width):
 
 
 class Timer:
+    """Wall time, CPU time of the process (every thread: gcoll's progress threads too)
+    and calls of a wrapped function."""
+
     def __init__(self):
-        self.s, self.calls = 0.0, 0
+        self.s, self.cpu, self.calls = 0.0, 0.0, 0
 
     def wrap(self, fn):
         def timed(*a, **k):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 return fn(*a, **k)
             finally:
                 self.s += time.perf_counter() - t0
+                self.cpu += time.process_time() - c0
                 self.calls += 1
         return timed
+
+
+def rate_bytes(rate):
+    """tc's rate ("1gbit", "100mbit") in bytes per second."""
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bit": 1}
+    for u, f in units.items():
+        if rate.endswith(u):
+            return float(rate[:-len(u)]) * f / 8
+    raise ValueError("rate %r: expected a number and kbit, mbit or gbit" % rate)
 
 
 class TimedAG(DefaultAllGather):
@@ -85,21 +101,29 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warm", type=int, default=3, help="untimed steps first (each row)")
+    ap.add_argument("--warm", type=int, default=3,
+                    help="the first steps, not timed (of --steps, which all train)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--spec", default="topk:density=0.01")
     ap.add_argument("--allgather", default="mxfp8:format=e4m3")
+    ap.add_argument("--rate", default="1gbit", help="the links' rate (for the projection)")
+    ap.add_argument("--rows", default="dense,compressed",
+                    help="dense, compressed (fsdp_compress), compressed-noreuse (the same "
+                    "with allgather_reuse=False)")
     ap.add_argument("--reshard", type=int, default=1,
                     help="reshard_after_forward of the layers (1: FSDP2's default)")
     args = ap.parse_args()
+    if not 0 <= args.warm < args.steps:
+        ap.error("--warm must be in [0, --steps)")
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     dist.init_process_group("gcoll", rank=rank, world_size=size)
     mesh = init_device_mesh("cpu", (size,))
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
 
-    def build(compressed):
+    def build(kind, index):
+        compressed = kind != "dense"
         net = make_model(args.width)
         for layer in net.modules():
             if layer is not net and any(True for _ in layer.parameters(recurse=False)):
@@ -108,9 +132,10 @@ def main():
         rs, ag = Timer(), Timer()
         state = None
         if compressed:
-            root = "%s:%d" % (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1)
+            root = "%s:%d" % (os.environ["MASTER_ADDR"],
+                              int(os.environ["MASTER_PORT"]) + 1 + index)
             state = gt.fsdp_compress(model, args.spec, allgather=args.allgather or None,
-                                     root=root)
+                                     root=root, allgather_reuse=kind == "compressed")
             state._reduce_scatter = rs.wrap(state._reduce_scatter)
             if args.allgather:
                 state._all_gather = ag.wrap(state._all_gather)
@@ -124,15 +149,19 @@ def main():
                     m.set_custom_reduce_scatter(TimedRS(rs))
                     m.set_custom_all_gather(TimedAG(ag))
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-        return dict(model=model, opt=opt, state=state, rs=rs, ag=ag, secs=0.0, bytes=0,
-                    loss=None)
+        return dict(model=model, opt=opt, state=state, rs=rs, ag=ag, secs=0.0, cpu=0.0,
+                    bytes=0, loss=None)
 
-    rows = {"dense": build(False), "compressed": build(True)}
+    names = args.rows.split(",")
+    for name in names:
+        if name not in ("dense", "compressed", "compressed-noreuse"):
+            ap.error("unknown row %r" % name)
+    rows = {name: build(name, i) for i, name in enumerate(names)}
 
     g = torch.Generator().manual_seed(1 + rank)
     data = [(torch.randn(args.batch, 784, generator=g),
              torch.randint(0, 10, (args.batch,), generator=g))
-            for _ in range(args.steps + args.warm)]
+            for _ in range(args.steps)]
     # a learnable target: labels from a fixed random linear map of the inputs
     w_true = torch.randn(784, 10, generator=torch.Generator().manual_seed(7))
     data = [(x, (x @ w_true).argmax(1)) for x, _ in data]
@@ -145,13 +174,14 @@ def main():
 
     def step(r, x, y, timed):
         dist.barrier()
-        b0, t0 = sent(r), time.perf_counter()
+        b0, t0, c0 = sent(r), time.perf_counter(), time.process_time()
         r["opt"].zero_grad()
         loss = nn.functional.cross_entropy(r["model"](x), y)
         loss.backward()
         r["opt"].step()
         if timed:
             r["secs"] += time.perf_counter() - t0
+            r["cpu"] += time.process_time() - c0
             r["bytes"] += sent(r) - b0
         return loss
 
@@ -161,13 +191,13 @@ def main():
             for r in rows.values():
                 r["rs"].__init__()
                 r["ag"].__init__()
-        order = ("dense", "compressed") if i % 2 == 0 else ("compressed", "dense")
-        for name in order:
+        # each step the rows in turn, starting one further each time
+        for name in names[i % len(names):] + names[:i % len(names)]:
             step(rows[name], x, y, timed)
     # the loss after the steps, on a held-out batch, averaged over the ranks
     xe = torch.randn(1024, 784, generator=torch.Generator().manual_seed(99))
     ye = (xe @ w_true).argmax(1)
-    n = args.steps
+    n = args.steps - args.warm  # timed steps
     out = []
     for name, r in rows.items():
         with torch.no_grad():
@@ -175,27 +205,49 @@ def main():
         dist.all_reduce(le)
         r["loss"] = le.item() / size
         out.append("fsdp-speed %s: %.2f steps/s, loss after %d steps %.4f, MB/step %.3f" %
-                   (name, n / r["secs"], args.steps + args.warm, r["loss"], r["bytes"] / n / 1e6))
-    d, c = rows["dense"], rows["compressed"]
-    out.append("fsdp-speed ratio: %.2f (compressed steps/s over dense); loss %+.1f%%" %
-               (d["secs"] / c["secs"], 100 * (c["loss"] / d["loss"] - 1)))
+                   (name, n / r["secs"], args.steps, r["loss"], r["bytes"] / n / 1e6))
+    d = rows.get("dense")
+    for name, c in rows.items():
+        if d is not None and c is not d:
+            out.append("fsdp-speed ratio %s: %.2f (steps/s over dense's); loss %+.1f%% of "
+                       "dense's" % (name, d["secs"] / c["secs"], 100 * (c["loss"] / d["loss"] - 1)))
     for name, r in rows.items():
         ms = 1e3 / n
         out.append("breakdown %s: step %.1f ms = reduce-scatter %.1f ms (%d calls) + all-gather "
                    "%.1f ms (%d calls) + rest (compute, FSDP2, optimizer) %.1f ms" %
                    (name, r["secs"] * ms, r["rs"].s * ms, r["rs"].calls // n, r["ag"].s * ms,
                     r["ag"].calls // n, (r["secs"] - r["rs"].s - r["ag"].s) * ms))
+        out.append("cpu %s: %.1f ms of CPU a step = reduce-scatter %.1f + all-gather %.1f + "
+                   "rest %.1f" % (name, r["cpu"] * ms, r["rs"].cpu * ms, r["ag"].cpu * ms,
+                                  (r["cpu"] - r["rs"].cpu - r["ag"].cpu) * ms))
 
     # compute alone: the unsharded model, same batch, no communication
     net = make_model(args.width)
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for x, y in data[:10]:
         opt.zero_grad()
         nn.functional.cross_entropy(net(x), y).backward()
         opt.step()
-    out.append("compute: forward+backward+step of the unsharded model alone %.1f ms" %
-               ((time.perf_counter() - t0) * 100))
+    out.append("compute: forward+backward+step of the unsharded model alone %.1f ms (%.1f ms "
+               "of CPU)" % ((time.perf_counter() - t0) * 100, (time.process_time() - c0) * 100))
+    # on an idle machine FSDP2 on CPU runs its collectives in line (no streams): a step
+    # takes about its CPU time plus the time its bytes take on the link (no overlap), and
+    # at least the larger of the two
+    bps = rate_bytes(args.rate)
+    proj = {}
+    for name, r in rows.items():
+        cpu, wire = r["cpu"] / n, r["bytes"] / n / bps
+        proj[name] = (cpu + wire, max(cpu, wire))
+        out.append("idle projection %s: CPU %.1f ms + wire %.1f ms (%.2f MB at %s) = %.1f ms a "
+                   "step (at least %.1f)" % (name, cpu * 1e3, wire * 1e3, r["bytes"] / n / 1e6,
+                                             args.rate, proj[name][0] * 1e3, proj[name][1] * 1e3))
+    if "dense" in proj:
+        for name in proj:
+            if name != "dense":
+                out.append("idle projection ratio %s: %.2f (between %.2f and %.2f)" % (
+                    name, proj["dense"][0] / proj[name][0],
+                    proj["dense"][1] / proj[name][0], proj["dense"][0] / proj[name][1]))
 
     # the codecs alone, on one step's sizes: top-k of each module's flat gradient, the
     # all-gather codec on each shard
@@ -221,10 +273,15 @@ def main():
                "all-gather encode of the shards %.1f ms, decode of one rank's shards %.1f ms "
                "(x%d ranks, x2 if resharded)" % (t_enc * 1e3 / reps, t_agenc * 1e3 / reps,
                                                  t_agdec * 1e3 / reps, size))
-    out.append("counters compressed: %s" % (c["state"].counters(),))
+    for name, r in rows.items():
+        if r["state"] is not None:
+            out.append("counters %s: %s, all-gathers reused %d" % (
+                name, r["state"].counters(), r["state"].allgather_reused))
     if rank == 0:
         print("\n".join(out), flush=True)
-    c["state"].close()
+    for r in rows.values():
+        if r["state"] is not None:
+            r["state"].close()
     dist.destroy_process_group()
 
 
