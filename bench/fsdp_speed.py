@@ -210,7 +210,8 @@ def main():
     for name, c in rows.items():
         if d is not None and c is not d:
             out.append("fsdp-speed ratio %s: %.2f (steps/s over dense's); loss %+.1f%% of "
-                       "dense's" % (name, d["secs"] / c["secs"], 100 * (c["loss"] / d["loss"] - 1)))
+                       "dense's" % (name, d["secs"] / c["secs"],
+                                    100 * (c["loss"] / d["loss"] - 1)))
     for name, r in rows.items():
         ms = 1e3 / n
         out.append("breakdown %s: step %.1f ms = reduce-scatter %.1f ms (%d calls) + all-gather "
@@ -251,7 +252,8 @@ def main():
 
     # the codecs alone, on one step's sizes: top-k of each module's flat gradient, the
     # all-gather codec on each shard
-    sizes = [sum(p.numel() for p in m.parameters()) for m in net if any(True for _ in m.parameters())]
+    sizes = [sum(p.numel() for p in m.parameters()) for m in net
+             if any(True for _ in m.parameters())]
     topk, agc = Compressor(args.spec), Compressor(args.allgather) if args.allgather else None
     t_enc = t_agenc = t_agdec = 0.0
     reps = 3
