@@ -10,6 +10,7 @@
 # Environment: N (ranks, 2), RATE (1gbit), WIDTH (2048), STEPS (30), BATCH (32 per rank),
 # SPEC (topk:density=0.01), ALLGATHER (mxfp8:format=e4m3; empty: dense all-gather),
 # ROWS (dense,compressed; compressed-noreuse: fsdp_compress with allgather_reuse=False),
+# WARMUP (fsdp_compress's warm-up of the sparsifier in steps, 0),
 # RESHARD (1: FSDP2's reshard_after_forward, 0: keep the parameters after forward),
 # PY (a Python with torch >= 2.6, else TORCH_PYTHON, else .venv/bin/python, else python3).
 # Needs root, iproute2, tc; skips with a message where it cannot run.
@@ -66,6 +67,7 @@ for i in $(seq 0 $((N - 1))); do
         OMP_NUM_THREADS=1 timeout 1200 $PY "$HERE/fsdp_speed.py" --width "${WIDTH:-2048}" \
         --steps "${STEPS:-30}" --batch "${BATCH:-32}" --spec "${SPEC:-topk:density=0.01}" \
         --allgather "${ALLGATHER-mxfp8:format=e4m3}" --reshard "${RESHARD:-1}" \
+        --warmup "${WARMUP:-0}" \
         --rows "${ROWS:-dense,compressed}" --rate "$RATE" \
         >"$LOG.rank$i" 2>&1 &
     pids="$pids $!"

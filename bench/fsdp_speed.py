@@ -5,8 +5,9 @@ gcoll.torch.fsdp_compress (top-k gradients, a quantized all-gather), and the los
 --steps steps of each, with a breakdown of where each step's time goes.
 
 The models (--rows) are built from the same initial weights (784-W-W-10 MLP,
-fully_shard per Linear and on the root) and trained on the same batches (labels from a
-fixed random linear map of Gaussian inputs), one step of each in turn, so that all see the
+fully_shard per Linear and on the root) and trained on the same batches (Fashion-MNIST
+where --data has it, else labels from a fixed random linear map of Gaussian inputs), one
+step of each in turn, so that all see the
 same load on a shared machine and their ratio holds within the run; the first --warm steps
 are not timed. Prints on rank 0:
 
@@ -107,6 +108,10 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--spec", default="topk:density=0.01")
     ap.add_argument("--allgather", default="mxfp8:format=e4m3")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="fsdp_compress's warm-up of the sparsifier, in steps")
+    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist",
+                    help="Fashion-MNIST's directory (synthetic data where it is missing)")
     ap.add_argument("--rate", default="1gbit", help="the links' rate (for the projection)")
     ap.add_argument("--rows", default="dense,compressed",
                     help="dense, compressed (fsdp_compress), compressed-noreuse (the same "
@@ -135,7 +140,8 @@ def main():
             root = "%s:%d" % (os.environ["MASTER_ADDR"],
                               int(os.environ["MASTER_PORT"]) + 1 + index)
             state = gt.fsdp_compress(model, args.spec, allgather=args.allgather or None,
-                                     root=root, allgather_reuse=kind == "compressed")
+                                     root=root, allgather_reuse=kind == "compressed",
+                                     warmup=args.warmup)
             state._reduce_scatter = rs.wrap(state._reduce_scatter)
             if args.allgather:
                 state._all_gather = ag.wrap(state._all_gather)
@@ -158,13 +164,30 @@ def main():
             ap.error("unknown row %r" % name)
     rows = {name: build(name, i) for i, name in enumerate(names)}
 
-    g = torch.Generator().manual_seed(1 + rank)
-    data = [(torch.randn(args.batch, 784, generator=g),
-             torch.randint(0, 10, (args.batch,), generator=g))
-            for _ in range(args.steps)]
-    # a learnable target: labels from a fixed random linear map of the inputs
-    w_true = torch.randn(784, 10, generator=torch.Generator().manual_seed(7))
-    data = [(x, (x @ w_true).argmax(1)) for x, _ in data]
+    if os.path.exists(os.path.join(args.data, "train-images-idx3-ubyte.gz")):
+        # Fashion-MNIST, each rank its own slice of a fixed shuffled order (as ddp_tta.py)
+        import sys
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from ddp_tta import load
+
+        (xtr, ytr), (xte, yte) = load(args.data, "train"), load(args.data, "t10k")
+        xtr, xte = xtr.flatten(1), xte.flatten(1)
+        order = torch.randperm(len(xtr), generator=torch.Generator().manual_seed(1))
+        data = []
+        for i in range(args.steps):
+            idx = order[(i * size + rank) * args.batch:(i * size + rank + 1) * args.batch]
+            data.append((xtr[idx], ytr[idx]))
+        xe, ye = xte[:2000], yte[:2000]
+        what = "Fashion-MNIST"
+    else:  # labels from a fixed random linear map of Gaussian inputs
+        g = torch.Generator().manual_seed(1 + rank)
+        w_true = torch.randn(784, 10, generator=torch.Generator().manual_seed(7))
+        data = [torch.randn(args.batch, 784, generator=g) for _ in range(args.steps)]
+        data = [(x, (x @ w_true).argmax(1)) for x in data]
+        xe = torch.randn(2000, 784, generator=torch.Generator().manual_seed(99))
+        ye = (xe @ w_true).argmax(1)
+        what = "synthetic data"
 
     def sent(r):
         n = backend.counters()["bytes_sent"]
@@ -194,11 +217,9 @@ def main():
         # each step the rows in turn, starting one further each time
         for name in names[i % len(names):] + names[:i % len(names)]:
             step(rows[name], x, y, timed)
-    # the loss after the steps, on a held-out batch, averaged over the ranks
-    xe = torch.randn(1024, 784, generator=torch.Generator().manual_seed(99))
-    ye = (xe @ w_true).argmax(1)
+    # the loss after the steps on 2,000 held-out samples, averaged over the ranks
     n = args.steps - args.warm  # timed steps
-    out = []
+    out = ["# %s, %d x %d samples a step" % (what, size, args.batch)]
     for name, r in rows.items():
         with torch.no_grad():
             le = nn.functional.cross_entropy(r["model"](xe), ye).detach().reshape(1)
