@@ -8,7 +8,8 @@
 #
 #   sudo bench/fsdp-speed.sh [BUILD_DIR]        (BUILD_DIR: the build tree, default .)
 # Environment: N (ranks, 2), RATE (1gbit), WIDTH (2048), STEPS (30), BATCH (32 per rank),
-# SPEC (topk:density=0.01), ALLGATHER (mxfp8:format=e4m3; empty: dense all-gather),
+# SPEC (topk:density=0.01; a dgc spec trains its row without the optimizer's momentum),
+# ALLGATHER (mxfp8:format=e4m3; empty: dense all-gather),
 # ROWS (dense,compressed; compressed-noreuse: fsdp_compress with allgather_reuse=False),
 # WARMUP (fsdp_compress's warm-up of the sparsifier in steps, 0),
 # RESHARD (1: FSDP2's reshard_after_forward, 0: keep the parameters after forward),

@@ -154,7 +154,9 @@ def main():
                 if hasattr(m, "set_custom_reduce_scatter"):
                     m.set_custom_reduce_scatter(TimedRS(rs))
                     m.set_custom_all_gather(TimedAG(ag))
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+        # DGC's momentum correction replaces the optimizer's momentum (Lin et al. 2018)
+        dgc = compressed and args.spec.startswith("dgc")
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.0 if dgc else 0.9)
         return dict(model=model, opt=opt, state=state, rs=rs, ag=ag, secs=0.0, cpu=0.0,
                     bytes=0, loss=None)
 
@@ -277,12 +279,14 @@ def main():
              if any(True for _ in m.parameters())]
     topk, agc = Compressor(args.spec), Compressor(args.allgather) if args.allgather else None
     t_enc = t_agenc = t_agdec = 0.0
+    # a state only where the codec needs one (dgc); top-k without its feedback
+    states = {s: topk.state(s) for s in sizes} if topk.needs_state else {}
     reps = 3
     for _ in range(reps):
         for s in sizes:
             v = torch.randn(s)
             t0 = time.perf_counter()
-            topk.encode(v)
+            topk.encode(v, states.get(s))
             t_enc += time.perf_counter() - t0
             if agc is not None:
                 sh = v[: (s + size - 1) // size].contiguous()
