@@ -8,6 +8,9 @@ check. Run on P ranks (gcoll-run exports torch's RANK, WORLD_SIZE, MASTER_ADDR/P
     tools/gcoll-run -n 4 -x PYTHONPATH=$PWD/bindings/python -- \\
         .venv/bin/python bench/torch_backend.py [--sizes 4,64k,4m,64m] [--iters 20]
 
+The per-call overhead is also measured apart, on groups of one rank (bench_overhead),
+where no peer's scheduling blurs it.
+
 Every figure is the median over the iterations of the slowest rank's time (the ranks
 take a MAX of each sample)."""
 
@@ -63,6 +66,31 @@ def bench_c_call(comm, nbytes, iters, group):
     return statistics.median(samples)
 
 
+def bench_overhead(calls):
+    """Per-call cost of a 4-byte all_reduce on a group of one rank (no peer, no network:
+    what is left is each path's own work and thread hand-offs): the gcoll backend, and
+    gcoll_allreduce through ctypes on a communicator of one. Medians of calls timed one
+    by one, in microseconds."""
+    sub, _ = dist.new_subgroups(group_size=1)  # every rank a group of its own, on gcoll
+    gsub, _ = dist.new_subgroups(group_size=1, backend="gloo")  # torch's own path, for scale
+    comm = gcoll.Comm(size=1, rank=0, root="127.0.0.1:0")
+    t = torch.ones(1)
+    out = {}
+    for name, fn in (("backend", lambda: dist.all_reduce(t, group=sub)),
+                     ("C", lambda: comm.allreduce(t)),
+                     ("gloo", lambda: dist.all_reduce(t, group=gsub))):
+        for _ in range(100):  # warm-up
+            fn()
+        samples = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+        out[name] = statistics.median(samples) * 1e6
+    comm.close()
+    return out
+
+
 def bench_ddp(group, steps, hook=None):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
@@ -89,6 +117,8 @@ def main():
     ap.add_argument("--sizes", default="4,64k,4m,64m")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--calls", type=int, default=2000,
+                    help="calls timed for the per-call overhead on one rank")
     args = ap.parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     torch.set_num_threads(1)
@@ -109,6 +139,13 @@ def main():
                   % (n, rows["gloo"][i] * 1e3, rows["gcoll"][i] * 1e3,
                      rows["gloo"][i] / rows["gcoll"][i], rows["C"][i] * 1e3,
                      (rows["gcoll"][i] - rows["C"][i]) * 1e6))
+    ov = bench_overhead(args.calls)
+    worst = {k: slowest(v, groups["gloo"]) for k, v in ov.items()}
+    if RANK == 0:
+        print("per call, 4 B all_reduce on a group of one rank, median of %d (us, slowest "
+              "rank): gcoll backend %.1f, gcoll_allreduce via ctypes %.1f, overhead %.1f; "
+              "gloo %.1f" % (args.calls, worst["backend"], worst["C"],
+                             worst["backend"] - worst["C"], worst["gloo"]))
     ddp = {name: bench_ddp(g, args.steps) for name, g in groups.items()}
 
     def hook(model, nonfinite):

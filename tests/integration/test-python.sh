@@ -6,6 +6,7 @@
 # (test_comm.py) and the DDP hook (test_hook.py, test_hook_features.py) on 2 ranks through
 # gcoll-run; with the
 # torch.distributed backend built, its collectives on 2 and 3 ranks (test_backend.py),
+# its rooted, point-to-point and batched calls (test_backend_p2p.py), its timeouts, abort and shutdown (test_backend_lifecycle.py),
 # DDP on it alone (test_ddp_backend.py), and the hook's checkpoint round trip over two
 # jobs and its non-finite modes (test_hook_state.py). Exits 77
 # (SKIP) when the interpreter cannot import numpy and torch (python3 -m venv .venv &&
@@ -80,7 +81,14 @@ else
     for n in 2 3; do
         run "backend-$n-ranks" "$gcoll_run" -n "$n" --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s \
             -x MASTER_PORT="$(free_port)" -- "$PY" "$TESTS_DIR/test_backend.py"
+        # reduce, gather, scatter, send/recv, batch_isend_irecv, coalescing
+        run "backend-p2p-$n-ranks" "$gcoll_run" -n "$n" --timeout "$limit" \
+            -x GCOLL_TIMEOUT_MS=20s -x MASTER_PORT="$(free_port)" -- \
+            "$PY" "$TESTS_DIR/test_backend_p2p.py"
     done
+    # timeouts of init_process_group/new_group, abort, destroy and a fresh group
+    run backend-lifecycle "$gcoll_run" -n 2 --timeout "$limit" \
+        -x MASTER_PORT="$(free_port)" -- "$PY" "$TESTS_DIR/test_backend_lifecycle.py"
     run ddp-backend "$gcoll_run" -n 2 --timeout "$limit" -x GCOLL_TIMEOUT_MS=20s \
         -x MASTER_PORT="$(free_port)" -- "$PY" "$TESTS_DIR/test_ddp_backend.py"
     mkdir -p "$TMP/ckpt"

@@ -27,7 +27,9 @@ ls "$top_builddir"/bindings/python/gcoll/_torch_backend*.so >/dev/null 2>&1 ||
 export top_builddir PYTHONPATH="$SRC/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
 export WORLD_SIZE=2 GCOLL_DEBUG=none GCOLL_TIMEOUT_MS=60s OMP_NUM_THREADS=1
 unset GCOLL_ROOT GCOLL_JOB_KEY
-for b in gloo gcoll; do
+# TORCH_SUITE_BACKENDS=gloo (or gcoll) runs one backend's half; with TORCH_SUITE_OUT=DIR the
+# other half's results come from an earlier run into DIR (the halves may then be run apart).
+for b in ${TORCH_SUITE_BACKENDS:-gloo gcoll}; do
     mkdir -p "$OUT/$b"
     BACKEND=$b TEMP_DIR="$OUT/$b" timeout -k 10 "$LIMIT" "$PY" "$SRC/tests/torch/torch_suite.py" "$@" \
         >"$OUT/$b.txt" 2>"$OUT/$b.log"
@@ -38,6 +40,9 @@ done
 echo
 for b in gloo gcoll; do
     grep '^torch-suite ' "$OUT/$b.txt" || echo "torch-suite $b: no result (status above)"
+done
+for b in gloo gcoll; do
+    [ -f "$OUT/$b.txt" ] || { echo "no comparison: $OUT/$b.txt is missing"; exit 2; }
 done
 sed -n 's/^PASS //p' "$OUT/gloo.txt" | sort >"$OUT/gloo.pass"
 sed -n 's/^PASS //p' "$OUT/gcoll.txt" | sort >"$OUT/gcoll.pass"

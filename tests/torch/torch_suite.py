@@ -66,10 +66,23 @@ def selection(args):
     return out
 
 
+def line(kind, name, why):
+    """One result line, printed at once: a run cut short by its time limit keeps what it
+    finished."""
+    if why and not isinstance(why, str):
+        why = " ".join(why)
+    print("%s %s%s" % (kind, name, (": %s" % why)[:200] if why else ""), flush=True)
+
+
 class Result(unittest.TextTestResult):
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
         self.lines = []
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        if self.lines and self.lines[-1][1] == test._testMethodName:
+            line(*self.lines[-1])
 
     def addSuccess(self, test):
         super().addSuccess(test)
@@ -100,8 +113,6 @@ def main():
     counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
     for kind, name, why in res.lines:
         counts[kind] += 1
-        print("%s %s%s" % (kind, name, (": %s" % (why if isinstance(why, str) else
-                                                    " ".join(why)))[:200] if why else ""))
     print("torch-suite %s: %d passed, %d failed, %d skipped of %d (%.0f s)"
           % (BACKEND, counts["PASS"], counts["FAIL"], counts["SKIP"], len(names),
              time.time() - t0))

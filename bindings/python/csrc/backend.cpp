@@ -40,8 +40,8 @@ namespace py = pybind11;
 class WorkGcoll : public c10d::Work
 {
   public:
-    WorkGcoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-        : c10d::Work(rank, type), outputs_(std::move(outputs)),
+    WorkGcoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int source = -1)
+        : c10d::Work(rank, type), outputs_(std::move(outputs)), source_(source),
           future_(c10::make_intrusive<c10::ivalue::Future>(
               c10::ListType::create(c10::TensorType::get())))
     {
@@ -49,6 +49,32 @@ class WorkGcoll : public c10d::Work
 
     std::vector<at::Tensor> result() override { return outputs_; }
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+    // A Work queued in a coalescing batch completes once the batch has run: waiting for it
+    // inside the batch (a blocking call under torch's _coalescing_manager) first runs what
+    // the batch holds so far (run_batch), instead of waiting for ever.
+    bool wait(std::chrono::milliseconds timeout) override
+    {
+        std::function<void()> run;
+        {
+            std::lock_guard<std::mutex> g(batch_mutex_);
+            run = run_batch_;
+        }
+        if (run)
+            run();
+        return c10d::Work::wait(timeout);
+    }
+    void set_run_batch(std::function<void()> f)
+    {
+        std::lock_guard<std::mutex> g(batch_mutex_);
+        run_batch_ = std::move(f);
+    }
+
+    // The sender of a recv (torch asks a recv's Work for it).
+    int sourceRank() const override
+    {
+        TORCH_CHECK(source_ >= 0, "gcoll backend: sourceRank() is a recv's; this Work is not one");
+        return source_;
+    }
 
     // Called once, by a notifier thread (or on a failure to issue). The Future first, as
     // Gloo does: a Work::wait() that returns finds the Future done and its callbacks run.
@@ -63,6 +89,9 @@ class WorkGcoll : public c10d::Work
 
   private:
     std::vector<at::Tensor> outputs_;
+    int source_;
+    std::mutex batch_mutex_;
+    std::function<void()> run_batch_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -195,6 +224,7 @@ class BackendGcoll : public c10d::Backend
     }
 
 #include "ops.inc"
+#include "rooted.inc"
 
   private:
     // Python drops the last reference, and may call shutdown, with the GIL held; the
@@ -218,6 +248,11 @@ class BackendGcoll : public c10d::Backend
             return;
         {
             std::lock_guard<std::mutex> g(issue_mutex_);
+            if (group_) { // a batch started and never ended: run it, its Works complete
+                if (aborted)
+                    gcoll_comm_abort(comm_);
+                run_batch(false);
+            }
             std::lock_guard<std::mutex> q(qmutex_);
             stop_ = true;
         }
@@ -235,21 +270,86 @@ class BackendGcoll : public c10d::Backend
         closed_ = true;
     }
 
+    struct Group;
     struct Pending {
         c10::intrusive_ptr<WorkGcoll> work;
-        gcoll_request_t *req;
+        gcoll_request_t *req; // nullptr: the marker that closes a group
         std::function<void()> after;
         const char *what;
+        std::shared_ptr<Group> group;     // the coalesced batch it belongs to, if any
+        gcoll_status_t status = GCOLL_OK; // the marker's: what gcoll_group_end returned
     };
+    // A batch between startCoalescing and endCoalescing: its operations are queued for the
+    // completion thread only once gcoll_group_end has run them; error is the first failure
+    // among them (set and read by the completion thread alone). A wait inside the batch
+    // runs the group so far and opens another for the rest (run_batch_for_wait).
+    struct Group {
+        std::vector<Pending> pending;     // issued since the gcoll group was opened
+        std::vector<at::Tensor> outputs;  // of the whole batch
+        std::exception_ptr error;         // completion thread only
+        std::thread::id thread;           // that called startCoalescing
+        bool open = true;                 // a gcoll group is open (under issue_mutex_)
+        gcoll_status_t status = GCOLL_OK; // the first failed gcoll_group_start/end
+    };
+
+    // Runs the open batch's gcoll group (under the issue lock) and queues its operations
+    // for the completion thread; then opens a new group for the rest of the batch (reopen),
+    // or queues the marker that closes the batch and returns its Work.
+    c10::intrusive_ptr<WorkGcoll> run_batch(bool reopen)
+    {
+        std::shared_ptr<Group> grp = group_;
+        gcoll_status_t st = grp->open ? gcoll_group_end(comm_) : grp->status;
+        grp->open = false;
+        if (grp->status == GCOLL_OK)
+            grp->status = st;
+        {
+            std::lock_guard<std::mutex> q(qmutex_);
+            for (Pending &p : grp->pending) {
+                p.work->set_run_batch(nullptr);
+                queue_.push_back(std::move(p));
+            }
+            grp->pending.clear();
+        }
+        c10::intrusive_ptr<WorkGcoll> work;
+        if (reopen) {
+            st = gcoll_group_start(comm_);
+            grp->open = st == GCOLL_OK;
+            if (grp->status == GCOLL_OK)
+                grp->status = st;
+        } else {
+            group_.reset();
+            work = c10::make_intrusive<WorkGcoll>(rank_, c10d::OpType::COALESCED, grp->outputs);
+            std::lock_guard<std::mutex> q(qmutex_);
+            queue_.push_back(
+                Pending{work, nullptr, [] {}, "coalesced operations", grp, grp->status});
+        }
+        qcond_.notify_one();
+        return work;
+    }
+
+    // A Work of the open batch is waited for: the batch so far runs first (from the thread
+    // that started it: gcoll's group belongs to that thread).
+    void run_batch_for_wait()
+    {
+        without_gil([this] {
+            std::lock_guard<std::mutex> g(issue_mutex_);
+            if (!group_)
+                return;
+            TORCH_CHECK(std::this_thread::get_id() == group_->thread,
+                        "gcoll backend: wait() on an operation of a coalescing batch another "
+                        "thread started: it runs when that thread ends the batch");
+            run_batch(true);
+        });
+    }
 
     // Starts one gcoll call (start) under the issue lock and queues it for the completion
     // thread, which runs after (copies staged results out) once it is done.
     c10::intrusive_ptr<c10d::Work>
     issue(c10d::OpType type, const char *what, std::vector<at::Tensor> outputs,
           const std::function<gcoll_status_t(gcoll_comm_t *, gcoll_request_t **)> &start,
-          std::function<void()> after)
+          std::function<void()> after, int source = -1)
     {
-        auto work = c10::make_intrusive<WorkGcoll>(rank_, type, std::move(outputs));
+        auto work = c10::make_intrusive<WorkGcoll>(rank_, type, outputs, source);
         // One issuer at a time: gcoll's calls must come in the same order on every rank,
         // and torch may call from several threads (DDP's autograd hooks, the user's,
         // Future callbacks on the notifiers).
@@ -259,9 +359,15 @@ class BackendGcoll : public c10d::Backend
         gcoll_request_t *req = nullptr;
         gcoll_status_t st = start(comm_, &req);
         TORCH_CHECK(st == GCOLL_OK, "gcoll backend: ", what, " failed: ", error_text(st));
+        if (group_) { // coalescing: waited for once the group has run
+            work->set_run_batch([this] { run_batch_for_wait(); });
+            group_->pending.push_back(Pending{work, req, std::move(after), what, group_});
+            group_->outputs.insert(group_->outputs.end(), outputs.begin(), outputs.end());
+            return work;
+        }
         {
             std::lock_guard<std::mutex> q(qmutex_);
-            queue_.push_back(Pending{work, req, std::move(after), what});
+            queue_.push_back(Pending{work, req, std::move(after), what, nullptr});
         }
         qcond_.notify_one();
         return work;
@@ -286,9 +392,12 @@ class BackendGcoll : public c10d::Backend
                 p = std::move(queue_.front());
                 queue_.pop_front();
             }
-            gcoll_status_t st = gcoll_wait(p.req); // bounded by the group's timeout
+            // bounded by the group's timeout
+            gcoll_status_t st = p.req ? gcoll_wait(p.req) : p.status;
             std::exception_ptr err;
-            if (st != GCOLL_OK) {
+            if (!p.req && p.group && p.group->error) {
+                err = p.group->error; // a batch fails with its first failed operation
+            } else if (st != GCOLL_OK) {
                 std::string m =
                     std::string("gcoll backend: ") + p.what + " failed: " + error_text(st);
                 if (st == GCOLL_ERR_TIMEOUT)
@@ -302,6 +411,8 @@ class BackendGcoll : public c10d::Backend
                     err = std::current_exception();
                 }
             }
+            if (err && p.group && !p.group->error)
+                p.group->error = err;
             auto work = p.work;
             notifiers_.push([work, err] { work->complete(err); });
         }
@@ -313,6 +424,7 @@ class BackendGcoll : public c10d::Backend
     std::mutex qmutex_;
     std::condition_variable qcond_;
     std::deque<Pending> queue_;
+    std::shared_ptr<Group> group_; // the open batch (startCoalescing), under issue_mutex_
     bool stop_ = false;
     std::thread completer_;
     Notifiers notifiers_;

@@ -175,6 +175,23 @@ static Wire wire_move(const at::Tensor &t, const char *what)
     return w;
 }
 
+// A tensor as its bytes (GCOLL_UINT8), for the calls that only move data (point-to-point,
+// gather, scatter): the tensor itself when it is contiguous, else a contiguous copy that
+// copy_back() writes into it.
+static Wire wire_bytes(const at::Tensor &t, const char *what)
+{
+    check_cpu(t, what);
+    Wire w;
+    w.user = t;
+    at::Tensor c = t.contiguous();
+    w.alias = c.is_same(t);
+    w.buf = bytes_of(c);
+    w.dt = GCOLL_UINT8;
+    w.nbytes = t.numel() * t.element_size();
+    w.count = w.nbytes;
+    return w;
+}
+
 // The i-th block of bpb bytes of a flat byte buffer, as a tensor shaped like like.
 static at::Tensor block_as(const at::Tensor &flat_bytes, size_t off, const at::Tensor &like)
 {
