@@ -97,7 +97,7 @@ for r in $rules; do
             --epochs "$epochs" --seed "$s" --data "$data" --compressor "$rspec" \
             ${LIMIT:+--limit "$LIMIT"} ${WARMUP:+--warmup-frac "$WARMUP"}; then
             t1=$(date +%s.%N)
-            # the per-epoch wire_MB column sums every rank's bytes
+            # the per-epoch r0_wire_MB column: rank 0's bytes, summed over the epochs
             printf '%s %s %s %s\n' "$(sed -n 's/^final test accuracy: //p' "$f.out")" \
                 "$(awk '$1 ~ /^[0-9]+$/ && NF == 9 { s += $5 } END { printf "%.2f", s }' "$f.out")" \
                 "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }')" "$r" >>"$work/results"

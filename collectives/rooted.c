@@ -41,7 +41,9 @@ gcoll_tree_pos_t gcoll_tree_pos(int vr, int P)
  * and receives one from the previous: if any two ranks disagree, two neighbours do, and
  * the receiving one fails with GCOLL_ERR_MISMATCH (its abort then ends the others' waits).
  * Its receive is watched by every wait of the call. One message per rank and call, sent
- * at the start, so it costs no latency of its own. */
+ * at the start: the root, which waits for every rank anyway, is not slowed, but a rank
+ * that only sends returns only once its neighbour has started the call, so back-to-back
+ * small calls pay a message time each (docs/results/rooted.md). */
 #define GUARD_SUB 0xfffffff0u
 
 typedef struct {

@@ -505,8 +505,20 @@ int main(int argc, char **argv)
             printf("#\n");
         }
     }
+    if (st == GCOLL_ERR_NOMEM)
+        fprintf(stderr, "gcoll-bench: rank %d: no memory for the buffers of -e %zu bytes\n", p.rank,
+                o.max_bytes);
+    else if (st != GCOLL_OK) {
+        /* the communicator's first error, else gcoll_last_error: a failure outside the
+         * communicator (a bad --compressor spec) */
+        const char *e = gcoll_comm_last_error(comm);
+        fprintf(stderr, "gcoll-bench: rank %d: %s: %s\n", p.rank, gcoll_status_string(st),
+                *e ? e : gcoll_last_error());
+    }
+    /* the peers may be in a collective this rank never joins: tell them, or they wait for
+     * it until GCOLL_TIMEOUT_MS */
     if (st != GCOLL_OK)
-        fprintf(stderr, "gcoll-bench: rank %d: %s\n", p.rank, gcoll_comm_last_error(comm));
+        gcoll_comm_abort(comm);
     gcoll_comm_destroy(comm);
     return st != GCOLL_OK || p.wrong ? 1 : 0;
 }

@@ -51,8 +51,10 @@ static const char usage_text[] =
     "\n"
     "When a rank exits with a non-zero status or is killed by a signal, gcoll-run reports it,\n"
     "sends SIGTERM to the other ranks and SIGKILL to those still running after the grace\n"
-    "period. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to gcoll-run stop the job the same way;\n"
-    "a second one skips the grace period. Processes that ranks leave behind are stopped too.\n"
+    "period. A rank that exits with status 0 while others still run 3 s later is reported\n"
+    "with them (they may be waiting for it); they are left running.\n"
+    "SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to gcoll-run stop the job the same way; a\n"
+    "second one skips the grace period. Processes that ranks leave behind are stopped too.\n"
     "\n"
     "Exit status:\n"
     "  0        every rank exited with status 0\n"
@@ -286,6 +288,16 @@ static int advance(struct job *j, int open_streams)
             GRUN_ARM(j->timeout_deadline);
         }
     }
+    if (j->phase == PHASE_RUNNING && running && j->early_rank >= 0 && j->early_deadline) {
+        if (now >= j->early_deadline) {
+            grun_note(j, "rank %d (pid %d) exited with status 0 %d s ago; still running: %s",
+                      j->early_rank, (int)j->ranks[j->early_rank].pid, GRUN_EARLY_MS / 1000,
+                      grun_format_running(j, list, sizeof list));
+            j->early_deadline = 0;
+        } else {
+            GRUN_ARM(j->early_deadline);
+        }
+    }
     if (j->phase == PHASE_RUNNING && !running && j->children_left) {
         if (!j->strays_deadline)
             j->strays_deadline = now + GRUN_SETTLE_MS;
@@ -427,6 +439,7 @@ int main(int argc, char **argv)
     j->o = &o;
     j->self = getpid();
     j->sigfd = j->devnull = -1;
+    j->early_rank = -1;
     j->out[0].fd = STDOUT_FILENO;
     j->out[1].fd = STDERR_FILENO;
     j->ranks = calloc((size_t)o.nranks, sizeof *j->ranks);

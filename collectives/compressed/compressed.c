@@ -229,20 +229,19 @@ out:
  * rank sends its message straight to every other (one step instead of the census's P-1
  * and the ring's P-1: latency a small bucket pays on every call). Deterministic from the
  * configuration, the codec and count. */
-static int gather_direct(const gcoll_coll_t *ctx, const gcoll_compressor_t *c, size_t count)
+static int gather_direct(const gcoll_coll_t *ctx, const gcoll_step_plan_t *plan, size_t count)
 {
-    size_t b = gcoll_codec_bound(c, count);
+    size_t b = plan->bound;
     return ctx->size > 1 && ctx->cfg->sparse_algo == GCOLL_SPARSE_AUTO && b > 0 &&
            b <= count * sizeof(float) / (size_t)ctx->size;
 }
 
 /* Every rank's message to every rank, then their sum in rank order. */
 static gcoll_status_t gather_and_sum(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
-                                     uint8_t *msg, size_t len, float *out, size_t count,
+                                     size_t cap, uint8_t *msg, size_t len, float *out, size_t count,
                                      gcoll_op_t op, uint32_t sig)
 {
     const int P = ctx->size, r = ctx->rank;
-    size_t cap = gcoll_codec_bound(c, count);
     size_t *slen = calloc(3 * (size_t)P, sizeof(size_t)), *rcap = slen ? slen + P : NULL,
            *rlen = slen ? slen + 2 * P : NULL;
     uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
@@ -281,10 +280,11 @@ out:
  * state as it was, so it is this rank's call's alone, as a bad argument would be
  * (the channel's op_local); on other paths a failure may come after the residual took g. */
 static gcoll_status_t encode_first(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
-                                   gcoll_nancheck_t check, const float *grad, size_t count,
-                                   uint8_t *msg, size_t cap, size_t *len_p)
+                                   gcoll_nancheck_t check, const gcoll_step_plan_t *plan,
+                                   const float *grad, size_t count, uint8_t *msg, size_t cap,
+                                   size_t *len_p)
 {
-    const gcoll_encode_opts_t opt = {.check = check};
+    const gcoll_encode_opts_t opt = {.check = check, .plan = plan};
     gcoll_status_t st =
         gcoll_codec_encode_range(s->c, s, 0, grad, count, s->step, &opt, msg, cap, len_p);
     if (st == GCOLL_OK || check != GCOLL_NANCHECK_FOLD)
@@ -303,20 +303,21 @@ static gcoll_status_t encode_first(const gcoll_coll_t *ctx, gcoll_tensor_state_t
 /* Sparsifiers: encode once, then the sparse allreduce of what was sent. */
 static gcoll_status_t run_sparse(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                  const float *grad, float *out, size_t count, gcoll_op_t op,
-                                 gcoll_nancheck_t check, uint32_t sig)
+                                 gcoll_nancheck_t check, const gcoll_step_plan_t *plan,
+                                 uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
-    size_t cap = gcoll_codec_bound(c, count), len = 0, nnz = 0;
+    size_t cap = plan->bound, len = 0, nnz = 0;
     uint8_t *msg = malloc(cap);
     gcoll_pairs_t pairs = {0};
     gcoll_status_t st = GCOLL_ERR_NOMEM;
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(encode_first(ctx, s, check, grad, count, msg, cap, &len), st, out);
-    if (gather_direct(ctx, c, count)) {
+    GCOLL_CHECK_GOTO(encode_first(ctx, s, check, plan, grad, count, msg, cap, &len), st, out);
+    if (gather_direct(ctx, plan, count)) {
         ctx->ch->counters.ns_compress += gcoll_time_ns() - t0;
-        st = gather_and_sum(ctx, c, msg, len, out, count, op, sig);
+        st = gather_and_sum(ctx, c, cap, msg, len, out, count, op, sig);
         goto out;
     }
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &nnz), st, out);
@@ -370,10 +371,11 @@ static gcoll_status_t randomk_out(const gcoll_coll_t *ctx, gcoll_tensor_state_t 
  * are reduced, densely. */
 static gcoll_status_t run_randomk(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                   const float *grad, float *out, size_t count, gcoll_op_t op,
-                                  gcoll_nancheck_t check, uint32_t sig)
+                                  gcoll_nancheck_t check, const gcoll_step_plan_t *plan,
+                                  uint32_t sig)
 {
     const gcoll_compressor_t *c = s->c;
-    size_t cap = gcoll_codec_bound(c, count), len = 0, k = 0;
+    size_t cap = plan->bound, len = 0, k = 0;
     uint8_t *msg = malloc(cap);
     uint32_t *idx = NULL;
     float *val = NULL;
@@ -381,7 +383,7 @@ static gcoll_status_t run_randomk(const gcoll_coll_t *ctx, gcoll_tensor_state_t 
     if (!msg)
         return st;
     uint64_t t0 = gcoll_time_ns();
-    GCOLL_CHECK_GOTO(encode_first(ctx, s, check, grad, count, msg, cap, &len), st, out);
+    GCOLL_CHECK_GOTO(encode_first(ctx, s, check, plan, grad, count, msg, cap, &len), st, out);
     GCOLL_CHECK_GOTO(gcoll_decode_info(msg, len, NULL, &k), st, out);
     idx = malloc((k + 1) * sizeof(uint32_t));
     val = malloc((k + 1) * sizeof(float));
@@ -402,17 +404,19 @@ out:
 
 enum { ALGO_AUTO = 0, ALGO_ALLTOALL = 1, ALGO_RING = 2 }; /* GCOLL_COMPRESSED_ALGO */
 typedef enum { S_DENSE, S_ALLTOALL, S_RING, S_RANDOMK, S_SPARSE, S_STREAM } scheme_t;
-static const char *const scheme_names[] = {
+static const char *const scheme_names[GCOLL_COMPRESSED_SCHEMES] = {
     "dense ring", "alltoall", "ring", "random-k dense values", "sparse", "streamed sparse"};
+/* Calls run by each scheme in this process (gcoll_coll_compressed_runs) */
+static uint64_t scheme_runs[GCOLL_COMPRESSED_SCHEMES];
 
 /* Scheme of a compressed allreduce; deterministic from the configuration, the codec, count,
  * P and the state's step (s NULL: a state of c past its warm-up), so every rank picks the
- * same. For quantizers both schemes put 2 (P-1)/P of the
+ * same; plan: the call's (its k). For quantizers both schemes put 2 (P-1)/P of the
  * compressed tensor on the wire; the ring overlaps compression with transfer segment by
  * segment but re-quantizes P-1 times and takes 2 (P-1) latency-bound steps. */
 static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
-                            const gcoll_tensor_state_t *s, size_t count, int shard_only, char *why,
-                            size_t len)
+                            const gcoll_tensor_state_t *s, const gcoll_step_plan_t *plan,
+                            size_t count, int shard_only, char *why, size_t len)
 {
     const int P = ctx->size;
     unsigned flags = gcoll_codec_flags(c);
@@ -424,7 +428,7 @@ static scheme_t pick_scheme(const gcoll_coll_t *ctx, const gcoll_compressor_t *c
     if (!shard_only && (flags & GCOLL_CODEC_SPARSE)) {
         if (flags & GCOLL_CODEC_RANDOMK)
             return S_RANDOMK;
-        size_t k = gcoll_codec_k(c, count, s ? s->step : UINT64_MAX);
+        size_t k = plan->k;
         int ef = s ? s->e != NULL && s->mode == GCOLL_STATE_WORKER : c->ef;
         if (!gcoll_coll_topk_stream_eligible(ctx, c, ef, count, k))
             return S_SPARSE;
@@ -482,20 +486,90 @@ static gcoll_status_t end_call(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
     return st;
 }
 
-/* The compressed allreduce (or reduce-scatter) by scheme sc, which pick_scheme chose for
- * the reason why; check: the call's NaN/Inf policy (run_compressed). */
+/* Ranks whose states were made from different specs would fail on an opaque call
+ * signature, or not at all where their messages happen to agree in length. So the first
+ * call with a state (and only it: later calls pay nothing) sends the hash of the canonical
+ * spec and the spec as written to every rank, in a phase of its own with a signature that
+ * does not depend on the spec (bytes not counted); every rank compares every rank's with
+ * rank 0's, so all name the same pair. */
+#define SPEC_CHECK PHASE(0x7f)
+static gcoll_status_t check_spec(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
+                                 const gcoll_compressor_t *c)
+{
+    const int P = ctx->size, r = ctx->rank;
+    if (P == 1) {
+        s->spec_checked = 1;
+        return GCOLL_OK;
+    }
+    const size_t cap = 8 + GCOLL_SPEC_MAX, len = 8 + strnlen(c->given, GCOLL_SPEC_MAX - 1);
+    uint8_t *store = malloc((size_t)(P + 1) * cap);
+    uint8_t **sbuf = calloc(2 * (size_t)P, sizeof(uint8_t *)), **rbuf = sbuf ? sbuf + P : NULL;
+    size_t *slen = calloc(3 * (size_t)P, sizeof(size_t)), *rcap = slen ? slen + P : NULL,
+           *rlen = slen ? slen + 2 * P : NULL;
+    gcoll_status_t st = GCOLL_ERR_NOMEM;
+    if (!store || !sbuf || !slen)
+        goto out;
+    uint8_t *mine = store + (size_t)P * cap;
+    gcoll_put_u64(mine, gcoll_hash64(c->spec, strlen(c->spec), 0));
+    memcpy(mine + 8, c->given, len - 8);
+    for (int j = 0; j < P; j++) {
+        sbuf[j] = j == r ? NULL : mine;
+        slen[j] = len;
+        rbuf[j] = j == r ? NULL : store + (size_t)j * cap;
+        rcap[j] = cap;
+    }
+    uint32_t sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, 0, 0, 0, 0x7f);
+    /* setup, as the rendezvous is: not the collective's bytes in the counters */
+    const uint64_t sent = ctx->ch->counters.bytes_sent, got = ctx->ch->counters.bytes_received;
+    st = gcoll_exchange_anylen(ctx, SPEC_CHECK, sig, sbuf, slen, rbuf, rcap, rlen);
+    ctx->ch->counters.bytes_sent = sent;
+    ctx->ch->counters.bytes_received = got;
+    if (st != GCOLL_OK)
+        goto out;
+    rbuf[r] = mine;
+    rlen[r] = len;
+    for (int j = 0; j < P; j++)
+        if (rlen[j] < 8) {
+            gcoll_channel_set_error(ctx->ch, "the compressor spec check of rank %d is malformed",
+                                    j);
+            st = GCOLL_ERR_TRANSPORT;
+            goto out;
+        }
+    for (int j = 1; j < P; j++)
+        if (gcoll_get_u64(rbuf[j]) != gcoll_get_u64(rbuf[0])) {
+            gcoll_channel_set_error(ctx->ch,
+                                    "the compressor spec (gcoll_compressor_create, "
+                                    "GCOLL_COMPRESSOR) differs: rank 0 has '%.*s', rank %d "
+                                    "has '%.*s'",
+                                    (int)(rlen[0] - 8), (const char *)rbuf[0] + 8, j,
+                                    (int)(rlen[j] - 8), (const char *)rbuf[j] + 8);
+            st = GCOLL_ERR_MISMATCH;
+            goto out;
+        }
+    s->spec_checked = 1;
+out:
+    free(slen);
+    free(sbuf);
+    free(store);
+    return st;
+}
+
+/* The compressed allreduce (or reduce-scatter) by the plan's scheme, which pick_scheme chose
+ * for the plan's reason; check: the call's NaN/Inf policy (run_compressed). */
 static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                  const float *grad, float *out, size_t count, gcoll_op_t op,
-                                 int shard_only, gcoll_nancheck_t check, scheme_t sc,
-                                 const char *why)
+                                 int shard_only, gcoll_nancheck_t check,
+                                 const gcoll_step_plan_t *plan)
 {
     /* a quantizer's bit-width warm-up: this step's messages and the server's are those of
-     * a copy at this step's width (every rank at the same step picks the same) */
+     * the plan's copy at this step's width (every rank at the same step picks the same) */
     const gcoll_compressor_t *orig = s->c;
-    gcoll_compressor_t at;
-    if (gcoll_codec_at_step(orig, s->step, &at))
-        use_codec(s, &at);
+    if (!s->spec_checked)
+        GCOLL_CHECK(check_spec(ctx, s, orig));
+    use_codec(s, gcoll_plan_codec(plan, orig));
     const gcoll_compressor_t *c = s->c;
+    const scheme_t sc = (scheme_t)plan->scheme;
+    const char *why = plan->why;
     s->nranks = ctx->size; /* DGC's local clipping threshold scales with it */
     /* the signature covers the spec, the count and the step: ranks whose states disagree
      * (another codec, or random-k indices from another step) fail with a mismatch */
@@ -504,6 +578,7 @@ static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *
                                   (int)(h >> 32) ^ shard_only);
     gcoll_status_t st;
     const char *scheme = scheme_names[sc];
+    __atomic_fetch_add(&scheme_runs[sc], 1, __ATOMIC_RELAXED);
     switch (sc) {
     case S_DENSE:
         if (out != grad)
@@ -519,13 +594,13 @@ static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *
         st = run_quantized(ctx, s, grad, out, count, op, shard_only, check, sig);
         break;
     case S_RANDOMK:
-        st = run_randomk(ctx, s, grad, out, count, op, check, sig);
+        st = run_randomk(ctx, s, grad, out, count, op, check, plan, sig);
         break;
     case S_STREAM:
-        st = gcoll_topk_stream_run(ctx, s, grad, out, count, op, check, sig);
+        st = gcoll_topk_stream_run(ctx, s, grad, out, count, op, check, plan, sig);
         break;
     default:
-        st = run_sparse(ctx, s, grad, out, count, op, check, sig);
+        st = run_sparse(ctx, s, grad, out, count, op, check, plan, sig);
     }
     if (sc == S_RING || sc == S_ALLTOALL || sc == S_STREAM)
         GCOLL_INFO(GCOLL_SUBSYS_COMPRESS, "compressed %s of %zu floats with %s: %s scheme (%s)",
@@ -538,16 +613,23 @@ static gcoll_status_t run_scheme(const gcoll_coll_t *ctx, gcoll_tensor_state_t *
 
 /* ---- for lib/api/compressed_api.c: the scheme, and the run by scheme (compressed.h) ---- */
 
-int gcoll_coll_compressed_pick(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
-                               const gcoll_tensor_state_t *s, size_t count, int shard_only,
-                               char *why, size_t len)
+void gcoll_coll_compressed_plan(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
+                                const gcoll_tensor_state_t *s, size_t count, int shard_only,
+                                gcoll_step_plan_t *plan)
 {
-    return (int)pick_scheme(ctx, c, s, count, shard_only, why, len);
+    gcoll_codec_plan(c, count, s ? s->step : UINT64_MAX, plan);
+    plan->scheme =
+        (int)pick_scheme(ctx, c, s, plan, count, shard_only, plan->why, sizeof(plan->why));
 }
 
 const char *gcoll_coll_compressed_name(int scheme)
 {
     return scheme_names[scheme];
+}
+
+uint64_t gcoll_coll_compressed_runs(int scheme)
+{
+    return __atomic_load_n(&scheme_runs[scheme], __ATOMIC_RELAXED);
 }
 
 int gcoll_coll_compressed_foldable(int scheme)
@@ -560,12 +642,17 @@ int gcoll_coll_compressed_is_ring(int scheme)
     return scheme == S_RING;
 }
 
+int gcoll_coll_compressed_is_stream(int scheme)
+{
+    return scheme == S_STREAM;
+}
+
 gcoll_status_t gcoll_coll_compressed_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                          const float *grad, float *out, size_t count, gcoll_op_t op,
-                                         int shard_only, gcoll_nancheck_t check, int scheme,
-                                         const char *why)
+                                         int shard_only, gcoll_nancheck_t check,
+                                         const gcoll_step_plan_t *plan)
 {
-    return run_scheme(ctx, s, grad, out, count, op, shard_only, check, (scheme_t)scheme, why);
+    return run_scheme(ctx, s, grad, out, count, op, shard_only, check, plan);
 }
 
 /* ---- the two stages of a pipelined caller (compressed.h) ---- */
@@ -597,30 +684,27 @@ gcoll_status_t gcoll_coll_compressed_encode(const gcoll_coll_t *ctx, gcoll_tenso
                                             const float *grad, size_t count, gcoll_op_t op,
                                             gcoll_nancheck_t check, gcoll_encoded_t *e)
 {
-    char why[160];
     e->staged = 0;
     e->st = GCOLL_OK;
     e->err[0] = '\0';
     e->ns = 0;
-    scheme_t sc = pick_scheme(ctx, s->c, s, count, 0, why, sizeof(why));
+    const gcoll_step_plan_t *plan = &e->plan;
+    const scheme_t sc = (scheme_t)plan->scheme;
     if (sc != S_SPARSE && sc != S_RANDOMK)
         return GCOLL_OK;
     uint64_t t0 = gcoll_time_ns();
     const gcoll_compressor_t *orig = s->c;
     e->staged = 1;
-    e->scheme = (int)sc;
-    e->use_at = gcoll_codec_at_step(orig, s->step, &e->at);
-    if (e->use_at)
-        s->c = &e->at;
+    s->c = gcoll_plan_codec(plan, orig);
     const gcoll_compressor_t *c = s->c;
     s->nranks = ctx->size;
     uint64_t h = gcoll_hash64(c->spec, strlen(c->spec), s->step);
     e->sig = gcoll_call_sig(GCOLL_KIND_COMPRESSED, count, (int)(h & 0xffff), op, (int)(h >> 32));
     /* as gcoll_compressed_run: folding is run_compressed's alone */
-    const gcoll_encode_opts_t opt = {.check = check == GCOLL_NANCHECK_FOLD ? GCOLL_NANCHECK_SCAN
-                                                                           : check};
+    const gcoll_encode_opts_t opt = {
+        .check = check == GCOLL_NANCHECK_FOLD ? GCOLL_NANCHECK_SCAN : check, .plan = plan};
     gcoll_status_t st = GCOLL_ERR_NOMEM;
-    if (grow((void **)&e->msg, &e->cap, gcoll_codec_bound(c, count), 1))
+    if (grow((void **)&e->msg, &e->cap, plan->bound, 1))
         st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, &opt, e->msg, e->cap, &e->len);
     if (st == GCOLL_OK && sc == S_RANDOMK) {
         size_t k = 0, kv = 0;
@@ -643,17 +727,19 @@ gcoll_status_t gcoll_coll_compressed_exchange(const gcoll_coll_t *ctx, gcoll_ten
                                               gcoll_op_t op)
 {
     const gcoll_compressor_t *orig = s->c;
-    if (e->use_at)
-        use_codec(s, &e->at);
+    if (!s->spec_checked)
+        GCOLL_CHECK(check_spec(ctx, s, orig));
+    use_codec(s, gcoll_plan_codec(&e->plan, orig));
     const gcoll_compressor_t *c = s->c;
     gcoll_status_t st;
-    if (e->scheme == S_RANDOMK) {
+    __atomic_fetch_add(&scheme_runs[e->plan.scheme], 1, __ATOMIC_RELAXED);
+    if (e->plan.scheme == S_RANDOMK) {
         st = gcoll_coll_ring_allreduce(ctx, e->val, e->k, GCOLL_FLOAT32, GCOLL_SUM, e->sig,
                                        PHASE(0));
         if (st == GCOLL_OK)
             st = randomk_out(ctx, s, c, e->idx, e->val, e->k, out, count, op);
-    } else if (gather_direct(ctx, c, count)) {
-        st = gather_and_sum(ctx, c, e->msg, e->len, out, count, op, e->sig);
+    } else if (gather_direct(ctx, &e->plan, count)) {
+        st = gather_and_sum(ctx, c, e->plan.bound, e->msg, e->len, out, count, op, e->sig);
     } else {
         gcoll_pairs_t pairs = {0};
         st = gcoll_decode_info(e->msg, e->len, NULL, &pairs.n);
@@ -672,6 +758,6 @@ gcoll_status_t gcoll_coll_compressed_exchange(const gcoll_coll_t *ctx, gcoll_ten
     }
     GCOLL_DEBUG(GCOLL_SUBSYS_COMPRESS,
                 "compressed allreduce of %zu floats with %s: %s scheme, step %llu, encoded ahead",
-                count, c->spec, scheme_names[e->scheme], (unsigned long long)s->step);
+                count, c->spec, scheme_names[e->plan.scheme], (unsigned long long)s->step);
     return end_call(ctx, s, orig, count, st);
 }

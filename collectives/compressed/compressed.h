@@ -42,7 +42,8 @@ int gcoll_coll_topk_stream_eligible(const gcoll_coll_t *ctx, const gcoll_compres
                                     size_t count, size_t k);
 gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                      const float *grad, float *out, size_t count, gcoll_op_t op,
-                                     gcoll_nancheck_t check, uint32_t sig);
+                                     gcoll_nancheck_t check, const gcoll_step_plan_t *plan,
+                                     uint32_t sig);
 
 /* A compressed allreduce in two stages, for a caller that encodes ahead of its turn on the
  * wire (the bucketer's codec worker, lib/bucket/bucket_sched.c). The encode stage is local work
@@ -55,14 +56,12 @@ gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state
  * same step, then the same exchange. Only schemes whose encode precedes all traffic are
  * split (the sparse allgather and allreduce of top-k and DGC, random-k's dense values);
  * for the others (dense, the quantizers' schemes, streamed top-k) the encode stage leaves
- * staged 0 and the exchange stage runs gcoll_compressed_run whole. */
+ * staged 0 and the exchange stage runs gcoll_compressed_run whole, with the same plan. */
 typedef struct {
-    int staged;            /* the encode ran: the exchange stage sends what it made */
-    int scheme;            /* compressed.c's scheme */
-    gcoll_status_t st;     /* of the encode */
-    char err[256];         /* the caller's reason for st (the exchange stage reports it) */
-    gcoll_compressor_t at; /* this step's codec, where its warm-up changes it (use_at) */
-    int use_at;
+    int staged;             /* the encode ran: the exchange stage sends what it made */
+    gcoll_step_plan_t plan; /* the call's (gcoll_coll_compressed_plan, before the encode) */
+    gcoll_status_t st;      /* of the encode */
+    char err[256];          /* the caller's reason for st (the exchange stage reports it) */
     uint32_t sig;
     uint8_t *msg; /* the message (grown, kept across steps) */
     size_t cap, len;
@@ -75,19 +74,27 @@ typedef struct {
 void gcoll_encoded_free(gcoll_encoded_t *e);
 
 /* ---- the same on the collectives' context, for lib/api/compressed_api.c ---- */
-/* The scheme of a call (a number the functions below take), its name, whether the
- * feedback pass may fold the NaN/Inf check into it, and whether it is the ring. */
-int gcoll_coll_compressed_pick(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
-                               const gcoll_tensor_state_t *s, size_t count, int shard_only,
-                               char *why, size_t len);
+/* The plan of a call of c on count elements (the codec's, gcoll_codec_plan, at the
+ * state's step; s NULL: past its warm-up) with its scheme (a number the functions below
+ * take) and why; the scheme's name, whether the feedback pass may fold the NaN/Inf check
+ * into it, whether it is the ring, whether it is streamed top-k. */
+void gcoll_coll_compressed_plan(const gcoll_coll_t *ctx, const gcoll_compressor_t *c,
+                                const gcoll_tensor_state_t *s, size_t count, int shard_only,
+                                gcoll_step_plan_t *plan);
 const char *gcoll_coll_compressed_name(int scheme);
+/* Schemes are numbered 0 .. GCOLL_COMPRESSED_SCHEMES - 1; the calls each ran in this
+ * process (every rank's, where ranks share it), for tests. */
+#define GCOLL_COMPRESSED_SCHEMES 6
+uint64_t gcoll_coll_compressed_runs(int scheme);
 int gcoll_coll_compressed_foldable(int scheme);
 int gcoll_coll_compressed_is_ring(int scheme);
-/* The call by that scheme; check: its NaN/Inf policy. */
+int gcoll_coll_compressed_is_stream(int scheme);
+/* The call by the plan (of this state at its step); check: its NaN/Inf policy. */
 gcoll_status_t gcoll_coll_compressed_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                          const float *grad, float *out, size_t count, gcoll_op_t op,
-                                         int shard_only, gcoll_nancheck_t check, int scheme,
-                                         const char *why);
+                                         int shard_only, gcoll_nancheck_t check,
+                                         const gcoll_step_plan_t *plan);
+/* The two stages; e->plan is the call's, made by the caller before the encode stage. */
 gcoll_status_t gcoll_coll_compressed_encode(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                             const float *grad, size_t count, gcoll_op_t op,
                                             gcoll_nancheck_t check, gcoll_encoded_t *e);

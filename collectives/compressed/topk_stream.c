@@ -322,17 +322,18 @@ out:
 
 gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state_t *s,
                                      const float *grad, float *out, size_t count, gcoll_op_t op,
-                                     gcoll_nancheck_t check, uint32_t sig)
+                                     gcoll_nancheck_t check, const gcoll_step_plan_t *plan,
+                                     uint32_t sig)
 {
     const int P = ctx->size, r = ctx->rank;
     const gcoll_compressor_t *c = s->c;
     stream_t t = {.ctx = ctx, .c = c, .count = count, .sig = sig};
     t.seg = gcoll_topk_stream_segment(ctx, count);
     t.S = GCOLL_DIV_UP(count, t.seg);
-    t.k = gcoll_codec_k(c, count, s->step);
+    t.k = plan->k; /* the call's plan: the k its selection keeps */
     /* every segment's header plus at most cand_cap pairs of 8 bytes (raw indices, f32) */
     t.bufcap = t.S * GCOLL_WIRE_HDR + 8 * gcoll_select_cand_cap(t.k);
-    size_t msgcap = gcoll_codec_bound(c, count), len = 0, nnz = 0;
+    size_t msgcap = plan->bound, len = 0, nnz = 0;
     uint8_t *msg = malloc(msgcap), *rstore = NULL;
     size_t *offs = calloc(2 * t.S * (size_t)P + 1, sizeof(size_t));
     t.rx = calloc((size_t)P, sizeof(*t.rx));
@@ -353,7 +354,7 @@ gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state
     }
     /* the selection pass, sending as it goes */
     t.rule = (gcoll_select_stream_t){.seg = t.seg, .emit = on_segment, .arg = &t};
-    const gcoll_encode_opts_t opt = {.check = check, .stream = &t.rule};
+    const gcoll_encode_opts_t opt = {.check = check, .stream = &t.rule, .plan = plan};
     uint64_t t0 = gcoll_time_ns();
     st = gcoll_codec_encode_range(c, s, 0, grad, count, s->step, &opt, msg, msgcap, &len);
     uint64_t dt = gcoll_time_ns() - t0;

@@ -293,10 +293,7 @@ static void decide(gcoll_adapt_t *a, int P, double bytes, double wire, double wi
                 "%.2f critical %d; bandwidth %.1f MB/s cap %g need %g: density %g -> %g",
                 a->steps, gcoll_snr_noise_share(&a->sig.snr, P), a->sig.stage.stage, a->boost,
                 critical, a->bw.bw / 1e6, cap, need, c->density, d);
-    if (d != c->density) {
-        c->density = d;
-        gcoll_spec_canon(c);
-    }
+    gcoll_codec_set_density(c, d);
 }
 
 gcoll_status_t gcoll_adapt_after(gcoll_comm_t *comm, gcoll_tensor_state_t *s, size_t count)

@@ -23,20 +23,38 @@ typedef struct {
     uint64_t scan_ns; /* that scan, counted as codec time when the call runs */
 } comp_args_t;
 
+/* The scheme of the plan of a call of c (on state s, or NULL: a state past its warm-up). */
+static const char *scheme_of(const gcoll_comm_t *comm, const gcoll_compressor_t *c,
+                             const gcoll_tensor_state_t *s, size_t count, int shard_only,
+                             size_t *segment_p)
+{
+    /* read only: the scheme depends on the settings, the codec, the size and the step */
+    gcoll_coll_t ctx = gcoll_comm_coll((gcoll_comm_t *)comm);
+    gcoll_step_plan_t plan;
+    gcoll_coll_compressed_plan(&ctx, c, s, count, shard_only, &plan);
+    if (segment_p)
+        *segment_p = gcoll_coll_compressed_is_ring(plan.scheme)
+                         ? gcoll_cring_segment(comm->cfg.coll.ring_chunk, count, comm->size)
+                         : 0;
+    return gcoll_coll_compressed_name(plan.scheme);
+}
+
 const char *gcoll_compressed_scheme(const gcoll_comm_t *comm, const gcoll_compressor_t *c,
                                     size_t count, int shard_only, size_t *segment_p)
 {
-    char why[160];
     if (!comm || !c)
         return NULL;
-    /* read only: the scheme depends on the settings and the size */
-    gcoll_coll_t ctx = gcoll_comm_coll((gcoll_comm_t *)comm);
-    int sc = gcoll_coll_compressed_pick(&ctx, c, NULL, count, shard_only, why, sizeof(why));
-    if (segment_p)
-        *segment_p = gcoll_coll_compressed_is_ring(sc)
-                         ? gcoll_cring_segment(comm->cfg.coll.ring_chunk, count, comm->size)
-                         : 0;
-    return gcoll_coll_compressed_name(sc);
+    return scheme_of(comm, c, NULL, count, shard_only, segment_p);
+}
+
+const char *gcoll_compressed_scheme_state(const gcoll_comm_t *comm,
+                                          const gcoll_tensor_state_t *state, int shard_only,
+                                          size_t *segment_p)
+{
+    if (!comm || !state)
+        return NULL;
+    /* the codec the next call encodes with (an attached controller's copy) at its step */
+    return scheme_of(comm, state->c, state, state->count, shard_only, segment_p);
 }
 
 static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
@@ -51,9 +69,11 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
      * either way the state is untouched and nothing sent (comm->chan.op_local) */
     comm->chan.counters.ns_compress += ca->scan_ns;
     gcoll_coll_t ctx = gcoll_comm_coll(comm);
-    char why[160];
-    int sc = gcoll_coll_compressed_pick(&ctx, s->c, s, count, ca->shard_only, why, sizeof(why));
-    int fold = !ca->checked && comm->cfg.ef_spare && gcoll_coll_compressed_foldable(sc) &&
+    /* the call's plan, once: its density, k, bound and scheme, which everything below
+     * reads (the scheme's choice, the buffers, the selection) */
+    gcoll_step_plan_t plan;
+    gcoll_coll_compressed_plan(&ctx, s->c, s, count, ca->shard_only, &plan);
+    int fold = !ca->checked && comm->cfg.ef_spare && gcoll_coll_compressed_foldable(plan.scheme) &&
                gcoll_codec_folds_check(s->c, s, count) &&
                gcoll_codec_spare_reserve(s, comm->cfg.ef_spare_max);
     if (!fold && !ca->checked && count) {
@@ -70,7 +90,7 @@ static gcoll_status_t run_compressed(gcoll_comm_t *comm, gcoll_request_t *req)
         gcoll_adapt_before(comm, s, a->sendbuf, count);
     gcoll_status_t st =
         gcoll_coll_compressed_run(&ctx, s, a->sendbuf, a->recvbuf, count, a->op, ca->shard_only,
-                                  fold ? GCOLL_NANCHECK_FOLD : GCOLL_NANCHECK_DONE, sc, why);
+                                  fold ? GCOLL_NANCHECK_FOLD : GCOLL_NANCHECK_DONE, &plan);
     if (st == GCOLL_OK && s->adapt)
         st = gcoll_adapt_after(comm, s, count);
     return st;

@@ -327,6 +327,14 @@ gcoll_status_t gcoll_auth_accept(int listen_fd, const gcoll_key_t *key, int want
                                  gcoll_accept_cb_t on_peer, void *arg, uint64_t deadline_ms,
                                  char *err, size_t errlen)
 {
+    return gcoll_auth_accept_tick(listen_fd, key, want, on_peer, NULL, arg, deadline_ms, err,
+                                  errlen);
+}
+
+gcoll_status_t gcoll_auth_accept_tick(int listen_fd, const gcoll_key_t *key, int want,
+                                      gcoll_accept_cb_t on_peer, void (*tick)(void *arg), void *arg,
+                                      uint64_t deadline_ms, char *err, size_t errlen)
+{
     gcoll_auth_server_t *pend = calloc(MAX_PENDING, sizeof(*pend));
     if (!pend)
         return GCOLL_ERR_NOMEM;
@@ -380,6 +388,8 @@ gcoll_status_t gcoll_auth_accept(int listen_fd, const gcoll_key_t *key, int want
         }
         if (got >= want)
             break;
+        if (tick)
+            tick(arg);
         /* Drain the backlog: a flood must not be taken one connection per poll. */
         while (rc > 0 && (pfd[0].revents & POLLIN)) {
             if (npend == MAX_PENDING && gcoll_time_ms() < pend[0].start_ms + GRACE_MS) {

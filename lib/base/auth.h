@@ -53,6 +53,10 @@ typedef int (*gcoll_accept_cb_t)(void *arg, int fd, const void *payload, size_t 
 gcoll_status_t gcoll_auth_accept(int listen_fd, const gcoll_key_t *key, int want,
                                  gcoll_accept_cb_t on_peer, void *arg, uint64_t deadline_ms,
                                  char *err, size_t errlen);
+/* The same, calling tick(arg) at least every 100 ms while it waits (progress notes). */
+gcoll_status_t gcoll_auth_accept_tick(int listen_fd, const gcoll_key_t *key, int want,
+                                      gcoll_accept_cb_t on_peer, void (*tick)(void *arg), void *arg,
+                                      uint64_t deadline_ms, char *err, size_t errlen);
 
 /* Printable "ip:port" of a socket address. */
 void gcoll_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len);

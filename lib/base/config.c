@@ -57,8 +57,10 @@ static const param_t core_params[] = {
      "a blocking wait polls the transport this long (us, yielding the CPU between polls "
      "once the awaited peer is not running elsewhere) before it sleeps; 0: sleep at once",
      OFF(spin_us), 0, "0:1000000"},
-    {"GCOLL_TIMEOUT_MS", P_DURATION, "300000ms",
-     "deadline of every blocking wait (rendezvous, connect, collective); '500ms', '30s', '5m'",
+    {"GCOLL_TIMEOUT_MS", P_DURATION, "1800000ms",
+     "the slow-peer bound: deadline of every blocking wait without progress (rendezvous, "
+     "connect, collective), also while the peers' connections are alive (a dead peer fails "
+     "at once, from the transport); '500ms', '30s', '30m'",
      OFF(timeout_ms), 0, NULL},
     {"GCOLL_DEBUG", P_ENUM, "warn", "log level of messages to stderr (or GCOLL_DEBUG_FILE)",
      OFF(log_level), 0, "none|warn|info|debug|trace"},
@@ -153,7 +155,7 @@ static const param_t compress_params[] = {
      OFF(codec_simd), 0, "auto|generic|avx2"},
     {"GCOLL_COMPRESSOR", P_STRING, "none",
      "default compressor spec of the bucketer and the tools (e.g. topk:density=0.01+q8)",
-     OFF(compressor), 0, NULL},
+     OFF(compressor), F_MUST_MATCH, NULL},
 };
 
 static const param_t bucket_params[] = {

@@ -19,12 +19,10 @@ static gcoll_status_t set_codec(bucket_t *k, double d, unsigned bits)
     if (!c)
         return GCOLL_ERR_NOMEM;
     *c = *k->comp;
-    if (bits) {
+    if (bits)
         gcoll_adapt_set_bits(c, bits, k->orig_q8);
-    } else {
-        c->density = d;
-        gcoll_spec_canon(c);
-    }
+    else
+        gcoll_codec_set_density(c, d);
     k->state->c = c;
     if (k->state->server)
         k->state->server->c = c;

@@ -409,12 +409,6 @@ static void sample_input(bucket_t *k)
     }
 }
 
-static int stream_eligible(const bucket_t *k)
-{
-    return gcoll_topk_stream_eligible(k->b->comm, k->comp, k->state->e != NULL, k->count,
-                                      gcoll_codec_k(k->comp, k->count, k->state->step));
-}
-
 void gcoll_bk_encode(bucket_t *k)
 {
     const gcoll_bucketer_t *b = k->b;
@@ -430,9 +424,9 @@ void gcoll_bk_encode(bucket_t *k)
         e->ns = 0;
     } else {
         sample_input(k);
-        k->streamed = stream_eligible(k);
         gcoll_compressed_encode_stage(b->comm, k->state, k->fused, k->count, b->cfg.op,
                                       scan ? GCOLL_NANCHECK_DONE : GCOLL_NANCHECK_SCAN, e);
+        k->streamed = gcoll_coll_compressed_is_stream(e->plan.scheme); /* the stage's plan */
     }
     k->enc_t = (double)gcoll_time_ns() * 1e-9;
     k->enc_s = k->enc_t - t0;
@@ -490,9 +484,11 @@ static gcoll_status_t run_inline(gcoll_comm_t *comm, bucket_t *k, double *t0_p)
     uint64_t w0 = gcoll_time_ns();
     gcoll_bk_on_wire(b, 1);
     if (k->dtype == GCOLL_FLOAT32) {
-        k->streamed = stream_eligible(k);
+        gcoll_step_plan_t plan; /* the call's, after any mid-step cut above */
+        gcoll_compressed_plan(comm, k->state, k->count, 0, &plan);
+        k->streamed = gcoll_coll_compressed_is_stream(plan.scheme);
         st = gcoll_compressed_run(comm, k->state, k->fused, k->fused, k->count, b->cfg.op, 0,
-                                  scan ? GCOLL_NANCHECK_DONE : GCOLL_NANCHECK_SCAN);
+                                  scan ? GCOLL_NANCHECK_DONE : GCOLL_NANCHECK_SCAN, &plan);
         k->run_s = (double)gcoll_time_ns() * 1e-9 - t0;
         k->comp_s = (double)(comm->chan.counters.ns_compress - comp0) * 1e-9;
         k->bytes = (double)(comm->chan.counters.bytes_sent - sent0);

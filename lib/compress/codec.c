@@ -45,94 +45,6 @@ int gcoll_codec_reduce_fp32(const gcoll_compressor_t *c)
     return c->sparsify == GCOLL_SPARSIFY_NONE && gcoll_vsec_is_float_lowp(&c->vs);
 }
 
-/* Warm-up (Lin et al. 2018, sec. 3.4: DGC's sparsity 75%, 93.75%, 98.4375%, 99.6%, 99.9%
- * over the first epochs, each stage a quarter of the density before): from warmup_start
- * (1 = dense) to the target over warmup_steps. exp: four equal stages, geometric between
- * the two (0.25 to 0.001 gives the paper's stages within 1.3%); linear; step: warmup_start
- * until warmup_steps. Never sparser than the target. */
-static double warm(gcoll_sched_t sched, double from, double to, uint64_t step, uint64_t steps)
-{
-    switch (sched) {
-    case GCOLL_SCHED_EXP: {
-        unsigned stage = (unsigned)((__uint128_t)step * 4 / steps);
-        return from * pow(to / from, stage / 4.0);
-    }
-    case GCOLL_SCHED_LINEAR:
-        return from + (to - from) * ((double)step / (double)steps);
-    case GCOLL_SCHED_STEP:
-        return from;
-    default:
-        return to;
-    }
-}
-
-double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step)
-{
-    if (c->sparsify == GCOLL_SPARSIFY_NONE || c->sparsify == GCOLL_SPARSIFY_THRESHOLD ||
-        c->sparsify == GCOLL_SPARSIFY_ROWS)
-        return 1.0;
-    double d = c->density;
-    if (c->k_fixed || c->warmup_steps == 0 || step >= c->warmup_steps)
-        return d;
-    double w = warm(c->sched, c->warmup_start, d, step, c->warmup_steps);
-    return w > d ? (w < 1.0 ? w : 1.0) : d;
-}
-
-unsigned gcoll_codec_bits(const gcoll_compressor_t *c, uint64_t step)
-{
-    unsigned b = c->vs.bits;
-    if (c->vs.fmt != GCOLL_VF_QSGD || c->sparsify != GCOLL_SPARSIFY_NONE || c->warmup_steps == 0 ||
-        step >= c->warmup_steps || c->warmup_bits <= b)
-        return b;
-    double w = warm(c->sched, c->warmup_bits, b, step, c->warmup_steps);
-    unsigned r = (unsigned)(w + 0.5);
-    return r < b ? b : r > c->warmup_bits ? c->warmup_bits : r;
-}
-
-int gcoll_codec_at_step(const gcoll_compressor_t *c, uint64_t step, gcoll_compressor_t *out)
-{
-    unsigned b = gcoll_codec_bits(c, step);
-    if (b == c->vs.bits)
-        return 0;
-    *out = *c;
-    out->vs.bits = b;
-    gcoll_spec_canon(out);
-    return 1;
-}
-
-static size_t k_for(const gcoll_compressor_t *c, size_t n, double d)
-{
-    if (n == 0)
-        return 0;
-    if (c->k_fixed)
-        return (size_t)GCOLL_MIN((uint64_t)n, c->k_fixed);
-    double kf = gcoll_density_k(d, (double)n);
-    return kf >= (double)n ? n : (size_t)kf;
-}
-
-size_t gcoll_codec_k(const gcoll_compressor_t *c, size_t n, uint64_t step)
-{
-    return k_for(c, n, gcoll_codec_density(c, step));
-}
-
-int gcoll_codec_layered(const gcoll_compressor_t *c, size_t off, size_t n)
-{
-    return c->nlayers > 1 && c->layer_end &&
-           (c->sparsify == GCOLL_SPARSIFY_TOPK || c->sparsify == GCOLL_SPARSIFY_DGC) &&
-           off + n <= c->layer_end[c->nlayers - 1];
-}
-
-size_t gcoll_codec_k_range(const gcoll_compressor_t *c, size_t off, size_t n, uint64_t step)
-{
-    if (!gcoll_codec_layered(c, off, n))
-        return gcoll_codec_k(c, n, step);
-    size_t k = 0, a, b;
-    for (size_t j = 0; j < c->nlayers; j++)
-        if (gcoll_codec_layer_part(c, j, off, n, &a, &b))
-            k += gcoll_codec_k(c, b - a, step);
-    return k;
-}
-
 /* Most values a message of n elements may carry. */
 static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
 {
@@ -146,7 +58,7 @@ static size_t kmax_for(const gcoll_compressor_t *c, size_t n)
         if (c->warmup_steps && c->sched != GCOLL_SCHED_NONE)
             d = d > c->warmup_start ? d : c->warmup_start;
         /* per-layer selection rounds each layer's k up and takes at least one */
-        size_t k = GCOLL_MIN(n, k_for(c, n, d) + (c->nlayers > 1 ? c->nlayers : 0));
+        size_t k = GCOLL_MIN(n, gcoll_codec_k_of(c, n, d) + (c->nlayers > 1 ? c->nlayers : 0));
         if (c->select == GCOLL_SELECT_REUSE && c->sparsify != GCOLL_SPARSIFY_RANDOMK)
             k = GCOLL_MIN(n, 2 * k);
         return k;
@@ -305,12 +217,12 @@ static gcoll_status_t select_ge(const float *x, size_t n, uint32_t thr, size_t c
 }
 
 /* Selects what a sparsifier sends from x[0..n) (after the pending update p, when x is
- * the residual); leaves ascending indices in sc->idx. */
+ * the residual): k values (the call's, gcoll_codec_call_k; the layers' sum when layered);
+ * leaves ascending indices in sc->idx. */
 static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t *s, const float *x,
-                               size_t n, uint64_t step, size_t off, pending_t *p,
-                               gcoll_scratch_t *sc, size_t *nnz_p)
+                               size_t n, uint64_t step, size_t off, size_t k, int layered,
+                               pending_t *p, gcoll_scratch_t *sc, size_t *nnz_p)
 {
-    size_t k = gcoll_codec_k(c, n, step);
     switch (c->sparsify) {
     case GCOLL_SPARSIFY_THRESHOLD: {
         uint32_t thr;
@@ -345,10 +257,9 @@ static gcoll_status_t sparsify(const gcoll_compressor_t *c, gcoll_tensor_state_t
     default:
         break;
     }
-    /* a server state's tensor is one chunk: the layers' offsets are not its own */
-    if (!(s && s->mode == GCOLL_STATE_SERVER) && gcoll_codec_layered(c, off, n)) {
+    if (layered) {
         pending_flush(p, n); /* x is the residual now; the layers' selectors only read it */
-        return gcoll_select_layers(c, x, off, n, step, sc, nnz_p);
+        return gcoll_select_layers(c, x, off, n, step, k, sc, nnz_p);
     }
     if (c->select == GCOLL_SELECT_SAMPLE) {
         uint64_t key = gcoll_mix64(step + off * 31 + 7);
@@ -516,6 +427,8 @@ typedef struct {
     gcoll_tensor_state_t *s; /* NULL: stateless */
     size_t off, n;
     uint64_t step;
+    size_t k;    /* sparsifiers with a density: what the selection keeps (gcoll_codec_call_k) */
+    int layered; /* the selection goes layer by layer */
     gcoll_scratch_t *sc;
     gcoll_vspec_t vs;  /* the value form of this call */
     int dgc;           /* DGC's worker: momentum and accumulation in the state */
@@ -629,7 +542,8 @@ static gcoll_status_t encode_sparse(encode_t *E, uint8_t *o, size_t cap, size_t 
     gcoll_scratch_t *sc = E->sc;
     const size_t n = E->n;
     size_t nnz = 0;
-    GCOLL_CHECK(sparsify(c, E->s, E->work, n, E->step, E->off, &E->pend, sc, &nnz));
+    GCOLL_CHECK(
+        sparsify(c, E->s, E->work, n, E->step, E->off, E->k, E->layered, &E->pend, sc, &nnz));
     *zeroed_p = sc->zeroed ? nnz : 0;
     pending_flush(&E->pend, n); /* every selector has applied it; kept for safety */
     GCOLL_CHECK(gcoll_scratch_pairs(sc, nnz));
@@ -654,7 +568,7 @@ static gcoll_status_t encode_sparse(encode_t *E, uint8_t *o, size_t cap, size_t 
     /* momentum factor masking (Lin et al. 2018, sec. 3.2): the sent elements' momentum
      * is stale once applied. A selection of every element (a dense warm-up stage) is
      * momentum SGD itself, with nothing delayed to mask. */
-    if (E->dgc && gcoll_codec_k_range(c, E->off, n, E->step) < n)
+    if (E->dgc && E->k < n)
         for (size_t j = 0; j < nnz; j++)
             E->s->u[E->off + sc->idx[j]] = 0.0f;
     return GCOLL_OK;
@@ -695,6 +609,11 @@ gcoll_status_t gcoll_codec_encode_range(const gcoll_compressor_t *c, gcoll_tenso
                   .work = in,
                   .pend = {NULL, NULL, NULL, 1.0f, 0}};
     E.dgc = c->sparsify == GCOLL_SPARSIFY_DGC && s && s->mode == GCOLL_STATE_WORKER;
+    /* a server state's tensor is one chunk: the layers' offsets are not its own */
+    E.layered = !(s && s->mode == GCOLL_STATE_SERVER) && gcoll_codec_layered(c, off, n);
+    if (c->sparsify == GCOLL_SPARSIFY_TOPK || c->sparsify == GCOLL_SPARSIFY_RANDOMK ||
+        c->sparsify == GCOLL_SPARSIFY_DGC)
+        E.k = gcoll_codec_call_k(c, s, opt, off, n, step);
     E.feedback = s && s->e;
     /* the value form: contractive where the residual takes the error back, unbiased
      * (as published) where nothing does (docs/compressors.md, "Error feedback") */

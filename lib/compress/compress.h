@@ -80,7 +80,8 @@ typedef struct {
 #define GCOLL_WARMUP_SHAPE_GIVEN 2
 
 struct gcoll_compressor {
-    char spec[GCOLL_SPEC_MAX]; /* canonical spec string, equal on ranks iff settings equal */
+    char spec[GCOLL_SPEC_MAX];  /* canonical spec string, equal on ranks iff settings equal */
+    char given[GCOLL_SPEC_MAX]; /* the spec as the caller wrote it, for error messages */
     gcoll_sparsify_t sparsify;
     double density;   /* topk/randomk/dgc target density (0 when k is fixed) */
     uint64_t k_fixed; /* topk:k=K */
@@ -156,6 +157,7 @@ struct gcoll_tensor_state {
     int spare_refused;         /* the budget had no room for it (logged once) */
     struct gcoll_adapt *adapt; /* gcoll_adapt_attach's controller, or NULL */
     float *vq_book;            /* vq: the last codebook (warm start; not checkpointed) */
+    int spec_checked; /* the first compressed call compared the ranks' specs (compressed.c) */
 };
 
 /* How one call handles NaN/Inf in its input. The caller of a collective decides once
@@ -171,8 +173,35 @@ typedef enum {
     GCOLL_NANCHECK_FOLD,
 } gcoll_nancheck_t;
 
-/* Per-call options of an encode (NULL: GCOLL_NANCHECK_SCAN, no streaming). The tensor state
- * keeps only what persists across steps. */
+/* The step plan of one call: what the codec, the state and the step decide for the call's
+ * count elements, computed once by whoever starts the call (gcoll_codec_plan; the
+ * collective adds its scheme) and passed down in the per-call options, so that the
+ * scheme's choice, the buffers and the selection read the same k and bound. */
+typedef struct gcoll_step_plan {
+    size_t count;   /* elements of the call (the whole tensor, offset 0) */
+    uint64_t step;  /* the state's step (UINT64_MAX: a state past its warm-up) */
+    double density; /* gcoll_codec_density at step (1 for codecs without one) */
+    size_t k;       /* values the selection keeps: gcoll_codec_k_range(c, 0, count, step) */
+    size_t bound;   /* gcoll_codec_bound of this step's codec for count elements */
+    int layered;    /* gcoll_codec_layered(c, 0, count): selection layer by layer */
+    int use_at;     /* this step's codec is at, not the state's (a bit-width warm-up) */
+    gcoll_compressor_t at;
+    int scheme;    /* the collective's scheme (collectives/compressed/compressed.c), -1: none */
+    char why[160]; /* why that scheme */
+} gcoll_step_plan_t;
+
+/* The plan of a call of c on count elements at step (scheme -1). */
+void gcoll_codec_plan(const gcoll_compressor_t *c, size_t count, uint64_t step,
+                      gcoll_step_plan_t *p);
+/* The codec the call encodes with: the plan's copy at this step, or c. */
+static inline const gcoll_compressor_t *gcoll_plan_codec(const gcoll_step_plan_t *p,
+                                                         const gcoll_compressor_t *c)
+{
+    return p->use_at ? &p->at : c;
+}
+
+/* Per-call options of an encode (NULL: GCOLL_NANCHECK_SCAN, no streaming, no plan). The
+ * tensor state keeps only what persists across steps. */
 typedef struct gcoll_encode_opts {
     gcoll_nancheck_t check;
     /* top-k's collecting pass streamed to this sink (sparsify.h), or NULL */
@@ -182,7 +211,16 @@ typedef struct gcoll_encode_opts {
      * range by the range's own norm */
     int clip_preset;
     float clip_factor;
+    /* the call's plan (NULL: none): an encode of its whole tensor at its step selects its
+     * k instead of computing it again */
+    const struct gcoll_step_plan *plan;
 } gcoll_encode_opts_t;
+
+/* The k an encode of elements [off, off + n) at step selects: the plan's (opt->plan) when
+ * the encode is the planned one (the whole tensor, the plan's step, a worker state), else
+ * computed (gcoll_codec_k, or gcoll_codec_k_range where the selection goes by layers). */
+size_t gcoll_codec_call_k(const gcoll_compressor_t *c, const gcoll_tensor_state_t *s,
+                          const gcoll_encode_opts_t *opt, size_t off, size_t n, uint64_t step);
 
 /* Whether an encode of all count elements with s (GCOLL_NANCHECK_FOLD) finds
  * NaN/Inf in its feedback pass instead of scanning the input first, with e as it was on a
@@ -216,6 +254,13 @@ int gcoll_codec_reduce_fp32(const gcoll_compressor_t *c);
  * none) density is 1. */
 double gcoll_codec_density(const gcoll_compressor_t *c, uint64_t step);
 size_t gcoll_codec_k(const gcoll_compressor_t *c, size_t n, uint64_t step);
+/* k for n elements at density d (gcoll_codec_k without the schedule). */
+size_t gcoll_codec_k_of(const gcoll_compressor_t *c, size_t n, double d);
+/* How many times gcoll_codec_k ran in this process (tests count one per call). */
+uint64_t gcoll_codec_k_computed(void);
+/* The one writer of a live codec's density (the adaptation controllers, the bucketer's
+ * cuts): sets it and rewrites the spec (the spec's parse sets the first). */
+void gcoll_codec_set_density(gcoll_compressor_t *c, double d);
 /* The one rounding of a density d into a count of n elements, which gcoll_codec_k and the
  * adaptation's budget (adapt_stat.c) share: ceil(d n), at least 1, not capped at n (the
  * 1e-12 keeps d = k / n from rounding up to k + 1). */

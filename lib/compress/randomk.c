@@ -97,7 +97,7 @@ gcoll_status_t gcoll_randomk_ef21_encode(const gcoll_compressor_t *c, gcoll_tens
     const float v =
         c->clip_value > 0 && s->mode == GCOLL_STATE_WORKER ? (float)c->clip_value : 0.0f;
     gcoll_scratch_t *sc = &s->sc;
-    size_t kk = gcoll_codec_k(c, n, step);
+    size_t kk = gcoll_codec_call_k(c, s, opt, off, n, step);
     GCOLL_CHECK(gcoll_scratch_pairs(sc, kk));
     GCOLL_CHECK(gcoll_scratch_bitmap(sc, n));
     GCOLL_CHECK(gcoll_scratch_tmp(sc, kk));

@@ -454,12 +454,13 @@ gcoll_status_t gcoll_select_topk_exact_axpy(float *dst, const float *e, const fl
  * threshold being one per tensor); the bucket still travels as one message.
  */
 gcoll_status_t gcoll_select_layers(const gcoll_compressor_t *c, const float *x, size_t off,
-                                   size_t n, uint64_t step, gcoll_scratch_t *sc, size_t *nnz_p)
+                                   size_t n, uint64_t step, size_t ktot, gcoll_scratch_t *sc,
+                                   size_t *nnz_p)
 {
     if (!sc->layer && !(sc->layer = calloc(1, sizeof(*sc->layer))))
         return GCOLL_ERR_NOMEM;
     gcoll_scratch_t *sub = sc->layer;
-    GCOLL_CHECK(gcoll_scratch_pairs(sc, gcoll_codec_k_range(c, off, n, step)));
+    GCOLL_CHECK(gcoll_scratch_pairs(sc, ktot));
     size_t nnz = 0, a, b;
     for (size_t j = 0; j < c->nlayers; j++) {
         if (!gcoll_codec_layer_part(c, j, off, n, &a, &b))

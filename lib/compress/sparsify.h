@@ -33,10 +33,12 @@ gcoll_status_t gcoll_select_topk_sample_axpy(float *dst, const float *e, const f
                                              size_t n, size_t k, uint64_t key, int zero,
                                              gcoll_scratch_t *sc, size_t *nnz_p);
 /* Top-k (c's selector) of each layer's part of x[0..n), which is elements [off, off + n)
- * of c's tensor (c->nlayers > 1): k = density at step x the part's length, at least 1.
- * Indices ascending, relative to off; x is only read. */
+ * of c's tensor (c->nlayers > 1): k = density at step x the part's length, at least 1;
+ * ktot is their sum (gcoll_codec_k_range, the call's k). Indices ascending, relative to
+ * off; x is only read. */
 gcoll_status_t gcoll_select_layers(const gcoll_compressor_t *c, const float *x, size_t off,
-                                   size_t n, uint64_t step, gcoll_scratch_t *sc, size_t *nnz_p);
+                                   size_t n, uint64_t step, size_t ktot, gcoll_scratch_t *sc,
+                                   size_t *nnz_p);
 /* Every i with |x[i]| bits >= thr; stores at most cap and returns the full count. */
 gcoll_status_t gcoll_select_ge(const float *x, size_t n, uint32_t thr, size_t cap,
                                gcoll_scratch_t *sc, size_t *cnt_p);

@@ -615,6 +615,7 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
             return perr(&p, "white space at offset %d", (int)(q - spec));
 
     memset(c, 0, sizeof(*c));
+    snprintf(c->given, sizeof(c->given), "%s", spec);
     c->vs.fmt = GCOLL_VF_F32;
     c->ef = 1;
     c->reuse_steps = 10;

@@ -24,6 +24,8 @@ struct gcoll_bootstrap {
     int fd;       /* rank > 0: connection to the root; rank 0: listener */
     int *peer_fd; /* rank 0: connection from each rank */
     char local_ip[INET6_ADDRSTRLEN];
+    char root[80];         /* rank 0: printable GCOLL_ROOT address, for progress notes */
+    uint64_t next_note_ms; /* rank 0: when the next "still waiting" note is due */
 };
 
 static int resolve_root(const char *root, struct addrinfo **res, char *err, size_t errlen)
@@ -63,6 +65,7 @@ static gcoll_status_t open_root(gcoll_bootstrap_t *bs, const struct addrinfo *ai
         return GCOLL_ERR_TRANSPORT;
     }
     sockaddr_ip(ai->ai_addr, bs->local_ip, sizeof(bs->local_ip));
+    gcoll_sockaddr_str(ai->ai_addr, bs->root, sizeof(bs->root));
     if (strcmp(bs->local_ip, "0.0.0.0") == 0)
         snprintf(bs->local_ip, sizeof(bs->local_ip), "127.0.0.1");
     else if (strcmp(bs->local_ip, "::") == 0)
@@ -481,18 +484,47 @@ static gcoll_status_t unpack_table(const uint8_t *p, size_t n, int size, void **
     return GCOLL_OK;
 }
 
+/* Lists the ranks not yet connected (at most max, then "and N more") into buf; returns
+ * how many are missing. */
+static int missing_ranks(const gcoll_bootstrap_t *bs, int max, char *buf, size_t len)
+{
+    int missing = 0;
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 1; i < bs->size; i++)
+        if (bs->peer_fd[i] < 0 && missing++ < max && off < len)
+            off += (size_t)snprintf(buf + off, len - off, " %d", i);
+    if (missing > max && off < len)
+        snprintf(buf + off, len - off, " and %d more", missing - max);
+    return missing;
+}
+
+/* Rank 0's progress note while ranks are awaited: a rank that never comes (not started,
+ * or given another GCOLL_ROOT) would otherwise mean minutes of silence. The first note
+ * after 5 s (a normal start takes well under that), then every 10 s. */
+static void note_waiting(void *arg)
+{
+    gcoll_bootstrap_t *bs = arg;
+    uint64_t now = gcoll_time_ms();
+    if (now < bs->next_note_ms)
+        return;
+    bs->next_note_ms = now + 10000;
+    char list[160];
+    int missing = missing_ranks(bs, 16, list, sizeof(list));
+    GCOLL_WARN("rendezvous: still waiting for rank%s%s (%d of %d joined) at GCOLL_ROOT %s",
+               missing > 1 ? "s" : "", list, bs->size - missing, bs->size, bs->root);
+}
+
 static gcoll_status_t exchange_root(gcoll_bootstrap_t *bs, hello_t *all, uint64_t deadline_ms,
                                     char *err, size_t errlen)
 {
     char why[512];
-    gcoll_status_t st = gcoll_auth_accept(bs->fd, &bs->key, bs->size - 1, on_rank, bs, deadline_ms,
-                                          why, sizeof(why));
+    bs->next_note_ms = gcoll_time_ms() + 5000;
+    gcoll_status_t st = gcoll_auth_accept_tick(bs->fd, &bs->key, bs->size - 1, on_rank,
+                                               note_waiting, bs, deadline_ms, why, sizeof(why));
     if (st != GCOLL_OK) {
-        int missing = 0;
-        char list[256] = "";
-        for (int i = 1; i < bs->size; i++)
-            if (bs->peer_fd[i] < 0 && missing++ < 16)
-                snprintf(list + strlen(list), sizeof(list) - strlen(list), " %d", i);
+        char list[160];
+        missing_ranks(bs, 16, list, sizeof(list));
         snprintf(err, errlen, "rendezvous: %s; ranks missing:%s", why, list);
         return st;
     }

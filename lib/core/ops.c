@@ -178,35 +178,40 @@ gcoll_status_t gcoll_small_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_
     return gcoll_rd_allreduce_at(&ctx, recvbuf, count, dtype, op, sig, sub0);
 }
 
-int gcoll_topk_stream_eligible(gcoll_comm_t *comm, const gcoll_compressor_t *c, int ef,
-                               size_t count, size_t k)
+void gcoll_compressed_plan(const gcoll_comm_t *comm, const gcoll_tensor_state_t *s, size_t count,
+                           int shard_only, gcoll_step_plan_t *plan)
 {
-    gcoll_coll_t ctx = gcoll_comm_coll(comm);
-    return gcoll_coll_topk_stream_eligible(&ctx, c, ef, count, k);
+    /* read only: the plan reads the rank, the size and the settings */
+    const gcoll_coll_t ctx = gcoll_comm_coll((gcoll_comm_t *)comm);
+    gcoll_coll_compressed_plan(&ctx, s->c, s, count, shard_only, plan);
 }
 
 /* ---- compressed, inside a running operation and in the codec worker's two stages --- */
 
 gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
                                     float *out, size_t count, gcoll_op_t op, int shard_only,
-                                    gcoll_nancheck_t check)
+                                    gcoll_nancheck_t check, const gcoll_step_plan_t *plan)
 {
     gcoll_coll_t ctx = gcoll_comm_coll(comm);
-    char why[160];
-    int sc = gcoll_coll_compressed_pick(&ctx, s->c, s, count, shard_only, why, sizeof(why));
+    gcoll_step_plan_t own;
+    if (!plan) {
+        gcoll_coll_compressed_plan(&ctx, s->c, s, count, shard_only, &own);
+        plan = &own;
+    }
     /* folding needs the spare's reservation and the scheme's failure handling: only
      * run_compressed chooses it */
     if (check == GCOLL_NANCHECK_FOLD)
         check = GCOLL_NANCHECK_SCAN;
-    return gcoll_coll_compressed_run(&ctx, s, grad, out, count, op, shard_only, check, sc, why);
+    return gcoll_coll_compressed_run(&ctx, s, grad, out, count, op, shard_only, check, plan);
 }
 
 gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                              const float *grad, size_t count, gcoll_op_t op,
                                              gcoll_nancheck_t check, gcoll_encoded_t *e)
 {
-    /* read only: the encode reads the rank, the size and the settings */
+    /* read only: the plan and the encode read the rank, the size and the settings */
     const gcoll_coll_t ctx = gcoll_comm_coll((gcoll_comm_t *)comm);
+    gcoll_coll_compressed_plan(&ctx, s->c, s, count, 0, &e->plan);
     return gcoll_coll_compressed_encode(&ctx, s, grad, count, op, check, e);
 }
 
@@ -214,8 +219,8 @@ gcoll_status_t gcoll_compressed_exchange_stage(gcoll_comm_t *comm, gcoll_tensor_
                                                gcoll_encoded_t *e, const float *grad, float *out,
                                                size_t count, gcoll_op_t op, gcoll_nancheck_t check)
 {
-    if (!e->staged)
-        return gcoll_compressed_run(comm, s, grad, out, count, op, 0, check);
+    if (!e->staged) /* the encode stage planned the call and left the state as it was */
+        return gcoll_compressed_run(comm, s, grad, out, count, op, 0, check, &e->plan);
     e->staged = 0; /* consumed, whatever happens */
     comm->chan.counters.ns_compress += e->ns;
     if (e->st != GCOLL_OK) {

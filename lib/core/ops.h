@@ -55,17 +55,19 @@ gcoll_status_t gcoll_ring_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t
 gcoll_status_t gcoll_small_allreduce_at(gcoll_comm_t *comm, void *recvbuf, size_t count,
                                         gcoll_dtype_t dtype, gcoll_op_t op, uint32_t sig,
                                         uint32_t sub0);
-/* Whether top-k would stream on comm (collectives/compressed/topk_stream.c decides). */
-int gcoll_topk_stream_eligible(gcoll_comm_t *comm, const gcoll_compressor_t *c, int ef,
-                               size_t count, size_t k);
+/* The step plan of the next compressed call on s with count elements on comm (its
+ * scheme: collectives/compressed/compressed.c decides). */
+void gcoll_compressed_plan(const gcoll_comm_t *comm, const gcoll_tensor_state_t *s, size_t count,
+                           int shard_only, gcoll_step_plan_t *plan);
 
 /* Compressed allreduce (shard_only: reduce-scatter) from inside a running operation;
  * check: GCOLL_NANCHECK_DONE where the caller verified grad is finite, else
- * GCOLL_NANCHECK_SCAN. */
+ * GCOLL_NANCHECK_SCAN; plan: the call's (gcoll_compressed_plan), or NULL to make it here. */
 gcoll_status_t gcoll_compressed_run(gcoll_comm_t *comm, gcoll_tensor_state_t *s, const float *grad,
                                     float *out, size_t count, gcoll_op_t op, int shard_only,
-                                    gcoll_nancheck_t check);
-/* The two stages of gcoll_encoded_t (collectives/compressed/compressed.h) on comm; the
+                                    gcoll_nancheck_t check, const gcoll_step_plan_t *plan);
+/* The two stages of gcoll_encoded_t (collectives/compressed/compressed.h) on comm: the
+ * encode stage makes the call's plan (e->plan) and the exchange runs by it; the
  * exchange returns e->st when the encode failed (with e->err, if set, as comm's error). */
 gcoll_status_t gcoll_compressed_encode_stage(const gcoll_comm_t *comm, gcoll_tensor_state_t *s,
                                              const float *grad, size_t count, gcoll_op_t op,

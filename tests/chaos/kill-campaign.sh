@@ -2,15 +2,17 @@
 # kill-campaign.sh [RUNS]: SIGKILL a random rank at a random moment of a mixed stream of
 # collectives (dense allreduce of varied sizes, broadcast, allgather, reduce-scatter,
 # alltoall, barrier, sparse, compressed top-k and q8), per transport variant. The
-# survivors must fail with an error status: never hang, crash or return a wrong result.
+# survivors must fail with GCOLL_ERR_PEER (a dead peer, from the transport, not a
+# timeout: GCOLL_TIMEOUT_MS is 60 s unless set): never hang, crash or return a wrong result.
 #   RUNS            runs per variant (default 1)
 #   CHAOS_RANKS     ranks per run (default 4), CHAOS_VARIANTS (default: every one built)
 #   CHAOS_LIMIT_S   a survivor still running this long after the kill is a hang (30)
 #   CHAOS_MAX_ERR_S the slowest survivor's error must come within this of the kill (2)
 # Prints a table row per variant: runs, hangs, crashes, wrong results, survivors that did
-# not fail, and the slowest survivor's error latency (median and maximum over runs).
-# Exit status 1 on any hang, crash, wrong result, survivor without a failure, or a
-# latency above CHAOS_MAX_ERR_S.
+# not fail, survivors that failed with another status than GCOLL_ERR_PEER, and the slowest
+# survivor's error latency (median and maximum over runs).
+# Exit status 1 on any hang, crash, wrong result, survivor without a failure or with
+# another status, or a latency above CHAOS_MAX_ERR_S.
 . "$(dirname "$0")/common.sh"
 runs=${1:-1}
 n=${CHAOS_RANKS:-4}
@@ -18,14 +20,15 @@ limit=${CHAOS_LIMIT_S:-30}
 max_err=${CHAOS_MAX_ERR_S:-2}
 seed=${CHAOS_SEED:-$$}
 bad=0
+export GCOLL_TIMEOUT_MS="${GCOLL_TIMEOUT_MS:-60s}"
 rand() { # rand MOD: a number in [0, MOD) from the campaign's own generator
     seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
     echo $(( (seed / 65536) % $1 ))
 }
-printf '%-8s %5s %6s %8s %6s %12s %10s %10s\n' variant runs hangs crashes wrong not-failed \
-    median_s max_s
+printf '%-8s %5s %6s %8s %6s %12s %9s %10s %10s\n' variant runs hangs crashes wrong not-failed \
+    not-peer median_s max_s
 for var in $(variants); do
-    hangs=0 crashes=0 wrong=0 unfailed=0 i=0
+    hangs=0 crashes=0 wrong=0 unfailed=0 notpeer=0 i=0
     : >"$TMP/lat"
     while [ "$i" -lt "$runs" ]; do
         start_ranks "$n" "$var" $((limit + 30)) "$EXIT_CHECK" mixed 1000000 1001 "$(rand 100000)"
@@ -64,7 +67,13 @@ for var in $(variants); do
                 # the error's time, printed by the rank (init failures print none)
                 t=$(sed -n 's/.* failed at \([0-9.]*\):.*/\1/p' "$TMP/err.$r" | head -n 1)
                 [ -n "$t" ] && slowest=$(awk -v a="$slowest" -v t="$t" -v k="$t_kill" \
-                    'BEGIN { d = t - k; print (d > a ? d : a) }') ;;
+                    'BEGIN { d = t - k; print (d > a ? d : a) }')
+                s=$(sed -n 's/.* failed at [0-9.]*: \(GCOLL_[A-Z_]*\).*/\1/p' "$TMP/err.$r" | head -n 1)
+                if [ "$s" != GCOLL_ERR_PEER ]; then
+                    notpeer=$((notpeer + 1))
+                    printf '  %s run %d: rank %d failed with %s, not GCOLL_ERR_PEER: %s\n' "$var" \
+                        "$i" "$r" "${s:-no status}" "$(head -n 1 "$TMP/err.$r")"
+                fi ;;
             1) wrong=$((wrong + 1))
                printf '  %s run %d: rank %d: %s\n' "$var" "$i" "$r" "$(grep WRONG "$TMP/err.$r")" ;;
             0) unfailed=$((unfailed + 1))
@@ -81,9 +90,9 @@ for var in $(variants); do
     done
     stats=$(sort -g "$TMP/lat" | awk '{ v[NR] = $1 } END { printf "%.3f %.3f", v[int((NR + 1) / 2)], v[NR] }')
     med=${stats% *} max=${stats#* }
-    printf '%-8s %5d %6d %8d %6d %12d %10s %10s\n' "$var" "$runs" "$hangs" "$crashes" "$wrong" \
-        "$unfailed" "$med" "$max"
+    printf '%-8s %5d %6d %8d %6d %12d %9d %10s %10s\n' "$var" "$runs" "$hangs" "$crashes" \
+        "$wrong" "$unfailed" "$notpeer" "$med" "$max"
     slow=$(awk -v m="$max" -v b="$max_err" 'BEGIN { print (m > b) }')
-    [ $((hangs + crashes + wrong + unfailed + slow)) -eq 0 ] || bad=1
+    [ $((hangs + crashes + wrong + unfailed + notpeer + slow)) -eq 0 ] || bad=1
 done
 exit "$bad"

@@ -637,8 +637,9 @@ static int run_mismatch(int victim, const char *which, size_t base)
         st = gcoll_broadcast(comm, x, count, GCOLL_FLOAT32, victim == 0 ? 1 : 0);
     else if (strcmp(which, "codec") == 0 || strcmp(which, "tensor") == 0 ||
              strcmp(which, "sparsecodec") == 0 || strcmp(which, "topkdensity") == 0 ||
-             strcmp(which, "topkdense") == 0) {
-        /* compressed allreduce with another codec, or a tensor of another size */
+             strcmp(which, "topkdense") == 0 || strcmp(which, "topktensor") == 0) {
+        /* compressed allreduce with another codec, or a tensor of another size (topktensor:
+         * the same top-k spec, large enough to stream, one element more on the victim) */
         const char *spec = strcmp(which, "sparsecodec") == 0
                                ? (rank == victim ? "topk:density=0.01+q8" : "topk:density=0.01")
                            : strcmp(which, "topkdensity") == 0
@@ -646,8 +647,12 @@ static int run_mismatch(int victim, const char *which, size_t base)
                            /* the victim's messages too large to skip the census */
                            : strcmp(which, "topkdense") == 0
                                ? (rank == victim ? "topk:density=0.5" : "topk:density=0.01")
+                           : strcmp(which, "topktensor") == 0
+                               ? "topk:density=0.01"
                                : (strcmp(which, "codec") == 0 && rank == victim ? "bf16" : "fp16");
-        size_t n = strcmp(which, "tensor") == 0 ? count : 10000;
+        size_t n = strcmp(which, "tensor") == 0       ? count
+                   : strcmp(which, "topktensor") == 0 ? 10000 + (rank == victim)
+                                                      : 10000;
         gcoll_compressor_t *c;
         gcoll_tensor_state_t *s;
         gcoll_compressor_create(spec, &c);

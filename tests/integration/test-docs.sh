@@ -12,13 +12,13 @@ header="$top_srcdir/include/gcoll.h"
 known=$("$top_builddir/tools/gcoll-info" -c | sed -n 's/^\(GCOLL_[A-Z0-9_]*\)=.*/\1/p')
 [ -n "$known" ] || fail "gcoll-info -c printed no variables"
 # The public API's own GCOLL_* names (statuses, dtypes, ops, GCOLL_SPLIT_NOCOLOR, codec
-# flags, version macros): the #defines and enum members of gcoll.h.
+# flags, version macros): the #defines and enum members of gcoll.h and gcoll_training.h.
 api=$(awk '
 /^#define GCOLL_/ { print $2; next }
 /enum[^;]*\{/ { inenum = 1 }
 inenum { l = $0; sub(/\/\*.*/, "", l)
          while (match(l, /GCOLL_[A-Z0-9_]+/)) { print substr(l, RSTART, RLENGTH); l = substr(l, RSTART + RLENGTH) } }
-inenum && /\}/ { inenum = 0 }' "$header")
+inenum && /\}/ { inenum = 0 }' "$header" "$top_srcdir/include/gcoll_training.h")
 [ -n "$api" ] || fail "found no public constants in include/gcoll.h"
 for v in $known; do
     grep -q "\`$v\`" "$tuning" || fail "$v is not documented in docs/tuning.md"

@@ -247,7 +247,9 @@ expect_sorted "env -x/--rank-env/--root" out \
 run -n 3 --rank-env 1:FAIL=1 sh -c \
     'if [ -n "${FAIL:-}" ]; then echo dying; exit 3; fi; exec sleep '"$marker"
 expect_rc "failing rank" 3
-expect_grep "failing rank" err '^gcoll-run: rank 1 (pid [0-9]*) exited with status 3$'
+expect_grep "failing rank" err \
+    '^gcoll-run: rank 1 (pid [0-9]*) exited with status 3; stopping the other ranks: 0 2$'
+[ "$(grep -c '^gcoll-run: ' err)" = 1 ] || fail "failing rank: not one line: $(cat err)"
 expect_grep "failing rank output" out '^\[1\] dying$'
 expect_fast "failing rank stops the others" 3
 expect_no_leftovers "failing rank"
@@ -255,7 +257,8 @@ expect_no_leftovers "failing rank"
 run -n 2 --rank-env 0:CRASH=1 sh -c \
     'if [ -n "${CRASH:-}" ]; then kill -SEGV $$; fi; exec sleep '"$marker"
 expect_rc "crashing rank" 139
-expect_grep "crashing rank" err '^gcoll-run: rank 0 (pid [0-9]*) killed by signal 11 ('
+expect_grep "crashing rank" err \
+    '^gcoll-run: rank 0 (pid [0-9]*) killed by signal 11 (.*); stopping the other ranks: 1$'
 expect_fast "crashing rank stops the others" 3
 expect_no_leftovers "crashing rank"
 
@@ -265,9 +268,20 @@ run -n 3 --keep-going sh -c 'case $GCOLL_RANK in
     2) sleep 2; echo survived ;;
     esac'
 expect_rc "--keep-going" 5
-expect_grep "--keep-going exit" err '^gcoll-run: rank 0 (pid [0-9]*) exited with status 5$'
+expect_grep "--keep-going exit" err \
+    '^gcoll-run: rank 0 (pid [0-9]*) exited with status 5; still running (--keep-going): 1 2$'
 expect_grep "--keep-going signal" err '^gcoll-run: rank 1 (pid [0-9]*) killed by signal 15 ('
 expect_grep "--keep-going waits" out '^\[2\] survived$'
+
+# A rank that exits 0 while the others go on (they may be waiting for it) is reported once,
+# 3 s later, with the ranks still running; they are left to finish.
+run -n 3 sh -c 'if [ "$GCOLL_RANK" = 1 ]; then exit 0; fi; sleep 4; echo done'
+expect_rc "early exit 0" 0
+expect_grep "early exit 0" err \
+    '^gcoll-run: rank 1 (pid [0-9]*) exited with status 0 3 s ago; still running: 0 2$'
+expect_sorted "early exit 0 leaves the others" out "$(printf '[0] done\n[2] done')"
+run -n 2 sh -c 'sleep 0.$GCOLL_RANK'
+[ ! -s err ] || fail "ranks exiting 0.1 s apart: gcoll-run said $(cat err)"
 
 # --- timeouts and signals --------------------------------------------------------------
 run -n 4 --timeout 1 sleep "$marker"

@@ -78,7 +78,7 @@ static void test_config_load(void **state)
     char err[512];
     unsetenv("GCOLL_TIMEOUT_MS");
     assert_int_equal(gcoll_config_load(&cfg, err, sizeof(err)), GCOLL_OK);
-    assert_int_equal(cfg.timeout_ms, 300000);
+    assert_int_equal(cfg.timeout_ms, 1800000);
     assert_int_equal(cfg.tcp_nsocks, 2);
     assert_int_equal(cfg.rank, -1);
     gcoll_config_free(&cfg);

@@ -519,8 +519,8 @@ static void test_unexpected_bound(void **state)
     print_message("ucx flood: %zu MiB sent, resident size grew %zu KiB, receive: %s\n",
                   r.sent >> 20, r.rss_max >> 10, gcoll_status_string(r.recv_status));
     assert_true(r.rss_max < (8u << 20) + (8u << 20));
-    /* rank 1 gave rank 0 up (whose sends UCX completes and rank 1 drops: rank 0 learns at
-     * its next receive from rank 1), or flow control held the rest back */
+    /* rank 1 gave rank 0 up (whose sends UCX completes and rank 1 drops: rank 1 tells
+     * rank 0 with an abort notice), or flow control held the rest back */
     int gave_up = r.recv_status == GCOLL_ERR_NOMEM;
     assert_true(gave_up || r.sent <= (8u << 20));
     if (gave_up) {
@@ -528,6 +528,25 @@ static void test_unexpected_bound(void **state)
         const char *err = gcoll_ucx_ops.last_error(p->t[1]);
         assert_non_null(strstr(err, "rank 0 sent a message of 8192 bytes that no receive"));
         assert_non_null(strstr(err, "GCOLL_UNEXPECTED_BYTES=8388608"));
+        /* the sender is told (an abort notice naming the bound), within a second, without
+         * receiving anything from rank 1: its next operation with rank 1 fails */
+        uint64_t t0 = gcoll_time_ms();
+        while (!p->t[0]->peers[1].rx.failed && gcoll_time_ms() < t0 + 2000)
+            progress_both(p);
+        print_message("ucx flood: the sender learnt it was given up after %llu ms: %s\n",
+                      (unsigned long long)(gcoll_time_ms() - t0),
+                      gcoll_ucx_ops.last_error(p->t[0]));
+        assert_true(p->t[0]->peers[1].rx.failed);
+        assert_true(gcoll_time_ms() - t0 < 1000);
+        assert_non_null(
+            strstr(gcoll_ucx_ops.last_error(p->t[0]), "rank 1 aborted with GCOLL_ERR_NOMEM"));
+        assert_non_null(strstr(gcoll_ucx_ops.last_error(p->t[0]),
+                               "your msgs passed GCOLL_UNEXPECTED_BYTES=8388608"));
+        uint8_t one = 1;
+        gcoll_treq_t s = req(1, 12345, &one, 1);
+        gcoll_ucx_ops.isend(p->t[0], &s);
+        assert_true(s.done);
+        assert_int_equal(s.status, GCOLL_ERR_PEER);
     }
 }
 

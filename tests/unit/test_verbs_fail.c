@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -211,6 +212,43 @@ static void test_peer_closed(void **state)
     assert_true(r.done);
     assert_int_equal(r.status, GCOLL_ERR_PEER);
     pair_close(p);
+}
+
+/* A peer killed (SIGKILL) runs no closing protocol: the kernel resets its side channel
+ * (unread data, or as here SO_LINGER 0) and its queue pairs go silent. The survivor's
+ * pending receive and its rendezvous send to it fail with GCOLL_ERR_PEER at once, not at
+ * a timeout, and the reason says the rank exited or died, never "malformed". */
+static void test_peer_killed(void **state)
+{
+    (void)state;
+    pair_t *p = pair_open(NULL);
+    uint8_t in[64];
+    uint8_t *big = calloc(1, 100000);
+    gcoll_treq_t r = req(1, 77, in, sizeof(in)), s = req(1, 78, big, 100000);
+    OPS.irecv(p->t[0], &r);
+    assert_int_equal(OPS.isend(p->t[0], &s), GCOLL_OK);
+    idle(p, 3); /* the offer reaches rank 1, which has no receive for it */
+    assert_false(r.done);
+    assert_false(s.done);
+    gcoll_transport_t *dead = p->t[1];
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    assert_int_equal(setsockopt(dead->peers[0].fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+    close(dead->peers[0].fd);
+    dead->peers[0].fd = -1;
+    p->t[1] = NULL; /* never progressed again */
+    uint64_t t0 = gcoll_time_ms();
+    gcoll_treq_t *two[] = {&r, &s};
+    drive(p, two, 2);
+    assert_true(gcoll_time_ms() - t0 < 1000);
+    assert_int_equal(r.status, GCOLL_ERR_PEER);
+    assert_int_equal(s.status, GCOLL_ERR_PEER);
+    const char *err = OPS.last_error(p->t[0]);
+    assert_non_null(strstr(err, "rank 1"));
+    assert_non_null(strstr(err, "died"));
+    assert_null(strstr(err, "malformed"));
+    p->t[1] = dead;
+    pair_close(p);
+    free(big);
 }
 
 typedef struct {
@@ -439,6 +477,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_closed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress_blocks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_credit_overrun, setup, teardown),

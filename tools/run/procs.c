@@ -398,16 +398,27 @@ static void rank_exited(struct job *j, int r, int wstatus)
         format_signal(WTERMSIG(wstatus), WCOREDUMP(wstatus), what, sizeof what);
     }
     /* Once we are stopping the job, deaths are our doing and not worth a line each. */
-    if (code == 0 || j->phase != PHASE_RUNNING)
+    if (j->phase != PHASE_RUNNING)
         return;
-    grun_note(j, "rank %d (pid %d) %s", r, (int)j->ranks[r].pid, what);
+    if (code == 0) {
+        /* Normal unless the others go on long after it: advance() reports it then. */
+        if (j->early_rank < 0 && grun_ranks_running(j)) {
+            j->early_rank = r;
+            j->early_deadline = now_ms() + GRUN_EARLY_MS;
+        }
+        return;
+    }
     if (!j->fail_code)
         j->fail_code = code;
-    if (j->o->keep_going)
-        return;
-    if (grun_ranks_running(j))
-        grun_note(j, "stopping the other ranks: %s", grun_format_running(j, list, sizeof list));
-    grun_begin_termination(j);
+    /* One line: who, how, and what becomes of the others. */
+    if (!grun_ranks_running(j))
+        grun_note(j, "rank %d (pid %d) %s", r, (int)j->ranks[r].pid, what);
+    else
+        grun_note(j, "rank %d (pid %d) %s; %s: %s", r, (int)j->ranks[r].pid, what,
+                  j->o->keep_going ? "still running (--keep-going)" : "stopping the other ranks",
+                  grun_format_running(j, list, sizeof list));
+    if (!j->o->keep_going)
+        grun_begin_termination(j);
 }
 
 void grun_reap(struct job *j)

@@ -34,6 +34,9 @@
 #define GRUN_ROOT_MAX 256
 /* Lets a rank's children that are exiting with it be reaped before we call them leftovers. */
 #define GRUN_SETTLE_MS 200
+/* A rank that exited with status 0 while the others still run that long after is reported
+ * (they may be waiting for it); rank exits a moment apart are normal. */
+#define GRUN_EARLY_MS 3000
 /* After SIGKILL only uninterruptible sleep delays exit; do not wait on it forever. */
 #define GRUN_KILL_WAIT_MS 5000
 /* Descendants of a killed process become our children (subreaper) and need their own SIGKILL. */
@@ -108,8 +111,10 @@ struct job {
     uint64_t strays_deadline, drain_deadline; /* 0: not armed */
     bool children_left;                       /* the last waitpid(-1) found unreaped children */
     bool timed_out;
-    int abort_code; /* signal, launch failure or broken stdout: beats everything else */
-    int fail_code;  /* first failing rank's status */
+    int early_rank;          /* first rank that exited 0 with others running; -1: none */
+    uint64_t early_deadline; /* when to report it if the others still run; 0: reported */
+    int abort_code;          /* signal, launch failure or broken stdout: beats everything else */
+    int fail_code;           /* first failing rank's status */
     char root[GRUN_ROOT_MAX];
     int ncpus; /* CPUs the ranks are bound to, one each in order; 0: not bound */
     int *cpus;

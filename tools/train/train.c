@@ -276,7 +276,7 @@ static void dp_header(const dp_run_t *r)
                      "wait_seconds\n");
     else
         fprintf(out, "%5s %10s %9s %8s %10s %10s %8s %7s %6s\n", "epoch", "train_loss", "test_loss",
-                "test_acc", "wire_MB", "raw_MB", "wire/raw", "time_s", "wait_s");
+                "test_acc", "r0_wire_MB", "r0_raw_MB", "wire/raw", "time_s", "wait_s");
     fflush(out);
 }
 

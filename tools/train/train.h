@@ -46,7 +46,7 @@ void train_opts_default(train_opts_t *o);
 typedef struct {
     double first_loss, last_loss;   /* mean train loss of the first and last epoch */
     double final_acc;               /* test accuracy after the last epoch */
-    uint64_t wire_bytes, raw_bytes; /* gradient traffic, summed over ranks and epochs */
+    uint64_t wire_bytes, raw_bytes; /* this rank's traffic, summed over epochs */
     float *params;                  /* when keep_params: every parameter (caller frees) */
     size_t nparams;
 } train_result_t;

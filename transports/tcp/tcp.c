@@ -418,8 +418,11 @@ static void handle_read(gcoll_transport_t *t, tcp_sock_t *s, int to_end)
                 return;
         }
         const char *how = err ? strerror(err) : "closed in the middle of a message";
-        set_error(t, "connection to rank %d failed: %s (rank %d exited or died)", peer, how, peer);
-        GCOLL_WARN("connection to rank %d failed: %s (rank %d exited or died)", peer, how, peer);
+        /* ETIMEDOUT: keepalive probes went unanswered (tcp_setup.c) */
+        const char *who =
+            err == ETIMEDOUT ? "exited or died, or its host is unreachable" : "exited or died";
+        set_error(t, "connection to rank %d failed: %s (rank %d %s)", peer, how, peer, who);
+        GCOLL_WARN("connection to rank %d failed: %s (rank %d %s)", peer, how, peer, who);
         peer_fail(t, peer, gone_status(t));
         return;
     }

@@ -216,10 +216,23 @@ static gcoll_status_t tcp_address(gcoll_transport_t *t, void *buf, size_t *len_p
     return GCOLL_OK;
 }
 
+/* A peer host that vanishes without closing (power loss, a cut link) leaves idle
+ * connections silent, and only the slow-peer bound (GCOLL_TIMEOUT_MS, 30 minutes) would
+ * end the wait: keepalive probes find it out in about 20 s (10 s idle, then 5 probes 2 s
+ * apart; Linux's defaults take over two hours). A live peer's kernel answers them however
+ * long its process computes, so a slow peer is never taken for a dead one. */
+#define KEEPALIVE_IDLE_S 10
+#define KEEPALIVE_INTVL_S 2
+#define KEEPALIVE_CNT 5
+
 static void sock_setup(int fd)
 {
-    int one = 1;
+    int one = 1, idle = KEEPALIVE_IDLE_S, intvl = KEEPALIVE_INTVL_S, cnt = KEEPALIVE_CNT;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 

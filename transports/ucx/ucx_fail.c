@@ -14,6 +14,36 @@
  * abort of another rank reaches it, and must still report the real cause. */
 #define EP_ERROR_GRACE_MS 500
 
+/* A peer given up at GCOLL_UNEXPECTED_BYTES (or whose message could not be buffered) is
+ * told before its endpoint goes, as tcp's closed socket tells it: UCX completes its eager
+ * sends whether or not anyone keeps them, so it would otherwise learn only at its next
+ * receive from this rank, or at its deadline. It gets an abort notice with the bound
+ * (the peer's operations then fail with GCOLL_ERR_PEER naming this rank); its send is
+ * given 200 ms before the forced close. */
+static void tell_nomem(gcoll_transport_t *t, ucx_peer_t *p)
+{
+    char why[GCOLL_UCX_ABORT_INLINE + 1];
+    int n = snprintf(why, sizeof(why), "your msgs passed GCOLL_UNEXPECTED_BYTES=%zu",
+                     p->rx.m ? p->rx.m->unexp_max : (size_t)0);
+    ucx_hdr_t h = {.type = UCX_MSG_ABORT,
+                   .status = GCOLL_ERR_NOMEM,
+                   .src = (uint32_t)t->rank,
+                   .cookie = p->cookie};
+    size_t len = GCOLL_MIN((size_t)(n > 0 ? n : 0), (size_t)GCOLL_UCX_ABORT_INLINE);
+    if (gcoll_ucx_send_op(t, p->rank, NULL, &h, why, len) != GCOLL_OK)
+        return;
+    uint64_t end = gcoll_time_ms() + 200;
+    for (;;) {
+        int pending = 0;
+        for (ucx_op_t *op = t->ops; op && !pending; op = op->next)
+            pending = op->is_ctl && op->peer == p->rank;
+        if (!pending || gcoll_time_ms() >= end)
+            break;
+        if (!ucp_worker_progress(t->worker))
+            usleep(100);
+    }
+}
+
 void gcoll_ucx_close_failed_eps(gcoll_transport_t *t)
 {
     if (!t->close_any) /* every progress round comes here: most find nothing to close */
@@ -26,6 +56,12 @@ void gcoll_ucx_close_failed_eps(gcoll_transport_t *t)
         p->close_pending = 0;
         if (!p->ep)
             continue;
+        if (p->tell_nomem) {
+            p->tell_nomem = 0;
+            tell_nomem(t, p);
+            if (!p->ep) /* closed meanwhile (its own failure, seen in the progress) */
+                continue;
+        }
         ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                    .flags = UCP_EP_CLOSE_FLAG_FORCE};
         ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
@@ -63,6 +99,7 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
      * closed (UCX purges them); until then their buffers stay in UCX's hands, so the
      * requests are not completed here. */
     if (peer != t->rank && p->ep) {
+        p->tell_nomem = st == GCOLL_ERR_NOMEM;
         p->close_pending = 1;
         t->close_any = 1;
         if (!t->in_cb)

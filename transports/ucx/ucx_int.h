@@ -121,6 +121,7 @@ typedef struct ucx_peer {
     ucp_ep_h ep;
     gcoll_match_peer_t rx; /* posted receives, unexpected messages, failure */
     int close_pending;     /* failed: force-close ep once out of UCX's callbacks */
+    int tell_nomem;        /* given up with GCOLL_ERR_NOMEM: tell it before the close */
     ucs_status_t ep_error; /* UCX reported the endpoint failed; handled after progress */
     uint64_t ep_error_ms;  /* when */
     int hello;             /* last connect round heard from it (1 hello, 2 ready) */

@@ -2,6 +2,7 @@
 """gcoll.Comm wraps gcoll_comm_t. Blocking calls release the GIL while they run (ctypes
 does), nonblocking ones return a Request that keeps its arrays alive until it completes."""
 
+import contextlib
 import ctypes
 import threading
 import weakref
@@ -16,10 +17,11 @@ def _op(op):
         try:
             return _lib.OPS[op.lower()]
         except KeyError:
-            raise ValueError("unknown op %r (sum, avg, min, max, prod)" % op) from None
+            raise ValueError("unknown op %r (sum, avg, min, max, prod, band, bor, bxor)"
+                             % op) from None
     if op in _lib.OPS.values():
         return op
-    raise ValueError("unknown op %r (sum, avg, min, max, prod)" % (op,))
+    raise ValueError("unknown op %r (sum, avg, min, max, prod, band, bor, bxor)" % (op,))
 
 
 def _same(what, a, b, bname):
@@ -91,6 +93,7 @@ class Comm:
 
     def __init__(self, size=None, rank=None, root=None):
         self._ptr = None
+        self._group_keep = {}  # thread id -> what the calls of its open group() use
         self._requests = weakref.WeakSet()
         h = ctypes.c_void_p()
         if size is None and rank is None:
@@ -183,11 +186,17 @@ class Comm:
         ptr = self._live()
         if blocking:
             _lib.check(fn(ptr, *args), what, ptr)
+            group = self._group_keep.get(threading.get_ident())
+            if group is not None:  # queued, not run: the arrays must outlive the group
+                group.append((args, keep, result))
             return result
         h = ctypes.c_void_p()
         _lib.check(fn(ptr, *args, ctypes.byref(h)), what, ptr)
         req = Request(self, h.value, what, result, keep)
         self._requests.add(req)
+        group = self._group_keep.get(threading.get_ident())
+        if group is not None:
+            group.append((args, keep, result))
         return req
 
     # -- dense collectives -------------------------------------------------------------
@@ -243,6 +252,126 @@ class Comm:
                 what, s.count, s.count * self.size, DTYPE_NAMES[s.dtype]))
         return self._run(what, lib.gcoll_allgather, (s.ptr, r.ptr, s.count, s.dtype), True,
                          r.obj, None)
+
+    # -- rooted collectives ------------------------------------------------------------
+    def _root_ok(self, what, root):
+        if not (0 <= root < self.size):
+            raise ValueError("%s: root %d out of range for size %d" % (what, root, self.size))
+
+    def _reduce(self, blocking, send, recv, op, root):
+        what = "gcoll_reduce"
+        self._root_ok(what, root)
+        s = as_buf(send, what + " sendbuf", writable=recv is None and self.rank == root)
+        if self.rank == root:
+            r = s if recv is None else as_buf(recv, what + " recvbuf", writable=True)
+            _same(what, s, r, "recvbuf")
+        else:
+            r = None if recv is None else as_buf(recv, what + " recvbuf", writable=True)
+        rptr, robj = (r.ptr, r.obj) if r is not None else (None, None)
+        fn = lib.gcoll_reduce if blocking else lib.gcoll_ireduce
+        return self._run(what, fn, (s.ptr, rptr, s.count, s.dtype, _op(op), root), blocking,
+                         robj, (s.obj, robj))
+
+    def reduce(self, send, recv=None, op="sum", root=0):
+        """root's recv = op over ranks of send (in place at root when recv is None);
+        returns recv at root, None elsewhere (other ranks may pass recv=None). Blocks."""
+        return self._reduce(True, send, recv, op, root)
+
+    def ireduce(self, send, recv=None, op="sum", root=0):
+        """Nonblocking reduce: a Request whose wait() gives recv (None off the root)."""
+        return self._reduce(False, send, recv, op, root)
+
+    def _gather(self, blocking, send, recv, root):
+        what = "gcoll_gather"
+        self._root_ok(what, root)
+        s = as_buf(send, what + " sendbuf")
+        r = None
+        if self.rank == root or recv is not None:
+            r = as_buf(recv, what + " recvbuf", writable=True)
+            if r.count != s.count * self.size or r.dtype != s.dtype:
+                raise ValueError("%s: recvbuf must hold size * %d = %d elements of %s" % (
+                    what, s.count, s.count * self.size, DTYPE_NAMES[s.dtype]))
+        rptr, robj = (r.ptr, r.obj) if r is not None else (None, None)
+        fn = lib.gcoll_gather if blocking else lib.gcoll_igather
+        return self._run(what, fn, (s.ptr, rptr, s.count, s.dtype, root), blocking, robj,
+                         (s.obj, robj))
+
+    def gather(self, send, recv=None, root=0):
+        """root's recv (size * len(send) elements) receives every rank's send in rank
+        order; returns recv at root. Other ranks may pass recv=None. Blocks."""
+        return self._gather(True, send, recv, root)
+
+    def igather(self, send, recv=None, root=0):
+        return self._gather(False, send, recv, root)
+
+    def _scatter(self, blocking, send, recv, root):
+        what = "gcoll_scatter"
+        self._root_ok(what, root)
+        r = as_buf(recv, what + " recvbuf", writable=True)
+        s = None
+        if self.rank == root or send is not None:
+            s = as_buf(send, what + " sendbuf")
+            if s.count != r.count * self.size or s.dtype != r.dtype:
+                raise ValueError("%s: sendbuf must hold size * %d = %d elements of %s" % (
+                    what, r.count, r.count * self.size, DTYPE_NAMES[r.dtype]))
+        sptr, sobj = (s.ptr, s.obj) if s is not None else (None, None)
+        fn = lib.gcoll_scatter if blocking else lib.gcoll_iscatter
+        return self._run(what, fn, (sptr, r.ptr, r.count, r.dtype, root), blocking, r.obj,
+                         (sobj, r.obj))
+
+    def scatter(self, send, recv, root=0):
+        """Block i of root's send (size * len(recv) elements, rank order) lands in rank i's
+        recv; returns recv. Other ranks may pass send=None. Blocks."""
+        return self._scatter(True, send, recv, root)
+
+    def iscatter(self, send, recv, root=0):
+        return self._scatter(False, send, recv, root)
+
+    # -- point-to-point and groups -----------------------------------------------------
+    def _p2p(self, what, fn, blocking, buf, peer, recv):
+        if not (0 <= peer < self.size):
+            raise ValueError("%s: peer %d out of range for size %d" % (what, peer, self.size))
+        b = as_buf(buf, what + " buf", writable=recv)
+        return self._run(what, fn, (b.ptr, b.count, b.dtype, peer), blocking,
+                         b.obj if recv else None, (b.obj,))
+
+    def send(self, buf, peer):
+        """Sends buf to rank peer; the n-th send to a peer meets its n-th recv from this
+        rank (gcoll.h, "Point-to-point"). Blocks until buf may be reused."""
+        return self._p2p("gcoll_send", lib.gcoll_send, True, buf, peer, False)
+
+    def recv(self, buf, peer):
+        """Receives from rank peer into buf (the sender's count and dtype); returns buf."""
+        return self._p2p("gcoll_recv", lib.gcoll_recv, True, buf, peer, True)
+
+    def isend(self, buf, peer):
+        """Nonblocking send: a Request; buf must stay unchanged until it completes."""
+        return self._p2p("gcoll_isend", lib.gcoll_isend, False, buf, peer, False)
+
+    def irecv(self, buf, peer):
+        """Nonblocking receive: a Request whose wait() gives buf."""
+        return self._p2p("gcoll_irecv", lib.gcoll_irecv, False, buf, peer, True)
+
+    @contextlib.contextmanager
+    def group(self):
+        """with comm.group(): ... runs the calls made inside (from this thread) together
+        when the block ends, as gcoll_group_start/end: sends and receives posted at once,
+        small allreduces fused. Calls inside return at once (blocking ones too); their
+        arrays hold the results once the block has ended."""
+        ptr = self._live()
+        tid = threading.get_ident()
+        _lib.check(lib.gcoll_group_start(ptr), "gcoll_group_start", ptr)
+        outer = tid in self._group_keep
+        if not outer:
+            self._group_keep[tid] = []
+        try:
+            yield self
+        finally:
+            try:
+                _lib.check(lib.gcoll_group_end(ptr), "gcoll_group_end", ptr)
+            finally:
+                if not outer:  # the group ran (or failed): its arrays may go
+                    del self._group_keep[tid]
 
     # -- sparse and compressed ---------------------------------------------------------
     def _sparse(self, blocking, idx, val, out, op):

@@ -16,17 +16,23 @@ ICLR 2024): each rank encodes its fp32 shard afresh every step with a stateless 
 codec ("bf16", "fp16", later "mxfp8:format=e4m3"), the messages are all-gathered and every
 rank decodes all of them, its own included, so every rank computes with the same
 parameters; the fp32 shards the optimizer updates are untouched, so no feedback is
-needed. It goes through FSDPModule.set_custom_all_gather.
+needed. It goes through FSDPModule.set_custom_all_gather. FSDP2 gathers a module's
+parameters again in backward (reshard_after_forward); when every rank's message equals the
+one it sent last (agreed with a one-word allreduce), the last messages received are decoded
+again instead of gathered (allgather_reuse=True, the default).
 
 The collectives run on a gcoll communicator of their own (as the DDP hook's), called in
 FSDP2's order, which on CPU is program order and the same on every rank.
 """
 
+import ctypes
 import os
 
 import torch
 import torch.distributed as dist
 
+from . import _lib
+from ._lib import GcollError, lib
 from .comm import Comm
 from .compress import Adapt, Compressor, TensorState, adapt_rules, check_spec
 from ._hook import DEFAULT_SPEC, default_root, resolve_specs, with_warmup
@@ -65,13 +71,14 @@ class _Module:
     """One FSDP module's compression: its name, flat size, spec and TensorState (None
     for "none": reduced dense), its adaptation controller."""
 
-    __slots__ = ("name", "count", "spec", "comp", "ts", "ctl", "calls")
+    __slots__ = ("name", "count", "spec", "comp", "ts", "ctl", "calls", "ag_sent", "ag_recv")
 
     def __init__(self, name, count, spec, comp):
         self.name, self.count, self.spec, self.comp = name, count, spec, comp
         self.ts = TensorState(comp, count) if comp is not None else None
         self.ctl = None
         self.calls = 0
+        self.ag_sent = self.ag_recv = None  # the last all-gather's messages (reuse)
 
 
 class _CompressedReduceScatter(ReduceScatter):
@@ -88,16 +95,17 @@ class _CompressedReduceScatter(ReduceScatter):
 
 
 class _QuantizedAllGather(AllGather):
-    """FSDP2 AllGather whose shards travel encoded with a stateless gcoll codec (qwZ)."""
+    """FSDP2 AllGather of one module whose shards travel encoded with a stateless gcoll
+    codec (qwZ)."""
 
-    def __init__(self, owner):
-        self._owner = owner
+    def __init__(self, owner, mod):
+        self._owner, self._mod = owner, mod
 
     def allocate(self, size, *, dtype, device):
         return torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
-        return self._owner._all_gather(output_tensor, input_tensor)
+        return self._owner._all_gather(self._mod, output_tensor, input_tensor)
 
 
 def _gcoll_op(op):
@@ -116,7 +124,7 @@ class FsdpCompressState:
     codec. state_dict()/load_state_dict() carry the residuals across a checkpoint."""
 
     def __init__(self, module, spec=None, allgather=None, comm=None, root=None, policy=None,
-                 warmup=0, adapt=None):
+                 warmup=0, adapt=None, allgather_reuse=True):
         if FSDPModule is None:
             raise RuntimeError("fsdp_compress needs torch's FSDP2 (torch >= 2.6): %s"
                                % _fsdp_error)
@@ -130,6 +138,10 @@ class FsdpCompressState:
         if not isinstance(warmup, int) or warmup < 0:
             raise ValueError("fsdp_compress: warmup must be an int >= 0, got %r" % (warmup,))
         check_spec(with_warmup(spec, warmup))  # ValueError naming the typo
+        if not isinstance(allgather_reuse, bool):
+            raise ValueError("fsdp_compress: allgather_reuse must be True or False, got %r"
+                             % (allgather_reuse,))
+        self.allgather_reuse = allgather_reuse
         self.ag_comp = None
         if allgather is not None:
             check_spec(allgather)
@@ -182,7 +194,7 @@ class FsdpCompressState:
                 self.modules[name] = mod
                 m.set_custom_reduce_scatter(_CompressedReduceScatter(self, mod))
                 if self.ag_comp is not None:
-                    m.set_custom_all_gather(_QuantizedAllGather(self))
+                    m.set_custom_all_gather(_QuantizedAllGather(self, mod))
             if adapt != "off":
                 for mod in self.modules.values():
                     head = mod.spec.split("+")[0].split(":")[0]
@@ -194,6 +206,7 @@ class FsdpCompressState:
             raise
         self.trace = None  # a list to record (name, input, output) of each call (tests)
         self.bytes_allgather = 0
+        self.allgather_reused = 0  # all-gathers answered from the last messages
 
     # -- the collectives ----------------------------------------------------------------
     def _reduce_scatter(self, mod, out, inp, group, op):
@@ -216,28 +229,59 @@ class FsdpCompressState:
             self.trace.append((mod.name, inp.detach().clone(), out.detach().clone()))
         return None
 
-    def _all_gather(self, out, inp):
+    def _all_gather(self, mod, out, inp):
         n, size = inp.numel(), self.comm.size
         if inp.dtype != torch.float32:
             raise RuntimeError("fsdp_compress: allgather=%r quantizes float32 parameters, the "
                                "all-gather holds %s" % (self.allgather, inp.dtype))
         cap = self.ag_comp.bound(n)
         words = (cap + 3) // 4 + 1  # a length word, then the message padded to 4 bytes
+        # encoded straight into the send buffer, decoded straight from the receive buffer:
+        # no copies of the messages in between; zeroed, so that equal messages are equal
+        # buffers
         send = torch.zeros(words, dtype=torch.int32)
-        msg = self.ag_comp.encode(inp.detach().contiguous())
-        send[0] = len(msg)
-        send.numpy().view("u1")[4:4 + len(msg)] = memoryview(msg)
-        recv = torch.empty(words * size, dtype=torch.int32)
-        self.comm.allgather(send, recv)  # inp is a view of out: encoded before this
-        raw = recv.numpy().view("u1").reshape(size, words * 4)
+        x = inp.detach().contiguous()  # inp is a view of out: encoded before the gather
+        got = ctypes.c_size_t(0)
+        st = lib.gcoll_encode(self.ag_comp._live(), None, x.data_ptr(), n,
+                              send.data_ptr() + 4, cap, ctypes.byref(got))
+        if st != _lib.OK:
+            raise GcollError("gcoll_encode", st, "fsdp_compress: allgather=%r: %s (NaN/Inf in "
+                             "a parameter shard?)" % (self.allgather, _lib.status_string(st)))
+        send[0] = got.value
+        recv = None
+        if self.allgather_reuse and mod.ag_sent is not None and mod.ag_sent.numel() == words:
+            # FSDP2 all-gathers a module's parameters again in backward (reshard after
+            # forward) and they have not changed since forward: when every rank's message
+            # is the one it sent last, the last receive buffer is what this all-gather
+            # would receive. The ranks agree with a one-word MIN (a rank's shard can stay
+            # unchanged alone, e.g. with a zero gradient and no momentum). This keeps the
+            # quantized parameters between the two gathers, as ZeRO++'s hpZ keeps a
+            # quantized secondary copy (Wang et al., ICLR 2024), at ~1 byte a parameter
+            # for mxfp8, 2 for bf16; allgather_reuse=False turns it off.
+            flag = torch.tensor([1 if torch.equal(send, mod.ag_sent) else 0], dtype=torch.int32)
+            self.comm.allreduce(flag, op="min")
+            if int(flag[0]) == 1:
+                recv = mod.ag_recv
+                self.allgather_reused += 1
+        if recv is None:
+            recv = torch.empty(words * size, dtype=torch.int32)
+            self.comm.allgather(send, recv)
+            self.bytes_allgather += words * 4 * (size - 1)
+            if self.allgather_reuse:
+                mod.ag_sent, mod.ag_recv = send, recv
         view = out.view(size, n)
+        base = recv.data_ptr()
         for r in range(size):
             ln = int(recv[r * words])
             if not 0 < ln <= cap:
                 raise RuntimeError("fsdp_compress: rank %d's all-gather message is %d bytes, "
                                    "at most %d expected" % (r, ln, cap))
-            self.ag_comp.decode(raw[r, 4:4 + ln].tobytes(), view[r])
-        self.bytes_allgather += words * 4 * (size - 1)
+            # decoded in place from recv (the decoder checks every bound against ln)
+            st = lib.gcoll_decode(self.ag_comp._live(), base + (r * words + 1) * 4, ln,
+                                  view[r].data_ptr(), n, 0)
+            if st != _lib.OK:
+                raise GcollError("gcoll_decode", st, "fsdp_compress: rank %d's all-gather "
+                                 "message is malformed" % r)
         return None
 
     # -- checkpoints ----------------------------------------------------------------------
@@ -338,5 +382,7 @@ def fsdp_compress(module, spec=None, allgather=None, **kw):
     GCOLL_COMPRESSOR, else topk:density=0.01; GCOLL_LAYER_POLICY by module name), with
     error feedback per module shard; with allgather= (a stateless codec: "bf16", "fp16",
     "mxfp8:format=e4m3" once gcoll has it) the parameters' all-gather travels quantized.
-    kw: comm (a gcoll.Comm), root, policy, warmup, adapt. Returns an FsdpCompressState."""
+    kw: comm (a gcoll.Comm), root, policy, warmup, adapt, allgather_reuse (default True:
+    keep each module's last all-gather messages, ~1 byte a parameter with mxfp8, and reuse
+    them when no rank's parameters changed, as in backward). Returns an FsdpCompressState."""
     return FsdpCompressState(module, spec=spec, allgather=allgather, **kw)

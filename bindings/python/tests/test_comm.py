@@ -157,6 +157,59 @@ class TestComm(unittest.TestCase):
         self.assertIn("NaN or infinite", comm.last_error)
         comm.barrier()  # still usable
 
+    def test_09_rooted(self):
+        """reduce, gather and scatter against numpy on every root (int64 sums: exact)."""
+        P, r = comm.size, comm.rank
+        for root in range(P):
+            x = np.arange(7, dtype=np.int64) * (r + 1)
+            out = np.zeros(7, np.int64) if r == root else None
+            got = comm.reduce(x, out, op="sum", root=root)
+            if r == root:
+                np.testing.assert_array_equal(got, np.arange(7) * (P * (P + 1) // 2))
+            else:
+                self.assertIsNone(got)
+            g = np.full(3, r, np.uint8)
+            all_ = np.zeros(3 * P, np.uint8) if r == root else None
+            got = comm.igather(g, all_, root=root).wait()
+            if r == root:
+                np.testing.assert_array_equal(got, np.repeat(np.arange(P, dtype=np.uint8), 3))
+            src = np.arange(2 * P, dtype=np.float32) + 100 * root if r == root else None
+            mine = comm.scatter(src, np.zeros(2, np.float32), root=root)
+            np.testing.assert_array_equal(mine, np.array([2 * r, 2 * r + 1]) + 100 * root)
+        with self.assertRaises(ValueError):
+            comm.reduce(np.zeros(2, np.float32), None, root=P)
+
+    def test_10_send_recv_and_groups(self):
+        """A ring shift of blocking calls inside comm.group(), then pairwise isend/irecv
+        (every pair, in order), with numpy and torch."""
+        P, r = comm.size, comm.rank
+        right, left = (r + 1) % P, (r - 1) % P
+        got = np.zeros(5, np.float64)
+        with comm.group():
+            comm.send(np.full(5, r, np.float64), right)
+            comm.recv(got, left)
+        np.testing.assert_array_equal(got, np.full(5, left, np.float64))
+        for a in range(P):
+            for b in range(P):
+                if a == b or r not in (a, b):
+                    continue
+                if r == a:
+                    comm.isend(np.array([a, b, 1], np.int32), b).wait()
+                    comm.send(np.array([a, b, 2], np.int32), b)
+                else:
+                    first = comm.irecv(np.zeros(3, np.int32), a)
+                    second = comm.recv(np.zeros(3, np.int32), a)
+                    np.testing.assert_array_equal(first.wait(), [a, b, 1])
+                    np.testing.assert_array_equal(second, [a, b, 2])
+        if torch is not None:
+            t = torch.zeros(4, dtype=torch.bfloat16)
+            with comm.group():
+                comm.send(torch.full((4,), float(r), dtype=torch.bfloat16), right)
+                comm.recv(t, left)
+            self.assertTrue(torch.equal(t, torch.full((4,), float(left), dtype=torch.bfloat16)))
+        with self.assertRaises(ValueError):
+            comm.send(np.zeros(1, np.float32), P)
+
     def test_99_mismatch_breaks_comm(self):
         # ranks pass different counts: every rank gets GCOLL_ERR_MISMATCH with gcoll's message
         with self.assertRaises(gcoll.GcollError) as cm:

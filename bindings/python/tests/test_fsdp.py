@@ -212,6 +212,42 @@ class TestFsdpCompress(unittest.TestCase):
         self.assertGreater(err, 0)
         self.assertLessEqual(err, 2.0**-3 * float(w.abs().max()))
 
+    def _reuse_run(self, reuse):
+        fs = shard(mlp(9))
+        st = gt.fsdp_compress(fs, "topk:density=0.1", allgather="bf16", comm=COMM,
+                              allgather_reuse=reuse)
+        opt = torch.optim.SGD(fs.parameters(), lr=LR, momentum=0.9)
+        train(fs, opt, batches(3, seed=900))
+        x = batches(1, seed=950)[0]
+        with torch.no_grad():
+            outs = [fs(x), fs(x)]  # the second: every rank's parameters unchanged
+            # rank 0 alone changes its shard of layer 2: its message differs, the other
+            # ranks' do not, so no rank may reuse (else the ranks' collectives mismatch)
+            if RANK == 0:
+                fs[2].weight.to_local().add_(0.25)
+            outs.append(fs(x))
+        return st, outs, local(fs)
+
+    def test_allgather_reuse(self):
+        sa, outs_a, wa = self._reuse_run(True)
+        sb, outs_b, wb = self._reuse_run(False)
+        # the same operations on the same bytes: bit-equal either way
+        for p, q in zip(wa + outs_a, wb + outs_b):
+            self.assertTrue(torch.equal(p, q))
+        self.assertFalse(torch.equal(outs_a[1], outs_a[2]))  # rank 0's change was seen
+        self.assertEqual(sb.allgather_reused, 0)
+        # the second forward reuses all 3 modules' gathers, the third those of layers 0
+        # and 4 but not 2; backward's second gathers of the training steps add to that
+        self.assertGreaterEqual(sa.allgather_reused, 3 + 2)
+        self.assertLess(sa.bytes_allgather, sb.bytes_allgather)
+        if RANK == 0:
+            print("test_fsdp: all-gather reuse: %d gathers reused, %d bytes against %d"
+                  % (sa.allgather_reused, sa.bytes_allgather, sb.bytes_allgather), flush=True)
+        sa.close()
+        sb.close()
+        with self.assertRaisesRegex(ValueError, "allgather_reuse"):
+            gt.fsdp_compress(shard(mlp(9)), allgather="bf16", comm=COMM, allgather_reuse=1)
+
     def test_layer_policy_by_module_name(self):
         fs = shard(mlp(5))
         st = gt.fsdp_compress(fs, "topk:density=0.1", policy="4=none;2=topk:density=0.3",
