@@ -3,7 +3,9 @@
 # of RANKS_PER_HOST ranks each (told apart by GCOLL_HOSTNAME), joined by one veth pair
 # shaped with tc tbf at RATE in each direction; inside a namespace the ranks talk over its
 # own loopback. For dense and each of SPECS, one gcoll-bench allreduce of COUNT floats
-# with GCOLL_HIER=0 (flat) and GCOLL_HIER=1 (hierarchical), and their ratio.
+# with GCOLL_HIER=0 (flat), GCOLL_HIER=1 (hierarchical) and GCOLL_HIER=auto (the cost
+# model's choice, read from rank 0's GCOLL_DEBUG=info line), their ratio, and whether auto
+# chose the faster form.
 #
 #   sudo bench/hier-shaped.sh [BUILD_DIR]      (BUILD_DIR: where tools/ were built, default .)
 # Environment: RATE (1gbit), COUNT (25000000), ITERS (3), RANKS_PER_HOST (2),
@@ -57,7 +59,10 @@ run() {
     r=0
     while [ "$r" -lt "$n" ]; do
         h=$((r / L))
-        ip netns exec gcoll-hns$h env $(passenv) GCOLL_HIER="$hier" GCOLL_HOSTNAME="host$h" \
+        dbg=""
+        [ "$hier" = auto ] && dbg="GCOLL_DEBUG=info GCOLL_DEBUG_SUBSYS=coll"
+        # shellcheck disable=SC2086
+        ip netns exec gcoll-hns$h env $(passenv) $dbg GCOLL_HIER="$hier" GCOLL_HOSTNAME="host$h" \
             GCOLL_RANK=$r GCOLL_SIZE=$n GCOLL_ROOT="10.78.0.1:$PORT" GCOLL_JOB_KEY="$key" \
             GCOLL_TIMEOUT_MS=120s timeout 600 "$BENCH" -a 3 -z 2 -c 0 "$@" --csv \
             >"$TMP/rank$r.csv" 2>"$TMP/rank$r.err" &
@@ -68,6 +73,7 @@ run() {
     for p in $pids; do wait "$p" || ok=1; done
     PORT=$((PORT + 1))
     cp "$TMP/rank0.csv" "$out"
+    cp "$TMP/rank0.err" "$out.err"
     [ "$ok" -eq 0 ] || { echo "hier-shaped: gcoll-bench failed:"; cat "$TMP"/rank*.err; }
     return $ok
 }
@@ -75,7 +81,7 @@ run() {
 bytes=$((COUNT * 4))
 printf '# hier-shaped: 2 hosts x %d ranks, %s per direction between them, one allreduce of %d floats (%d MB), %d iterations; load: %s\n' \
     "$L" "$RATE" "$COUNT" $((bytes / 1000000)) "$ITERS" "$(uptime | sed 's/.*load average: //')"
-printf '%-26s %10s %10s %10s\n' "allreduce" "flat(s)" "hier(s)" "speedup"
+printf '%-26s %10s %10s %10s %10s %8s %s\n' "allreduce" "flat(s)" "hier(s)" "speedup" "auto(s)" "auto" "right"
 # gcoll-bench's CSV: the dense rows carry the time in column 5 (us), compressed in column 3
 for spec in dense $SPECS; do
     if [ "$spec" = dense ]; then
@@ -89,7 +95,14 @@ for spec in dense $SPECS; do
     run 0 "$TMP/flat.csv" $args >/dev/null 2>&1 || continue
     # shellcheck disable=SC2086
     run 1 "$TMP/hier.csv" $args >/dev/null 2>&1 || continue
+    # shellcheck disable=SC2086
+    run auto "$TMP/auto.csv" $args >/dev/null 2>&1 || continue
     f=$(awk -F, -v c=$col '/^[0-9]/ {print $c / 1e6}' "$TMP/flat.csv")
     h=$(awk -F, -v c=$col '/^[0-9]/ {print $c / 1e6}' "$TMP/hier.csv")
-    awk -v s="$spec" -v f="$f" -v h="$h" 'BEGIN {printf "%-26s %10.3f %10.3f %9.2fx\n", s, f, h, f / h}'
+    a=$(awk -F, -v c=$col '/^[0-9]/ {print $c / 1e6}' "$TMP/auto.csv")
+    # the choice logged for this size ("... of N bytes: hierarchical, because ...")
+    choice=$(grep -o "of $bytes bytes: [a-z]*" "$TMP/auto.csv.err" | tail -n 1 | sed 's/.*: //')
+    awk -v s="$spec" -v f="$f" -v h="$h" -v a="$a" -v ch="${choice:-?}" 'BEGIN {
+        best = (h < f) ? "hierarchical" : "flat"
+        printf "%-26s %10.3f %10.3f %9.2fx %10.3f %8s %s\n", s, f, h, f / h, a, ch, (ch == best) ? "yes" : "no"}'
 done
