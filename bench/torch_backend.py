@@ -8,8 +8,9 @@ check. Run on P ranks (gcoll-run exports torch's RANK, WORLD_SIZE, MASTER_ADDR/P
     tools/gcoll-run -n 4 -x PYTHONPATH=$PWD/bindings/python -- \\
         .venv/bin/python bench/torch_backend.py [--sizes 4,64k,4m,64m] [--iters 20]
 
-The per-call overhead is also measured apart, on groups of one rank (bench_overhead),
-where no peer's scheduling blurs it.
+The per-call overhead is also measured apart, on groups of one rank (bench_overhead): no
+peer and no network, but every rank times its calls at once, so with fewer CPUs than ranks
+the thread hand-offs wait for a CPU (Gloo's one-rank group is timed beside it for scale).
 
 Every figure is the median over the iterations of the slowest rank's time (the ranks
 take a MAX of each sample)."""
