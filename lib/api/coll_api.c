@@ -6,6 +6,7 @@
 
 #include "collectives/coll.h"
 #include "core/ops.h"
+#include "api/checks.h"
 #include "core/comm.h"
 #include "collectives/compressed/compressed.h"
 #include "hier/hier.h"
@@ -18,8 +19,8 @@ static int dtype_ok(gcoll_dtype_t d)
 }
 
 /* A known op that the kernels can apply to dtype (checked after dtype_ok). */
-static gcoll_status_t check_op(gcoll_comm_t *comm, const char *what, gcoll_dtype_t dtype,
-                               gcoll_op_t op)
+gcoll_status_t gcoll_api_check_op(gcoll_comm_t *comm, const char *what, gcoll_dtype_t dtype,
+                                  gcoll_op_t op)
 {
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, op >= GCOLL_SUM && op <= GCOLL_BXOR,
                                       "unknown op %d", (int)op));
@@ -29,8 +30,8 @@ static gcoll_status_t check_op(gcoll_comm_t *comm, const char *what, gcoll_dtype
 }
 
 /* Common checks; count elements of dtype must fit in memory. */
-static gcoll_status_t check_common(gcoll_comm_t *comm, const char *what, size_t count,
-                                   gcoll_dtype_t dtype)
+gcoll_status_t gcoll_api_check_common(gcoll_comm_t *comm, const char *what, size_t count,
+                                      gcoll_dtype_t dtype)
 {
     if (!comm) {
         GCOLL_WARN("%s: NULL communicator", what);
@@ -44,13 +45,20 @@ static gcoll_status_t check_common(gcoll_comm_t *comm, const char *what, size_t 
                                  "count %zu is too large", count);
 }
 
+gcoll_status_t gcoll_api_check_rank(gcoll_comm_t *comm, const char *what, const char *role, int r)
+{
+    return gcoll_comm_check_args(comm, what, r >= 0 && r < comm->size,
+                                 "%s %d is not a rank of this %d-rank communicator", role, r,
+                                 comm->size);
+}
+
 gcoll_status_t gcoll_iallreduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf,
                                 size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
                                 gcoll_request_t **req_p)
 {
     const char *what = "gcoll_allreduce";
-    GCOLL_CHECK(check_common(comm, what, count, dtype));
-    GCOLL_CHECK(check_op(comm, what, dtype, op));
+    GCOLL_CHECK(gcoll_api_check_common(comm, what, count, dtype));
+    GCOLL_CHECK(gcoll_api_check_op(comm, what, dtype, op));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || (sendbuf && recvbuf),
                                       "NULL buffer with count %zu", count));
     return gcoll_op_iallreduce(comm, what, sendbuf, recvbuf, count, dtype, op, req_p);
@@ -77,10 +85,8 @@ gcoll_status_t gcoll_ibroadcast(gcoll_comm_t *comm, void *buf, size_t count, gco
                                 int root, gcoll_request_t **req_p)
 {
     const char *what = "gcoll_broadcast";
-    GCOLL_CHECK(check_common(comm, what, count, dtype));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, root >= 0 && root < comm->size,
-                                      "root %d is not a rank of this %d-rank communicator", root,
-                                      comm->size));
+    GCOLL_CHECK(gcoll_api_check_common(comm, what, count, dtype));
+    GCOLL_CHECK(gcoll_api_check_rank(comm, what, "root", root));
     GCOLL_CHECK(
         gcoll_comm_check_args(comm, what, count == 0 || buf, "NULL buffer with count %zu", count));
     gcoll_args_t a = {.recvbuf = buf, .count = count, .dtype = dtype, .root = root};
@@ -226,7 +232,7 @@ gcoll_status_t gcoll_ireduce_scatter(gcoll_comm_t *comm, const void *sendbuf, vo
 {
     const char *what = "gcoll_reduce_scatter";
     GCOLL_CHECK(check_base(comm, what, dtype));
-    GCOLL_CHECK(check_op(comm, what, dtype, op));
+    GCOLL_CHECK(gcoll_api_check_op(comm, what, dtype, op));
     GCOLL_CHECK(check_bytes(comm, what, recvcount, gcoll_dtype_size(dtype), (size_t)comm->size));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, recvcount == 0 || (sendbuf && recvbuf),
                                       "NULL buffer with count %zu", recvcount));

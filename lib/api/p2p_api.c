@@ -1,5 +1,6 @@
 /* p2p_api.c: public entry points of point-to-point and group calls: argument checks, then
  * lib/core/group.c's queued operations. */
+#include "api/checks.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "core/comm.h"
@@ -9,23 +10,10 @@ static gcoll_status_t check_p2p(gcoll_comm_t *comm, const char *what, const void
                                 gcoll_dtype_t dtype, int peer, int nonblocking,
                                 gcoll_request_t **req_p)
 {
-    if (!comm) {
-        GCOLL_WARN("%s: NULL communicator", what);
-        return GCOLL_ERR_INVALID;
-    }
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what,
-                                      dtype >= GCOLL_FLOAT32 && dtype <= GCOLL_FLOAT8_E5M2,
-                                      "unknown dtype %d", (int)dtype));
-    size_t bytes;
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what,
-                                      gcoll_mul_size(count, gcoll_dtype_size(dtype), &bytes) == 0 &&
-                                          bytes < ((size_t)1 << 62),
-                                      "count %zu is too large", count));
+    GCOLL_CHECK(gcoll_api_check_common(comm, what, count, dtype));
     GCOLL_CHECK(
         gcoll_comm_check_args(comm, what, count == 0 || buf, "NULL buffer with count %zu", count));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, peer >= 0 && peer < comm->size,
-                                      "peer %d is not a rank of this %d-rank communicator", peer,
-                                      comm->size));
+    GCOLL_CHECK(gcoll_api_check_rank(comm, what, "peer", peer));
     return gcoll_comm_check_args(comm, what, !nonblocking || req_p, "NULL request pointer");
 }
 

@@ -3,6 +3,7 @@
  * context and calls collectives/rooted.c. */
 #include <stdio.h>
 
+#include "api/checks.h"
 #include "collectives/coll.h"
 #include "collectives/reduce.h"
 #include "core/comm.h"
@@ -47,19 +48,11 @@ static gcoll_status_t run_gather(gcoll_comm_t *comm, gcoll_request_t *req)
 static gcoll_status_t check_rooted(gcoll_comm_t *comm, const char *what, size_t count,
                                    gcoll_dtype_t dtype, int root)
 {
-    if (!comm) {
-        GCOLL_WARN("%s: NULL communicator", what);
-        return GCOLL_ERR_INVALID;
-    }
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what,
-                                      dtype >= GCOLL_FLOAT32 && dtype <= GCOLL_FLOAT8_E5M2,
-                                      "unknown dtype %d", (int)dtype));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, root >= 0 && root < comm->size,
-                                      "root %d is not a rank of this %d-rank communicator", root,
-                                      comm->size));
+    GCOLL_CHECK(gcoll_api_check_common(comm, what, count, dtype));
+    GCOLL_CHECK(gcoll_api_check_rank(comm, what, "root", root));
     size_t b;
-    int ok = gcoll_mul_size(count, gcoll_dtype_size(dtype), &b) == 0 &&
-             gcoll_mul_size(b, (size_t)comm->size, &b) == 0 && b < ((size_t)1 << 62);
+    int ok = gcoll_mul_size(count * gcoll_dtype_size(dtype), (size_t)comm->size, &b) == 0 &&
+             b < ((size_t)1 << 62);
     return gcoll_comm_check_args(comm, what, ok, "count %zu is too large", count);
 }
 
@@ -68,11 +61,7 @@ gcoll_status_t gcoll_ireduce(gcoll_comm_t *comm, const void *sendbuf, void *recv
 {
     const char *what = "gcoll_reduce";
     GCOLL_CHECK(check_rooted(comm, what, count, dtype, root));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, op >= GCOLL_SUM && op <= GCOLL_BXOR,
-                                      "unknown op %d", (int)op));
-    const char *why = gcoll_reduce_check(dtype, op);
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, why == NULL, "op %s on dtype %s: %s",
-                                      gcoll_op_name(op), gcoll_dtype_name(dtype), why ? why : ""));
+    GCOLL_CHECK(gcoll_api_check_op(comm, what, dtype, op));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || sendbuf,
                                       "NULL sendbuf with count %zu", count));
     GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || recvbuf || comm->rank != root,
