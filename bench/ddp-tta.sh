@@ -38,30 +38,15 @@ PYTHONPATH="$HERE/../bindings/python" GCOLL_LIBRARY="$BUILD/.libs/libgcoll.so" $
     skip "$PY cannot import torch and gcoll.torch with the gcoll backend"
 
 pids=""
+VETH=gt SUBNET=10.79.0
+. "$HERE/netns-star.sh"
 cleanup() {
     [ -n "$pids" ] && kill $pids 2>/dev/null
-    for i in $(seq 0 $((N - 1))); do ip netns del "$NS$i" 2>/dev/null; done
-    ip netns del "${NS}br" 2>/dev/null
+    star_cleanup
 }
 trap 'cleanup' EXIT
 trap 'cleanup; exit 1' INT TERM
-cleanup
-ip netns add "${NS}br" || skip "cannot create network namespaces here"
-ip -n "${NS}br" link add br0 type bridge && ip -n "${NS}br" link set br0 up || skip "cannot create a bridge"
-for i in $(seq 0 $((N - 1))); do
-    ip netns add "$NS$i" || skip "cannot create namespace $NS$i"
-    ip link add "gt$i" netns "$NS$i" type veth peer name "gtb$i" netns "${NS}br" || skip "cannot create veth"
-    ip -n "$NS$i" addr add "10.79.0.$((i + 1))/24" dev "gt$i"
-    ip -n "$NS$i" link set "gt$i" up
-    ip -n "$NS$i" link set lo up
-    ip -n "${NS}br" link set "gtb$i" master br0
-    ip -n "${NS}br" link set "gtb$i" up
-    for where in "$NS$i gt$i" "${NS}br gtb$i"; do
-        set -- $where
-        tc -n "$1" qdisc replace dev "$2" root tbf rate "$RATE" burst 512kb latency 100ms ||
-            skip "tc tbf is not available"
-    done
-done
+star_make
 
 mkdir -p "$OUT"
 echo "# ddp-tta: $N ranks, links $RATE per direction; load: $(uptime | sed 's/.*load/load/')"
