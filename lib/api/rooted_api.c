@@ -43,29 +43,34 @@ static gcoll_status_t run_gather(gcoll_comm_t *comm, gcoll_request_t *req)
     return gcoll_scatter_run(&ctx, a->sendbuf, a->recvbuf, a->count, a->dtype, a->root, algo);
 }
 
-/* Checks every rooted call shares: the communicator, dtype, root, and that size * count
- * elements fit in memory (gather's and scatter's root buffers hold that many). */
-static gcoll_status_t check_rooted(gcoll_comm_t *comm, const char *what, size_t count,
-                                   gcoll_dtype_t dtype, int root)
+/* Checks every rooted call shares, then the queued request: the communicator, dtype, root,
+ * that size * count elements fit in memory (gather's and scatter's root buffers hold that
+ * many), and the buffers: the root's own buffer (reduce's and gather's recvbuf, scatter's
+ * sendbuf) may be NULL elsewhere, the other one is needed on every rank. */
+static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_run_fn_t run,
+                             gcoll_args_t *a, gcoll_request_t **req_p)
 {
-    GCOLL_CHECK(gcoll_api_check_common(comm, what, count, dtype));
-    GCOLL_CHECK(gcoll_api_check_rank(comm, what, "root", root));
+    GCOLL_CHECK(gcoll_api_check_common(comm, what, a->count, a->dtype));
+    if (a->kind == GCOLL_KIND_REDUCE)
+        GCOLL_CHECK(gcoll_api_check_op(comm, what, a->dtype, a->op));
+    GCOLL_CHECK(gcoll_api_check_rank(comm, what, "root", a->root));
     size_t b;
-    int ok = gcoll_mul_size(count * gcoll_dtype_size(dtype), (size_t)comm->size, &b) == 0 &&
+    int ok = gcoll_mul_size(a->count * gcoll_dtype_size(a->dtype), (size_t)comm->size, &b) == 0 &&
              b < ((size_t)1 << 62);
-    return gcoll_comm_check_args(comm, what, ok, "count %zu is too large", count);
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, ok, "count %zu is too large", a->count));
+    const int scatter = a->kind == GCOLL_KIND_SCATTER, root = comm->rank == a->root;
+    GCOLL_CHECK(gcoll_comm_check_args(comm, what, a->count == 0 || a->sendbuf || (scatter && !root),
+                                      "NULL sendbuf%s with count %zu",
+                                      scatter ? " at the root" : "", a->count));
+    GCOLL_CHECK(gcoll_comm_check_args(
+        comm, what, a->count == 0 || a->recvbuf || (!scatter && !root),
+        "NULL recvbuf%s with count %zu", scatter ? "" : " at the root", a->count));
+    return gcoll_op_submit(comm, what, run, a, req_p);
 }
 
 gcoll_status_t gcoll_ireduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                              gcoll_dtype_t dtype, gcoll_op_t op, int root, gcoll_request_t **req_p)
 {
-    const char *what = "gcoll_reduce";
-    GCOLL_CHECK(check_rooted(comm, what, count, dtype, root));
-    GCOLL_CHECK(gcoll_api_check_op(comm, what, dtype, op));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || sendbuf,
-                                      "NULL sendbuf with count %zu", count));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || recvbuf || comm->rank != root,
-                                      "NULL recvbuf at the root with count %zu", count));
     gcoll_args_t a = {.sendbuf = sendbuf,
                       .recvbuf = recvbuf,
                       .count = count,
@@ -73,7 +78,7 @@ gcoll_status_t gcoll_ireduce(gcoll_comm_t *comm, const void *sendbuf, void *recv
                       .op = op,
                       .root = root,
                       .kind = GCOLL_KIND_REDUCE};
-    return gcoll_op_submit(comm, what, run_reduce, &a, req_p);
+    return submit(comm, "gcoll_reduce", run_reduce, &a, req_p);
 }
 
 gcoll_status_t gcoll_reduce(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
@@ -85,19 +90,13 @@ gcoll_status_t gcoll_reduce(gcoll_comm_t *comm, const void *sendbuf, void *recvb
 gcoll_status_t gcoll_igather(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                              gcoll_dtype_t dtype, int root, gcoll_request_t **req_p)
 {
-    const char *what = "gcoll_gather";
-    GCOLL_CHECK(check_rooted(comm, what, count, dtype, root));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || sendbuf,
-                                      "NULL sendbuf with count %zu", count));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || recvbuf || comm->rank != root,
-                                      "NULL recvbuf at the root with count %zu", count));
     gcoll_args_t a = {.sendbuf = sendbuf,
                       .recvbuf = recvbuf,
                       .count = count,
                       .dtype = dtype,
                       .root = root,
                       .kind = GCOLL_KIND_GATHER};
-    return gcoll_op_submit(comm, what, run_gather, &a, req_p);
+    return submit(comm, "gcoll_gather", run_gather, &a, req_p);
 }
 
 gcoll_status_t gcoll_gather(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
@@ -109,19 +108,13 @@ gcoll_status_t gcoll_gather(gcoll_comm_t *comm, const void *sendbuf, void *recvb
 gcoll_status_t gcoll_iscatter(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                               gcoll_dtype_t dtype, int root, gcoll_request_t **req_p)
 {
-    const char *what = "gcoll_scatter";
-    GCOLL_CHECK(check_rooted(comm, what, count, dtype, root));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || sendbuf || comm->rank != root,
-                                      "NULL sendbuf at the root with count %zu", count));
-    GCOLL_CHECK(gcoll_comm_check_args(comm, what, count == 0 || recvbuf,
-                                      "NULL recvbuf with count %zu", count));
     gcoll_args_t a = {.sendbuf = sendbuf,
                       .recvbuf = recvbuf,
                       .count = count,
                       .dtype = dtype,
                       .root = root,
                       .kind = GCOLL_KIND_SCATTER};
-    return gcoll_op_submit(comm, what, run_gather, &a, req_p);
+    return submit(comm, "gcoll_scatter", run_gather, &a, req_p);
 }
 
 gcoll_status_t gcoll_scatter(gcoll_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
