@@ -180,10 +180,13 @@ class FsdpCompressState:
             # layer policy by module name, in backward order (the last module first)
             # (the root module's name is "", which a policy's patterns see as "root")
             counts = [(n or "root", _flat_count(g)) for n, _m, g in groups]
-            # type: rules and "seed" by the FSDP module's class; no embedding default
-            # here (a unit's flat reduce-scatter holds every parameter it owns)
+            # type: rules, "seed" and the embedding default by the FSDP module's class. A
+            # unit made of an Embedding or EmbeddingBag holds its weight alone, sharded by
+            # whole rows (dim 0, padded to whole rows), so its flat reduce-scatter buffer
+            # is rows of embedding_dim values and goes row-sparse; an embedding inside a
+            # larger unit shares the buffer with other parameters and is not matched.
             policy_c = expand_policy(policy, [c[0] for c in counts],
-                                     module_info(module, by_module=True), "none")
+                                     module_info(module, by_module=True), spec)
             specs = resolve_specs(comm, list(reversed(counts)), spec, policy_c)[::-1]
             for (name, m, g), (_n, count), s in zip(groups, counts, specs):
                 comp = None

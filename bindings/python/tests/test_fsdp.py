@@ -275,6 +275,55 @@ class TestFsdpCompress(unittest.TestCase):
             self.assertIn("density=0.1", st.modules[m].spec)
         st.close()
 
+    def test_embedding_rows_by_default(self):
+        """An FSDP unit made of an EmbeddingBag goes row-sparse with dim= its
+        embedding_dim unless a rule names it, and loses nothing: its reduce-scatter equals
+        a replay bit for bit and the dense average within one rounding of the sum."""
+        torch.manual_seed(11)
+        # 45 rows: FSDP2 pads to 46 (23 a rank), whole rows of 6 values
+        net = nn.Sequential(nn.EmbeddingBag(45, 6, mode="sum"), nn.Linear(6, 5))
+        fully_shard(net[0], mesh=MESH)
+        fully_shard(net[1], mesh=MESH)
+        fully_shard(net, mesh=MESH)
+        st = gt.fsdp_compress(net, "topk:density=0.1", comm=COMM)
+        self.assertEqual(st.modules["0"].spec.split("+")[0].split(",ef=")[0],
+                         "rowsparse:dim=6")
+        self.assertIn("topk", st.modules["1"].spec)
+        self.assertEqual(st.modules["0"].count % 6, 0)
+        st.trace = []
+        opt = torch.optim.SGD(net.parameters(), lr=LR)
+        g = torch.Generator().manual_seed(300 + RANK)
+        for _ in range(3):  # each rank touches its own few rows
+            idx = torch.randint(0, 45, (8, 3), generator=g)
+            opt.zero_grad()
+            net(idx).square().sum().backward()
+            opt.step()
+        comp, states, seen = gcoll.Compressor(st.modules["0"].spec), None, 0
+        for name, inp, out in st.trace:
+            if name != "0":
+                continue
+            seen += 1
+            states = states or gcoll.TensorState(comp, inp.numel())
+            n = out.numel()
+            want = COMM.compressed_reduce_scatter(states, inp, torch.empty(n), op="avg")
+            self.assertTrue(torch.equal(want, out))
+            dense = torch.empty_like(out)
+            dist.reduce_scatter_single(dense, inp, op=dist.ReduceOp.AVG)
+            # lossless rows: the same sum of SIZE values, maybe in another order, so within
+            # SIZE roundings of the largest magnitude (2^-24 each)
+            tol = SIZE * 2.0 ** -24 * float(inp.abs().max()) + 1e-30
+            self.assertLessEqual(float((dense - out).abs().max()), tol)
+            self.assertGreater(int((inp == 0).sum()), 0)  # rows untouched: sparse input
+        self.assertEqual(seen, 3)
+        st.close()
+        # a rule that names the unit wins over the default; "none" turns it off
+        st = gt.fsdp_compress(net, "topk:density=0.1", policy="0=fp16", comm=COMM)
+        self.assertTrue(st.modules["0"].spec.startswith("fp16"))
+        st.close()
+        st = gt.fsdp_compress(net, "none", comm=COMM)
+        self.assertEqual(st.modules["0"].spec, "none")
+        st.close()
+
     def test_adapt_trains_and_refuses_checkpoints(self):
         fs = shard(mlp(7))
         st = gt.fsdp_compress(fs, "topk:density=0.05", comm=COMM, adapt="snr")
