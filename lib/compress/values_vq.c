@@ -30,26 +30,40 @@ static float vec_at(const float *x, size_t n, size_t v, size_t D, size_t j)
     return i < n ? x[i] : 0.0f;
 }
 
-static uint32_t nearest(const float *x, size_t n, size_t v, size_t D, const float *book, uint32_t K)
+/* The codebook transposed to doubles, bt[j * K + k] = book[k * D + j], so that the
+ * distances to all K codewords are computed together, a loop over k that the compiler
+ * vectorises. */
+static void transpose(const float *book, double *bt, size_t D, uint32_t K)
 {
-    uint32_t best = 0;
-    double bd = 0;
+    for (uint32_t k = 0; k < K; k++)
+        for (size_t j = 0; j < D; j++)
+            bt[j * K + k] = book[(size_t)k * D + j];
+}
+
+/* Index of the codeword nearest to vector v: the first k whose squared distance, summed in
+ * double over j in order, is below every earlier one's, codeword 0 (zero) first, so that no
+ * vector is further from its codeword than from zero. dd: K doubles of scratch. */
+static uint32_t nearest(const float *x, size_t n, size_t v, size_t D, const double *bt, uint32_t K,
+                        double *restrict dd)
+{
+    for (uint32_t k = 0; k < K; k++)
+        dd[k] = 0;
+    const int whole = (v + 1) * D <= n;
     for (size_t j = 0; j < D; j++) {
-        double t = vec_at(x, n, v, D, j);
-        bd += t * t;
-    }
-    for (uint32_t k = 1; k < K; k++) {
-        const float *c = book + (size_t)k * D;
-        double dd = 0;
-        for (size_t j = 0; j < D && dd < bd; j++) {
-            double t = (double)vec_at(x, n, v, D, j) - c[j];
-            dd += t * t;
+        const double t = whole ? x[v * D + j] : vec_at(x, n, v, D, j);
+        const double *restrict c = bt + j * K;
+        for (uint32_t k = 0; k < K; k++) {
+            const double e = t - c[k];
+            dd[k] += e * e;
         }
-        if (dd < bd) {
-            bd = dd;
+    }
+    uint32_t best = 0;
+    double bd = dd[0];
+    for (uint32_t k = 1; k < K; k++)
+        if (dd[k] < bd) {
+            bd = dd[k];
             best = k;
         }
-    }
     return best;
 }
 
@@ -68,10 +82,13 @@ gcoll_status_t gcoll_vq_put(const gcoll_vspec_t *vs, const float *x, size_t n, f
     const size_t S = nvec < VQ_SAMPLE ? nvec : VQ_SAMPLE;
     float *book = malloc((size_t)K * D * sizeof(float));
     double *sum = malloc((size_t)K * D * sizeof(double));
+    double *bt = malloc((size_t)K * D * sizeof(double)), *dd = malloc(K * sizeof(double));
     size_t *cnt = malloc(K * sizeof(size_t));
-    if (!book || !sum || !cnt) {
+    if (!book || !sum || !bt || !dd || !cnt) {
         free(book);
         free(sum);
+        free(bt);
+        free(dd);
         free(cnt);
         return GCOLL_ERR_NOMEM;
     }
@@ -87,9 +104,10 @@ gcoll_status_t gcoll_vq_put(const gcoll_vspec_t *vs, const float *x, size_t n, f
     for (int it = 0; it < (warm ? VQ_WARM : VQ_COLD); it++) {
         memset(sum, 0, (size_t)K * D * sizeof(double));
         memset(cnt, 0, K * sizeof(size_t));
+        transpose(book, bt, D, K);
         for (size_t s = 0; s < S; s++) {
             size_t v = s * nvec / S;
-            uint32_t k = nearest(x, n, v, D, book, K);
+            uint32_t k = nearest(x, n, v, D, bt, K, dd);
             cnt[k]++;
             for (size_t j = 0; j < D; j++)
                 sum[(size_t)k * D + j] += vec_at(x, n, v, D, j);
@@ -102,8 +120,9 @@ gcoll_status_t gcoll_vq_put(const gcoll_vspec_t *vs, const float *x, size_t n, f
     memcpy(out, book, (size_t)K * D * sizeof(float));
     uint8_t *codes = out + (size_t)K * D * sizeof(float);
     memset(codes, 0, (nvec * vs->bits + 7) / 8);
+    transpose(book, bt, D, K);
     for (size_t v = 0; v < nvec; v++) {
-        uint32_t k = nearest(x, n, v, D, book, K);
+        uint32_t k = nearest(x, n, v, D, bt, K, dd);
         size_t bit = v * vs->bits;
         uint32_t w = k << (bit % 8);
         codes[bit / 8] |= (uint8_t)w;
@@ -121,6 +140,8 @@ gcoll_status_t gcoll_vq_put(const gcoll_vspec_t *vs, const float *x, size_t n, f
         free(book);
     }
     free(sum);
+    free(bt);
+    free(dd);
     free(cnt);
     return GCOLL_OK;
 }
@@ -162,15 +183,20 @@ void gcoll_vq_apply_range(const gcoll_vspec_t *vs, const uint8_t *p, uint64_t n,
     (void)n;
     const size_t D = vs->bucket, nb = ((size_t)1 << vs->bits) * D;
     const uint8_t *codes = p + 4 * nb;
-    for (size_t i = start; i < start + m; i++) {
-        float v;
-        memcpy(&v, p + 4 * ((size_t)code_at(codes, vs->bits, i / D) * D + i % D), 4);
-        float *o = out + (i - start);
-        if (mode == GCOLL_DECODE_SET)
-            *o = v;
-        else if (mode == GCOLL_DECODE_ADD)
-            *o += v;
-        else
-            *o -= v;
+    const size_t end = start + m;
+    for (size_t i = start; i < end;) { /* one codeword per vector: its index read once */
+        const size_t v = i / D, stop = (v + 1) * D < end ? (v + 1) * D : end;
+        const uint8_t *cw = p + 4 * ((size_t)code_at(codes, vs->bits, v) * D);
+        for (size_t j = i % D; i < stop; i++, j++) {
+            float c;
+            memcpy(&c, cw + 4 * j, 4);
+            float *o = out + (i - start);
+            if (mode == GCOLL_DECODE_SET)
+                *o = c;
+            else if (mode == GCOLL_DECODE_ADD)
+                *o += c;
+            else
+                *o -= c;
+        }
     }
 }
