@@ -585,13 +585,12 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
     snprintf(c->spec, sizeof(c->spec), "%s", b);
 }
 
-/* Random-k with error feedback, either form, contracts by only delta = k/n: classic
- * feedback's residual holds ~n/k steps of input, paid out in bursts; EF21's estimate is
- * ~n/k steps stale. Both converge with a step size ~k/n times smaller than SGD's (Stich
- * et al. 2018; Richtarik et al. 2021): at gcoll-train's lr 0.05 with momentum 0.9, 1% diverged
- * in both forms (docs/training.md). Said once per process: specs are parsed often. */
-/* Random-k with error feedback at a low density, once per process: what is known to
- * diverge with it (docs/compressors.md, "Random-k with error feedback"). */
+/* Random-k with error feedback below density 0.1, without momentum=: what is known to
+ * diverge (docs/compressors.md, "Random-k with error feedback"). Classic feedback is in
+ * expectation a heavy-ball momentum of 1-k/n (Mitliagkas et al. 2016 find the same in
+ * asynchronous SGD): it trains at dense's step without the optimizer's momentum, but NaN
+ * with 0.9 on top. EF21's estimate is ~n/k steps stale: it needs a step ~k/n times smaller
+ * (Richtarik et al. 2021). Said once per process: specs are parsed often. */
 static void randomk_warn_once(double density, int ef21)
 {
     static int said;
