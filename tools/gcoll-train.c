@@ -33,8 +33,9 @@ static const char usage_text[] =
     "  -l, --lr X              learning rate (0.05)\n"
     "      --lr-schedule S     constant, cosine (to 0 over the run) or step (x0.1 at 50%\n"
     "                          and 75% of the steps) (cosine; constant with --async)\n"
-    "  -m, --momentum M        SGD momentum (0.9; 0 when a DGC codec is in use, which\n"
-    "                          corrects momentum itself)\n"
+    "  -m, --momentum M        SGD momentum (0.9; 0 on tensors whose codec takes it: dgc,\n"
+    "                          and random-k with error feedback, whose spec then gets\n"
+    "                          momentum=0.9 when it has no momentum=)\n"
     "      --limit N           train on the first N examples only\n"
     "      --test-limit N      evaluate on the first N test examples only\n"
     "      --bucket-bytes N    fuse gradients into buckets of N bytes (1: one bucket per\n"
@@ -228,6 +229,14 @@ int main(int argc, char **argv)
     int prc = parse_opts(argc, argv, &o, &mo, &data_dir, &save);
     if (prc >= 0)
         return prc;
+    /* random-k with classic error feedback takes the default momentum into its codec
+     * (train_randomk_spec); not in the modes, whose workers run their own momentum */
+    char rkspec[256];
+    const char *rk = o.momentum < 0.0f && !(o.policy && *o.policy) && !train_mode_active(&mo)
+                         ? train_randomk_spec(o.compressor, 0.9f, rkspec, sizeof(rkspec))
+                         : NULL;
+    if (rk)
+        o.compressor = rk;
     char err[512];
     if (gcoll_compressor_check(o.compressor, err, sizeof(err)) != GCOLL_OK) {
         const char *env = getenv("GCOLL_COMPRESSOR"); /* where the spec came from */

@@ -491,6 +491,14 @@ static gcoll_status_t encode_input(encode_t *E, const gcoll_encode_opts_t *opt, 
         E->a = opt && opt->clip_preset ? opt->clip_factor
                                        : gcoll_codec_clip_factor(c, E->in, n, 0, s ? s->nranks : 0);
     }
+    if (E->feedback && c->sparsify == GCOLL_SPARSIFY_RANDOMK && c->momentum > 0 &&
+        s->mode == GCOLL_STATE_WORKER) {
+        /* randomk:momentum=M stands in for the optimizer's momentum M. Its error feedback is
+         * already a heavy-ball momentum of 1-k/n in expectation (docs/compressors.md), so no
+         * second velocity (that diverged, masked as in DGC or not): the residual takes g
+         * times a velocity's long-run gain 1/(1-M), and the caller runs plain SGD. */
+        E->a *= 1.0f / (1.0f - c->momentum);
+    }
     if (E->dgc) {
         k->dgc(s->u + off, s->e + off, E->in, n, c->momentum, E->a);
         E->work = s->e + off;

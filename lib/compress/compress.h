@@ -94,9 +94,11 @@ struct gcoll_compressor {
      * at the k indices, and a collective's output is the running estimate G = mean_i g_i (its
      * server state), not the sum of the messages (docs/compressors.md, "Random-k") */
     int ef21;
-    float tau;             /* threshold */
-    uint32_t row_dim;      /* rowsparse: values per row (density: of the touched rows; 0: all) */
-    float momentum;        /* dgc */
+    float tau;        /* threshold */
+    uint32_t row_dim; /* rowsparse: values per row (density: of the touched rows; 0: all) */
+    /* dgc: its velocity's momentum. randomk (classic error feedback only): the momentum M
+     * of the SGD it stands in for; the residual takes g/(1-M) (docs/compressors.md) */
+    float momentum;
     uint64_t warmup_steps; /* sparsifiers: of the density; dense qsgd: of the bit width */
     gcoll_sched_t sched;
     double clip;          /* clip=C: scale the gradient to l2 norm <= C (0: off) */

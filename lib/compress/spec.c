@@ -328,7 +328,7 @@ static gcoll_status_t parse_sparsifier_key(pctx_t *p, gcoll_compressor_t *c, see
         c->reuse_steps = (uint32_t)u;
         return GCOLL_OK;
     }
-    if (sp == GCOLL_SPARSIFY_DGC && !strcmp(key, "momentum")) {
+    if ((sp == GCOLL_SPARSIFY_DGC || sp == GCOLL_SPARSIFY_RANDOMK) && !strcmp(key, "momentum")) {
         ONCE(have_momentum, key);
         double m;
         /* checked as the float it is kept as: 0.999999999 rounds to 1 (a fuzzer found it),
@@ -520,6 +520,8 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
         APP("randomk:density=%s,seed=%llu,unbiased=%d%s%s", num(n1, sizeof(n1), c->density, 0),
             (unsigned long long)c->seed, c->unbiased,
             c->ef ? (c->ef21 ? ",feedback=ef21" : ",feedback=ef") : "", warm);
+        if (c->momentum > 0)
+            APP(",momentum=%s", num(n2, sizeof(n2), c->momentum, 1));
         break;
     case GCOLL_SPARSIFY_THRESHOLD:
         APP("threshold:tau=%s", num(n1, sizeof(n1), c->tau, 1));
@@ -583,21 +585,30 @@ void gcoll_spec_canon(gcoll_compressor_t *c)
     snprintf(c->spec, sizeof(c->spec), "%s", b);
 }
 
-/* Random-k with error feedback, either form, contracts by only delta = k/n: classic
- * feedback's residual holds ~n/k steps of input, paid out in bursts; EF21's estimate is
- * ~n/k steps stale. Both converge with a step size ~k/n times smaller than SGD's (Stich
- * et al. 2018; Richtarik et al. 2021): at gcoll-train's lr 0.05 with momentum 0.9, 1% diverged
- * in both forms (docs/training.md). Said once per process: specs are parsed often. */
-static void randomk_warn_once(double density)
+/* Random-k with error feedback below density 0.1, without momentum=: what is known to
+ * diverge (docs/compressors.md, "Random-k with error feedback"). Classic feedback is in
+ * expectation a heavy-ball momentum of 1-k/n (Mitliagkas et al. 2016 find the same in
+ * asynchronous SGD): it trains at dense's step without the optimizer's momentum, but NaN
+ * with 0.9 on top. EF21's estimate is ~n/k steps stale: it needs a step ~k/n times smaller
+ * (Richtarik et al. 2021). Said once per process: specs are parsed often. */
+static void randomk_warn_once(double density, int ef21)
 {
     static int said;
     if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
         return;
-    GCOLL_WARN("compressor: random-k at density %g with error feedback contracts by only k/n: "
-               "at an SGD step size that suits dense training (with momentum) it is known to "
-               "diverge; it needs a step size about k/n times smaller (docs/compressors.md, "
-               "\"Random-k with error feedback\"); top-k at the same density does not",
-               density);
+    if (ef21)
+        GCOLL_WARN("compressor: random-k at density %g with EF21 contracts by only k/n: at an SGD "
+                   "step size that suits dense training it is known to diverge; it needs a step "
+                   "size about k/n times smaller (docs/compressors.md, \"Random-k with error "
+                   "feedback\")",
+                   density);
+    else
+        GCOLL_WARN("compressor: random-k at density %g with error feedback is itself a momentum "
+                   "of 1-k/n: under an optimizer's momentum it is known to diverge; hand the "
+                   "momentum to the codec (momentum=M in the spec, SGD without momentum) or run "
+                   "SGD without momentum at lr/(1-M) (docs/compressors.md, \"Random-k with error "
+                   "feedback\")",
+                   density);
 }
 
 gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *errbuf,
@@ -669,8 +680,11 @@ gcoll_status_t gcoll_spec_parse(const char *spec, gcoll_compressor_t *c, char *e
             c->unbiased = !c->ef;
         if (!c->ef && seen.have_feedback)
             return perr(&p, "randomk: feedback= applies with error feedback (ef=1) only");
-        if (c->ef && c->density < 0.1)
-            randomk_warn_once(c->density);
+        if (c->momentum > 0 && (!c->ef || c->ef21))
+            return perr(&p, "randomk: momentum= applies with classic error feedback only "
+                            "(ef=1, feedback=ef)");
+        if (c->ef && c->density < 0.1 && !(c->momentum > 0))
+            randomk_warn_once(c->density, c->ef21);
         break;
     case GCOLL_SPARSIFY_ROWS:
         if (!seen.have_dim)

@@ -198,6 +198,32 @@ static void test_dgc_layer_rule(void **state)
     assert_null(train_dgc_layer_rule("dgc:density=0.001", buf, 8));       /* no room */
 }
 
+/* Random-k with classic error feedback takes the optimizer's momentum into its spec; other
+ * random-k forms and other codecs are left alone. */
+static void test_randomk_spec(void **state)
+{
+    (void)state;
+    char buf[256];
+    const char *r = train_randomk_spec("randomk:density=0.01", 0.9f, buf, sizeof(buf));
+    assert_non_null(r);
+    assert_string_equal(r, "randomk:density=0.01,momentum=0.9");
+    r = train_randomk_spec("randomk:density=0.01,seed=3+fp16", 0.9f, buf, sizeof(buf));
+    assert_non_null(r);
+    assert_string_equal(r, "randomk:density=0.01,seed=3,momentum=0.9+fp16");
+    assert_true(train_codec_momentum(r));
+    assert_null(train_randomk_spec("randomk:density=0.01,momentum=0.5", 0.9f, buf, 256));
+    assert_null(train_randomk_spec("randomk:density=0.01,ef=0", 0.9f, buf, 256));
+    assert_null(train_randomk_spec("randomk:density=0.01,feedback=ef21", 0.9f, buf, 256));
+    assert_null(train_randomk_spec("randomk:density=0.01", 0.0f, buf, 256));
+    assert_null(train_randomk_spec("topk:density=0.01", 0.9f, buf, 256));
+    assert_null(train_randomk_spec("randomk:density=0.01", 0.9f, buf, 20)); /* no room */
+    assert_false(train_codec_momentum("randomk:density=0.01"));
+    assert_false(train_codec_momentum("randomk:density=0.01,momentum=0"));
+    assert_true(train_codec_momentum("dgc:density=0.01"));
+    assert_false(train_momentum_first("randomk:density=0.01,momentum=0.9", NULL));
+    assert_true(train_momentum_first("randomk:density=0.01", NULL));
+}
+
 /* Momentum is per tensor: with a DGC compressor, the tensors a policy leaves dense get the
  * usual momentum (0.9), so a run whose policy sends everything dense is the dense run. */
 static void test_momentum_per_tensor(void **state)
@@ -230,7 +256,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_match_union),   cmocka_unit_test(test_compressed_identical),
         cmocka_unit_test(test_lr_schedule),         cmocka_unit_test(test_dgc_layer_rule),
-        cmocka_unit_test(test_momentum_per_tensor),
+        cmocka_unit_test(test_momentum_per_tensor), cmocka_unit_test(test_randomk_spec),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     train_data_free(&data);

@@ -95,13 +95,40 @@ int train_uses_dgc(const char *compressor, const char *policy)
     return (compressor && strstr(compressor, "dgc")) || (policy && strstr(policy, "dgc"));
 }
 
+int train_codec_momentum(const char *spec)
+{
+    if (!spec)
+        return 0;
+    if (strstr(spec, "dgc"))
+        return 1;
+    const char *m = strncmp(spec, "randomk", 7) == 0 ? strstr(spec, "momentum=") : NULL;
+    return m && strtod(m + 9, NULL) > 0.0;
+}
+
+/* Random-k's error feedback at density p is itself a heavy-ball momentum of 1-p in
+ * expectation (docs/compressors.md), so the optimizer's momentum on top diverged here (NaN
+ * in epoch 2 at 1%); its codec takes the momentum instead (randomk:momentum=M). */
+const char *train_randomk_spec(const char *compressor, float momentum, char *buf, size_t len)
+{
+    if (!compressor || strncmp(compressor, "randomk:", 8) != 0 || !(momentum > 0.0f) ||
+        strstr(compressor, "momentum=") || strstr(compressor, "ef=0") ||
+        strstr(compressor, "feedback=ef21") || strstr(compressor, "unbiased=1"))
+        return NULL;
+    const char *plus = strchr(compressor, '+');
+    int head = plus ? (int)(plus - compressor) : (int)strlen(compressor);
+    int n = snprintf(buf, len, "%.*s,momentum=%g%s", head, compressor, (double)momentum,
+                     plus ? plus : "");
+    return n > 0 && (size_t)n < len ? buf : NULL;
+}
+
 /* Whether the codec feeds back its error, and so gets the momentum before it (above). */
 int train_momentum_first(const char *compressor, const char *policy)
 {
     if (policy && *policy)
         return 0; /* several codecs: momentum after the reduction, as before */
     return compressor && *compressor && strcmp(compressor, "none") != 0 &&
-           !train_uses_dgc(compressor, policy) && !strstr(compressor, "ef=0");
+           !train_uses_dgc(compressor, policy) && !train_codec_momentum(compressor) &&
+           !strstr(compressor, "ef=0");
 }
 
 typedef struct {
@@ -144,6 +171,7 @@ typedef struct {
     char rule[512]; /* dgc_rule's text */
     float momentum;
     int dgc_default; /* momentum 0 on DGC's tensors */
+    int rk_default;  /* momentum 0 on random-k's tensors with momentum= */
     train_work_t w;
     gcoll_bucketer_config_t bc;
     gcoll_bucketer_t *b;
@@ -231,8 +259,12 @@ static int dp_bucketer(dp_run_t *r)
         for (int t = 0; t < 2; t++) {
             const char *spec =
                 gcoll_bucketer_tensor_spec(r->b, t ? r->rctx.id_b[l] : r->rctx.id_w[l]);
+            /* random-k with momentum= takes the optimizer's momentum, as DGC does */
+            int rk = o->momentum < 0.0f && !strstr(spec, "dgc") && train_codec_momentum(spec);
+            r->rk_default |= rk;
             r->mom[2 * l + t] = r->rctx.momentum_first > 0.0f           ? 0.0f
                                 : r->dgc_default && strstr(spec, "dgc") ? 0.0f
+                                : rk                                    ? 0.0f
                                                                         : r->momentum;
         }
     }
@@ -260,7 +292,9 @@ static void dp_header(const dp_run_t *r)
             c, o->compressor, r->policy ? r->policy : "none",
             r->dgc_rule ? " (DGC's layer rule)" : "", buckets, o->batch, r->global, (double)o->lr,
             " ", train_lr_schedule_name(o->lr_schedule), (double)r->momentum,
-            r->dgc_default                  ? " (0 on DGC's tensors: DGC corrects momentum itself)"
+            r->dgc_default  ? " (0 on DGC's tensors: DGC corrects momentum itself)"
+            : r->rk_default ? " (0 on random-k's tensors: their codec takes the momentum, "
+                              "momentum= in the spec)"
             : r->rctx.momentum_first > 0.0f ? " (before compression: error feedback)"
                                             : "",
             r->steps, r->ntrain, r->ntest, (unsigned long long)o->seed);

@@ -58,8 +58,16 @@ typedef struct {
 const char *train_dgc_layer_rule(const char *compressor, char *buf, size_t len);
 /* Whether spec or policy puts any tensor on a DGC codec. */
 int train_uses_dgc(const char *compressor, const char *policy);
+/* Whether a codec spec takes the optimizer's momentum itself: dgc, or randomk with
+ * momentum=M > 0 (the optimizer then runs plain SGD on its tensors by default). */
+int train_codec_momentum(const char *spec);
+/* gcoll-train's default for random-k with classic error feedback given without momentum=:
+ * the spec with momentum=M added (the optimizer's momentum, handed to the codec; the
+ * optimizer then runs without momentum on it), in buf; NULL when the spec is not such a
+ * random-k or does not fit. docs/compressors.md, "Random-k with error feedback". */
+const char *train_randomk_spec(const char *compressor, float momentum, char *buf, size_t len);
 /* Whether momentum goes before compression: a single codec with error feedback (not none,
- * not DGC, not ef=0) and no layer policy. */
+ * not DGC or random-k with momentum=, not ef=0) and no layer policy. */
 int train_momentum_first(const char *compressor, const char *policy);
 
 /* Trains on d (every rank passes the same data) and writes per-epoch lines to out on rank 0

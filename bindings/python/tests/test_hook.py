@@ -85,7 +85,10 @@ class TestHook(unittest.TestCase):
         """Every bucket the hook reduced equals gcoll_compressed_allreduce of the same
         inputs, replayed through the binding with fresh states, bit for bit; and the result
         is what DDP wrote into the gradients."""
-        for spec in ("topk:density=0.05", "dgc:density=0.05,momentum=0.9", "sign"):
+        for spec in (
+            "topk:density=0.05", "dgc:density=0.05,momentum=0.9", "sign",
+            "randomk:density=0.05,momentum=0.9",
+        ):
             with self.subTest(spec=spec):
                 model = make_model()
                 state = gt.GcollHookState(spec, comm=self.comm)
