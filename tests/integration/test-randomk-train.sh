@@ -14,7 +14,7 @@
 train() {
     out=$1
     shift
-    timeout 120 "$gcoll_run" -q -n 2 "$TRAIN" --data "$data" --epochs 2 --seed 1 "$@" \
+    timeout 600 "$gcoll_run" -q -n 2 "$TRAIN" --data "$data" --epochs 2 --seed 1 "$@" \
         >"$out" 2>"$out.err"
 }
 
