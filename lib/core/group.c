@@ -31,9 +31,13 @@
 /* In point-to-point signatures: apart from every collective's kind (collectives/coll.h). */
 #define P2P_SIG_KIND 0x7050
 
+static gcoll_status_t run_p2p(gcoll_comm_t *comm, gcoll_request_t *req);
+
+/* A send or a receive from a named peer (a receive from any source is neither: it is never
+ * posted ahead with a group's others). */
 static int is_p2p(const gcoll_request_t *r)
 {
-    return r->noseq && (r->a.kind == GCOLL_P2P_SEND || r->a.kind == GCOLL_P2P_RECV);
+    return r->noseq && r->run == run_p2p;
 }
 
 /* comm->p2p_count: sent and received per peer (2 * size), then a receive from any source's
