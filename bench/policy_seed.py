@@ -8,10 +8,11 @@ identical=0|1"), then one per model and row:
 
   seedpol MODEL ROW: accuracy A +- H, bytes/step B, vs dense R, identical=0|1, policy P
 
-A is the final test accuracy (the mean over --seeds, H half their spread), B the bytes the hook's communicator sent per training step
-and rank (gcoll's bytes_sent, the mean over the ranks: what the hook counts; DDP's broadcast of the BatchNorm
-buffers and the hook's non-finite flags go through the process group and are not in it,
-alike for every row), R = B / dense's B, identical=1 when the ranks end with the same
+A is the final test accuracy (the mean over --seeds, H half their spread), B the bytes
+the hook's communicator sent per training step and rank (gcoll's bytes_sent, the mean
+over the ranks and seeds: what the hook counts; DDP's broadcast of the BatchNorm buffers
+and the hook's non-finite flags go through the process group and are not in it, alike
+for every row), R = B / dense's B, identical=1 when every seed's ranks end with the same
 weights. Then a Markdown table of the same. A row that diverged says "accuracy nan".
 
 Rows (--rows, in this order):
@@ -20,23 +21,24 @@ Rows (--rows, in this order):
            rows, conv 1%, linear 10%, first and last layers 10%)
   uniform  "*=topk:density=0.01" on every parameter (the default spec, uniformly)
   matched  "*=topk:density=D", D chosen so that the bytes match seed's: two probes of
-           2 steps (density 0.01 and 0.1) on a scratch copy of the model give bytes per
+           2 steps (density 0.01 and 0.1) on fresh copies of the model give bytes per
            step as a line in D (top-k's k is fixed, so its bytes hardly depend on data);
-           needs the seed row before it
+           the first seed's D serves every seed; needs the seed row before it
   default  the hook's defaults (topk:density=0.01, embeddings row-sparse); emb only, as
            on cnn it is uniform's spec
 
 Models (--models):
   cnn  Fashion-MNIST, conv(1->16, 5x5)-BN-ReLU-pool, conv(16->32, 5x5)-BN-ReLU-pool,
-       linear 1568->64, ReLU, linear 64->10 (115 k parameters)
+       linear 1568->64, ReLU, linear 64->10 (114 k parameters)
   emb  synthetic tokens, topic classification (class Tokens): sequences of --seq tokens
        over a vocabulary of --vocab, 4 labels, each label with its own quarter of the
        vocabulary. nn.Embedding(vocab, 32), mean over the sequence, linear 32->64, ReLU,
        linear 64->4. Fresh batches every step from a seeded generator; a fixed test set
-       of 4000 sequences.
+       of 4000 sequences (the first --test-samples of them), on which the Bayes
+       classifier's accuracy is printed for reference.
 
-SGD, momentum 0.9, lr --lr-cnn / --lr-emb, batch --batch per rank. Top-k and row-sparse top rows keep
-their error feedback in the hook's states (docs/python.md).
+SGD, momentum 0.9, lr --lr-cnn / --lr-emb, batch --batch per rank. Top-k keeps its
+error feedback in the hook's states (docs/python.md).
 """
 
 import argparse
@@ -103,6 +105,19 @@ class Tokens:
         self.p_background = zipf(vocab) / zipf(vocab).sum()
         self.seq = seq
         self.test = self.draw(4000, g)
+
+    def bayes(self, x, y):
+        """The Bayes classifier's accuracy on (x, y) (the task's ceiling): the label
+        maximising the likelihood of the sequence's tokens under the mixture above."""
+        vocab = len(self.background)
+        pb = torch.zeros(vocab, dtype=torch.float64)
+        pb[self.background] = self.p_background
+        logp = torch.empty(len(y), CLASSES, dtype=torch.float64)
+        for c in range(CLASSES):
+            pt = torch.zeros(vocab, dtype=torch.float64)
+            pt[self.topic[c]] = self.p_topic
+            logp[:, c] = torch.log(self.TOPICAL * pt[x] + (1 - self.TOPICAL) * pb[x]).sum(1)
+        return (logp.argmax(1) == y).double().mean().item()
 
     def draw(self, n, g):
         m = n * self.seq
@@ -276,6 +291,9 @@ def main():
         density = None  # the matched row's, from the first seed's bytes
         for seed in seeds:
             job = Job(args, kind, fm, seed)
+            if kind == "emb" and rank0:
+                print("seedpol emb bayes seed %d: the Bayes classifier's test accuracy %.4f"
+                      % (seed, job.tokens.bayes(job.xte, job.yte)), flush=True)
             for row in rows:
                 if row == "default" and kind == "cnn":
                     continue  # without an embedding the hook's default is uniform's spec
