@@ -26,6 +26,7 @@ Rows (--rows, in this order):
            the first seed's D serves every seed; needs the seed row before it
   default  the hook's defaults (topk:density=0.01, embeddings row-sparse); emb only, as
            on cnn it is uniform's spec
+  NAME     --policy NAME=POLICY (repeatable): a layer policy of your own, after the rest
 
 Models (--models):
   cnn  Fashion-MNIST, conv(1->16, 5x5)-BN-ReLU-pool, conv(16->32, 5x5)-BN-ReLU-pool,
@@ -130,12 +131,19 @@ class Tokens:
         return torch.where(topical, t, b).view(n, self.seq), y
 
 
+CUSTOM = {}  # --policy NAME=POLICY rows
+
+
 def policy_of(row, density):
-    """(spec, policy) the hook is given for a row."""
-    return {"dense": ("none", ""), "seed": (None, "seed"),
-            "uniform": (None, "*=topk:density=0.01"),
-            "matched": (None, "*=topk:density=%.6g" % density),
-            "default": (None, "")}[row]
+    """(spec, policy) the hook is given for a row: given explicitly, so that
+    GCOLL_COMPRESSOR and GCOLL_LAYER_POLICY in the environment change nothing."""
+    default = "topk:density=0.01"  # the hook's default spec (docs/python.md)
+    if row in CUSTOM:
+        return default, CUSTOM[row]
+    return {"dense": ("none", ""), "seed": (default, "seed"),
+            "uniform": (default, "*=topk:density=0.01"),
+            "matched": (default, "*=topk:density=%.6g" % density),
+            "default": (default, "")}[row]
 
 
 class Job:
@@ -183,18 +191,19 @@ def train(job, row, comm, steps, density=0.0):
     net = job.model()
     model = DDP(net)
     spec, policy = policy_of(row, density)
-    hook = gt.register(model, spec, comm=comm, policy=policy)
+    hook = gt.register(model, spec, comm=comm, policy=policy, accumulate_steps=1, adapt="off")
     opt = torch.optim.SGD(model.parameters(), lr=job.lr, momentum=0.9)
     data = job.batches()
     specs = hook.specs
     b0 = comm.counters().bytes_sent
-    diverged = False
+    diverged, done = False, 0
     try:
         for _ in range(steps):
             x, y = next(data)
             opt.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
+            done += 1
     except gt.NonFiniteError:  # raised on every rank alike: the row diverged
         diverged = True
     finally:
@@ -208,7 +217,7 @@ def train(job, row, comm, steps, density=0.0):
     w = torch.cat([p.detach().flatten() for p in net.parameters()])
     ws = [torch.empty_like(w) for _ in range(job.size)]
     dist.all_gather(ws, w)
-    return acc, sent / steps, int(all(torch.equal(w, v) for v in ws)), specs
+    return acc, sent / max(1, done), int(all(torch.equal(w, v) for v in ws)), specs
 
 
 def evaluate(job, net):
@@ -252,6 +261,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="cnn,emb")
     ap.add_argument("--rows", default="dense,seed,uniform,matched,default")
+    ap.add_argument("--policy", action="append", default=[], metavar="NAME=POLICY",
+                    help="one more row: the hook with this layer policy (repeatable)")
     ap.add_argument("--steps", type=int, default=500, help="training steps per row")
     ap.add_argument("--batch", type=int, default=32, help="samples per rank and step")
     ap.add_argument("--lr-cnn", type=float, default=0.05)
@@ -274,6 +285,12 @@ def main():
     for r in rows:
         if r not in ROWS:
             ap.error("unknown row %r (%s)" % (r, ", ".join(ROWS)))
+    for text in args.policy:
+        name, eq, pol = text.partition("=")
+        if not eq or not name or not pol or name in ROWS or name in CUSTOM or " " in name:
+            ap.error("--policy %r: expected NAME=POLICY with a new row name" % text)
+        CUSTOM[name] = pol
+        rows.append(name)
     if "matched" in rows and ("seed" not in rows or rows.index("seed") > rows.index("matched")):
         ap.error("the matched row needs the seed row before it")
     if args.steps < 1 or args.batch < 1 or args.vocab < CLASSES or args.seq < 1:

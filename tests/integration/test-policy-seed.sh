@@ -5,7 +5,8 @@
 # a summary line in policy_seed.py's format, every row's ranks end with the same weights,
 # the seed policy sends fewer bytes a step than dense, and the matched row's top-k
 # density gives bytes within 10% of seed's (top-k's k is fixed, so its bytes are a line
-# in the density; the probes fit that line). Exits 77 (SKIP) where the bench skips (no
+# in the density; the probes fit that line), and a --policy row (top-k 0.1% everywhere)
+# sends fewer than uniform top-k 1%. Exits 77 (SKIP) where the bench skips (no
 # torch 2 with the gcoll backend); without Fashion-MNIST only the embedding model runs.
 . "$(dirname "$0")/lib.sh"
 SRC=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -13,7 +14,7 @@ log="$TMP/policy-seed.log"
 rows="dense seed uniform matched default"
 PY=${TORCH_PYTHON:-} SEEDS=1 STEPS=3 LIMIT=300 ROWS=$(echo $rows | tr ' ' ,) \
     timeout -k 10 360 sh "$SRC/bench/policy-seed.sh" "$top_builddir" -- \
-    --test-samples 200 --vocab 400 >"$log" 2>&1
+    --test-samples 200 --vocab 400 --policy 'lean=*=topk:density=0.001' >"$log" 2>&1
 rc=$?
 if grep -q "policy-seed: SKIP" "$log"; then
     note "SKIP: test-policy-seed: $(grep -m 1 'policy-seed: SKIP' "$log")"
@@ -24,7 +25,7 @@ models="cnn emb"
 grep -q "emb only" "$log" && models=emb
 num='[0-9]+\.[0-9]{4}'
 for m in $models; do
-    for row in $rows; do
+    for row in $rows lean; do
         [ "$m/$row" = cnn/default ] && continue # not run: no embedding
         line=$(grep "^seedpol $m $row: " "$log")
         if printf '%s\n' "$line" | grep -Eq "^seedpol $m $row: accuracy $num \+- $num, bytes/step [0-9]+, vs dense $num, identical=1, policy .+$"; then
@@ -37,6 +38,8 @@ for m in $models; do
     d=$(bytes dense)
     s=$(bytes seed)
     t=$(bytes matched)
+    u=$(bytes uniform)
+    l=$(bytes lean)
     if [ -n "$d" ] && [ -n "$s" ] && [ "$s" -lt "$d" ]; then
         pass "$m: seed sends $s bytes/step, dense $d"
     else
@@ -46,6 +49,11 @@ for m in $models; do
         pass "$m: matched top-k sends $t bytes/step, seed $s"
     else
         fail "$m: matched's bytes/step ($t) are not within 10% of seed's ($s)"
+    fi
+    if [ -n "$u" ] && [ -n "$l" ] && [ "$l" -lt "$u" ]; then
+        pass "$m: --policy lean (top-k 0.1%) sends $l bytes/step, uniform top-k 1% $u"
+    else
+        fail "$m: the --policy row's bytes/step ($l) are not below uniform's ($u)"
     fi
 done
 finish
