@@ -1,13 +1,14 @@
 #!/bin/sh
 # test-policy-seed.sh: bench/policy-seed.sh in a tiny form (3 steps a row, 1 seed, a
-# 400-token vocabulary, 200 test samples; about 30 s, most of it importing torch): every
-# model's rows (dense, seed, uniform, matched; default for the embedding model) end with
-# a summary line in policy_seed.py's format, every row's ranks end with the same weights,
-# the seed policy sends fewer bytes a step than dense, and the matched row's top-k
-# density gives bytes within 10% of seed's (top-k's k is fixed, so its bytes are a line
-# in the density; the probes fit that line), and a --policy row (top-k 0.1% everywhere)
-# sends fewer than uniform top-k 1%. Exits 77 (SKIP) where the bench skips (no
-# torch 2 with the gcoll backend); without Fashion-MNIST only the embedding model runs.
+# 400-token vocabulary, 200 test samples; 30-60 s, mostly importing torch and reading
+# Fashion-MNIST). Checks that every model's rows (dense, seed, uniform, matched; default
+# for the embedding model; a --policy row) end with a summary line in policy_seed.py's
+# format, that every row's ranks end with the same weights, that the seed policy sends
+# fewer bytes a step than dense, that the matched row's top-k density gives bytes within
+# 10% of seed's (top-k's k is fixed, so its bytes are a line in the density, which the
+# probes fit), and that the --policy row (top-k 0.1% everywhere) sends fewer than uniform
+# top-k 1%. Exits 77 (SKIP) where the bench skips (no torch 2 with the gcoll backend);
+# without Fashion-MNIST only the embedding model runs.
 . "$(dirname "$0")/lib.sh"
 SRC=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
 log="$TMP/policy-seed.log"
