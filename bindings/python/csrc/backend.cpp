@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -216,6 +217,13 @@ class BackendGcoll : public c10d::Backend
         without_gil([this] { close(false); });
     }
 
+    // Sequence numbers, as Gloo's: the collectives issued on this group so far, the same
+    // on every rank that issued the same ones (point-to-point does not count). torch's
+    // ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compares them across ranks
+    // before each collective.
+    void setSequenceNumberForGroup() override { seq_.store(0); }
+    uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+
     std::string transport() const { return comm_ ? gcoll_comm_transport(comm_) : ""; }
     std::string last_error() const { return comm_ ? gcoll_comm_last_error(comm_) : ""; }
     py::dict counters() const
@@ -371,6 +379,9 @@ class BackendGcoll : public c10d::Backend
         gcoll_request_t *req = nullptr;
         gcoll_status_t st = start(comm_, &req);
         TORCH_CHECK(st == GCOLL_OK, "gcoll backend: ", what, " failed: ", error_text(st));
+        if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+            type != c10d::OpType::RECVANYSOURCE)
+            seq_.fetch_add(1);
         if (group_) { // coalescing: waited for once the group has run
             work->set_run_batch([this] { run_batch_for_wait(); });
             group_->pending.push_back(Pending{work, req, std::move(after), what, group_});
@@ -432,6 +443,7 @@ class BackendGcoll : public c10d::Backend
 
     std::chrono::milliseconds timeout_;
     gcoll_comm_t *comm_ = nullptr;
+    std::atomic<uint64_t> seq_{0};
     std::mutex issue_mutex_;
     std::mutex qmutex_;
     std::condition_variable qcond_;
