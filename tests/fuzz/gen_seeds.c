@@ -58,6 +58,32 @@ static void messages(const char *dir, const char *const *specs, size_t nspecs)
     }
 }
 
+/* Row-coded messages (rowsparse, a few touched rows of a larger tensor, the last one
+ * short) as seeds of selector sel of the sparse decoders. */
+static void row_messages(const char *dir, uint8_t sel, const char *spec, size_t dim)
+{
+    gcoll_compressor_t *c;
+    if (gcoll_compressor_create(spec, &c) != GCOLL_OK)
+        exit(1);
+    static const size_t sizes[] = {301, 1003};
+    float x[1003];
+    uint8_t buf[8192];
+    for (size_t z = 0; z < 2; z++) {
+        size_t n = sizes[z], len;
+        memset(x, 0, sizeof(x));
+        for (size_t r = 3; r * dim < n; r += 17 + z * 20)
+            for (size_t j = 0; j < dim && r * dim + j < n; j++)
+                x[r * dim + j] = (float)(j + 1) * 0.5f;
+        x[n - 1] = 2.0f;
+        if (gcoll_encode(c, NULL, x, n, buf, sizeof(buf), &len) != GCOLL_OK)
+            exit(1);
+        char name[64];
+        snprintf(name, sizeof(name), "rows-%02u-%zu", sel, n);
+        put(dir, name, &sel, 1, buf, len);
+    }
+    gcoll_compressor_destroy(c);
+}
+
 /* Checkpoints of states of each spec (index = selector byte, as in fuzz_state.c) after two
  * encodes, so vq's carry a warm codebook; the first spec's also with a warm server state. */
 static void states(const char *dir, const char *const *specs, size_t nspecs)
@@ -150,6 +176,8 @@ int main(int argc, char **argv)
         "randomk:density=0.1,seed=1+fp16", "randomk:density=0.1,seed=1+mxfp8:format=e4m3"};
     messages(d[0], dense, sizeof(dense) / sizeof(*dense));
     messages(d[1], sparse, sizeof(sparse) / sizeof(*sparse));
+    row_messages(d[1], 10, sparse[10], 4);
+    row_messages(d[1], 11, sparse[11], 3);
     messages(d[2], rk, sizeof(rk) / sizeof(*rk));
     float x[200];
     for (unsigned s = 0; s < 18; s++) {
