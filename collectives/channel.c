@@ -200,6 +200,16 @@ gcoll_status_t gcoll_channel_poll(gcoll_channel_t *ch, const gcoll_treq_t *waiti
     return st;
 }
 
+gcoll_status_t gcoll_channel_peek(gcoll_channel_t *ch, const uint64_t *tags, int *peer_p)
+{
+    *peer_p = -1;
+    if (!ch->ops->peek) {
+        gcoll_channel_set_error(ch, "transport %s cannot receive from any source", ch->ops->name);
+        return GCOLL_ERR_UNSUPPORTED;
+    }
+    return ch->ops->peek(ch->tp, tags, peer_p);
+}
+
 gcoll_status_t gcoll_channel_progress(gcoll_channel_t *ch, int timeout_ms)
 {
     return ch->ops->progress(ch->tp, timeout_ms);

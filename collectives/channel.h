@@ -91,6 +91,11 @@ gcoll_status_t gcoll_channel_isend_tag(gcoll_channel_t *ch, gcoll_treq_t *r, int
                                        uint32_t sig, const void *buf, size_t len);
 gcoll_status_t gcoll_channel_irecv_tag(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint64_t tag,
                                        uint32_t sig, void *buf, size_t len);
+/* Receive from any source: of the messages tagged tags[peer] from each peer (0: left out)
+ * that came and no receive took yet, the first come (*peer_p, -1 when none); an included
+ * peer's failure once none came (transport.h's peek). GCOLL_ERR_UNSUPPORTED when the
+ * transport cannot tell. Never blocks. */
+gcoll_status_t gcoll_channel_peek(gcoll_channel_t *ch, const uint64_t *tags, int *peer_p);
 /* One round of progress: a poll while the wait is young (GCOLL_SPIN_US), else a sleep of
  * up to the deadline until something happens. Returns GCOLL_ERR_TIMEOUT past the deadline
  * (naming `waiting` if not NULL), GCOLL_ERR_ABORTED once the owner is aborted. Call

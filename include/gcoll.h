@@ -370,8 +370,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_iscatter(gcoll_comm_t *comm, const void *sendb
 /* ------------------------------------------------------------------------ */
 /* Point-to-point (as NCCL's ncclSend/ncclRecv and MPI's MPI_Send/MPI_Recv).
  * - The n-th send from rank a to rank b matches the n-th receive rank b posts from rank a:
- *   messages between two ranks never overtake one another. There are no tags and no
- *   receive from any source.
+ *   messages between two ranks never overtake one another. There are no tags; a receive
+ *   from any source is gcoll_recv_any (below).
  * - count may be 0; any dtype (bytes are moved); a rank may send to itself (the message is
  *   copied, and its receive must follow the send or share a group with it).
  * - Operations on a communicator run in the order they were issued, as NCCL's do on one
@@ -402,6 +402,29 @@ GCOLL_EXPORT gcoll_status_t gcoll_isend(gcoll_comm_t *comm, const void *buf, siz
                                         gcoll_dtype_t dtype, int peer, gcoll_request_t **req_p);
 GCOLL_EXPORT gcoll_status_t gcoll_irecv(gcoll_comm_t *comm, void *buf, size_t count,
                                         gcoll_dtype_t dtype, int peer, gcoll_request_t **req_p);
+
+/* Receive from any source (MPI_Recv with MPI_ANY_SOURCE): receives count elements into buf
+ * from whichever rank's next message came first (a rank's own sends included), and writes
+ * that rank to *source (source may be NULL). The message taken is the one that would have
+ * met a gcoll_recv from that rank in its place: messages between two ranks still never
+ * overtake one another, whether the receives that take them name their sender or not (a
+ * gcoll_recv from p issued before gcoll_recv_any gets p's earlier message, one issued after
+ * it the next). *source is -1 from the call until a message is matched, then the sender
+ * (also when the match fails with GCOLL_ERR_MISMATCH); it is final once the call returns
+ * (gcoll_recv_any) or the request completes (gcoll_wait/gcoll_test: keep source valid until
+ * then). Errors as gcoll_recv's (GCOLL_ERR_MISMATCH when the count or dtype of the message
+ * taken differs), plus GCOLL_ERR_INVALID inside a group (a group posts its receives before
+ * any message arrives: issue this one outside it), and GCOLL_ERR_PEER when a rank dies or
+ * aborts before any message came, as MPI's ULFM fails a pending any-source receive (the
+ * communicator then fails). GCOLL_ERR_TIMEOUT when no message comes for GCOLL_TIMEOUT_MS.
+ * gcoll_recv and gcoll_irecv keep refusing a peer out of range, -1 included: a receive from
+ * any source is asked for by name, never by a rank computed wrong. Blocks (gcoll_recv_any)
+ * until the message is there; gcoll_irecv_any returns a request at once. */
+GCOLL_EXPORT gcoll_status_t gcoll_recv_any(gcoll_comm_t *comm, void *buf, size_t count,
+                                           gcoll_dtype_t dtype, int *source);
+GCOLL_EXPORT gcoll_status_t gcoll_irecv_any(gcoll_comm_t *comm, void *buf, size_t count,
+                                            gcoll_dtype_t dtype, int *source,
+                                            gcoll_request_t **req_p);
 
 /* ------------------------------------------------------------------------ */
 /* Group calls (as NCCL's ncclGroupStart/ncclGroupEnd). Between gcoll_group_start(comm)

@@ -163,6 +163,7 @@ gcoll_unexp_t *gcoll_match_keep(gcoll_match_peer_t *mp, uint64_t tag, uint32_t s
     u->bytes = bytes;
     u->held = held;
     u->whole = (flags & GCOLL_UNEXP_WHOLE) != 0;
+    u->arrival = m->arrivals++;
     mp->unexp_bytes += bytes;
     m->unexp_held += held;
     if (mp->unexp_tail)
@@ -274,4 +275,39 @@ void gcoll_match_fail(gcoll_match_peer_t *mp, gcoll_status_t st, int keep)
         unexp_unlink(mp, prev, u);
         gcoll_match_unexp_free(mp, u);
     }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Receive from any source                                                              */
+
+void gcoll_match_peek_init(gcoll_match_peek_t *pk)
+{
+    *pk = (gcoll_match_peek_t){.peer = -1, .down_peer = -1, .down_status = GCOLL_OK};
+}
+
+void gcoll_match_peek_add(gcoll_match_peek_t *pk, gcoll_match_peer_t *mp, uint64_t tag,
+                          gcoll_status_t down)
+{
+    if (!tag)
+        return;
+    /* a failed peer's whole messages stay in its store (GCOLL_MATCH_KEEP_WHOLE): they count */
+    gcoll_unexp_t *u = gcoll_match_find(mp, tag);
+    if (u && (pk->peer < 0 || u->arrival < pk->arrival)) {
+        pk->peer = mp->rank;
+        pk->arrival = u->arrival;
+    }
+    if (!u && pk->down_peer < 0 && (mp->failed || down != GCOLL_OK)) {
+        pk->down_peer = mp->rank;
+        pk->down_status = mp->failed ? mp->status : down;
+    }
+}
+
+gcoll_status_t gcoll_match_peek_result(const gcoll_match_peek_t *pk, int *peer_p)
+{
+    if (pk->peer >= 0 || pk->down_peer < 0) {
+        *peer_p = pk->peer;
+        return GCOLL_OK;
+    }
+    *peer_p = pk->down_peer;
+    return pk->down_status;
 }

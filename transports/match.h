@@ -36,6 +36,7 @@ typedef struct gcoll_unexp {
     int kind;
     void *priv;
     uint64_t aux;
+    uint64_t arrival; /* the instance's count of kept messages when it came: earlier is less */
 } gcoll_unexp_t;
 
 enum { GCOLL_UNEXP_WHOLE = 1 };
@@ -49,6 +50,7 @@ typedef struct gcoll_match {
      * (one transport instance per communicator); 0: what memory allows */
     size_t unexp_max;
     size_t unexp_held; /* what they hold now */
+    uint64_t arrivals; /* messages kept so far (the next one's arrival stamp) */
     /* Completes a request (the transport counts completions its own way). */
     void (*complete)(void *ctx, gcoll_treq_t *req, gcoll_status_t st);
     /* Optional: lets go of what the transport holds in an entry (before it is freed). */
@@ -103,6 +105,23 @@ void gcoll_match_post(gcoll_match_peer_t *mp, gcoll_treq_t *req);
 int gcoll_match_cancel(gcoll_match_peer_t *mp, gcoll_treq_t *req);
 /* Completes every posted receive with st; the peer is not marked failed. */
 void gcoll_match_fail_posted(gcoll_match_peer_t *mp, gcoll_status_t st);
+
+/* A receive from any source (a transport's peek op): the first come, among the peers' next
+ * messages, still unclaimed in their stores. Add every peer with the tag of its next message
+ * (0: left out) and down, GCOLL_OK or the status its receives would get from the transport
+ * (a peer that closed its connection, for one); the result is GCOLL_OK with the earliest
+ * arrival's peer in *peer_p, or -1 when none came. When none came and a peer included is
+ * down or failed, its status, with *peer_p naming it: a message from it can no longer come. */
+typedef struct {
+    int peer;         /* the earliest so far, or -1 */
+    uint64_t arrival; /* its stamp */
+    int down_peer;    /* the first peer included that is down or failed, or -1 */
+    gcoll_status_t down_status;
+} gcoll_match_peek_t;
+void gcoll_match_peek_init(gcoll_match_peek_t *pk);
+void gcoll_match_peek_add(gcoll_match_peek_t *pk, gcoll_match_peer_t *mp, uint64_t tag,
+                          gcoll_status_t down);
+gcoll_status_t gcoll_match_peek_result(const gcoll_match_peek_t *pk, int *peer_p);
 
 enum { GCOLL_MATCH_DROP_ALL = 0, GCOLL_MATCH_KEEP_WHOLE = 1 };
 /* Marks the peer failed with st (once: later calls do nothing): its posted receives

@@ -95,6 +95,12 @@ typedef struct gcoll_transport_ops {
      * GCOLL_PROGRESS_CPU=auto places the progress thread near it. 0 when found, else -1.
      * Called before an instance exists; never blocks. */
     int (*nic)(const gcoll_config_t *cfg, const char *root, char *ifname, size_t len);
+    /* Optional (NULL: no receive from any source). Of the messages with tag tags[peer] from
+     * each peer (tags[peer] 0: that peer is left out) that arrived and no receive claimed
+     * yet, the first come: GCOLL_OK with its peer in *peer_p, or -1 when none came. When
+     * none came and an included peer failed, its status with *peer_p naming it. A receive
+     * posted next for that peer and tag takes the message (match.h's peek). Never blocks. */
+    gcoll_status_t (*peek)(gcoll_transport_t *t, const uint64_t *tags, int *peer_p);
 } gcoll_transport_ops_t;
 
 extern const gcoll_transport_ops_t gcoll_tcp_ops;

@@ -10,7 +10,16 @@
  * then runs them as one queued operation: every send and receive is posted first (a ring
  * shift of blocking calls cannot then wait on itself), the collectives run in issue order
  * each with its own sequence number, consecutive small allreduces of one dtype and op as
- * one, and the sends and receives are waited for last. */
+ * one, and the sends and receives are waited for last.
+ *
+ * A receive from any source (MPI_ANY_SOURCE's semantics, MPI 4.0 section 3.5) does not
+ * know its tag when it is posted: it waits until the next point-to-point message of some
+ * peer (tag GCOLL_P2P_TAG | that peer's receive count) has arrived, takes the first come
+ * (the transport's peek), and then receives it as a receive from that peer would, advancing
+ * that peer's count. Operations run one after the other, so every receive issued after it
+ * is posted once it has matched: a receive from p issued before it gets p's earlier
+ * message, and one issued after it the next, as the non-overtaking rule requires. A group
+ * posts its receives together, before any arrives: an any-source receive cannot join one. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,18 +31,30 @@
 /* In point-to-point signatures: apart from every collective's kind (collectives/coll.h). */
 #define P2P_SIG_KIND 0x7050
 
+static gcoll_status_t run_p2p(gcoll_comm_t *comm, gcoll_request_t *req);
+
+/* A send or a receive from a named peer (a receive from any source is neither: it is never
+ * posted ahead with a group's others). */
 static int is_p2p(const gcoll_request_t *r)
 {
-    return r->noseq && (r->a.kind == GCOLL_P2P_SEND || r->a.kind == GCOLL_P2P_RECV);
+    return r->noseq && r->run == run_p2p;
+}
+
+/* comm->p2p_count: sent and received per peer (2 * size), then a receive from any source's
+ * tags (size more), allocated at the first point-to-point call. */
+static gcoll_status_t p2p_counters(gcoll_comm_t *comm)
+{
+    if (!comm->p2p_count &&
+        !(comm->p2p_count = calloc(3 * (size_t)comm->size, sizeof(*comm->p2p_count)))) {
+        gcoll_comm_set_error(comm, "no memory for the point-to-point counters");
+        return GCOLL_ERR_NOMEM;
+    }
+    return GCOLL_OK;
 }
 
 static gcoll_status_t p2p_post(gcoll_comm_t *comm, const gcoll_args_t *a, gcoll_treq_t *t)
 {
-    if (!comm->p2p_count &&
-        !(comm->p2p_count = calloc(2 * (size_t)comm->size, sizeof(*comm->p2p_count)))) {
-        gcoll_comm_set_error(comm, "no memory for the point-to-point counters");
-        return GCOLL_ERR_NOMEM;
-    }
+    GCOLL_CHECK(p2p_counters(comm));
     int peer = a->root;
     size_t bytes = a->count * gcoll_dtype_size(a->dtype);
     uint32_t sig = gcoll_call_sig(P2P_SIG_KIND, a->count, a->dtype, 0, 0);
@@ -74,6 +95,63 @@ static gcoll_status_t run_p2p(gcoll_comm_t *comm, gcoll_request_t *req)
     }
     comm->chan.counters.bytes_raw += req->a.count * gcoll_dtype_size(req->a.dtype);
     return GCOLL_OK;
+}
+
+/* The receive from any source: finds the first peer whose next message came, then receives
+ * it as run_p2p would from that peer (a->ext: where its rank goes, or NULL). */
+static gcoll_status_t run_p2p_any(gcoll_comm_t *comm, gcoll_request_t *req)
+{
+    gcoll_args_t *a = &req->a;
+    GCOLL_CHECK(p2p_counters(comm));
+    int n = comm->size, peer = -1;
+    uint64_t *tags = comm->p2p_count + 2 * (size_t)n;
+    for (int i = 0; i < n; i++)
+        tags[i] = GCOLL_P2P_TAG | (comm->p2p_count[2 * (size_t)i + 1] & ~GCOLL_P2P_TAG);
+    gcoll_status_t st;
+    /* bounded: gcoll_channel_poll fails past GCOLL_TIMEOUT_MS without a message */
+    while ((st = gcoll_channel_peek(&comm->chan, tags, &peer)) == GCOLL_OK && peer < 0)
+        if ((st = gcoll_channel_poll(&comm->chan, NULL)) != GCOLL_OK)
+            break;
+    if (st != GCOLL_OK) {
+        const char *detail = gcoll_channel_last_error(&comm->chan);
+        if (peer >= 0)
+            gcoll_comm_set_error(comm,
+                                 "receive of %zu %s from any source: rank %d failed before a "
+                                 "message came: %s%s%s",
+                                 a->count, gcoll_dtype_name(a->dtype), peer,
+                                 gcoll_status_string(st), *detail ? ": " : "", detail);
+        else
+            gcoll_comm_set_error(comm, "receive of %zu %s from any source: %s%s%s", a->count,
+                                 gcoll_dtype_name(a->dtype), gcoll_status_string(st),
+                                 *detail ? ": " : "", detail);
+        /* nothing was taken: a transport without it fails this call only */
+        comm->chan.op_local = st == GCOLL_ERR_UNSUPPORTED;
+        return st;
+    }
+    GCOLL_DEBUG(GCOLL_SUBSYS_COLL, "receive from any source: rank %d's message %llu", peer,
+                (unsigned long long)(tags[peer] & ~GCOLL_P2P_TAG));
+    a->root = peer;
+    if (a->ext)
+        *(int *)a->ext = peer; /* before the completion the caller waits for */
+    return run_p2p(comm, req);
+}
+
+gcoll_status_t gcoll_op_p2p_any(gcoll_comm_t *comm, const char *what, void *recvbuf, size_t count,
+                                gcoll_dtype_t dtype, int *source, gcoll_request_t **req_p)
+{
+    gcoll_args_t a = {.recvbuf = recvbuf,
+                      .count = count,
+                      .dtype = dtype,
+                      .root = -1,
+                      .kind = GCOLL_P2P_RECV,
+                      .ext = source};
+    if (source)
+        *source = -1;
+    gcoll_request_t *req = gcoll_request_new(comm, what, run_p2p_any, &a);
+    if (!req)
+        return GCOLL_ERR_NOMEM;
+    req->noseq = 1;
+    return gcoll_comm_submit(comm, req, req_p);
 }
 
 gcoll_status_t gcoll_op_p2p(gcoll_comm_t *comm, const char *what, int kind, const void *sendbuf,

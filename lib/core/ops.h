@@ -34,6 +34,10 @@ enum { GCOLL_P2P_SEND = 1, GCOLL_P2P_RECV = 2 };
 gcoll_status_t gcoll_op_p2p(gcoll_comm_t *comm, const char *what, int kind, const void *sendbuf,
                             void *recvbuf, size_t count, gcoll_dtype_t dtype, int peer,
                             gcoll_request_t **req_p);
+/* A receive from any source (group.c): the sender's rank goes to *source (NULL: not
+ * wanted) once a message is matched; -1 until then. Not inside a group (the caller checks). */
+gcoll_status_t gcoll_op_p2p_any(gcoll_comm_t *comm, const char *what, void *recvbuf, size_t count,
+                                gcoll_dtype_t dtype, int *source, gcoll_request_t **req_p);
 /* Groups (group.c): gcoll_group_start/end's work, arguments checked. */
 gcoll_status_t gcoll_op_group_start(gcoll_comm_t *comm);
 gcoll_status_t gcoll_op_group_end(gcoll_comm_t *comm);

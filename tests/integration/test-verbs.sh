@@ -36,6 +36,18 @@ for settings in "" \
     done
 done
 
+# Receives from any source (test-anysrc.sh's cases) on 3 ranks over verbs.
+for mode in all errors mismatch; do
+    if timeout 300 "$GCOLL_RUN" -n 3 --timeout 250 -x GCOLL_TRANSPORT=verbs \
+        -x GCOLL_TIMEOUT_MS=30s -- "$top_builddir/tests/integration/anysrc_check" "$mode" \
+        >"$TMP/anysrc-$mode.log" 2>&1; then
+        pass "verbs: receive from any source ($mode)"
+    else
+        fail "verbs: receive from any source ($mode)"
+        tail -n 20 "$TMP/anysrc-$mode.log"
+    fi
+done
+
 # Failures end in errors on every rank, never hangs (as test-failures.sh does for tcp).
 common="-x GCOLL_TRANSPORT=verbs -x GCOLL_TIMEOUT_MS=3000"
 # shellcheck disable=SC2086

@@ -54,15 +54,6 @@ if [ -s "$OUT/gcoll.gated" ]; then
     echo "not run for gcoll (torch's own tests allow only nccl, gloo, ucc there):" \
         $(cat "$OUT/gcoll.gated")
 fi
-# Tests torch skips for backends that declare no receive from any source (nccl, ucc, and
-# gcoll: torch_suite.py declares it; gcoll refuses recv without src=): listed apart too.
-sed -n 's/^SKIP \([^:]*\): gcoll does not support send\/recv from any source.*/\1/p' \
-    "$OUT/gcoll.txt" | sort >"$OUT/gcoll.anysource"
-if [ -s "$OUT/gcoll.anysource" ]; then
-    echo "not supported by gcoll (no receive from any source; torch skips them for nccl and" \
-        "ucc alike):" $(cat "$OUT/gcoll.anysource")
-fi
-sort -u "$OUT/gcoll.gated" "$OUT/gcoll.anysource" -o "$OUT/gcoll.gated"
 missing=$(sort -u "$OUT/gcoll.pass" "$OUT/gcoll.gated" | comm -23 "$OUT/gloo.pass" -)
 if [ -n "$missing" ]; then
     echo "passed by gloo, not by gcoll:" $missing

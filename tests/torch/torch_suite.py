@@ -22,10 +22,6 @@ os.environ.setdefault("WORLD_SIZE", "2")
 os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="torch-suite-"))
 if BACKEND == "gcoll":
     import gcoll.torch  # noqa: F401  (registers "gcoll", in the spawned ranks too)
-    # gcoll has no receive from any source (its recv names the sender): declared the way
-    # torch's suite declares it for nccl and ucc, before the tests' skip conditions are read
-    from torch.testing._internal.common_distributed import DistTestCases
-    DistTestCases.skip_collective["sendrecv anysource"].add("gcoll")
 
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest, TestDistBackend)
@@ -47,7 +43,8 @@ EXCLUDE = (r"(cuda|gpu|nccl|_ucc|profil|hook_|sparse|_mixed|static_graph|logging
            r"|grad_is_view|namedtuple|pack_padded|ignore_params|detect|stress|timeout"
            r"|non_default_stream|sync_bn)")
 SHORT = ["test_all_reduce_sum", "test_broadcast", "test_all_gather", "test_all_to_all",
-         "test_barrier", "test_all_gather_object_default_pg", "test_DistributedDataParallelCPU"]
+         "test_barrier", "test_all_gather_object_default_pg", "test_DistributedDataParallelCPU",
+         "test_send_recv_any_source"]
 
 
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):

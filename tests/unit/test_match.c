@@ -1,7 +1,7 @@
 /* test_match.c: the receive side the transports share (transports/match.c): arrivals in
  * any order against posted receives, unexpected messages claimed by later posts, the
  * store's byte bound, length and signature mismatches, and a failed peer failing the
- * receives pending and to come. */
+ * receives pending and to come; the peek of a receive from any source across peers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -434,6 +434,93 @@ static void test_fail_posted_and_fini(void **state)
     assert_null(f->peer.unexp);
 }
 
+/* ---- receive from any source ------------------------------------------------------ */
+
+#define P2P(n) ((1ull << 63) | (uint64_t)(n))
+
+/* The peek over three peers with these tags. */
+static gcoll_status_t peek3(gcoll_match_peer_t *mp, uint64_t t0, uint64_t t1, uint64_t t2,
+                            int *peer)
+{
+    gcoll_match_peek_t pk;
+    gcoll_match_peek_init(&pk);
+    gcoll_match_peek_add(&pk, &mp[0], t0, GCOLL_OK);
+    gcoll_match_peek_add(&pk, &mp[1], t1, GCOLL_OK);
+    gcoll_match_peek_add(&pk, &mp[2], t2, GCOLL_OK);
+    return gcoll_match_peek_result(&pk, peer);
+}
+
+/* Three peers of one instance: the peek takes, of each peer's next message (its tag), the
+ * first kept, whatever came from others or with other tags; a peer left out (tag 0) is not
+ * looked at; a failed peer's whole messages still count, and once none is left its
+ * failure is the answer; a transport's own "down" only when no message came. */
+static void test_peek_first_come(void **state)
+{
+    fixture_t *f = *state;
+    gcoll_match_peer_t mp[3];
+    for (int i = 0; i < 3; i++)
+        gcoll_match_peer_init(&mp[i], &f->m, i);
+    uint8_t msg[8], out[8];
+    fill(msg, 8, 40);
+    gcoll_match_peek_t pk;
+    int peer = 99;
+    assert_int_equal(peek3(mp, P2P(0), P2P(0), P2P(0), &peer), GCOLL_OK);
+    assert_int_equal(peer, -1);
+    assert_non_null(gcoll_match_keep(&mp[2], P2P(0), 7, 8, 8, msg, GCOLL_UNEXP_WHOLE));
+    assert_non_null(gcoll_match_keep(&mp[0], P2P(1), 7, 8, 8, msg, GCOLL_UNEXP_WHOLE));
+    assert_non_null(gcoll_match_keep(&mp[1], P2P(0), 7, 8, 8, msg, GCOLL_UNEXP_WHOLE));
+    assert_non_null(gcoll_match_keep(&mp[0], (5ull << 32) | 1, 7, 8, 8, msg, GCOLL_UNEXP_WHOLE));
+    /* rank 0's P2P(1) came second but is not its next; rank 2's came first */
+    assert_int_equal(peek3(mp, P2P(0), P2P(0), P2P(0), &peer), GCOLL_OK);
+    assert_int_equal(peer, 2);
+    assert_int_equal(peek3(mp, P2P(1), P2P(0), P2P(0), &peer), GCOLL_OK);
+    assert_int_equal(peer, 2);
+    assert_int_equal(peek3(mp, P2P(1), P2P(0), 0, &peer), GCOLL_OK);
+    assert_int_equal(peer, 0);
+    /* a receive takes rank 2's: rank 1's is next, then rank 0's once it has P2P(0) */
+    gcoll_treq_t r = rreq(P2P(0), out, 8);
+    r.peer = 2;
+    gcoll_status_t st;
+    gcoll_unexp_t *u = gcoll_match_claim(&mp[2], &r, &st);
+    assert_non_null(u);
+    assert_int_equal(st, GCOLL_OK);
+    gcoll_match_land(&mp[2], &r, u->data, u->len);
+    gcoll_match_unexp_free(&mp[2], u);
+    assert_int_equal(peek3(mp, P2P(0), P2P(0), P2P(1), &peer), GCOLL_OK);
+    assert_int_equal(peer, 1);
+    assert_int_equal(peek3(mp, P2P(0), 0, P2P(1), &peer), GCOLL_OK);
+    assert_int_equal(peer, -1);
+    assert_non_null(gcoll_match_keep(&mp[0], P2P(0), 7, 8, 8, msg, GCOLL_UNEXP_WHOLE));
+    assert_int_equal(peek3(mp, P2P(0), P2P(0), P2P(1), &peer), GCOLL_OK);
+    assert_int_equal(peer, 1);
+    assert_int_equal(peek3(mp, P2P(0), 0, P2P(1), &peer), GCOLL_OK);
+    assert_int_equal(peer, 0);
+    /* rank 2 sends P2P(1) whole, then fails: its message still counts */
+    assert_non_null(gcoll_match_keep(&mp[2], P2P(1), 7, 8, 8, msg, GCOLL_UNEXP_WHOLE));
+    gcoll_match_fail(&mp[2], GCOLL_ERR_PEER, GCOLL_MATCH_KEEP_WHOLE);
+    assert_int_equal(peek3(mp, 0, 0, P2P(1), &peer), GCOLL_OK);
+    assert_int_equal(peer, 2);
+    /* ... and once none is left, its failure, even with messages of other tags here */
+    assert_int_equal(peek3(mp, P2P(2), P2P(1), P2P(2), &peer), GCOLL_ERR_PEER);
+    assert_int_equal(peer, 2);
+    /* a message from another peer comes first over a failure */
+    assert_int_equal(peek3(mp, P2P(2), P2P(0), P2P(2), &peer), GCOLL_OK);
+    assert_int_equal(peer, 1);
+    /* the transport's own down status (a peer that closed) */
+    gcoll_match_peer_t up;
+    gcoll_match_peer_init(&up, &f->m, 4);
+    gcoll_match_peek_init(&pk);
+    gcoll_match_peek_add(&pk, &up, P2P(0), GCOLL_ERR_TRANSPORT);
+    assert_int_equal(gcoll_match_peek_result(&pk, &peer), GCOLL_ERR_TRANSPORT);
+    assert_int_equal(peer, 4);
+    gcoll_match_peek_add(&pk, &mp[1], P2P(0), GCOLL_OK);
+    assert_int_equal(gcoll_match_peek_result(&pk, &peer), GCOLL_OK);
+    assert_int_equal(peer, 1);
+    for (int i = 0; i < 3; i++)
+        gcoll_match_peer_fini(&mp[i]);
+    gcoll_match_peer_fini(&up);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -446,6 +533,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_peer_fail_keep_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_fail_drop_all, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fail_posted_and_fini, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peek_first_come, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -541,6 +541,55 @@ static void test_p2p_tags(void **state)
     pair_close(p);
 }
 
+/* A receive from any source over verbs (lib/core/group.c's use of the peek): rank 1 looks
+ * for the next point-to-point message from rank 0 and from itself. A rendezvous offer from
+ * rank 0 that came first is taken before a later eager message to itself, each then
+ * received whole from the peer the peek named; a message with another tag is not seen. */
+static void test_p2p_any(void **state)
+{
+    (void)state;
+    pair_t *p = pair_open(NULL);
+    const uint64_t P = 1ull << 63;
+    static uint8_t big[200000], bigout[200000];
+    uint8_t self[8] = {1, 2, 3, 4, 5, 6, 7, 8}, selfout[8] = {0};
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (uint8_t)(i * 7 + 3);
+    uint64_t tags[2] = {P | 0, P | 0};
+    int peer = 99;
+    assert_int_equal(OPS.peek(p->t[1], tags, &peer), GCOLL_OK);
+    assert_int_equal(peer, -1);
+    gcoll_treq_t s0 = req(1, P | 0, big, sizeof(big)), s1 = req(1, (3ull << 32) | 1, self, 8);
+    assert_int_equal(OPS.isend(p->t[0], &s0), GCOLL_OK);
+    assert_int_equal(OPS.isend(p->t[0], &s1), GCOLL_OK); /* a collective's: never peeked */
+    idle(p, 20);
+    gcoll_treq_t ss = req(1, P | 0, self, 8);
+    assert_int_equal(OPS.isend(p->t[1], &ss), GCOLL_OK);
+    assert_int_equal(OPS.peek(p->t[1], tags, &peer), GCOLL_OK);
+    assert_int_equal(peer, 0);
+    gcoll_treq_t r0 = req(0, P | 0, bigout, sizeof(bigout));
+    assert_int_equal(OPS.irecv(p->t[1], &r0), GCOLL_OK);
+    gcoll_treq_t *first[] = {&s0, &r0};
+    drive(p, first, 2);
+    assert_int_equal(r0.status, GCOLL_OK);
+    assert_memory_equal(big, bigout, sizeof(big));
+    tags[0] = P | 1; /* rank 0's next */
+    assert_int_equal(OPS.peek(p->t[1], tags, &peer), GCOLL_OK);
+    assert_int_equal(peer, 1);
+    gcoll_treq_t rs = req(1, P | 0, selfout, 8);
+    assert_int_equal(OPS.irecv(p->t[1], &rs), GCOLL_OK);
+    gcoll_treq_t *second[] = {&ss, &rs};
+    drive(p, second, 2);
+    assert_memory_equal(self, selfout, 8);
+    tags[1] = P | 1;
+    assert_int_equal(OPS.peek(p->t[1], tags, &peer), GCOLL_OK);
+    assert_int_equal(peer, -1);
+    gcoll_treq_t rc = req(0, (3ull << 32) | 1, selfout, 8); /* the collective's message */
+    assert_int_equal(OPS.irecv(p->t[1], &rc), GCOLL_OK);
+    gcoll_treq_t *third[] = {&s1, &rc};
+    drive(p, third, 2);
+    pair_close(p);
+}
+
 static void test_mismatch(void **state)
 {
     (void)state;
@@ -601,6 +650,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_anylen_self_zero, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_p2p_tags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_p2p_any, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -622,6 +622,17 @@ void gcoll_tcp_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     peer_fail(t, req->peer, GCOLL_ERR_ABORTED);
 }
 
+gcoll_status_t gcoll_tcp_peek(gcoll_transport_t *t, const uint64_t *tags, int *peer_p)
+{
+    gcoll_match_peek_t pk;
+    gcoll_match_peek_init(&pk);
+    /* past the abort grace every receive fails with the abort's status (gcoll_tcp_irecv) */
+    gcoll_status_t down = t->abort_final ? t->abort_status : GCOLL_OK;
+    for (int i = 0; i < t->size; i++)
+        gcoll_match_peek_add(&pk, &t->peers[i].rx, tags[i], down);
+    return gcoll_match_peek_result(&pk, peer_p);
+}
+
 gcoll_status_t gcoll_tcp_progress(gcoll_transport_t *t, int timeout_ms)
 {
     struct epoll_event ev[64];

@@ -138,6 +138,7 @@ gcoll_status_t gcoll_tcp_isend(gcoll_transport_t *t, gcoll_treq_t *req);
 gcoll_status_t gcoll_tcp_irecv(gcoll_transport_t *t, gcoll_treq_t *req);
 gcoll_status_t gcoll_tcp_progress(gcoll_transport_t *t, int timeout_ms);
 void gcoll_tcp_cancel(gcoll_transport_t *t, gcoll_treq_t *req);
+gcoll_status_t gcoll_tcp_peek(gcoll_transport_t *t, const uint64_t *tags, int *peer_p);
 void gcoll_tcp_abort(gcoll_transport_t *t, gcoll_status_t status, const char *reason);
 
 #endif /* GCOLL_TCP_INT_H */

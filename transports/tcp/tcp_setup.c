@@ -367,4 +367,5 @@ const gcoll_transport_ops_t gcoll_tcp_ops = {
     .mem_dereg = tcp_mem_dereg,
     .destroy = tcp_destroy,
     .nic = tcp_nic,
+    .peek = gcoll_tcp_peek,
 };

@@ -718,6 +718,16 @@ static const char *ucx_last_error(gcoll_transport_t *t)
     return t->errmsg;
 }
 
+/* A failed peer's receives fail through its store (ucx_fail.c): nothing more to add here. */
+static gcoll_status_t ucx_peek(gcoll_transport_t *t, const uint64_t *tags, int *peer_p)
+{
+    gcoll_match_peek_t pk;
+    gcoll_match_peek_init(&pk);
+    for (int i = 0; i < t->size; i++)
+        gcoll_match_peek_add(&pk, &t->peers[i].rx, tags[i], GCOLL_OK);
+    return gcoll_match_peek_result(&pk, peer_p);
+}
+
 const gcoll_transport_ops_t gcoll_ucx_ops = {
     .size = sizeof(gcoll_transport_ops_t),
     .name = "ucx",
@@ -736,4 +746,5 @@ const gcoll_transport_ops_t gcoll_ucx_ops = {
     .destroy = gcoll_ucx_destroy,
     .peer_shares_cpu = gcoll_ucx_shm_peer_cpu,
     .rdma_capable = gcoll_ucx_rdma_capable,
+    .peek = ucx_peek,
 };

@@ -161,4 +161,5 @@ const gcoll_transport_ops_t gcoll_verbs_ops = {
     .mem_reg = verbs_mem_reg,
     .mem_dereg = verbs_mem_dereg,
     .destroy = gcoll_vb_destroy,
+    .peek = gcoll_vb_peek,
 };

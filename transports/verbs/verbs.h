@@ -246,6 +246,7 @@ void gcoll_vb_rdv_recv_start(gcoll_transport_t *t, int peer, gcoll_treq_t *req, 
 gcoll_status_t gcoll_vb_isend(gcoll_transport_t *t, gcoll_treq_t *req);
 gcoll_status_t gcoll_vb_irecv(gcoll_transport_t *t, gcoll_treq_t *req);
 void gcoll_vb_cancel(gcoll_transport_t *t, gcoll_treq_t *req);
+gcoll_status_t gcoll_vb_peek(gcoll_transport_t *t, const uint64_t *tags, int *peer_p);
 /* Posts what a peer's credits and send queues allow. */
 void gcoll_vb_push(gcoll_transport_t *t, int peer);
 /* verbs_cq.c */

@@ -359,6 +359,22 @@ gcoll_status_t gcoll_vb_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
     return GCOLL_OK;
 }
 
+gcoll_status_t gcoll_vb_peek(gcoll_transport_t *t, const uint64_t *tags, int *peer_p)
+{
+    gcoll_match_peek_t pk;
+    gcoll_match_peek_init(&pk);
+    for (int i = 0; i < t->size; i++) {
+        gcoll_vb_peer_t *p = &t->peers[i];
+        /* a peer that left cleanly sends no more: its receives fail (gcoll_vb_irecv) */
+        int left = i != t->rank && p->closed && !p->rx.failed;
+        gcoll_match_peek_add(&pk, &p->rx, tags[i], left ? GCOLL_ERR_PEER : GCOLL_OK);
+    }
+    gcoll_status_t st = gcoll_match_peek_result(&pk, peer_p);
+    if (st == GCOLL_ERR_PEER && !t->peers[*peer_p].rx.failed)
+        gcoll_vb_set_error(t, "verbs: rank %d has left (it closed its connection)", *peer_p);
+    return st;
+}
+
 void gcoll_vb_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
 {
     if (req->done || req->peer < 0 || req->peer >= t->size)

@@ -40,10 +40,13 @@ namespace py = pybind11;
 class WorkGcoll : public c10d::Work
 {
   public:
-    WorkGcoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int source = -1)
+    // source: a recv's sender, or -1; source_cell: where a recv from any source learns it
+    // (written by gcoll before the request completes).
+    WorkGcoll(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int source = -1,
+              std::shared_ptr<int> source_cell = nullptr)
         : c10d::Work(rank, type), outputs_(std::move(outputs)), source_(source),
-          future_(c10::make_intrusive<c10::ivalue::Future>(
-              c10::ListType::create(c10::TensorType::get())))
+          source_cell_(std::move(source_cell)), future_(c10::make_intrusive<c10::ivalue::Future>(
+                                                    c10::ListType::create(c10::TensorType::get())))
     {
     }
 
@@ -69,9 +72,16 @@ class WorkGcoll : public c10d::Work
         run_batch_ = std::move(f);
     }
 
-    // The sender of a recv (torch asks a recv's Work for it).
+    // The sender of a recv (torch asks a recv's Work for it; a recv from any source's once
+    // it completed).
     int sourceRank() const override
     {
+        if (source_cell_) {
+            TORCH_CHECK(*source_cell_ >= 0, "gcoll backend: sourceRank() of a recv from any "
+                                            "source that has not matched a message (wait() "
+                                            "first; a failed recv has no sender)");
+            return *source_cell_;
+        }
         TORCH_CHECK(source_ >= 0, "gcoll backend: sourceRank() is a recv's; this Work is not one");
         return source_;
     }
@@ -90,6 +100,7 @@ class WorkGcoll : public c10d::Work
   private:
     std::vector<at::Tensor> outputs_;
     int source_;
+    std::shared_ptr<int> source_cell_;
     std::mutex batch_mutex_;
     std::function<void()> run_batch_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -347,9 +358,10 @@ class BackendGcoll : public c10d::Backend
     c10::intrusive_ptr<c10d::Work>
     issue(c10d::OpType type, const char *what, std::vector<at::Tensor> outputs,
           const std::function<gcoll_status_t(gcoll_comm_t *, gcoll_request_t **)> &start,
-          std::function<void()> after, int source = -1)
+          std::function<void()> after, int source = -1, std::shared_ptr<int> source_cell = nullptr)
     {
-        auto work = c10::make_intrusive<WorkGcoll>(rank_, type, outputs, source);
+        auto work =
+            c10::make_intrusive<WorkGcoll>(rank_, type, outputs, source, std::move(source_cell));
         // One issuer at a time: gcoll's calls must come in the same order on every rank,
         // and torch may call from several threads (DDP's autograd hooks, the user's,
         // Future callbacks on the notifiers).

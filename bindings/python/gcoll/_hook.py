@@ -81,6 +81,12 @@ def with_warmup(spec, steps):
     return main + plus + rest
 
 
+def _dense(spec):
+    """Whether spec is the identity codec ("none", which canonicalises to "none:ef=1"):
+    such parameters take the dense allreduce, not a compressed one."""
+    return spec.partition("+")[0].partition(":")[0].strip() == "none"
+
+
 def _env_int(name, default, lo, hi):
     text = os.environ.get(name)
     if text is None or text == "":
@@ -249,14 +255,15 @@ class GcollHookState:
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         backward = list(reversed(named))
         # type: rules, "seed" and the embedding default, resolved by module class here
+        # (a default spec of "none", canonically "none:ef=1", gets no embedding default)
         policy = expand_policy(self.policy, [n for n, _p in named], module_info(model),
-                               self.compressor.spec)
+                               "none" if _dense(self.spec) else self.spec)
         specs = resolve_specs(self.comm, [(n, p.numel()) for n, p in backward], self.spec,
                               policy)
         params = {}
         for (name, p), spec in zip(backward, specs):
             comp = None
-            if spec != "none":
+            if not _dense(spec):
                 spec = with_warmup(spec, self.warmup)
                 check_spec(spec)
                 comp = self._comps.get(spec) or self._comps.setdefault(spec, Compressor(spec))

@@ -181,6 +181,7 @@ _PROTOS = {
     "gcoll_recv": (_st, [_p, _p, _sz, ctypes.c_int, ctypes.c_int]),
     "gcoll_isend": (_st, [_p, _p, _sz, ctypes.c_int, ctypes.c_int, _pp]),
     "gcoll_irecv": (_st, [_p, _p, _sz, ctypes.c_int, ctypes.c_int, _pp]),
+    "gcoll_recv_any": (_st, [_p, _p, _sz, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
     "gcoll_group_start": (_st, [_p]),
     "gcoll_group_end": (_st, [_p]),
     "gcoll_wait": (_st, [_p]),

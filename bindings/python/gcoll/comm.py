@@ -344,6 +344,16 @@ class Comm:
         """Receives from rank peer into buf (the sender's count and dtype); returns buf."""
         return self._p2p("gcoll_recv", lib.gcoll_recv, True, buf, peer, True)
 
+    def recv_any(self, buf):
+        """Receives into buf from whichever rank's next message came first (gcoll_recv_any:
+        each pair's order is kept); returns that rank. Not inside comm.group()."""
+        what = "gcoll_recv_any"
+        b = as_buf(buf, what + " buf", writable=True)
+        src = ctypes.c_int(-1)
+        self._run(what, lib.gcoll_recv_any, (b.ptr, b.count, b.dtype, ctypes.byref(src)), True,
+                  None, (b.obj,))
+        return src.value
+
     def isend(self, buf, peer):
         """Nonblocking send: a Request; buf must stay unchanged until it completes."""
         return self._p2p("gcoll_isend", lib.gcoll_isend, False, buf, peer, False)

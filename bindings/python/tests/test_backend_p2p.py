@@ -181,6 +181,63 @@ class TestRootedP2P(unittest.TestCase):
                     self.check(a, torch.full((3,), 1.0))
                     self.check(b, torch.full((3,), 2.0))
 
+    def test_recv_any_source(self):
+        # dist.recv(t) and dist.irecv(t) without src (the backend's recvAnysource): each rank
+        # in turn takes 3 messages from every other; each message says who sent it and its
+        # index among that sender's, so every one must come exactly once, from the rank the
+        # call returns, and a sender's in the order it sent them
+        def msg(src, k, n=11):
+            return torch.cat([torch.tensor([src, k], dtype=torch.int64),
+                              data(src, n - 2, torch.int64, 6000 + k)])
+        for dst in range(SIZE):
+            with self.subTest(receiver=dst):
+                if RANK != dst:
+                    for k in range(3):
+                        dist.send(msg(RANK, k), dst)
+                else:
+                    nxt = [0] * SIZE
+                    for i in range(3 * (SIZE - 1)):
+                        t = torch.full((11,), -1, dtype=torch.int64)
+                        if i % 2 == 0:
+                            src = dist.recv(t)
+                        else:
+                            w = dist.irecv(t)
+                            w.wait()
+                            src = w._source_rank()
+                        self.assertNotEqual(src, RANK)
+                        self.check(t, msg(src, nxt[src]))
+                        nxt[src] += 1
+                    self.assertEqual(nxt, [0 if q == RANK else 3 for q in range(SIZE)])
+            dist.barrier()
+        # a recv naming rank 1 issued before one without src gets rank 1's first message
+        if RANK == 1:
+            dist.send(msg(1, 0, 5), 0)
+            dist.send(msg(1, 1, 5), 0)
+        elif RANK == 0:
+            a, b = torch.empty(5, dtype=torch.int64), torch.empty(5, dtype=torch.int64)
+            w = dist.irecv(a, 1)
+            self.assertEqual(dist.recv(b), 1)
+            w.wait()
+            self.check(a, msg(1, 0, 5))
+            self.check(b, msg(1, 1, 5))
+        dist.barrier()
+        # in a subgroup: the sender comes back as its global rank
+        if SIZE >= 3:
+            g = dist.new_group([1, 2])
+            if RANK == 2:
+                dist.send(msg(2, 0, 4), 1, group=g)
+            elif RANK == 1:
+                t = torch.empty(4, dtype=torch.int64)
+                self.assertEqual(dist.recv(t, group=g), 2)
+                self.check(t, msg(2, 0, 4))
+            dist.barrier()
+        # inside a coalescing batch gcoll refuses it (its sender is known only once a
+        # message came, and a batch posts its receives before)
+        with self.assertRaisesRegex(RuntimeError, "any source.*group"):
+            with dist._coalescing_manager(device=torch.device("cpu")):
+                dist.irecv(torch.empty(3))
+        dist.barrier()
+
     def test_batch_isend_irecv_ring_shift(self):
         # receives first, then sends, of 4 MiB each way: only as one batch (a gcoll group)
         # can every rank's receive be posted while its send goes out

@@ -209,6 +209,22 @@ class TestComm(unittest.TestCase):
             self.assertTrue(torch.equal(t, torch.full((4,), float(left), dtype=torch.bfloat16)))
         with self.assertRaises(ValueError):
             comm.send(np.zeros(1, np.float32), P)
+        # from any source: every other rank sends rank 0 two messages [sender, index]; each
+        # comes once, from the rank recv_any returns, in its sender's order
+        if r != 0:
+            for k in range(2):
+                comm.send(np.array([r, k], np.int64), 0)
+        else:
+            nxt = [0] * P
+            for _ in range(2 * (P - 1)):
+                m = np.full(2, -1, np.int64)
+                src = comm.recv_any(m)
+                np.testing.assert_array_equal(m, [src, nxt[src]])
+                nxt[src] += 1
+            self.assertEqual(nxt, [0] + [2] * (P - 1))
+        with self.assertRaises(gcoll.GcollError):
+            with comm.group():
+                comm.recv_any(np.zeros(1, np.float32))
 
     def test_99_mismatch_breaks_comm(self):
         # ranks pass different counts: every rank gets GCOLL_ERR_MISMATCH with gcoll's message

@@ -266,6 +266,21 @@ class TestHookFeatures(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "class name pattern"):
             gt.GcollHookState("fp16", comm=self.comm, model=make_mixed(), policy="type:=sign")
 
+    def test_none_is_dense_everywhere(self):
+        """The default spec "none" (canonically "none:ef=1") reduces every parameter
+        dense, the embedding table included (no row-sparse default, no state), and each
+        bucket equals the dense allreduce of its inputs."""
+        model = make_mixed()
+        self.hook = gt.GcollHookState("none", comm=self.comm, model=model)
+        want = {n: "none" for n, _p in model.named_parameters()}
+        self.assertEqual(self.hook.specs, want)
+        self.assertEqual(self.hook.states, {})
+        log = self.capture(model, self.hook)
+        self.train(model, 3)
+        self.replay(log, model, want)
+        self.assert_same_weights(model)
+        self.hook.close()
+
     def test_default_spec_from_environment(self):
         model = make_model()
         os.environ["GCOLL_COMPRESSOR"] = "sign"
