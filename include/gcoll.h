@@ -519,8 +519,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_encode_chunk(gcoll_compressor_t *c, gcoll_tens
                                                void *out, size_t cap, size_t *len_p);
 GCOLL_EXPORT void gcoll_state_advance(gcoll_tensor_state_t *s);
 /* Checkpoints: writes everything that decides the state's later encodes (step, residual,
- * DGC velocity, the reused threshold, the compressed allreduce's server residual, the
- * hierarchical allreduce's residual of this rank's part) and its
+ * DGC velocity, the reused threshold, vq's warm codebook, the compressed allreduce's server
+ * residual, the hierarchical allreduce's residual of this rank's part) and its
  * compressor's canonical spec into buf (cap bytes); *len_p receives the length. buf NULL
  * with cap 0 only sets *len_p. Host byte order (gcoll builds on little-endian hosts only).
  * GCOLL_ERR_INVALID for NULL arguments or a too small cap. */

@@ -107,24 +107,43 @@ size_t gcoll_codec_pairs_bound(const gcoll_compressor_t *c, size_t nnz, size_t c
 
 /* --- encoding ------------------------------------------------------------------------ */
 
+/* rowsparse's row length (its messages are row-coded when that is smaller), 0 otherwise. */
+static uint32_t row_dim(const gcoll_compressor_t *c)
+{
+    return c->sparsify == GCOLL_SPARSIFY_ROWS ? c->row_dim : 0;
+}
+
 static gcoll_status_t too_small(size_t need, size_t cap)
 {
     GCOLL_WARN("compress: output buffer of %zu bytes, message needs %zu", cap, need);
     return GCOLL_ERR_INVALID;
 }
 
-/* Writes a sparse message for the pairs (idx[j], vals[j]). Picks the smaller of raw and
- * delta-bitpacked indices, and a dense message when that is smaller still. */
-static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, const uint32_t *idx, const float *vals,
-                                  size_t nnz, size_t n, uint64_t qkey, gcoll_scratch_t *sc,
-                                  uint8_t *out, size_t cap, size_t *len_p)
+/* Writes a sparse message for the pairs (idx[j], vals[j]). Picks the smallest of raw,
+ * delta-bitpacked and (rowdim: rowsparse's rows of rowdim values, when the indices are
+ * whole rows) row-coded indices, and a dense message when that is smaller still. */
+static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, uint32_t rowdim, const uint32_t *idx,
+                                  const float *vals, size_t nnz, size_t n, uint64_t qkey,
+                                  gcoll_scratch_t *sc, uint8_t *out, size_t cap, size_t *len_p)
 {
     size_t dense = gcoll_vsec_size(vs, n), vsz = gcoll_vsec_size(vs, nnz);
     size_t delta = gcoll_idx_delta_size(idx, nnz);
     int use_delta = delta < 4 * nnz;
     size_t isz = use_delta ? delta : 4 * nnz;
+    uint32_t *rows = NULL;
+    size_t nrows = 0, rsz = 0;
+    if (rowdim && nnz) {
+        rows = malloc((nnz / rowdim + 1) * sizeof(uint32_t));
+        if (!rows)
+            return GCOLL_ERR_NOMEM;
+        rsz = gcoll_idx_rows_size(idx, nnz, n, rowdim, rows, &nrows);
+    }
+    const int use_rows = rsz && rsz < isz;
+    if (use_rows)
+        isz = rsz;
     gcoll_wire_hdr_t h = {GCOLL_WIRE_SPARSE, GCOLL_WIRE_F_SORTED, n, nnz, 0, *vs, 0};
     if (isz + vsz > dense && dense_fallback_ok(vs)) {
+        free(rows);
         if (GCOLL_WIRE_HDR + dense > cap)
             return too_small(GCOLL_WIRE_HDR + dense, cap);
         GCOLL_CHECK(gcoll_scratch_tmp(sc, n));
@@ -140,15 +159,21 @@ static gcoll_status_t emit_sparse(const gcoll_vspec_t *vs, const uint32_t *idx, 
         return GCOLL_OK;
     }
     h.payload_len = isz + vsz;
-    if (GCOLL_WIRE_HDR + h.payload_len > cap)
+    if (GCOLL_WIRE_HDR + h.payload_len > cap) {
+        free(rows);
         return too_small(GCOLL_WIRE_HDR + h.payload_len, cap);
-    if (use_delta) {
+    }
+    if (use_rows) {
+        h.flags |= GCOLL_WIRE_F_ROWS;
+        gcoll_idx_rows_write(rows, nrows, nnz, rowdim, out + GCOLL_WIRE_HDR);
+    } else if (use_delta) {
         h.flags |= GCOLL_WIRE_F_DELTA;
         gcoll_idx_delta_write(idx, nnz, out + GCOLL_WIRE_HDR);
     } else {
         for (size_t j = 0; j < nnz; j++)
             gcoll_put_u32(out + GCOLL_WIRE_HDR + 4 * j, idx[j]);
     }
+    free(rows);
     gcoll_wire_put_hdr(out, &h);
     GCOLL_CHECK(gcoll_vsec_put(vs, vals, nnz, qkey, out + GCOLL_WIRE_HDR + isz));
     *len_p = GCOLL_WIRE_HDR + h.payload_len;
@@ -571,7 +596,8 @@ static gcoll_status_t encode_sparse(encode_t *E, uint8_t *o, size_t cap, size_t 
         GCOLL_CHECK(gcoll_vsec_put(&E->vs, sc->val, nnz, E->qkey, o + GCOLL_WIRE_HDR));
         *len_p = GCOLL_WIRE_HDR + vsz;
     } else {
-        GCOLL_CHECK(emit_sparse(&E->vs, sc->idx, sc->val, nnz, n, E->qkey, sc, o, cap, len_p));
+        GCOLL_CHECK(
+            emit_sparse(&E->vs, row_dim(c), sc->idx, sc->val, nnz, n, E->qkey, sc, o, cap, len_p));
     }
     /* momentum factor masking (Lin et al. 2018, sec. 3.2): the sent elements' momentum
      * is stale once applied. A selection of every element (a dense warm-up stage) is
@@ -682,7 +708,7 @@ gcoll_status_t gcoll_codec_encode_pairs(const gcoll_compressor_t *c, const uint3
             return GCOLL_ERR_INVALID;
         }
     gcoll_scratch_t sc = {0};
-    gcoll_status_t st = emit_sparse(c ? &c->vs : &f32, idx, val, nnz, count,
+    gcoll_status_t st = emit_sparse(c ? &c->vs : &f32, c ? row_dim(c) : 0, idx, val, nnz, count,
                                     gcoll_codec_noise_key(0, 0, 0, 1), &sc, out, cap, len_p);
     gcoll_scratch_free(&sc);
     return st;

@@ -158,7 +158,7 @@ struct gcoll_tensor_state {
     size_t spare_reserved;     /* bytes of the spare budget this state holds (0: none yet) */
     int spare_refused;         /* the budget had no room for it (logged once) */
     struct gcoll_adapt *adapt; /* gcoll_adapt_attach's controller, or NULL */
-    float *vq_book;            /* vq: the last codebook (warm start; not checkpointed) */
+    float *vq_book;            /* vq: the last codebook (warm start; checkpointed) */
     int spec_checked; /* the first compressed call compared the ranks' specs (compressed.c) */
 };
 

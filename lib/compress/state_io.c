@@ -1,5 +1,7 @@
 /* state_io.c: a tensor state as bytes and back (checkpoints: gcoll_state_save/load). */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compress/compress.h"
@@ -8,11 +10,13 @@
 /* Layout, in host byte order (checked little-endian below, like the wire format):
  *   "GCST" u32 version u32 speclen spec[speclen] body
  *   body = u64 count u64 step u32 flags u32 reuse_thr u64 reuse_at
- *          [float e[count]] [float u[count]] [body of the server state]
- *          [body of the hierarchical part's state]
+ *          [float e[count]] [float u[count]] [u32 nbook float book[nbook]]
+ *          [body of the server state] [body of the hierarchical part's state]
  * flags: 1 e present, 2 u present, 4 server present, 8 reuse threshold valid, 16 the state
  * of this rank's part of a hierarchical allreduce's step across hosts present (its own
- * count; it may hold a server state, never a part of its own).
+ * count; it may hold a server state, never a part of its own), 32 vq's warm codebook
+ * present (nbook = 2^bits * dim of the spec, finite values; version 2 only).
+ * Version 1 (before the codebook) still loads: its vq states start their next encode cold.
  * Everything that decides a later encode is here, so a restored state continues bit for
  * bit; the spare buffer and the scratch are rewritten before they are read, and the
  * salt is set by every collective call. */
@@ -21,8 +25,14 @@
 #endif
 
 #define STATE_MAGIC "GCST"
-#define STATE_VERSION 1u
-enum { F_E = 1, F_U = 2, F_SERVER = 4, F_REUSE = 8, F_HIER = 16 };
+#define STATE_VERSION 2u
+enum { F_E = 1, F_U = 2, F_SERVER = 4, F_REUSE = 8, F_HIER = 16, F_BOOK = 32 };
+
+/* Floats in vq's codebook for compressor c, 0 for other codecs. */
+static size_t book_floats(const gcoll_compressor_t *c)
+{
+    return c->vs.fmt == GCOLL_VF_VQ ? ((size_t)1 << c->vs.bits) * c->vs.bucket : 0;
+}
 
 /* What a body belongs to: the caller's state, its server state, or its hierarchical part
  * (which bounds the nesting: only the top holds a part, and a server holds nothing). */
@@ -43,8 +53,10 @@ static void put(out_t *o, const void *src, size_t n)
 static void put_body(out_t *o, const gcoll_tensor_state_t *s)
 {
     uint64_t count = s->count, step = s->step, at = s->reuse_at;
+    const size_t nbook = s->vq_book ? book_floats(s->c) : 0;
     uint32_t flags = (s->e ? F_E : 0) | (s->u ? F_U : 0) | (s->server ? F_SERVER : 0) |
-                     (s->reuse_valid ? F_REUSE : 0) | (s->hier_part ? F_HIER : 0);
+                     (s->reuse_valid ? F_REUSE : 0) | (s->hier_part ? F_HIER : 0) |
+                     (nbook ? F_BOOK : 0);
     put(o, &count, 8);
     put(o, &step, 8);
     put(o, &flags, 4);
@@ -54,6 +66,11 @@ static void put_body(out_t *o, const gcoll_tensor_state_t *s)
         put(o, s->e, s->count * sizeof(float));
     if (s->u)
         put(o, s->u, s->count * sizeof(float));
+    if (nbook) {
+        uint32_t nb = (uint32_t)nbook;
+        put(o, &nb, 4);
+        put(o, s->vq_book, nbook * sizeof(float));
+    }
     if (s->server)
         put_body(o, s->server);
     if (s->hier_part)
@@ -86,6 +103,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_state_save(const gcoll_tensor_state_t *s, void
 typedef struct {
     const unsigned char *p;
     size_t len, off;
+    uint32_t version; /* of the buffer: 1 has no codebooks */
 } in_t;
 
 static int get(in_t *in, void *dst, size_t n)
@@ -152,8 +170,8 @@ static gcoll_status_t get_body(in_t *in, gcoll_tensor_state_t *s, const gcoll_co
                  (unsigned long long)count, s->count);
         return GCOLL_ERR_MISMATCH;
     }
-    uint32_t allowed =
-        F_E | F_U | F_REUSE | (kind != K_SERVER ? F_SERVER : 0) | (kind == K_TOP ? F_HIER : 0);
+    uint32_t allowed = F_E | F_U | F_REUSE | (kind != K_SERVER ? F_SERVER : 0) |
+                       (kind == K_TOP ? F_HIER : 0) | (in->version >= 2 ? F_BOOK : 0);
     if (count > GCOLL_WIRE_MAX_COUNT || (flags & ~allowed)) {
         snprintf(why, whylen, "malformed");
         return GCOLL_ERR_INVALID;
@@ -174,7 +192,47 @@ static gcoll_status_t get_body(in_t *in, gcoll_tensor_state_t *s, const gcoll_co
         snprintf(why, whylen, "truncated");
         return GCOLL_ERR_INVALID;
     }
+    /* vq's codebook: exactly the spec's size, every value finite (the encoder starts its
+     * Lloyd iterations from it, and a NaN would reach every later message) */
+    const size_t nbook = (flags & F_BOOK) ? book_floats(c) : 0;
+    const unsigned char *book = in->p + in->off;
+    if (flags & F_BOOK) {
+        uint32_t nb;
+        if (get(in, &nb, 4)) {
+            snprintf(why, whylen, "truncated");
+            return GCOLL_ERR_INVALID;
+        }
+        if (!nbook || nb != nbook) {
+            snprintf(why, whylen, "malformed: a codebook of %u values where the spec's has %zu", nb,
+                     nbook);
+            return GCOLL_ERR_INVALID;
+        }
+        book = in->p + in->off;
+        if (get(in, NULL, nbook * sizeof(float))) {
+            snprintf(why, whylen, "truncated");
+            return GCOLL_ERR_INVALID;
+        }
+        for (size_t i = 0; i < nbook; i++) {
+            float f;
+            memcpy(&f, book + 4 * i, 4);
+            if (!isfinite(f)) {
+                snprintf(why, whylen, "malformed: codebook value %zu is %g", i, (double)f);
+                return GCOLL_ERR_INVALID;
+            }
+        }
+    }
     if (apply) {
+        /* the one allocation first, so that running out of memory leaves this body as it was */
+        if (nbook && !s->vq_book && !(s->vq_book = malloc(nbook * sizeof(float)))) {
+            snprintf(why, whylen, "no memory for the codebook");
+            return GCOLL_ERR_NOMEM;
+        }
+        if (nbook) {
+            memcpy(s->vq_book, book, nbook * sizeof(float));
+        } else { /* saved cold: the next encode starts cold too */
+            free(s->vq_book);
+            s->vq_book = NULL;
+        }
         s->step = step;
         s->reuse_thr = thr;
         s->reuse_at = at;
@@ -216,8 +274,9 @@ GCOLL_EXPORT gcoll_status_t gcoll_state_load(gcoll_tensor_state_t *s, const void
     uint32_t version, speclen;
     gcoll_status_t st = GCOLL_ERR_INVALID;
     if (get(&in, magic, 4) || memcmp(magic, STATE_MAGIC, 4) || get(&in, &version, 4) ||
-        version != STATE_VERSION || get(&in, &speclen, 4) || in.len - in.off < speclen) {
-        snprintf(why, sizeof(why), "not a saved gcoll state (or another version)");
+        version < 1 || version > STATE_VERSION || get(&in, &speclen, 4) ||
+        in.len - in.off < speclen) {
+        snprintf(why, sizeof(why), "not a saved gcoll state of version 1..%u", STATE_VERSION);
         goto fail;
     }
     const char *spec = gcoll_compressor_spec(s->c);
@@ -228,6 +287,7 @@ GCOLL_EXPORT gcoll_status_t gcoll_state_load(gcoll_tensor_state_t *s, const void
         goto fail;
     }
     in.off += speclen;
+    in.version = version;
     size_t body = in.off;
     /* check everything first, so that a bad buffer leaves the state as it was */
     if ((st = get_body(&in, s, s->c, 0, K_TOP, (want_t){0}, why, sizeof(why))) != GCOLL_OK)

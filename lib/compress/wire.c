@@ -193,6 +193,8 @@ gcoll_status_t gcoll_wire_parse_hdr(const void *in, size_t len, size_t count, gc
              * pairs promise them ascending: an unsorted message is malformed (a fuzzer
              * found one decoding to duplicate pairs) */
             BAD("sparse message without sorted indices (flags 0x%x)", h->flags);
+        } else if ((h->flags & GCOLL_WIRE_F_ROWS) && (h->flags & GCOLL_WIRE_F_DELTA)) {
+            BAD("row-coded sparse message with the delta flag (flags 0x%x)", h->flags);
         }
         break;
     case GCOLL_WIRE_RANDOMK:
@@ -280,9 +282,14 @@ static void unpack_gaps(const uint8_t *p, unsigned w, size_t m, uint32_t *gap)
     }
 }
 
+static gcoll_status_t rows_check(const uint8_t *p, size_t avail, uint64_t nnz, uint64_t count,
+                                 size_t *used);
+
 gcoll_status_t gcoll_idx_check(const uint8_t *p, size_t avail, unsigned flags, uint64_t nnz,
                                uint64_t count, size_t *used)
 {
+    if (flags & GCOLL_WIRE_F_ROWS)
+        return rows_check(p, avail, nnz, count, used);
     if (!(flags & GCOLL_WIRE_F_DELTA)) {
         if (nnz > avail / 4)
             BAD("%llu indices do not fit in %zu bytes", (unsigned long long)nnz, avail);
@@ -355,35 +362,144 @@ gcoll_status_t gcoll_idx_check(const uint8_t *p, size_t avail, unsigned flags, u
     return GCOLL_OK;
 }
 
+/* Reads the next delta block of up to 128 indices at *pp (a checked section). */
+static size_t delta_block(const uint8_t **pp, uint64_t *left, uint64_t *prev_plus1, uint32_t *idx)
+{
+    size_t m = (size_t)GCOLL_MIN(*left, (uint64_t)GCOLL_WIRE_IDX_BLOCK);
+    if (m == 0)
+        return 0;
+    unsigned w = *(*pp)++;
+    unpack_gaps(*pp, w, m, idx);
+    *pp += (m * w + 7) / 8;
+    uint64_t next = *prev_plus1;
+    for (size_t i = 0; i < m; i++) {
+        next += idx[i];
+        idx[i] = (uint32_t)next;
+        next++;
+    }
+    *prev_plus1 = next;
+    *left -= m;
+    return m;
+}
+
+/* The row-coded section (wire.h): its fixed fields, the row indices' delta blocks (rows
+ * ascending and below ceil(count / dim)), and the last row's length against count. count
+ * may be a bound below the tensor's (a segment's end): a row then must end below it, and
+ * only a row ending exactly at count may be short. */
+static gcoll_status_t rows_check(const uint8_t *p, size_t avail, uint64_t nnz, uint64_t count,
+                                 size_t *used)
+{
+    if (avail < 12)
+        BAD("row-coded index section truncated (%zu bytes)", avail);
+    uint32_t dim = gcoll_get_u32(p), nrows = gcoll_get_u32(p + 4), last = gcoll_get_u32(p + 8);
+    if (dim == 0 || nrows == 0 || (uint64_t)nrows > nnz || last == 0 || last > dim)
+        BAD("row-coded index section with dim %u, %u rows, last row %u values for %llu", dim, nrows,
+            last, (unsigned long long)nnz);
+    if ((uint64_t)(nrows - 1) * dim + last != nnz)
+        BAD("%u rows of %u values (the last %u) are not %llu values", nrows, dim, last,
+            (unsigned long long)nnz);
+    size_t rused;
+    GCOLL_CHECK(gcoll_idx_check(p + 12, avail - 12, GCOLL_WIRE_F_SORTED | GCOLL_WIRE_F_DELTA, nrows,
+                                (count + dim - 1) / dim, &rused));
+    const uint8_t *q = p + 12;
+    uint64_t left = nrows, prev1 = 0;
+    uint32_t rb[GCOLL_WIRE_IDX_BLOCK];
+    size_t m = 0;
+    while (left)
+        m = delta_block(&q, &left, &prev1, rb);
+    uint64_t end = (uint64_t)rb[m - 1] * dim + last;
+    if (end > count || (last < dim && end != count))
+        BAD("row %u of %u values ends at %llu (count %llu)", rb[m - 1], last,
+            (unsigned long long)end, (unsigned long long)count);
+    *used = 12 + rused;
+    return GCOLL_OK;
+}
+
+size_t gcoll_idx_rows_size(const uint32_t *idx, size_t nnz, uint64_t count, uint32_t dim,
+                           uint32_t *rows, size_t *nrows_p)
+{
+    if (!nnz || !dim)
+        return 0;
+    size_t j = 0, nr = 0;
+    while (j < nnz) { /* ascending indices: a row's first and last place it whole */
+        uint32_t r = idx[j] / dim;
+        uint64_t base = (uint64_t)r * dim;
+        uint64_t len = GCOLL_MIN((uint64_t)dim, count - base);
+        if (idx[j] != base || len > nnz - j || idx[j + len - 1] != base + len - 1)
+            return 0;
+        rows[nr++] = r;
+        j += (size_t)len;
+    }
+    *nrows_p = nr;
+    return 12 + gcoll_idx_delta_size(rows, nr);
+}
+
+size_t gcoll_idx_rows_write(const uint32_t *rows, size_t nrows, size_t nnz, uint32_t dim,
+                            uint8_t *out)
+{
+    gcoll_put_u32(out, dim);
+    gcoll_put_u32(out + 4, (uint32_t)nrows);
+    gcoll_put_u32(out + 8, (uint32_t)(nnz - (nrows - 1) * dim));
+    return 12 + gcoll_idx_delta_write(rows, nrows, out + 12);
+}
+
 void gcoll_idx_iter_init(gcoll_idx_iter_t *it, const uint8_t *p, unsigned flags, uint64_t nnz)
 {
     it->p = p;
     it->flags = flags;
     it->left = nnz;
     it->prev_plus1 = 0;
+    it->rn = it->rpos = 0;
+    it->in_row = 0;
+    it->dim = it->last_len = 0;
+    it->rows_left = 0;
+    if ((flags & GCOLL_WIRE_F_ROWS) && nnz) {
+        it->dim = gcoll_get_u32(p);
+        it->rows_left = gcoll_get_u32(p + 4);
+        it->last_len = gcoll_get_u32(p + 8);
+        it->p = p + 12;
+    }
+}
+
+/* Row-coded: expands the rows into element indices, up to 128 a call. */
+static size_t rows_next(gcoll_idx_iter_t *it, uint32_t *idx)
+{
+    size_t m = 0;
+    while (m < GCOLL_WIRE_IDX_BLOCK && it->left > 0) {
+        if (it->rpos == it->rn) {
+            it->rn = delta_block(&it->p, &it->rows_left, &it->prev_plus1, it->rbuf);
+            it->rpos = 0;
+            if (it->rn == 0)
+                break; /* not on a checked section */
+        }
+        uint32_t len = it->rows_left == 0 && it->rpos + 1 == it->rn ? it->last_len : it->dim;
+        uint64_t base = (uint64_t)it->rbuf[it->rpos] * it->dim + it->in_row;
+        size_t take = (size_t)GCOLL_MIN(
+            GCOLL_MIN((uint64_t)(len - it->in_row), (uint64_t)(GCOLL_WIRE_IDX_BLOCK - m)),
+            it->left);
+        for (size_t i = 0; i < take; i++)
+            idx[m + i] = (uint32_t)(base + i);
+        m += take;
+        it->left -= take;
+        it->in_row += (uint32_t)take;
+        if (it->in_row == len) {
+            it->in_row = 0;
+            it->rpos++;
+        }
+    }
+    return m;
 }
 
 size_t gcoll_idx_iter_next(gcoll_idx_iter_t *it, uint32_t *idx)
 {
+    if (it->flags & GCOLL_WIRE_F_ROWS)
+        return rows_next(it, idx);
+    if (it->flags & GCOLL_WIRE_F_DELTA)
+        return delta_block(&it->p, &it->left, &it->prev_plus1, idx);
     size_t m = (size_t)GCOLL_MIN(it->left, (uint64_t)GCOLL_WIRE_IDX_BLOCK);
-    if (m == 0)
-        return 0;
-    if (!(it->flags & GCOLL_WIRE_F_DELTA)) {
-        for (size_t i = 0; i < m; i++)
-            idx[i] = gcoll_get_u32(it->p + 4 * i);
-        it->p += 4 * m;
-    } else {
-        unsigned w = *it->p++;
-        unpack_gaps(it->p, w, m, idx);
-        it->p += (m * w + 7) / 8;
-        uint64_t next = it->prev_plus1;
-        for (size_t i = 0; i < m; i++) {
-            next += idx[i];
-            idx[i] = (uint32_t)next;
-            next++;
-        }
-        it->prev_plus1 = next;
-    }
+    for (size_t i = 0; i < m; i++)
+        idx[i] = gcoll_get_u32(it->p + 4 * i);
+    it->p += 4 * m;
     it->left -= m;
     return m;
 }

@@ -10,7 +10,8 @@
  *     4    1 version      1
  *     5    1 codec        1 dense, 2 sparse, 3 random-k
  *     6    2 flags        bit0 indices sorted (strictly ascending), bit1 delta-bitpacked
- *                         indices, bit2 dense fallback inside a sparse message
+ *                         indices, bit2 dense fallback inside a sparse message, bit3
+ *                         row-coded indices
  *     8    8 count        tensor (chunk) elements
  *    16    8 nnz          values carried (count for dense)
  *    24    8 payload_len  bytes after the header; must equal len - 48 exactly
@@ -26,6 +27,12 @@
  * Index section: raw u32 array, or (flag bit1) blocks of 128 gaps: one width byte w
  * (0..32) then the gaps bitpacked LSB-first in ceil(m*w/8) bytes. The first gap is the
  * first index; later gaps are idx[i] - idx[i-1] - 1, so sortedness is built in.
+ * Row-coded (flag bit3, with bit0 and without bit1; rowsparse's whole rows): u32 dim D,
+ * u32 nrows, u32 last_len, then the nrows ascending row indices r as delta blocks above.
+ * Row r carries elements r*D .. r*D + len - 1, len = D for every row but the last
+ * carried one, whose len is last_len (1..D; below D only for the tensor's short last row,
+ * ending at count), and nnz = (nrows - 1) * D + last_len. 12 bytes plus about one
+ * row-gap's bits a row, where element deltas cost a block's widest gap per element.
  *
  * Value sections (nb = number of buckets):
  *   f32   4*n          f16/bf16 2*n
@@ -58,7 +65,8 @@ enum {
     GCOLL_WIRE_F_SORTED = 1u << 0,
     GCOLL_WIRE_F_DELTA = 1u << 1,
     GCOLL_WIRE_F_DENSE = 1u << 2,
-    GCOLL_WIRE_F_ALL = 0x7u
+    GCOLL_WIRE_F_ROWS = 1u << 3,
+    GCOLL_WIRE_F_ALL = 0xfu
 };
 
 typedef struct {
@@ -91,6 +99,15 @@ uint64_t gcoll_vsec_buckets(const gcoll_vspec_t *vs, uint64_t n);
 /* Index coding. Bytes needed for delta-bitpacked sorted indices. */
 size_t gcoll_idx_delta_size(const uint32_t *idx, size_t nnz);
 size_t gcoll_idx_delta_write(const uint32_t *idx, size_t nnz, uint8_t *out);
+/* Row coding of sorted element indices idx[0..nnz) of a tensor of count elements viewed as
+ * rows of dim: the section's size, or 0 when the indices are not whole rows (each row
+ * complete, the tensor's last one up to count) or nnz is 0. rows: scratch of nnz/dim + 1
+ * entries, receives the row indices. */
+size_t gcoll_idx_rows_size(const uint32_t *idx, size_t nnz, uint64_t count, uint32_t dim,
+                           uint32_t *rows, size_t *nrows_p);
+/* Writes the section gcoll_idx_rows_size measured (rows[0..nrows) from it). */
+size_t gcoll_idx_rows_write(const uint32_t *rows, size_t nrows, size_t nnz, uint32_t dim,
+                            uint8_t *out);
 /* Validates an index section starting at p with avail bytes: every index < count,
  * strictly ascending if sorted. On success *used receives its length in bytes. */
 gcoll_status_t gcoll_idx_check(const uint8_t *p, size_t avail, unsigned flags, uint64_t nnz,
@@ -104,7 +121,13 @@ typedef struct {
     const uint8_t *p;
     unsigned flags;
     uint64_t left;
-    uint64_t prev_plus1; /* last index + 1 (delta coding) */
+    uint64_t prev_plus1; /* last index + 1 (delta coding; of the rows when row-coded) */
+    /* row coding: the row indices' delta blocks are read into rbuf a block at a time */
+    uint32_t dim, last_len;
+    uint64_t rows_left; /* rows not read into rbuf yet */
+    size_t rn, rpos;    /* rows in rbuf, the current one */
+    uint32_t in_row;    /* elements of the current row already returned */
+    uint32_t rbuf[GCOLL_WIRE_IDX_BLOCK];
 } gcoll_idx_iter_t;
 void gcoll_idx_iter_init(gcoll_idx_iter_t *it, const uint8_t *p, unsigned flags, uint64_t nnz);
 /* Fills up to GCOLL_WIRE_IDX_BLOCK indices, returns how many (0 at the end). */

@@ -9,8 +9,9 @@
 /*
  * Input: flags byte, count (u32), nnz (u16), then bytes read two ways: as a message
  * whose header gcoll_wire_parse_hdr checks, and as an index section gcoll_idx_check
- * checks. What the checks accept must read back (whole and block by block, the same
- * indices, each < count, ascending when sorted), and re-encode to what was read.
+ * checks (bit 3 of the flags byte: row-coded). What the checks accept must read back
+ * (whole and block by block, the same indices, each < count, ascending when sorted), and
+ * re-encode to what was read (row-coded: whole rows, the same size and fixed fields).
  */
 #define MAX_NNZ 4096
 
@@ -25,6 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 7)
         return 0;
     unsigned flags = data[0] & (GCOLL_WIRE_F_SORTED | GCOLL_WIRE_F_DELTA);
+    if (data[0] & GCOLL_WIRE_F_ROWS) /* row-coded: sorted, its rows delta-coded inside */
+        flags = GCOLL_WIRE_F_SORTED | GCOLL_WIRE_F_ROWS;
     uint64_t count = get32(data + 1);
     uint64_t nnz = (uint64_t)(data[5] | data[6] << 8) % (MAX_NNZ + 1);
     size_t len = size - 7;
@@ -79,6 +82,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             free(idx2);
             free(e);
+        }
+        if (flags & GCOLL_WIRE_F_ROWS) {
+            /* whole rows of the section's dim: they re-encode to an equivalent section,
+             * the same fixed fields, no longer (the reader accepts wider blocks than the
+             * writer's narrowest) */
+            uint32_t dim = get32(m);
+            uint32_t *rows = malloc((nnz / dim + 1) * sizeof(uint32_t));
+            size_t nrows = 0, n2 = gcoll_idx_rows_size(idx, nnz, count, dim, rows, &nrows);
+            if (n2 == 0 || n2 > used)
+                abort();
+            uint8_t *e = malloc(n2);
+            if (gcoll_idx_rows_write(rows, nrows, nnz, dim, e) != n2 || memcmp(e, m, 12) != 0)
+                abort();
+            uint32_t *idx2 = malloc((nnz + 1) * sizeof(uint32_t));
+            size_t used2 = 0;
+            if (gcoll_idx_check(e, n2, flags, nnz, count, &used2) != GCOLL_OK || used2 != n2)
+                abort();
+            gcoll_idx_read(e, flags, nnz, idx2);
+            if (memcmp(idx, idx2, nnz * 4) != 0)
+                abort();
+            free(idx2);
+            free(e);
+            free(rows);
         }
         free(idx);
     }

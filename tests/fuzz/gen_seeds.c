@@ -58,6 +58,71 @@ static void messages(const char *dir, const char *const *specs, size_t nspecs)
     }
 }
 
+/* Row-coded messages (rowsparse, a few touched rows of a larger tensor, the last one
+ * short) as seeds of selector sel of the sparse decoders. */
+static void row_messages(const char *dir, uint8_t sel, const char *spec, size_t dim)
+{
+    gcoll_compressor_t *c;
+    if (gcoll_compressor_create(spec, &c) != GCOLL_OK)
+        exit(1);
+    static const size_t sizes[] = {301, 1003};
+    float x[1003];
+    uint8_t buf[8192];
+    for (size_t z = 0; z < 2; z++) {
+        size_t n = sizes[z], len;
+        memset(x, 0, sizeof(x));
+        for (size_t r = 3; r * dim < n; r += 17 + z * 20)
+            for (size_t j = 0; j < dim && r * dim + j < n; j++)
+                x[r * dim + j] = (float)(j + 1) * 0.5f;
+        x[n - 1] = 2.0f;
+        if (gcoll_encode(c, NULL, x, n, buf, sizeof(buf), &len) != GCOLL_OK)
+            exit(1);
+        char name[64];
+        snprintf(name, sizeof(name), "rows-%02u-%zu", sel, n);
+        put(dir, name, &sel, 1, buf, len);
+    }
+    gcoll_compressor_destroy(c);
+}
+
+/* Checkpoints of states of each spec (index = selector byte, as in fuzz_state.c) after two
+ * encodes, so vq's carry a warm codebook; the first spec's also with a warm server state. */
+static void states(const char *dir, const char *const *specs, size_t nspecs)
+{
+    static const size_t sizes[] = {1, 9, 40};
+    float x[40];
+    uint8_t msg[4096], buf[8192];
+    for (size_t s = 0; s < nspecs; s++) {
+        gcoll_compressor_t *c;
+        if (gcoll_compressor_create(specs[s], &c) != GCOLL_OK)
+            exit(1);
+        for (size_t z = 0; z < sizeof(sizes) / sizeof(*sizes); z++) {
+            size_t n = sizes[z], len;
+            gcoll_tensor_state_t *st;
+            if (gcoll_state_create(c, n, &st) != GCOLL_OK)
+                exit(1);
+            for (unsigned t = 0; t < 2; t++) {
+                fill(x, n, (unsigned)(s * 10 + z + t));
+                if (gcoll_encode(c, st, x, n, msg, sizeof(msg), &len) != GCOLL_OK)
+                    exit(1);
+            }
+            if (s == 0 && z == 2) {
+                if (gcoll_state_create_mode(c, n / 2, GCOLL_STATE_SERVER, &st->server) !=
+                        GCOLL_OK ||
+                    gcoll_encode(c, st->server, x, n / 2, msg, sizeof(msg), &len) != GCOLL_OK)
+                    exit(1);
+            }
+            if (gcoll_state_save(st, buf, sizeof(buf), &len) != GCOLL_OK)
+                exit(1);
+            gcoll_state_destroy(st);
+            uint8_t sel = (uint8_t)s;
+            char name[64];
+            snprintf(name, sizeof(name), "seed-%02zu-%zu", s, n);
+            put(dir, name, &sel, 1, buf, len);
+        }
+        gcoll_compressor_destroy(c);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -65,9 +130,10 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *root = argv[1];
-    const char *dirs[] = {"decode_dense", "decode_sparse", "decode_randomk", "encode", "spec"};
-    char d[5][512];
-    for (int i = 0; i < 5; i++) {
+    const char *dirs[] = {"decode_dense", "decode_sparse", "decode_randomk",
+                          "encode",       "spec",          "state"};
+    char d[6][512];
+    for (int i = 0; i < 6; i++) {
         snprintf(d[i], sizeof(d[i]), "%s/%s", root, dirs[i]);
         if (mkdir(d[i], 0755) && errno != EEXIST) {
             perror(d[i]);
@@ -110,6 +176,8 @@ int main(int argc, char **argv)
         "randomk:density=0.1,seed=1+fp16", "randomk:density=0.1,seed=1+mxfp8:format=e4m3"};
     messages(d[0], dense, sizeof(dense) / sizeof(*dense));
     messages(d[1], sparse, sizeof(sparse) / sizeof(*sparse));
+    row_messages(d[1], 10, sparse[10], 4);
+    row_messages(d[1], 11, sparse[11], 3);
     messages(d[2], rk, sizeof(rk) / sizeof(*rk));
     float x[200];
     for (unsigned s = 0; s < 18; s++) {
@@ -144,5 +212,8 @@ int main(int argc, char **argv)
         snprintf(name, sizeof(name), "seed-%02zu", i);
         put(d[4], name, specs[i], strlen(specs[i]), NULL, 0);
     }
+    static const char *const state_specs[] = {"vq:dim=4,bits=3", "vq:dim=2,bits=5,ef=0",
+                                              "topk:density=0.1", "dgc:density=0.1", "q8"};
+    states(d[5], state_specs, sizeof(state_specs) / sizeof(*state_specs));
     return 0;
 }

@@ -13,6 +13,7 @@
 #                                               gcoll_decode_info, gcoll_codec_sum per family
 #   encode spec                                 the encoders' round trip; spec strings
 #   wire                                        wire.c: message header, index sections
+#   state                                       gcoll_state_load: checkpoints, vq's codebook
 #   frame                                       transports/tcp/tcp_frame.c: TCP frame header
 #   bootstrap                                   lib/core/bootstrap.c: hello and reply messages
 #   auth                                        lib/base/auth.c: both sides of the handshake
@@ -30,7 +31,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 secs=${FUZZ_SECONDS:-30}
 cc=${FUZZ_CC:-clang}
-targets="decode_dense decode_sparse decode_randomk encode spec wire frame bootstrap auth ucx_hdr"
+targets="decode_dense decode_sparse decode_randomk encode spec wire state frame bootstrap auth ucx_hdr"
 
 if ! command -v "$cc" >/dev/null 2>&1; then
     echo "run-fuzzers: skipped: $cc not found (install clang and libclang-rt-dev)"
@@ -78,6 +79,7 @@ build_target() { # name: 0 built, 1 skipped
     encode) build "$1" fuzz_encode.c "$compress_srcs tests/fuzz/fuzz_log_stub.c" ;;
     spec) build "$1" fuzz_spec.c "$compress_srcs tests/fuzz/fuzz_log_stub.c" ;;
     wire) build "$1" fuzz_wire.c "$compress_srcs tests/fuzz/fuzz_log_stub.c" ;;
+    state) build "$1" fuzz_state.c "$compress_srcs tests/fuzz/fuzz_log_stub.c" ;;
     frame) build "$1" fuzz_frame.c "transports/tcp/tcp_frame.c" ;;
     bootstrap) build "$1" fuzz_bootstrap.c "$boot_srcs" "" -lcrypto ;;
     auth) build "$1" fuzz_auth.c "$boot_srcs" "" -lcrypto ;;
