@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "base/util.h"
+#include "collectives/guard.h"
 
 void gcoll_channel_setup(gcoll_channel_t *ch, int64_t timeout_ms, uint64_t spin_ns,
                          const volatile int *abort_flag, char *err, size_t errlen)
@@ -48,9 +49,18 @@ uint32_t gcoll_call_sig(int kind, size_t count, int dtype, int op, int root)
     return s ? s : 1;
 }
 
+/* The signature a collective message carries: the call's, and once a rooted call ran, the
+ * hash of theirs (guard.h). 0 stays 0: not checked. */
+static uint32_t wire_sig(const gcoll_channel_t *ch, uint32_t sig)
+{
+    uint32_t s = sig ^ ch->hist;
+    return !sig ? 0 : s ? s : 1;
+}
+
 gcoll_status_t gcoll_channel_isend(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint32_t sub,
                                    uint32_t sig, const void *buf, size_t len)
 {
+    sig = wire_sig(ch, sig);
     *r = (gcoll_treq_t){.peer = peer,
                         .tag = gcoll_channel_tag(ch, sub),
                         .sig = sig,
@@ -63,6 +73,7 @@ gcoll_status_t gcoll_channel_isend(gcoll_channel_t *ch, gcoll_treq_t *r, int pee
 gcoll_status_t gcoll_channel_irecv(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint32_t sub,
                                    uint32_t sig, void *buf, size_t len, unsigned flags)
 {
+    sig = wire_sig(ch, sig);
     *r = (gcoll_treq_t){.peer = peer,
                         .tag = gcoll_channel_tag(ch, sub),
                         .sig = sig,
@@ -175,6 +186,8 @@ gcoll_status_t gcoll_channel_poll(gcoll_channel_t *ch, const gcoll_treq_t *waiti
     if (t0 / 1000000u >= ch->deadline_ms)
         return timed_out(ch, waiting);
     gcoll_status_t st;
+    if (ch->guard) /* peers waiting in a rooted call: their probes */
+        GCOLL_CHECK(gcoll_guard_check(ch));
     if (!ch->spin_from_ns)
         ch->spin_from_ns = t0;
     else /* polling: the rounds of one wait follow each other, so one read per round (what

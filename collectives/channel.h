@@ -16,6 +16,7 @@ typedef struct gcoll_channel {
     const gcoll_transport_ops_t *ops;
     gcoll_transport_t *tp;
     uint32_t seq;       /* of the running operation: tags are (seq << 32) | sub */
+    uint64_t begin_ns;  /* when it started */
     int64_t timeout_ms; /* GCOLL_TIMEOUT_MS: the silence a wait tolerates */
     uint64_t deadline_ms;
     int deadline_stale;    /* a request completed: the next poll moves the deadline out */
@@ -32,6 +33,11 @@ typedef struct gcoll_channel {
     const volatile int *abort_flag;
     char *err;
     size_t errlen;
+    /* the rooted calls' mismatch detection (guard.h): the running hash of their
+     * signatures, folded into every later collective message's, and the probes' state
+     * (NULL until the first rooted call) */
+    uint32_t hist;
+    struct gcoll_guard *guard;
 } gcoll_channel_t;
 
 /* Settles the policy (timeout, spin) and where aborts and errors come from; ops and tp are
@@ -45,6 +51,7 @@ void gcoll_channel_setup(gcoll_channel_t *ch, int64_t timeout_ms, uint64_t spin_
 static inline void gcoll_channel_begin(gcoll_channel_t *ch, uint64_t t0_ns)
 {
     ch->seq++;
+    ch->begin_ns = t0_ns;
     ch->deadline_ms = t0_ns / 1000000ull + (uint64_t)ch->timeout_ms;
     ch->deadline_stale = 0;
     ch->spin_from_ns = 0; /* an operation that failed mid-wait left it set */

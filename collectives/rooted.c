@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "collectives/coll.h"
+#include "collectives/guard.h"
 #include "collectives/reduce.h"
 #include "base/util.h"
 
@@ -33,43 +34,33 @@ gcoll_tree_pos_t gcoll_tree_pos(int vr, int P)
     return t;
 }
 
-/* ---- the guard ring: no rank waits forever on ranks that called something else ------- */
+/* ---- mismatches: the call's note, and probes when it waits long ------------------------ */
 
-/* A rank whose arguments differ from the others' may wait for a message nobody sends
- * (two ranks naming different roots each wait for the other's data). So every rooted call
- * also sends an empty message, carrying the call's signature, to the next rank on a ring
- * and receives one from the previous: if any two ranks disagree, two neighbours do, and
- * the receiving one fails with GCOLL_ERR_MISMATCH (its abort then ends the others' waits).
- * Its receive is watched by every wait of the call. One message per rank and call, sent
- * at the start: the root, which waits for every rank anyway, is not slowed, but a rank
- * that only sends returns only once its neighbour has started the call, so back-to-back
- * small calls pay a message time each (docs/results/rooted.md). */
-#define GUARD_SUB 0xfffffff0u
-
+/* Ranks that disagree on a call (another root, count or kind) fail with
+ * GCOLL_ERR_MISMATCH rather than hang: every message carries the call's signature, and
+ * collectives/guard.h covers the cases no message reveals. Nothing is sent for it while
+ * the call runs as it should. */
 typedef struct {
     const gcoll_coll_t *ctx;
-    gcoll_treq_t g[2]; /* receive from the left, send to the right */
-    int posted;
+    gcoll_guard_note_t note;
+    uint64_t probe_at_ns; /* when a wait still running probes the peers; 0: probed */
 } guard_t;
 
-static gcoll_status_t guard_start(guard_t *gd, const gcoll_coll_t *ctx, uint32_t sig)
+static gcoll_status_t guard_start(guard_t *gd, const gcoll_coll_t *ctx, int kind, size_t count,
+                                  int root, uint32_t sig)
 {
-    const int P = ctx->size, r = ctx->rank;
-    memset(gd, 0, sizeof(*gd));
     gd->ctx = ctx;
-    if (P == 1)
-        return GCOLL_OK;
-    GCOLL_CHECK(
-        gcoll_channel_irecv(ctx->ch, &gd->g[0], (r - 1 + P) % P, GUARD_SUB, sig, NULL, 0, 0));
-    gd->posted = 1;
-    GCOLL_CHECK(gcoll_channel_isend(ctx->ch, &gd->g[1], (r + 1) % P, GUARD_SUB, sig, NULL, 0));
-    gd->posted = 2;
-    return GCOLL_OK;
+    gd->note = (gcoll_guard_note_t){.seq = ctx->ch->seq & 0x7fffffffu,
+                                    .sig = sig,
+                                    .kind = kind,
+                                    .root = root,
+                                    .count = count};
+    gd->probe_at_ns = ctx->ch->begin_ns + GCOLL_GUARD_PROBE_MS * 1000000ull;
+    return gcoll_guard_begin(ctx, &gd->note);
 }
 
-/* Waits for reqs[0..n) in order, failing as soon as the guard's receive failed. The
- * guard is only looked at, never passed to gcoll_channel_done: that would push the
- * deadline out on every round. */
+/* Waits for reqs[0..n) in order; past GCOLL_GUARD_PROBE_MS into the call, tells every peer
+ * what this rank waits in (the clock of the channel's last polling round, read anyway). */
 static gcoll_status_t wait_guarded(guard_t *gd, gcoll_treq_t *reqs, int n)
 {
     gcoll_channel_t *ch = gd->ctx->ch;
@@ -82,20 +73,19 @@ static gcoll_status_t wait_guarded(guard_t *gd, gcoll_treq_t *reqs, int n)
         }
         if (first == n)
             return GCOLL_OK;
-        if (gd->posted && gd->g[0].done && gd->g[0].status < 0)
-            return gd->g[0].status;
+        if (gd->probe_at_ns && ch->poll_prev_ns >= gd->probe_at_ns) {
+            gcoll_guard_probe(ch, &gd->note);
+            gd->probe_at_ns = 0;
+        }
         GCOLL_CHECK(gcoll_channel_poll(ch, &reqs[first]));
     }
 }
 
+/* The call succeeded here: later messages carry its signature in their hash. */
 static gcoll_status_t guard_finish(guard_t *gd)
 {
-    return gd->posted ? gcoll_channel_waitall(gd->ctx->ch, gd->g, gd->posted) : GCOLL_OK;
-}
-
-static void guard_cancel(guard_t *gd)
-{
-    gcoll_channel_cancel(gd->ctx->ch, gd->g, gd->posted);
+    gcoll_guard_end(gd->ctx->ch, gd->note.sig);
+    return GCOLL_OK;
 }
 
 /* ---- large transfers wait for their receive -------------------------------------------- */
@@ -227,7 +217,8 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
     else if (!vr && send != recv)
         memcpy(recv, send, bytes);
     const int parent = (t.parent + root) % P;
-    gcoll_treq_t req[68] = {0}; /* children's data and words, the parent's word, the send */
+    /* not zeroed (7 KB, a fifth of an 8-byte call): each is written whole when posted */
+    gcoll_treq_t req[68]; /* children's data and words, the parent's word, the send */
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
     for (int c = 0; c < t.nchild; c++)
@@ -356,7 +347,7 @@ gcoll_status_t gcoll_reduce_run(const gcoll_coll_t *ctx, const void *sendbuf, vo
     uint32_t sig = gcoll_call_sig(GCOLL_KIND_REDUCE, count, dtype, op, root);
     guard_t gd;
     gcoll_status_t st;
-    GCOLL_CHECK_GOTO(guard_start(&gd, ctx, sig), st, out);
+    GCOLL_CHECK_GOTO(guard_start(&gd, ctx, GCOLL_KIND_REDUCE, count, root, sig), st, out);
     if (bytes) {
         if (algo == GCOLL_ROOTED_DIRECT)
             st = reduce_direct(ctx, &gd, sendbuf, recvbuf, count, dtype, op, root, sig);
@@ -370,7 +361,6 @@ gcoll_status_t gcoll_reduce_run(const gcoll_coll_t *ctx, const void *sendbuf, vo
     ctx->ch->counters.bytes_raw += bytes;
     return GCOLL_OK;
 out:
-    guard_cancel(&gd);
     return st;
 }
 
@@ -410,7 +400,7 @@ static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
         memcpy(buf, send, block);
     }
     const int parent = (t.parent + root) % P;
-    gcoll_treq_t req[68] = {0};
+    gcoll_treq_t req[68]; /* written whole when posted, as reduce_tree's */
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
     for (int c = 0; c < t.nchild; c++) {
@@ -447,7 +437,7 @@ static gcoll_status_t scatter_tree(const gcoll_coll_t *ctx, guard_t *gd, const u
     const int P = ctx->size, vr = (ctx->rank - root + P) % P;
     gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
     const uint8_t *buf = send; /* this rank's subtree's blocks, in virtual order */
-    gcoll_treq_t req[68] = {0};
+    gcoll_treq_t req[68]; /* written whole when posted, as reduce_tree's */
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
     if (vr == 0 && root != 0) { /* rank order is not virtual order: rotate first */
@@ -578,7 +568,7 @@ static gcoll_status_t rooted_move(const gcoll_coll_t *ctx, int kind, const void 
     uint32_t sig = gcoll_call_sig(kind, count, dtype, 0, root);
     guard_t gd;
     gcoll_status_t st;
-    GCOLL_CHECK_GOTO(guard_start(&gd, ctx, sig), st, out);
+    GCOLL_CHECK_GOTO(guard_start(&gd, ctx, kind, count, root, sig), st, out);
     if (block) {
         if (algo == GCOLL_ROOTED_DIRECT)
             st = rooted_direct(ctx, &gd, gather, send, recv, block, root, sig);
@@ -592,7 +582,6 @@ static gcoll_status_t rooted_move(const gcoll_coll_t *ctx, int kind, const void 
     ctx->ch->counters.bytes_raw += block;
     return GCOLL_OK;
 out:
-    guard_cancel(&gd);
     return st;
 }
 

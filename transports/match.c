@@ -19,7 +19,8 @@ gcoll_status_t gcoll_treq_match(const gcoll_treq_t *req, int peer, size_t len, u
     if (sig != req->sig)
         snprintf(why, whylen,
                  "rank %d is in a different call: another collective, or another "
-                 "count, dtype, op or root (signature %08x, here %08x)",
+                 "count, dtype, op or root, in this call or in an earlier reduce, gather or "
+                 "scatter (signature %08x, here %08x)",
                  peer, sig, req->sig);
     else
         snprintf(why, whylen, "rank %d sent %zu bytes where %s%zu were expected (counts differ)",

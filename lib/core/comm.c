@@ -17,6 +17,7 @@
 #include "base/launch.h"
 #include "base/topo.h"
 #include "base/util.h"
+#include "collectives/guard.h"
 
 /* The key used when GCOLL_JOB_KEY is unset: connections still run the handshake, which
  * keeps strangers speaking other protocols out, but it is not a secret. */
@@ -391,6 +392,7 @@ static void comm_free(gcoll_comm_t *comm)
     free(comm->scratch.p);
     if (comm->chan.tp)
         comm->chan.ops->destroy(comm->chan.tp);
+    gcoll_guard_free(&comm->chan); /* the transport's receives pointed there */
     if (comm->wake_fd >= 0)
         close(comm->wake_fd);
     gcoll_config_free(&comm->cfg);

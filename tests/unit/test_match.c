@@ -292,7 +292,8 @@ static void test_mismatch_on_arrival(void **state)
     assert_int_equal(arrive(f, 2, 0x99, msg, 10), GCOLL_ERR_MISMATCH);
     assert_int_equal(s.status, GCOLL_ERR_MISMATCH);
     assert_string_equal(f->errmsg, "rank 3 is in a different call: another collective, or "
-                                   "another count, dtype, op or root (signature 00000099, here "
+                                   "another count, dtype, op or root, in this call or in an "
+                                   "earlier reduce, gather or scatter (signature 00000099, here "
                                    "00000007)");
 
     f->errmsg[0] = '\0';
