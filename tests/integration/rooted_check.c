@@ -19,7 +19,8 @@
  *
  * Modes: "all" (the sweep, interleaved with allreduce and compressed allreduce on the
  * same communicator), "invalid" (a root out of range), "mismatch KIND" (rank 0 names
- * another root). */
+ * another root in a reduce, gather or scatter; KIND "kind": rank 0 scatters where the
+ * others gather; "count": rank 0 gathers 8 elements where the others gather 16). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -541,7 +542,12 @@ static int run_mismatch(const char *kind)
     int root = rank == 0 ? 1 : 0;
     double t0 = now();
     gcoll_status_t st;
-    if (strcmp(kind, "reduce") == 0)
+    if (strcmp(kind, "kind") == 0)
+        st = rank == 0 ? gcoll_scatter(comm, x, y, 16, GCOLL_FLOAT32, 0)
+                       : gcoll_gather(comm, x, y, 16, GCOLL_FLOAT32, 0);
+    else if (strcmp(kind, "count") == 0)
+        st = gcoll_gather(comm, x, y, rank == 0 ? 8 : 16, GCOLL_FLOAT32, 0);
+    else if (strcmp(kind, "reduce") == 0)
         st = gcoll_reduce(comm, x, y, 16, GCOLL_FLOAT32, GCOLL_SUM, root);
     else if (strcmp(kind, "gather") == 0)
         st = gcoll_gather(comm, x, y, 16, GCOLL_FLOAT32, root);
@@ -554,10 +560,10 @@ static int run_mismatch(const char *kind)
     }
     checks++;
     if (st != GCOLL_ERR_MISMATCH)
-        FAIL("%s with different roots: %s gave %s (%s), expected GCOLL_ERR_MISMATCH", kind, how,
+        FAIL("mismatch %s: %s gave %s (%s), expected GCOLL_ERR_MISMATCH", kind, how,
              gcoll_status_string(st), gcoll_comm_last_error(comm));
     else
-        printf("rank %d: %s with different roots: %s failed as expected after %.2f s: %s (%s)\n",
+        printf("rank %d: mismatch %s: %s failed as expected after %.2f s: %s (%s)\n",
                rank, kind, how, now() - t0, gcoll_status_string(st), gcoll_comm_last_error(comm));
     return failures;
 }

@@ -125,15 +125,20 @@ for v in tcp $(echo "$variants" | grep -o ucx-shm); do
         fail "$v: invalid arguments"
         show "invalid-$v" 3
     fi
-    for kind in reduce gather scatter; do
+    for kind in reduce gather scatter kind count; do
+        case $kind in
+        kind) what="gather against scatter" ;;
+        count) what="gather of 16 against 8 elements" ;;
+        *) what="$kind with different roots" ;;
+        esac
         for n in 2 3; do
             start=$(date +%s)
             # shellcheck disable=SC2086
             if launch "mm-$kind-$v-$n" "$n" $tenv -- mismatch "$kind" &&
                 [ $(($(date +%s) - start)) -lt 15 ]; then
-                pass "$v: $kind with different roots on $n ranks: GCOLL_ERR_MISMATCH on every rank within $(($(date +%s) - start)) s (timeout 20 s)"
+                pass "$v: $what on $n ranks: GCOLL_ERR_MISMATCH on every rank within $(($(date +%s) - start)) s (timeout 20 s)"
             else
-                fail "$v: $kind with different roots on $n ranks"
+                fail "$v: $what on $n ranks"
                 show "mm-$kind-$v-$n" "$n"
             fi
         done
