@@ -158,68 +158,6 @@ err_nomem:
 
 /* ---- messages ------------------------------------------------------------------ */
 
-/* Messages are recycled: a step's pushes and answers are as large as the model, and
- * fresh buffers of that size come from mmap, zeroed page by page at first touch (measured
- * at 9% of an async run's CPU at batch 64 without the pool). */
-ps_msg_t *gcoll_ps_msg_new(gcoll_ps_t *ps, int peer, int kind, size_t cap)
-{
-    if (cap < GCOLL_PS_HDR)
-        cap = GCOLL_PS_HDR;
-    ps_msg_t *m = NULL;
-    pthread_mutex_lock(&ps->pool_lock);
-    /* the smallest that fits, if not more than twice the size (small requests must not
-     * hold a model-sized buffer) */
-    ps_msg_t **best = NULL;
-    for (ps_msg_t **pm = &ps->pool; *pm; pm = &(*pm)->next)
-        if ((*pm)->cap >= cap && (*pm)->cap <= 2 * cap + 4096 &&
-            (!best || (*pm)->cap < (*best)->cap))
-            best = pm;
-    if (best) {
-        m = *best;
-        *best = m->next;
-        ps->pool_n--;
-        ps->pool_bytes -= m->cap;
-    }
-    pthread_mutex_unlock(&ps->pool_lock);
-    if (!m) {
-        if (!(m = malloc(sizeof(*m))))
-            return NULL;
-        if (!(m->buf = malloc(cap))) {
-            free(m);
-            return NULL;
-        }
-        m->cap = cap;
-    }
-    uint8_t *buf = m->buf;
-    size_t mcap = m->cap;
-    memset(m, 0, sizeof(*m));
-    m->buf = buf;
-    m->cap = mcap;
-    m->peer = peer;
-    m->kind = kind;
-    return m;
-}
-
-void gcoll_ps_msg_free(gcoll_ps_t *ps, ps_msg_t *m)
-{
-    if (!m)
-        return;
-    pthread_mutex_lock(&ps->pool_lock);
-    /* at most what two steps' messages hold (each rank sends about a model per step) */
-    int keep = ps->pool_n < 8 * ps->P + 8 && ps->pool_bytes + m->cap <= 2 * ps->model_bytes + 65536;
-    if (keep) {
-        m->next = ps->pool;
-        ps->pool = m;
-        ps->pool_n++;
-        ps->pool_bytes += m->cap;
-    }
-    pthread_mutex_unlock(&ps->pool_lock);
-    if (!keep) {
-        free(m->buf);
-        free(m);
-    }
-}
-
 void gcoll_ps_counts(const gcoll_ps_t *ps, int o, size_t *cnt)
 {
     for (int i = 0; i < ps->n; i++)
@@ -331,6 +269,18 @@ static gcoll_status_t send_msg(ps_run_t *r, ps_msg_t *m)
     return GCOLL_OK;
 }
 
+/* As a worker: owner o's answer, at shard clock k, is in; the last one wakes the pull. */
+static gcoll_status_t answered(gcoll_ps_t *ps, int o, uint64_t k)
+{
+    pthread_mutex_lock(&ps->lock);
+    ps->kread[o] = k;
+    int left = --ps->pull_left;
+    if (left == 0)
+        pthread_cond_broadcast(&ps->cond);
+    pthread_mutex_unlock(&ps->lock);
+    return left < 0 ? GCOLL_ERR_INVALID : GCOLL_OK;
+}
+
 /* As a worker: owner o's answer, dense (the shard) or a frame (the change since the last
  * answer, added). Checked against the slices of owner o before anything is written. */
 gcoll_status_t gcoll_ps_take_reply(gcoll_ps_t *ps, int o, const uint8_t *b, size_t len)
@@ -358,13 +308,7 @@ gcoll_status_t gcoll_ps_take_reply(gcoll_ps_t *ps, int o, const uint8_t *b, size
             p += t->len[o] * sizeof(float);
         }
     }
-    pthread_mutex_lock(&ps->lock);
-    ps->kread[o] = h.a;
-    int left = --ps->pull_left;
-    if (left == 0)
-        pthread_cond_broadcast(&ps->cond);
-    pthread_mutex_unlock(&ps->lock);
-    return left < 0 ? GCOLL_ERR_INVALID : GCOLL_OK;
+    return answered(ps, o, h.a);
 }
 
 /* The owner's answer to worker w's pull: the shard as of now, with its clock; or, with a
@@ -372,6 +316,19 @@ gcoll_status_t gcoll_ps_take_reply(gcoll_ps_t *ps, int o, const uint8_t *b, size
 static gcoll_status_t reply(ps_run_t *r, int w)
 {
     gcoll_ps_t *ps = r->ps;
+    if (w == ps->rank && !ps->pcomp) {
+        /* this rank's own pull, dense: the shard straight into the params (or the
+         * staging copy), without a message's two copies */
+        for (int i = 0; i < ps->n; i++) {
+            ps_tensor_t *t = &ps->t[i];
+            memcpy((ps->stage ? t->stage : t->param) + t->off[w], ps->sh.w + t->soff,
+                   t->len[w] * sizeof(float));
+        }
+        if (ps->sh.view)
+            gcoll_ssp_snapshot(&ps->sh, w);
+        ps->pull_want[w] = NONE_CLOCK;
+        return answered(ps, w, ps->sh.clock);
+    }
     size_t cap = gcoll_ps_reply_cap(ps, ps->rank);
     ps_msg_t *m = gcoll_ps_msg_new(ps, w, GCOLL_PS_REPLY, cap);
     if (!m)
