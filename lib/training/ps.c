@@ -237,20 +237,26 @@ typedef struct {
     gcoll_ps_t *ps;
     gcoll_comm_t *comm;
     uint32_t sig;
-    gcoll_treq_t *rreq;         /* [peer][2]: the posted receive of each channel */
-    uint8_t **rbuf;             /* [peer][2] */
-    size_t *rcap;               /* [peer][2] */
+    /* [peer][2 channels][2 slots]: two receives posted per channel (sequence numbers s
+     * and s + 1, slot s & 1), so a message that comes while the one before it is handled
+     * lands in place, not in the transport's store of unexpected messages (a malloc and a
+     * copy of up to a model's size: measured on 15-30% of the pushes at batch 64) */
+    gcoll_treq_t *rreq;
+    uint8_t **rbuf;
+    size_t *rcap;
     uint32_t *seq_in, *seq_out; /* [peer][2] */
     ps_msg_t *inflight;
 } ps_run_t;
 
 #define IX(p, ch) (2 * (size_t)(p) + (size_t)((ch)-1))
+#define IXS(p, ch, seq) (2 * IX(p, ch) + ((seq)&1u))
 
-static gcoll_status_t post_recv(ps_run_t *r, int p, int ch)
+/* Posts the receive of message seq on channel ch from p, in its slot. */
+static gcoll_status_t post_recv(ps_run_t *r, int p, int ch, uint32_t seq)
 {
-    size_t i = IX(p, ch);
-    return gcoll_net_irecv(r->comm, &r->rreq[i], p, PS_SUB(ch, r->seq_in[i]), r->sig, r->rbuf[i],
-                           r->rcap[i], GCOLL_TREQ_ANYLEN);
+    size_t i = IXS(p, ch, seq);
+    return gcoll_net_irecv(r->comm, &r->rreq[i], p, PS_SUB(ch, seq), r->sig, r->rbuf[i], r->rcap[i],
+                           GCOLL_TREQ_ANYLEN);
 }
 
 static gcoll_status_t send_msg(ps_run_t *r, ps_msg_t *m)
@@ -462,9 +468,9 @@ static gcoll_status_t run_alloc(ps_run_t *r)
 {
     gcoll_ps_t *ps = r->ps;
     const int P = ps->P, me = ps->rank;
-    r->rreq = calloc(2 * (size_t)P, sizeof(*r->rreq));
-    r->rbuf = calloc(2 * (size_t)P, sizeof(*r->rbuf));
-    r->rcap = calloc(2 * (size_t)P, sizeof(*r->rcap));
+    r->rreq = calloc(4 * (size_t)P, sizeof(*r->rreq));
+    r->rbuf = calloc(4 * (size_t)P, sizeof(*r->rbuf));
+    r->rcap = calloc(4 * (size_t)P, sizeof(*r->rcap));
     r->seq_in = calloc(2 * (size_t)P, sizeof(uint32_t));
     r->seq_out = calloc(2 * (size_t)P, sizeof(uint32_t));
     if (!r->rreq || !r->rbuf || !r->rcap || !r->seq_in || !r->seq_out)
@@ -472,11 +478,13 @@ static gcoll_status_t run_alloc(ps_run_t *r)
     for (int p = 0; p < P; p++) {
         if (p == me)
             continue;
-        r->rcap[IX(p, CH_REQ)] = push_cap(ps, me);
-        r->rcap[IX(p, CH_REP)] = gcoll_ps_reply_cap(ps, p);
-        for (int ch = CH_REQ; ch <= CH_REP; ch++)
-            if (!(r->rbuf[IX(p, ch)] = malloc(r->rcap[IX(p, ch)])))
-                return GCOLL_ERR_NOMEM;
+        for (uint32_t k = 0; k < 2; k++) {
+            r->rcap[IXS(p, CH_REQ, k)] = push_cap(ps, me);
+            r->rcap[IXS(p, CH_REP, k)] = gcoll_ps_reply_cap(ps, p);
+            for (int ch = CH_REQ; ch <= CH_REP; ch++)
+                if (!(r->rbuf[IXS(p, ch, k)] = malloc(r->rcap[IXS(p, ch, k)])))
+                    return GCOLL_ERR_NOMEM;
+        }
     }
     return GCOLL_OK;
 }
@@ -514,18 +522,22 @@ static gcoll_status_t run_queue(ps_run_t *r, int *events)
     return GCOLL_OK;
 }
 
-/* Peers' messages: handle each that arrived, then receive the next on its channel. */
+/* Peers' messages: handle each that arrived, in order per channel, and post the receive
+ * two messages on in the slot it freed. */
 static gcoll_status_t run_peers(ps_run_t *r, int *events)
 {
     gcoll_ps_t *ps = r->ps;
     gcoll_comm_t *comm = r->comm;
     for (int p = 0; p < ps->P; p++) {
-        for (int ch = CH_REQ; ch <= CH_REP && p != ps->rank; ch++) {
-            size_t i = IX(p, ch);
+        for (int ch = CH_REQ; ch <= CH_REP && p != ps->rank;) {
+            uint32_t seq = r->seq_in[IX(p, ch)];
+            size_t i = IXS(p, ch, seq);
             int done;
             GCOLL_CHECK(gcoll_net_done(comm, &r->rreq[i], &done));
-            if (!done)
+            if (!done) {
+                ch++;
                 continue;
+            }
             (*events)++;
             size_t nb = r->rreq[i].nbytes;
             if (ch == CH_REQ) {
@@ -537,9 +549,9 @@ static gcoll_status_t run_peers(ps_run_t *r, int *events)
                                      p);
                 return GCOLL_ERR_INVALID;
             }
-            r->seq_in[i]++;
+            r->seq_in[IX(p, ch)]++;
             memset(&r->rreq[i], 0, sizeof(r->rreq[i]));
-            GCOLL_CHECK(post_recv(r, p, ch));
+            GCOLL_CHECK(post_recv(r, p, ch, seq + 2)); /* then this channel's next */
         }
     }
     return GCOLL_OK;
@@ -592,7 +604,7 @@ static void run_free(ps_run_t *r, int posted)
 {
     const int P = r->ps->P;
     if (posted && r->rreq)
-        gcoll_net_cancel(r->comm, r->rreq, 2 * P);
+        gcoll_net_cancel(r->comm, r->rreq, 4 * P);
     while (r->inflight) {
         ps_msg_t *m = r->inflight;
         r->inflight = m->next;
@@ -600,7 +612,7 @@ static void run_free(ps_run_t *r, int posted)
             gcoll_net_cancel(r->comm, &m->req, 1);
         gcoll_ps_msg_free(r->ps, m);
     }
-    for (size_t i = 0; r->rbuf && i < 2 * (size_t)P; i++)
+    for (size_t i = 0; r->rbuf && i < 4 * (size_t)P; i++)
         free(r->rbuf[i]);
     free(r->rbuf);
     free(r->rreq);
@@ -622,7 +634,8 @@ static gcoll_status_t ps_run(gcoll_comm_t *comm, gcoll_request_t *req)
         goto out;
     for (int p = 0; p < P; p++)
         for (int ch = CH_REQ; ch <= CH_REP && p != me; ch++)
-            GCOLL_CHECK_GOTO(post_recv(&r, p, ch), st, out);
+            for (uint32_t seq = 0; seq < 2; seq++)
+                GCOLL_CHECK_GOTO(post_recv(&r, p, ch, seq), st, out);
     posted = 1;
     uint64_t quiet_since = gcoll_time_ms(), quiet_ns = gcoll_time_ns();
     for (;;) {
