@@ -8,6 +8,7 @@
 # same in every run), which on an oversubscribed machine bounds the
 # steps/s: at most CORES / (CPU s per step). "compute alone" is local SGD that never
 # synchronises (no communication, no waiting): the bound on any mode's steps/s here.
+# S1 and S4 prefetch their pulls (gcoll-train's default); S4w is S4 with --prefetch off.
 #   usage: bench/async-ratio.sh [ROUNDS [RANKS [STRAGGLE [EXAMPLES]]]]   (from the build dir)
 # BATCH (64): examples per rank per step; larger batches make a step compute-bound.
 set -u
@@ -19,12 +20,13 @@ BATCH=${BATCH:-64}
 B=${top_builddir:-.}
 TMP=$(mktemp -d "$PWD/.async-ratio.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT INT TERM
-cfgs="sync S1 S4 alone"
+cfgs="sync S1 S4 S4w alone"
 args() {
     case $1 in
     sync) echo "--local-steps 1" ;;
     S1) echo "--async --staleness 1" ;;
     S4) echo "--async --staleness 4" ;;
+    S4w) echo "--async --staleness 4 --prefetch off" ;;
     alone) echo "--local-steps 1000000" ;;
     esac
 }

@@ -122,6 +122,12 @@ typedef struct {
      * update g arrives: g += dc_lambda g*g*(w_now - w_read), w_read the model the worker
      * holds. 0: off. */
     float dc_lambda;
+    /* 1: pull installs the model asked for at the previous pull and at once asks the owners
+     * for the next clock's, so the answers travel and the owners serve them while the
+     * worker computes (Ho et al. 2013's prefetch). The next model then lacks this worker's
+     * last update, one clock of staleness more; the bound S still holds. 0: pull asks and
+     * waits. */
+    int prefetch;
 } gcoll_ps_config_t;
 
 /* Creates the server over comm. GCOLL_ERR_INVALID for a bad config (message in
@@ -137,7 +143,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_add_tensor(gcoll_ps_t *ps, float *param, si
  * other call may be issued on comm until gcoll_ps_finish returns. Does not block. */
 GCOLL_EXPORT gcoll_status_t gcoll_ps_start(gcoll_ps_t *ps);
 /* Reads the model into the params for this worker's next clock: blocks until every
- * shard's owner answers, which SSP's bound may delay. Errors: the server operation's
+ * shard's owner answers, which SSP's bound may delay (with prefetch: the answers to the
+ * previous pull's request, usually already there). Errors: the server operation's
  * (GCOLL_ERR_PEER, GCOLL_ERR_TIMEOUT, ...), also raised on every other rank. */
 GCOLL_EXPORT gcoll_status_t gcoll_ps_pull(gcoll_ps_t *ps);
 /* Pushes this worker's update for its clock (grads[i]: count floats of tensor i, e.g. the

@@ -15,6 +15,8 @@ typedef struct {
     size_t count;
     size_t *off, *len;         /* per owner */
     size_t soff;               /* this rank's slice within its shard */
+    float *stage;              /* with prefetch: where answers land until the next pull */
+    float *own;                /* with prefetch: the last push as its owner decodes it */
     gcoll_tensor_state_t **st; /* per owner: the worker's residual of that slice */
 } ps_tensor_t;
 
@@ -22,7 +24,7 @@ typedef struct ps_msg {
     struct ps_msg *next;
     int peer, kind;
     uint8_t *buf;
-    size_t len;
+    size_t len, cap;
     gcoll_treq_t req;
 } ps_msg_t;
 
@@ -40,6 +42,11 @@ struct gcoll_ps {
     uint64_t clock, max_gap;
     int pulled;
     uint64_t *kread;
+    uint64_t *kuse;   /* per owner: the shard clock of the model in the params */
+    int prefetched;   /* a prefetch request is out: pull waits for its answers */
+    float *stage;     /* with prefetch: every tensor's staging copy, concatenated */
+    float *own;       /* with prefetch: every tensor's last push, decoded, concatenated */
+    float *own_scale; /* per owner: the step its owner applies that push with */
     double wait_s;
     /* mailbox, under lock */
     pthread_mutex_t lock;
@@ -55,13 +62,19 @@ struct gcoll_ps {
     int ndone;
     float *tmp;     /* decoded push */
     float *scratch; /* w - view of a compressed pull answer */
+    /* recycled messages, under pool_lock */
+    pthread_mutex_t pool_lock;
+    ps_msg_t *pool;
+    int pool_n;
+    size_t pool_bytes, model_bytes;
     /* after finish */
     gcoll_ps_stats_t fin;
     int finished;
 };
 
-ps_msg_t *gcoll_ps_msg_new(int peer, int kind, size_t cap);
-void gcoll_ps_msg_free(ps_msg_t *m);
+/* A message of cap bytes (recycled when one fits), and its return to the pool. Any thread. */
+ps_msg_t *gcoll_ps_msg_new(gcoll_ps_t *ps, int peer, int kind, size_t cap);
+void gcoll_ps_msg_free(gcoll_ps_t *ps, ps_msg_t *m);
 /* Appends first..last to the mailbox and wakes the server if it sleeps. Under ps->lock. */
 void gcoll_ps_enqueue(gcoll_ps_t *ps, ps_msg_t *first, ps_msg_t *last);
 /* Owner o's slice counts of every tensor, into cnt[0..n). */

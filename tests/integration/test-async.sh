@@ -3,7 +3,8 @@
 # Fashion-MNIST: the summary lines, S=0 never runs ahead and sees no staleness, S=2 with a
 # persistent or rotating straggler stays within 2 clocks (from the counters rank 0 prints)
 # and trains, compressed pushes, compressed pulls with DC-ASGD, bad flags, and a killed rank fails the others in bounded
-# time. Skipped (77) without dataset-fashion-mnist. About 20 s on 2 cores.
+# time. Pulls are prefetched (gcoll-train's default: the model travels while the worker
+# computes), so every case checks the bound with the pipelined worker; one case waits. Skipped (77) without dataset-fashion-mnist. About 20 s on 2 cores.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/train-lib.sh"
 
@@ -53,6 +54,18 @@ check "S=2, rank 2 slow x3" "$TMP/slow.txt" $? 2 0.5
     fail "S=2 with a slow rank: the gap never reached 2 ($(field 'max clock gap' "$TMP/slow.txt"))"
 awk -v s="$(field 'mean staleness' "$TMP/slow.txt")" 'BEGIN {exit !(s > 0)}' ||
     fail "S=2 with a slow rank: no staleness measured"
+# the waiting worker (--prefetch off): the same bound, reached
+train "$TMP/wait.txt" 3 --staleness 2 --slow-rank 2 --slow-factor 3 --prefetch off
+check "S=2, rank 2 slow x3, pulls waited" "$TMP/wait.txt" $? 2 0.5
+[ "$(field 'max clock gap' "$TMP/wait.txt")" = 2 ] ||
+    fail "S=2 with a slow rank, pulls waited: the gap never reached 2"
+# prefetched S=1 on 2 ranks without a straggler: an answer is asked for before the
+# worker's last push, so tau = 1 unless the bound held it back until that push was
+# applied (clock 0's and a few: 0.97 measured): mean staleness > 0.9
+train "$TMP/pf1.txt" 2 --staleness 1
+check "S=1, prefetched" "$TMP/pf1.txt" $? 1 0.5
+awk -v s="$(field 'mean staleness' "$TMP/pf1.txt")" 'BEGIN {exit !(s > 0.9 && s <= 1)}' ||
+    fail "S=1 prefetched: mean staleness $(field 'mean staleness' "$TMP/pf1.txt"), expected in (0.9, 1]"
 train "$TMP/rot.txt" 3 --staleness 2 --straggle 2 --compressor topk:density=0.1
 check "S=2, rotating straggler x2, top-k 10% pushes" "$TMP/rot.txt" $? 2 0.5
 mbd=$(field 'total wire MB' "$TMP/slow.txt")
@@ -86,6 +99,8 @@ expect_error "two modes" "different modes" 2 --async --local-steps 2
 expect_error "DC without --async" "apply to --async" 2 --dc-lambda 0.1
 expect_error "bad weight" "--staleness-weight expects" 2 --async --staleness-weight half
 expect_error "bad lambda" "--dc-lambda expects" 2 --async --dc-lambda -1
+expect_error "bad prefetch" "--prefetch expects on or off" 2 --async --prefetch maybe
+expect_error "prefetch without --async" "apply to --async" 2 --prefetch off
 expect_error "random-k pulls" "random-k and DGC need a state" 1 --async \
     --pull-compressor randomk:density=0.1
 

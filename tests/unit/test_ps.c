@@ -4,7 +4,8 @@
  * rounding), with S = 2 and a straggler no worker reads more than S clocks ahead, crafted
  * malformed pushes from a rogue rank fail the server with a message naming the fault, and
  * malformed use is refused; DC-ASGD under a scripted interleaving, and compressed pulls
- * and DC-ASGD through the server. */
+ * and DC-ASGD through the server. The S = 0 and straggler cases run with and without
+ * prefetched pulls; prefetched pulls on one rank are plain SGD (read-my-writes). */
 #include <arpa/inet.h>
 #include <float.h>
 #include <math.h>
@@ -158,12 +159,15 @@ static void test_dc_script(void **state)
 enum { MAXR = 4, N1 = 300, N2 = 7, STEPS = 200 };
 
 static char root_addr[64];
+/* the prefetch and weighting settings of the next run_ranks */
+static int g_prefetch, g_weighting;
 
 typedef struct rank_arg rank_arg_t;
 struct rank_arg {
     int rank, size, S, slow;
     const char *spec, *pull;
     float dc;
+    int prefetch, weighting;
     int failed;
     char why[256];
     double worst;
@@ -199,6 +203,8 @@ static void grads(float *g, const float *w, int r, int s)
 /* S = 0, "none": the model each pull returns is the previous one minus lr times the mean
  * of the ranks' gradients at it, within 4 eps (|w| + lr mean |g|) per element (the
  * average's sum, the scaling by 1/P, the product with lr and the subtraction round once
+ * each). The same holds for prefetched pulls on one rank with f = 1 (the answer lacks the
+ * last push, which the worker adds itself: the product and the subtraction round once
  * each). With S > 0 and a slow rank, the read gap never exceeds S. */
 static void *rank_main(void *p)
 {
@@ -216,7 +222,9 @@ static void *rank_main(void *p)
                              .lr = LR,
                              .compressor = a->spec,
                              .pull_compressor = a->pull,
-                             .dc_lambda = a->dc};
+                             .dc_lambda = a->dc,
+                             .prefetch = a->prefetch,
+                             .weighting = (gcoll_ps_weight_t)a->weighting};
     gcoll_ps_t *ps = NULL;
     RCHECK(a, gcoll_ps_create(comm, &cfg, &ps) == GCOLL_OK);
     if (!ps)
@@ -231,7 +239,9 @@ static void *rank_main(void *p)
         RCHECK(a, gcoll_ps_pull(ps) == GCOLL_OK);
         if (s == 0)
             RCHECK(a, gcoll_ps_pull(ps) == GCOLL_ERR_INVALID); /* twice without a push */
-        if (a->S == 0 && s > 0 && a->spec == NULL && a->pull == NULL) {
+        int sgd =
+            a->S == 0 || (a->prefetch && a->size == 1 && a->weighting == GCOLL_PS_WEIGHT_NONE);
+        if (sgd && s > 0 && a->spec == NULL && a->pull == NULL) {
             for (size_t j = 0; j < N1 + N2; j++) {
                 double mean = 0, mabs = 0;
                 for (int r = 0; r < a->size; r++) {
@@ -281,6 +291,8 @@ static void run_ranks_with(rank_arg_t *a, int size, int S, int slow, const char 
         a[r].spec = spec;
         a[r].pull = pull;
         a[r].dc = dc;
+        a[r].prefetch = g_prefetch;
+        a[r].weighting = g_weighting;
         assert_int_equal(pthread_create(&th[r], NULL, rank_main, &a[r]), 0);
     }
     for (int r = 0; r < size; r++)
@@ -298,39 +310,68 @@ static void run_ranks(rank_arg_t *a, int size, int S, int slow, const char *spec
 static void test_s0_is_sync(void **state)
 {
     (void)state;
-    for (int p = 1; p <= MAXR; p++) {
-        rank_arg_t a[MAXR];
-        run_ranks(a, p, 0, -1, NULL);
-        for (int r = 0; r < p; r++) {
-            assert_memory_equal(a[r].w, a[0].w, sizeof(a[0].w));
-            if (a[r].worst > 4.0)
-                fail_msg("%d ranks: %.2f eps (|w| + lr mean|g|) from synchronous SGD", p,
-                         a[r].worst);
-            assert_true(a[r].stats.max_gap == 0 && a[r].stats.mean_staleness == 0.0);
-            assert_true(a[r].stats.applied == (uint64_t)(STEPS * p * p));
+    for (int pf = 0; pf <= 1; pf++) {
+        g_prefetch = pf;
+        for (int p = 1; p <= MAXR; p++) {
+            rank_arg_t a[MAXR];
+            run_ranks(a, p, 0, -1, NULL);
+            for (int r = 0; r < p; r++) {
+                assert_memory_equal(a[r].w, a[0].w, sizeof(a[0].w));
+                if (a[r].worst > 4.0)
+                    fail_msg("%d ranks%s: %.2f eps (|w| + lr mean|g|) from synchronous SGD", p,
+                             pf ? ", prefetched" : "", a[r].worst);
+                assert_true(a[r].stats.max_gap == 0 && a[r].stats.mean_staleness == 0.0);
+                assert_true(a[r].stats.applied == (uint64_t)(STEPS * p * p));
+            }
+            print_message("S=0 on %d rank%s%s, %d steps: largest difference from synchronous "
+                          "SGD %.2f eps (|w| + lr mean|g|), bound 4\n",
+                          p, p == 1 ? "" : "s", pf ? ", prefetched" : "", STEPS, a[0].worst);
         }
-        print_message("S=0 on %d rank%s, %d steps: largest difference from synchronous SGD "
-                      "%.2f eps (|w| + lr mean|g|), bound 4\n",
-                      p, p == 1 ? "" : "s", STEPS, a[0].worst);
     }
+    g_prefetch = 0;
+}
+
+/* Prefetched pulls on one rank with S = 1: every answer but the first is asked for before
+ * the push it lacks (tau = 1), and the worker adds that push itself, so the run is plain
+ * SGD (f = 1) within the 4 eps above; without that it would lag a step. */
+static void test_prefetch_reads_own_writes(void **state)
+{
+    (void)state;
+    rank_arg_t a[1];
+    g_prefetch = 1;
+    g_weighting = GCOLL_PS_WEIGHT_NONE;
+    run_ranks(a, 1, 1, -1, NULL);
+    g_prefetch = 0;
+    g_weighting = GCOLL_PS_WEIGHT_INVERSE;
+    print_message("S=1 prefetched on 1 rank: mean staleness %.3f, largest difference from SGD "
+                  "%.2f eps (|w| + lr |g|), bound 4\n",
+                  a[0].stats.mean_staleness, a[0].worst);
+    assert_true(a[0].stats.max_gap <= 1);
+    /* the answers were stale: all but clock 0's lacked the last push */
+    assert_true(a[0].stats.hist[1] == STEPS - 1 && a[0].stats.hist[0] == 1);
+    if (a[0].worst > 4.0)
+        fail_msg("%.2f eps (|w| + lr |g|) from SGD", a[0].worst);
 }
 
 static void test_bound_with_straggler(void **state)
 {
     (void)state;
     const char *specs[] = {NULL, "topk:density=0.1"};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         rank_arg_t a[MAXR];
-        run_ranks(a, 3, 2, 2, specs[k]);
+        g_prefetch = k >= 2;
+        run_ranks(a, 3, 2, 2, specs[k % 2]);
+        g_prefetch = 0;
         gcoll_ps_stats_t *s = &a[0].stats;
         uint64_t n = 0;
         for (int t = 0; t < 9; t++)
             n += s->hist[t];
-        print_message("S=2, rank 2 slow, %s: max clock gap %llu, mean staleness %.3f, tau "
+        print_message("S=2, rank 2 slow, %s%s: max clock gap %llu, mean staleness %.3f, tau "
                       "histogram %llu %llu %llu\n",
-                      specs[k] ? specs[k] : "none", (unsigned long long)s->max_gap,
-                      s->mean_staleness, (unsigned long long)s->hist[0],
-                      (unsigned long long)s->hist[1], (unsigned long long)s->hist[2]);
+                      specs[k % 2] ? specs[k % 2] : "none", k >= 2 ? ", prefetched" : "",
+                      (unsigned long long)s->max_gap, s->mean_staleness,
+                      (unsigned long long)s->hist[0], (unsigned long long)s->hist[1],
+                      (unsigned long long)s->hist[2]);
         assert_true(s->max_gap <= 2);
         assert_true(n == s->applied && s->applied == 3 * 3 * STEPS);
         for (int t = 3; t < 9; t++)
@@ -564,7 +605,7 @@ int main(void)
         cmocka_unit_test(test_ssp_script),        cmocka_unit_test(test_dc_script),
         cmocka_unit_test(test_s0_is_sync),        cmocka_unit_test(test_bound_with_straggler),
         cmocka_unit_test(test_pull_codec_and_dc), cmocka_unit_test(test_malformed_push),
-        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_bad_config),        cmocka_unit_test(test_prefetch_reads_own_writes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,7 +38,8 @@ static int as_server(as_run_t *a)
                             .compressor = o->compressor,
                             .pull_compressor = mo->pull_compressor,
                             .weighting = (gcoll_ps_weight_t)mo->weighting,
-                            .dc_lambda = (float)mo->dc_lambda};
+                            .dc_lambda = (float)mo->dc_lambda,
+                            .prefetch = mo->prefetch};
     gcoll_status_t st = gcoll_ps_create(a->comm, &pc, &a->ps);
     if (st != GCOLL_OK) {
         train_mode_fail(a->comm, "gcoll_ps_create", st);
@@ -79,6 +80,7 @@ static void as_header(const as_run_t *a)
         fprintf(out, "; pull compressor %s", mo->pull_compressor);
     if (mo->dc_lambda > 0)
         fprintf(out, "; DC-ASGD lambda %g", mo->dc_lambda);
+    fprintf(out, "; pulls %s", mo->prefetch ? "prefetched" : "waited");
     if (mo->straggle > 0)
         fprintf(out, "; rotating straggler x%g", mo->straggle);
     if (mo->slow_rank >= 0)

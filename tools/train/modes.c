@@ -32,6 +32,9 @@ const char train_mode_usage[] =
     "                          adds L g*g*(w_now - w_read) to each update g (0: off)\n"
     "      --staleness-weight W  f(tau) of the updates: inverse (1/(1+tau), the default)\n"
     "                          or none (1)\n"
+    "      --prefetch on|off   on (the default): a pull installs the model asked for at the\n"
+    "                          previous one and asks for the next, which travels while the\n"
+    "                          worker computes (one clock staler, within S); off: ask and wait\n"
     "Stragglers (real extra forward/backward passes, not sleep; need --local-steps or\n"
     "--async):\n"
     "      --straggle F        at each step one rank, from a seeded schedule all ranks know,\n"
@@ -48,6 +51,7 @@ void train_mode_opts_default(train_mode_opts_t *mo)
     mo->local_momentum = GCOLL_LSGD_MOMENTUM_LOCAL;
     mo->slow_rank = -1;
     mo->slow_factor = 2.0;
+    mo->prefetch = 1;
 }
 
 static int num(const char *opt, const char *arg, double lo, double hi, double *v)
@@ -133,6 +137,14 @@ int train_mode_option(train_mode_opts_t *mo, int c, const char *arg)
         }
         mo->weighting_set = 1;
         return 0;
+    case TRAIN_OPT_PREFETCH:
+        if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
+            fprintf(stderr, "gcoll-train: --prefetch expects on or off, got '%s'\n", arg);
+            return -1;
+        }
+        mo->prefetch = !strcmp(arg, "on");
+        mo->prefetch_set = 1;
+        return 0;
     case TRAIN_OPT_SLOW_FACTOR:
         if (num("--slow-factor", arg, 1, 1000, &v))
             return -1;
@@ -159,9 +171,10 @@ int train_mode_check(const train_mode_opts_t *mo, const train_opts_t *o)
         fprintf(stderr, "gcoll-train: --async and --local-steps are different modes\n");
         return -1;
     }
-    if ((mo->pull_compressor || mo->dc_lambda > 0 || mo->weighting_set) && !mo->async) {
-        fprintf(stderr, "gcoll-train: --pull-compressor, --dc-lambda and --staleness-weight "
-                        "apply to --async\n");
+    if ((mo->pull_compressor || mo->dc_lambda > 0 || mo->weighting_set || mo->prefetch_set) &&
+        !mo->async) {
+        fprintf(stderr, "gcoll-train: --pull-compressor, --dc-lambda, --staleness-weight and "
+                        "--prefetch apply to --async\n");
         return -1;
     }
     if (mo->staleness > 0 && !mo->async) {

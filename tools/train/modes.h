@@ -23,6 +23,8 @@ typedef struct {
     double dc_lambda;            /* its DC-ASGD compensation (0: off) */
     int weighting;               /* its gcoll_ps_weight_t */
     int weighting_set;
+    int prefetch; /* its pulls prefetched (1, the default) */
+    int prefetch_set;
 } train_mode_opts_t;
 
 void train_mode_opts_default(train_mode_opts_t *mo);
@@ -42,6 +44,7 @@ enum {
     TRAIN_OPT_PULL_COMPRESSOR,
     TRAIN_OPT_DC_LAMBDA,
     TRAIN_OPT_STALENESS_WEIGHT,
+    TRAIN_OPT_PREFETCH,
     TRAIN_MODE_OPT_END
 };
 #define TRAIN_MODE_LONGOPTS                                                                        \
@@ -55,6 +58,7 @@ enum {
         {"staleness", required_argument, NULL, TRAIN_OPT_STALENESS},                               \
         {"pull-compressor", required_argument, NULL, TRAIN_OPT_PULL_COMPRESSOR},                   \
         {"dc-lambda", required_argument, NULL, TRAIN_OPT_DC_LAMBDA},                               \
+        {"prefetch", required_argument, NULL, TRAIN_OPT_PREFETCH},                                 \
     {                                                                                              \
         "staleness-weight", required_argument, NULL, TRAIN_OPT_STALENESS_WEIGHT                    \
     }

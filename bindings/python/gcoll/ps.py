@@ -28,7 +28,8 @@ from ._lib import lib
 class _Config(ctypes.Structure):
     _fields_ = [("staleness", ctypes.c_int), ("lr", ctypes.c_float),
                 ("compressor", ctypes.c_char_p), ("weighting", ctypes.c_int),
-                ("pull_compressor", ctypes.c_char_p), ("dc_lambda", ctypes.c_float)]
+                ("pull_compressor", ctypes.c_char_p), ("dc_lambda", ctypes.c_float),
+                ("prefetch", ctypes.c_int)]
 
 
 class _Stats(ctypes.Structure):
@@ -62,10 +63,12 @@ class ParameterServer:
     """gcoll_ps over params. staleness: SSP's S (0: synchronous); lr: the owners' step;
     compressor: codec of the pushes; weighting: "inverse" (1/(1+tau)) or "none";
     pull_compressor: codec of the pull answers ("none": the dense shard); dc_lambda: DC-ASGD's
-    delay compensation (0: off)."""
+    delay compensation (0: off); prefetch: pull installs the model asked for at the previous
+    pull and asks for the next at once, so it travels while the worker computes (one clock
+    staler, within staleness)."""
 
     def __init__(self, params, comm, staleness=0, lr=0.01, compressor="none",
-                 weighting="inverse", pull_compressor="none", dc_lambda=0.0):
+                 weighting="inverse", pull_compressor="none", dc_lambda=0.0, prefetch=False):
         if weighting not in _WEIGHTING:
             raise ValueError("weighting must be 'inverse' or 'none', got %r" % weighting)
         self._comm = comm
@@ -73,7 +76,7 @@ class ParameterServer:
         self._bufs = [as_buf(_data(p), "ParameterServer parameter", writable=True,
                              dtypes={_lib.FLOAT32}) for p in self._params]
         cfg = _Config(int(staleness), float(lr), compressor.encode(), _WEIGHTING[weighting],
-                      pull_compressor.encode(), float(dc_lambda))
+                      pull_compressor.encode(), float(dc_lambda), 1 if prefetch else 0)
         h = ctypes.c_void_p()
         _lib.check(lib.gcoll_ps_create(comm._live(), ctypes.byref(cfg), ctypes.byref(h)),
                    "gcoll_ps_create", comm._live())

@@ -148,6 +148,31 @@ class TestLocalSGD(unittest.TestCase):
         with self.assertRaises(gcoll.GcollError):
             ParameterServer(m.parameters(), comm, dc_lambda=-1.0)
 
+    def test_05_parameter_server_prefetch(self):
+        # prefetched pulls (the answer to the previous pull's request, staged until this
+        # pull) keep the bound S, and every update is applied
+        m = model()
+        ps = ParameterServer(m.parameters(), comm, staleness=1, lr=0.1, pull_compressor="q8",
+                             prefetch=True)
+        ps.start()
+        for s in range(20):
+            ps.pull()
+            g = torch.Generator().manual_seed(100 * comm.rank + s)
+            x = torch.randn(4, 8, generator=g)
+            y = torch.randint(0, 3, (4,), generator=g)
+            m.zero_grad()
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+            ps.push([p.grad for p in m.parameters()])
+        ps.finish()
+        st = ps.stats()
+        self.assertEqual(st["clock"], 20)
+        self.assertLessEqual(st["max_gap"], 1)
+        self.assertEqual(st["applied"], 20 * comm.size * comm.size)
+        self.assertGreater(st["mean_staleness"], 0.0)  # the own last update is never in
+        g = gathered(m)
+        self.assertTrue(np.array_equal(g[0], g[1]))
+        ps.close()
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
