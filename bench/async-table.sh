@@ -7,10 +7,13 @@
 # the end: no communication, no waiting), which bounds the steps/s any mode can reach on
 # this machine. "x sync" is a row's steps/s over its straggler's synchronous row, both
 # measured in this run. Prints a Markdown table and the load average before each row.
-#   usage: bench/async-table.sh [EPOCHS [RANKS]]   (run from the build directory)
+#   usage: bench/async-table.sh [EPOCHS [RANKS [ASYNC_FLAGS]]]   (from the build directory)
+# ASYNC_FLAGS go to every --async row: "--prefetch off" gives the waited pulls of the table
+# in docs/results/local-sgd.md (gcoll-train prefetches by default).
 set -u
 E=${1:-5}
 P=${2:-4}
+AF=${3:-}
 B=${top_builddir:-.}
 RUN="timeout 3600 $B/tools/gcoll-run -q -n $P $B/tools/gcoll-train --epochs $E --lr-schedule constant"
 # (scratch in the current directory: a shared /tmp may be swept while the table runs)
@@ -45,9 +48,9 @@ TOPK="--compressor topk:density=0.01 --pull-compressor topk:density=0.01"
 for strag in "--straggle 2" "--slow-rank $((P - 1)) --slow-factor 2"; do
     row "synchronous, $strag" --local-steps 1 $strag
     for S in 0 1 4; do
-        row "async S=$S, $strag" --async --staleness $S $strag
+        row "async S=$S, $strag" --async --staleness $S $strag $AF
     done
-    row "async S=1, top-k 1% push+pull, DC 0.04, $strag" --async --staleness 1 $TOPK \
+    row "async S=1, top-k 1% push+pull, DC 0.04, $strag" --async --staleness 1 $AF $TOPK \
         --dc-lambda 0.04 $strag
     row "compute alone (no communication), $strag" --local-steps 1000000 $strag
 done

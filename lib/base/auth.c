@@ -190,9 +190,11 @@ gcoll_status_t gcoll_auth_client(int fd, const gcoll_key_t *key, const void *pay
     st = gcoll_sock_read_all(fd, conf, sizeof(conf), deadline_ms);
     if (st != GCOLL_OK) {
         snprintf(err, errlen, "%s",
-                 st == GCOLL_ERR_TIMEOUT ? "no handshake confirmation (timed out)"
-                                         : "the server refused the job key (is GCOLL_JOB_KEY the "
-                                           "same on every rank?)");
+                 st == GCOLL_ERR_TIMEOUT
+                     ? "no handshake confirmation (timed out)"
+                     /* a refusal and a server that stopped both close the connection */
+                     : "the server closed the connection unconfirmed: it refused the job key "
+                       "(is GCOLL_JOB_KEY the same on every rank?) or it stopped");
         return st == GCOLL_ERR_TIMEOUT ? st : GCOLL_ERR_PEER;
     }
     compute_mac(key, "server", nonce, chal + 4, NULL, 0, want);

@@ -520,7 +520,7 @@ static void test_malformed_push(void **state)
         {"trailing bytes", "at most", 0, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        uint8_t msg[300];
+        uint8_t msg[300] = {0};
         memcpy(msg, good, glen);
         size_t len = glen;
         if (cases[i].width == 4)
