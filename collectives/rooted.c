@@ -91,12 +91,14 @@ static gcoll_status_t guard_finish(guard_t *gd)
 /* ---- large transfers wait for their receive -------------------------------------------- */
 
 /* A message this large goes only once its receive is posted: the receiver says so with an
- * empty message. Otherwise a rank that is late into the call (its peers' sends eager)
- * has every byte sent to it held as unexpected, a fresh allocation and one more copy,
- * and a gather of large blocks into a late root could pass GCOLL_UNEXPECTED_BYTES and fail.
- * As the ring's handshake (ring.c), from the same size: one more message time, small
- * against the transfer's there. */
-#define READY_MIN ((size_t)1 << 20)
+ * empty message, as MPI's rendezvous does above its eager limit (Open MPI's TCP BTL: 64
+ * KiB). Otherwise a rank that is late into the call (its peers' sends eager) has every
+ * byte sent to it held as unexpected, a fresh allocation and one more copy, and a gather
+ * of large blocks into a late root could pass GCOLL_UNEXPECTED_BYTES and fail. From 64 KiB
+ * rather than the ring's 1 MiB: back-to-back gathers of 512 KiB blocks on 2 ranks over TCP
+ * took 536-607 us with the copy, 211-237 us without; scatter and reduce of 1 MiB on 4
+ * ranks 1.7x faster; 128 KiB blocks unchanged. */
+#define READY_MIN ((size_t)64 << 10)
 #define READY_SUB 0xfffffff1u
 
 /* The receiver's half: after posting a receive of len bytes from peer, tell it (into
