@@ -45,8 +45,8 @@ static const char *kind_name(int kind)
 
 static gcoll_status_t post(gcoll_channel_t *ch, struct gcoll_guard *g, int p)
 {
-    gcoll_status_t st = gcoll_channel_irecv_tag(ch, &g->rx[p], p, PROBE_TAG, 0, &g->in[p],
-                                                sizeof(g->in[p]));
+    gcoll_status_t st =
+        gcoll_channel_irecv_tag(ch, &g->rx[p], p, PROBE_TAG, 0, &g->in[p], sizeof(g->in[p]));
     g->rx_state[p] = st == GCOLL_OK ? RX_POSTED : RX_GONE;
     return st;
 }
@@ -102,9 +102,8 @@ void gcoll_guard_probe(gcoll_channel_t *ch, const gcoll_guard_note_t *note)
     g->out = *note;
     g->tx_n = 0;
     for (int p = 0; p < g->P; p++)
-        if (p != g->me &&
-            gcoll_channel_isend_tag(ch, &g->tx[g->tx_n], p, PROBE_TAG, 0, &g->out,
-                                    sizeof(g->out)) == GCOLL_OK)
+        if (p != g->me && gcoll_channel_isend_tag(ch, &g->tx[g->tx_n], p, PROBE_TAG, 0, &g->out,
+                                                  sizeof(g->out)) == GCOLL_OK)
             g->tx_n++;
 }
 

@@ -50,11 +50,8 @@ static gcoll_status_t guard_start(guard_t *gd, const gcoll_coll_t *ctx, int kind
                                   int root, uint32_t sig)
 {
     gd->ctx = ctx;
-    gd->note = (gcoll_guard_note_t){.seq = ctx->ch->seq & 0x7fffffffu,
-                                    .sig = sig,
-                                    .kind = kind,
-                                    .root = root,
-                                    .count = count};
+    gd->note = (gcoll_guard_note_t){
+        .seq = ctx->ch->seq & 0x7fffffffu, .sig = sig, .kind = kind, .root = root, .count = count};
     gd->probe_at_ns = ctx->ch->begin_ns + GCOLL_GUARD_PROBE_MS * 1000000ull;
     return gcoll_guard_begin(ctx, &gd->note);
 }
@@ -439,7 +436,7 @@ static gcoll_status_t scatter_tree(const gcoll_coll_t *ctx, guard_t *gd, const u
     const int P = ctx->size, vr = (ctx->rank - root + P) % P;
     gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
     const uint8_t *buf = send; /* this rank's subtree's blocks, in virtual order */
-    gcoll_treq_t req[68]; /* written whole when posted, as reduce_tree's */
+    gcoll_treq_t req[68];      /* written whole when posted, as reduce_tree's */
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
     if (vr == 0 && root != 0) { /* rank order is not virtual order: rotate first */

@@ -563,8 +563,8 @@ static int run_mismatch(const char *kind)
         FAIL("mismatch %s: %s gave %s (%s), expected GCOLL_ERR_MISMATCH", kind, how,
              gcoll_status_string(st), gcoll_comm_last_error(comm));
     else
-        printf("rank %d: mismatch %s: %s failed as expected after %.2f s: %s (%s)\n",
-               rank, kind, how, now() - t0, gcoll_status_string(st), gcoll_comm_last_error(comm));
+        printf("rank %d: mismatch %s: %s failed as expected after %.2f s: %s (%s)\n", rank, kind,
+               how, now() - t0, gcoll_status_string(st), gcoll_comm_last_error(comm));
     return failures;
 }
 
