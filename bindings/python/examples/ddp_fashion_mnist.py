@@ -25,7 +25,7 @@ Run it on 2 local CPU processes (torch.multiprocessing; a Python with torch, suc
 or under gcoll-run, which sets GCOLL_RANK, GCOLL_SIZE, GCOLL_ROOT and a job key (gloo then
 rendezvouses at GCOLL_ROOT's port + 1):
     ./tools/gcoll-run -n 2 -x PYTHONPATH=$PWD/bindings/python \\
-        /usr/bin/python3 bindings/python/examples/ddp_fashion_mnist.py
+        .venv/bin/python bindings/python/examples/ddp_fashion_mnist.py
 """
 
 import argparse
@@ -114,7 +114,8 @@ def run_one(name, args, rank, size, train, test, comm):
                                        warm_start=True)
         model.register_comm_hook(state, powersgd.powerSGD_hook)
     elif spec is not None:
-        state = gt.GcollHookState(spec, comm=comm)
+        # model=: compression state per parameter, so a checkpoint continues bit for bit
+        state = gt.GcollHookState(spec, comm=comm, model=model)
         model.register_comm_hook(state, gt.comm_hook)
         if spec.startswith("dgc"):
             momentum = 0.0  # DGC's momentum correction replaces the optimizer's
