@@ -25,24 +25,43 @@ variant_env() {
 }
 
 # start_ranks N VARIANT LIMIT_S CMD...: starts N ranks of CMD; their pids in RANK_PIDS (rank
-# order), stderr in $TMP/err.<rank>, exit status later in $TMP/rc.<rank>.
+# order), stdout in $TMP/out.<rank>, stderr in $TMP/err.<rank>, exit status later in
+# $TMP/rc.<rank>.
 start_ranks() {
     n=$1 var=$2 limit=$3
     shift 3
     port=$(free_port)
     key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
     RANK_PIDS=""
-    rm -f "$TMP"/rc.* "$TMP"/err.* "$TMP"/pid.*
+    rm -f "$TMP"/rc.* "$TMP"/err.* "$TMP"/out.* "$TMP"/pid.*
     r=0
     while [ "$r" -lt "$n" ]; do
         # shellcheck disable=SC2046
         (env $(variant_env "$var") GCOLL_RANK=$r GCOLL_SIZE=$n GCOLL_ROOT=127.0.0.1:$port \
             GCOLL_JOB_KEY=$key timeout -s KILL "$limit" \
-            sh -c 'echo $$ >"$0"; exec "$@"' "$TMP/pid.$r" "$@" 2>"$TMP/err.$r" >/dev/null
+            sh -c 'echo $$ >"$0"; exec "$@"' "$TMP/pid.$r" "$@" 2>"$TMP/err.$r" >"$TMP/out.$r"
          echo $? >"$TMP/rc.$r") &
         RANK_PIDS="$RANK_PIDS $!"
         BG_PIDS="$BG_PIDS $!"
         r=$((r + 1))
+    done
+}
+
+# wait_ready N LIMIT_S: waits until each of the N ranks started last has printed its
+# "ready" line (exit_check does once its init returned); fails, naming the first rank that
+# is not ready, when one exited first or LIMIT_S passed.
+wait_ready() {
+    end=$(( $(date +%s) + $2 ))
+    r=0
+    while [ "$r" -lt "$1" ]; do
+        if grep -q ': ready$' "$TMP/out.$r" 2>/dev/null; then
+            r=$((r + 1))
+        elif [ -f "$TMP/rc.$r" ] || [ "$(date +%s)" -ge "$end" ]; then
+            NOT_READY=$r
+            return 1
+        else
+            sleep 0.02
+        fi
     done
 }
 

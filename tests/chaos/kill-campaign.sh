@@ -1,18 +1,20 @@
 #!/bin/sh
 # kill-campaign.sh [RUNS]: SIGKILL a random rank at a random moment of a mixed stream of
 # collectives (dense allreduce of varied sizes, broadcast, allgather, reduce-scatter,
-# alltoall, barrier, sparse, compressed top-k and q8), per transport variant. The
+# alltoall, barrier, sparse, compressed top-k and q8), once every rank's init has
+# returned, per transport variant. The
 # survivors must fail with GCOLL_ERR_PEER (a dead peer, from the transport, not a
 # timeout: GCOLL_TIMEOUT_MS is 60 s unless set): never hang, crash or return a wrong result.
 #   RUNS            runs per variant (default 1)
 #   CHAOS_RANKS     ranks per run (default 4), CHAOS_VARIANTS (default: every one built)
 #   CHAOS_LIMIT_S   a survivor still running this long after the kill is a hang (30)
 #   CHAOS_MAX_ERR_S the slowest survivor's error must come within this of the kill (2)
-# Prints a table row per variant: runs, hangs, crashes, wrong results, survivors that did
-# not fail, survivors that failed with another status than GCOLL_ERR_PEER, and the slowest
-# survivor's error latency (median and maximum over runs).
-# Exit status 1 on any hang, crash, wrong result, survivor without a failure or with
-# another status, or a latency above CHAOS_MAX_ERR_S.
+# Prints a table row per variant: runs, runs whose ranks did not all finish init (within
+# CHAOS_LIMIT_S; nothing is killed in such a run), hangs, crashes, wrong results,
+# survivors that did not fail, survivors that failed with another status than
+# GCOLL_ERR_PEER, and the slowest survivor's error latency (median and maximum over runs).
+# Exit status 1 on any run without init, hang, crash, wrong result, survivor without a
+# failure or with another status, or a latency above CHAOS_MAX_ERR_S.
 . "$(dirname "$0")/common.sh"
 runs=${1:-1}
 n=${CHAOS_RANKS:-4}
@@ -25,16 +27,29 @@ rand() { # rand MOD: a number in [0, MOD) from the campaign's own generator
     seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
     echo $(( (seed / 65536) % $1 ))
 }
-printf '%-8s %5s %6s %8s %6s %12s %9s %10s %10s\n' variant runs hangs crashes wrong not-failed \
-    not-peer median_s max_s
+printf '%-8s %5s %7s %6s %8s %6s %12s %9s %10s %10s\n' variant runs no-init hangs crashes wrong \
+    not-failed not-peer median_s max_s
 for var in $(variants); do
-    hangs=0 crashes=0 wrong=0 unfailed=0 notpeer=0 i=0
+    noinit=0 hangs=0 crashes=0 wrong=0 unfailed=0 notpeer=0 i=0
     : >"$TMP/lat"
     while [ "$i" -lt "$runs" ]; do
         start_ranks "$n" "$var" $((limit + 30)) "$EXIT_CHECK" mixed 1000000 1001 "$(rand 100000)"
         victim=$(rand "$n")
-        # 0.3 to 2.3 s in: mostly past the rendezvous, in the middle of the stream
-        sleep "$(awk -v r="$(rand 2000)" 'BEGIN { printf "%.3f", 0.3 + r / 1000 }')"
+        if ! wait_ready "$n" "$limit"; then
+            noinit=$((noinit + 1))
+            printf '  %s run %d: rank %d did not finish init (nothing killed): %s\n' "$var" "$i" \
+                "$NOT_READY" "$(tail -n 2 "$TMP/err.$NOT_READY" | tr '\n' ' ')"
+            r=0
+            while [ "$r" -lt "$n" ]; do
+                kill -9 "$(rank_pid "$r")" 2>/dev/null
+                r=$((r + 1))
+            done
+            wait_ranks
+            i=$((i + 1))
+            continue
+        fi
+        # 0 to 2 s past every rank's init: in the middle of the stream
+        sleep "$(awk -v r="$(rand 2000)" 'BEGIN { printf "%.3f", r / 1000 }')"
         vp=$(rank_pid "$victim")
         t_kill=$(date +%s.%N)
         [ -n "$vp" ] && kill -9 "$vp" 2>/dev/null
@@ -90,9 +105,9 @@ for var in $(variants); do
     done
     stats=$(sort -g "$TMP/lat" | awk '{ v[NR] = $1 } END { printf "%.3f %.3f", v[int((NR + 1) / 2)], v[NR] }')
     med=${stats% *} max=${stats#* }
-    printf '%-8s %5d %6d %8d %6d %12d %9d %10s %10s\n' "$var" "$runs" "$hangs" "$crashes" \
-        "$wrong" "$unfailed" "$notpeer" "$med" "$max"
+    printf '%-8s %5d %7d %6d %8d %6d %12d %9d %10s %10s\n' "$var" "$runs" "$noinit" "$hangs" \
+        "$crashes" "$wrong" "$unfailed" "$notpeer" "$med" "$max"
     slow=$(awk -v m="$max" -v b="$max_err" 'BEGIN { print (m > b) }')
-    [ $((hangs + crashes + wrong + unfailed + notpeer + slow)) -eq 0 ] || bad=1
+    [ $((noinit + hangs + crashes + wrong + unfailed + notpeer + slow)) -eq 0 ] || bad=1
 done
 exit "$bad"
