@@ -2,9 +2,9 @@
 # kill-campaign.sh [RUNS]: SIGKILL a random rank at a random moment of a mixed stream of
 # collectives (dense allreduce of varied sizes, broadcast, allgather, reduce-scatter,
 # alltoall, barrier, sparse, compressed top-k and q8), once every rank's init has
-# returned, per transport variant. The
-# survivors must fail with GCOLL_ERR_PEER (a dead peer, from the transport, not a
-# timeout: GCOLL_TIMEOUT_MS is 60 s unless set): never hang, crash or return a wrong result.
+# returned, per transport variant. The survivors must fail with GCOLL_ERR_PEER (a dead
+# peer, from the transport, not a timeout: GCOLL_TIMEOUT_MS is 60 s unless set): never
+# hang, crash or return a wrong result.
 #   RUNS            runs per variant (default 1)
 #   CHAOS_RANKS     ranks per run (default 4), CHAOS_VARIANTS (default: every one built)
 #   CHAOS_LIMIT_S   a survivor still running this long after the kill is a hang (30)
