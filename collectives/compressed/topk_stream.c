@@ -370,8 +370,16 @@ gcoll_status_t gcoll_topk_stream_run(const gcoll_coll_t *ctx, gcoll_tensor_state
     while (t.sent < t.S)
         GCOLL_CHECK_GOTO(send_segment(&t, t.sent, NULL, NULL, 0), st, out);
     GCOLL_CHECK_GOTO(send_trailer(&t, nnz, msg, len), st, out);
+    uint64_t t1 = gcoll_time_ns();
     GCOLL_CHECK_GOTO(wait_all(&t), st, out);
+    uint64_t t2 = gcoll_time_ns();
     st = sum_selections(&t, s, out, op, nnz);
+    /* where the call's time went, for docs/results/shaped-link.md (bench/stream-trace.sh) */
+    GCOLL_TRACE(GCOLL_SUBSYS_COMPRESS,
+                "topk-stream phases: rank %d count %zu pass_ms %.3f net_ms %.3f tail_ms %.3f "
+                "wait_ms %.3f sum_ms %.3f",
+                r, count, dt / 1e6, t.ns_net / 1e6, (t1 - t0 - dt) / 1e6, (t2 - t1) / 1e6,
+                (gcoll_time_ns() - t2) / 1e6);
 out:
     if (st != GCOLL_OK) {
         gcoll_channel_cancel(ctx->ch, t.tx, t.ntx);
