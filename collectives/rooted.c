@@ -211,10 +211,6 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
         }
     }
     const uint8_t *acc = vr ? (own ? tmp : send) : recv;
-    if (own)
-        memcpy(tmp, send, bytes);
-    else if (!vr && send != recv)
-        memcpy(recv, send, bytes);
     const int parent = (t.parent + root) % P;
     /* not zeroed (7 KB, a fifth of an 8-byte call): each is written whole when posted */
     gcoll_treq_t req[68]; /* children's data and words, the parent's word, the send */
@@ -228,6 +224,11 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
         GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (vr + (1 << c) + root) % P, bytes, sig), st, out);
     if (vr)
         GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, parent, bytes, sig), st, out);
+    /* this rank's own part is copied while the children's arrive */
+    if (own)
+        memcpy(tmp, send, bytes);
+    else if (!vr && send != recv)
+        memcpy(recv, send, bytes);
     for (int c = 0; c < t.nchild; c++) {
         GCOLL_CHECK_GOTO(wait_guarded(gd, &req[c], 1), st, out);
         gcoll_reduce_local((uint8_t *)acc, tmp + (size_t)(own + c) * bytes, count, dtype, op);
@@ -381,37 +382,47 @@ static void rotate_copy(uint8_t *dst, const uint8_t *src, size_t block, int P, i
 }
 
 /* Binomial gather: each rank collects its subtree's blocks (virtual ranks vr .. vr+size-1,
- * in that order) and sends them to its parent in one message. The root receives in
- * virtual order and rotates into rank order. */
+ * in that order) and sends them to its parent in one message. The root receives each
+ * child's subtree straight into its place in recvbuf when the subtree's ranks are
+ * consecutive there, else into a temporary it copies from at the end; every rank copies
+ * its own block while its children's arrive (2 ranks over TCP, 16 MiB: 3.5 ms with the
+ * root's copies of the whole through a temporary, 2.7 ms without; Open MPI 2.1 ms). */
 static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const uint8_t *send,
                                   uint8_t *recv, size_t block, int root, uint32_t sig)
 {
     const int P = ctx->size, vr = (ctx->rank - root + P) % P;
     gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
-    uint8_t *buf = NULL;
-    if (t.nchild) {
+    uint8_t *buf = NULL; /* a non-root parent's subtree, or the root's wrapped children */
+    int wrapped = 0;     /* root: children whose ranks wrap past P - 1 in recvbuf */
+    for (int c = 0; vr == 0 && c < t.nchild; c++)
+        wrapped |= ((1 << c) + root) % P + gcoll_tree_pos(1 << c, P).size > P;
+    if (t.nchild && (vr || wrapped)) {
         buf = gcoll_coll_scratch(ctx, (size_t)t.size * block);
         if (!buf) {
             gcoll_channel_set_error(ctx->ch, "cannot allocate %zu bytes for the gather tree",
                                     (size_t)t.size * block);
             return GCOLL_ERR_NOMEM;
         }
-        memcpy(buf, send, block);
     }
     const int parent = (t.parent + root) % P;
     gcoll_treq_t req[68]; /* written whole when posted, as reduce_tree's */
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
     for (int c = 0; c < t.nchild; c++) {
-        int cv = vr + (1 << c);
+        int cv = vr + (1 << c), cr = (cv + root) % P;
         size_t csize = (size_t)gcoll_tree_pos(cv, P).size;
-        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (cv + root) % P, 0, sig,
-                                             buf + (size_t)(1 << c) * block, csize * block, 0),
+        uint8_t *dst = vr == 0 && cr + csize <= (size_t)P ? recv + (size_t)cr * block
+                                                          : buf + (size_t)(1 << c) * block;
+        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], cr, 0, sig, dst, csize * block, 0),
                          st, out);
-        GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (cv + root) % P, csize * block, sig), st, out);
+        GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, cr, csize * block, sig), st, out);
     }
     if (vr)
         GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, parent, (size_t)t.size * block, sig), st, out);
+    if (vr && t.nchild)
+        memcpy(buf, send, block);
+    else if (!vr && send != recv + (size_t)root * block)
+        memcpy(recv + (size_t)root * block, send, block);
     GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
     if (vr) {
         GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], parent, 0, sig, buf ? buf : send,
@@ -419,7 +430,15 @@ static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
                          st, out);
         st = wait_guarded(gd, &req[n - 1], 1);
     } else {
-        rotate_copy(recv, buf, block, P, root, 0);
+        for (int c = 0; c < t.nchild; c++) { /* the wrapped children, block by block */
+            int cv = 1 << c;
+            size_t csize = (size_t)gcoll_tree_pos(cv, P).size;
+            if ((size_t)((cv + root) % P) + csize <= (size_t)P)
+                continue;
+            for (size_t k = 0; k < csize; k++)
+                memcpy(recv + (size_t)((cv + root + (int)k) % P) * block,
+                       buf + ((size_t)cv + k) * block, block);
+        }
     }
 out:
     if (st != GCOLL_OK)

@@ -118,7 +118,7 @@ netns_test() {
         [ "$r" -ge 2 ] && ns=$ns1
         (ip netns exec "$ns" env GCOLL_HIER=1 HIER_HOSTS=n0,n0,n1,n1 GCOLL_HOSTNAME=n$((r / 2)) \
             GCOLL_RANK=$r GCOLL_SIZE=4 GCOLL_ROOT=10.79.0.1:29611 GCOLL_JOB_KEY="$key" \
-            GCOLL_TIMEOUT_MS=60s GCOLL_DEBUG=info GCOLL_DEBUG_SUBSYS=COLL \
+            GCOLL_TIMEOUT_MS=60s GCOLL_DEBUG=info GCOLL_DEBUG_SUBSYS=COLL,NET \
             timeout -s KILL 120 "$HIER" >"$TMP/out.$r" 2>"$TMP/err.$r"
          echo $? >"$TMP/rc.$r") &
         pids="$pids $!"
@@ -132,6 +132,15 @@ netns_test() {
     else
         fail "2 network namespaces x 2 ranks"
         tail -n 5 "$TMP"/err.*
+    fi
+    # tcp stripes large messages to the other namespace's ranks only: rank 0 finds rank 1
+    # at its own address, ranks 2 and 3 at the other's
+    if grep -q 'tcp: rank 1 is on this host' "$TMP/err.0" &&
+        ! grep -q 'tcp: rank [23] is on this host' "$TMP/err.0" &&
+        grep -q 'tcp: rank 2 is on this host' "$TMP/err.3"; then
+        pass "tcp: peers at this rank's address unstriped, the other host's striped"
+    else
+        fail "tcp's same-host detection: $(grep -h 'is on this host' "$TMP"/err.* | head -4)"
     fi
 }
 netns_test

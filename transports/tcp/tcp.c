@@ -558,7 +558,11 @@ gcoll_status_t gcoll_tcp_isend(gcoll_transport_t *t, gcoll_treq_t *req)
         complete(req, p->rx.status);
         return GCOLL_OK;
     }
-    int nfrag = (req->len >= t->stripe_min && t->nsocks > 1) ? t->nsocks : 1;
+    /* Striping runs several flows over a network path; to a peer on this host there is no
+     * link to fill, and two sockets carrying both directions of one exchange cost more
+     * than one socket per message (docs/results/ompi-compare.md: sendrecv of 4-16 MiB
+     * on 2 ranks 1.3-1.5x faster unstriped). */
+    int nfrag = (req->len >= t->stripe_min && t->nsocks > 1 && !p->local) ? t->nsocks : 1;
     size_t base = req->len / (size_t)nfrag, extra = req->len % (size_t)nfrag, off = 0;
     req->pending = (size_t)nfrag;
     for (int i = 0; i < nfrag; i++) {

@@ -68,6 +68,7 @@ typedef struct {
     int nopen;
     int draining;          /* reading its other sockets after one was reset (tcp.c handle_read) */
     unsigned rr;           /* round-robin socket for unstriped messages */
+    int local;             /* at this rank's own address: on this host, messages go unstriped */
     rx_msg_t *msgs;        /* being assembled */
     gcoll_match_peer_t rx; /* posted receives, unexpected messages, failure */
 } tcp_peer_t;

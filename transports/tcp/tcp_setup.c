@@ -299,6 +299,24 @@ static int on_accept(void *arg, int fd, const void *payload, size_t plen, const 
     return 0;
 }
 
+/* Whether a connected socket's two ends have the same address: the peer is on this host
+ * (loopback, or this host's own interface address). */
+static int same_address(int fd)
+{
+    struct sockaddr_storage a, b;
+    socklen_t la = sizeof(a), lb = sizeof(b);
+    if (getsockname(fd, (struct sockaddr *)&a, &la) != 0 ||
+        getpeername(fd, (struct sockaddr *)&b, &lb) != 0 || a.ss_family != b.ss_family)
+        return 0;
+    if (a.ss_family == AF_INET)
+        return ((struct sockaddr_in *)&a)->sin_addr.s_addr ==
+               ((struct sockaddr_in *)&b)->sin_addr.s_addr;
+    if (a.ss_family == AF_INET6)
+        return memcmp(&((struct sockaddr_in6 *)&a)->sin6_addr,
+                      &((struct sockaddr_in6 *)&b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+    return 0;
+}
+
 static gcoll_status_t tcp_connect(gcoll_transport_t *t, const void *const *blobs,
                                   const size_t *lens, uint64_t deadline_ms)
 {
@@ -329,6 +347,10 @@ static gcoll_status_t tcp_connect(gcoll_transport_t *t, const void *const *blobs
                 return GCOLL_ERR_TRANSPORT;
         }
         t->peers[peer].nopen = t->nsocks;
+        t->peers[peer].local = same_address(t->peers[peer].socks[0].fd);
+        if (t->peers[peer].local && t->nsocks > 1)
+            GCOLL_INFO(GCOLL_SUBSYS_NET, "tcp: rank %d is on this host: messages go unstriped",
+                       peer);
     }
     close(t->listen_fd);
     t->listen_fd = -1;
