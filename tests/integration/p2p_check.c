@@ -23,24 +23,10 @@
 
 #include "gcoll.h"
 
+#define CHECK_PROG "p2p_check"
+#include "p2p_common.h"
+
 static int rank, size, failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "p2p_check rank %d: FAIL: ", rank);                                    \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " (%s)\n", gcoll_last_error());                                        \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint8_t pat(int src, int dst, int msg, size_t i)
 {
