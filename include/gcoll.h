@@ -230,7 +230,9 @@ GCOLL_EXPORT const char *gcoll_comm_transport(const gcoll_comm_t *comm);
 
 /* Per-communicator counters, cumulative since init. */
 typedef struct {
-    uint64_t ops;            /* collectives completed */
+    uint64_t ops;            /* collectives completed, and one more the first time the host
+                              * layout is looked up (GCOLL_HIER's choice on 3 ranks or more,
+                              * gcoll_comm_host_info): an allgather of host names */
     uint64_t bytes_raw;      /* uncompressed payload bytes the collectives reduced/moved */
     uint64_t bytes_sent;     /* bytes this rank put on the wire (payload + frame headers) */
     uint64_t bytes_received; /* bytes this rank received off the wire */
