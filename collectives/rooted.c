@@ -366,19 +366,13 @@ out:
 
 /* ---- gather and scatter ---------------------------------------------------------------- */
 
-/* The root's blocks in virtual-rank order (virtual rank v is rank (v + root) % P) from or
- * to rank order: a rotation by root blocks, two copies. */
-static void rotate_copy(uint8_t *dst, const uint8_t *src, size_t block, int P, int root,
-                        int to_virtual)
+/* The root's blocks from rank order into virtual-rank order (virtual rank v is rank
+ * (v + root) % P): a rotation by root blocks, two copies. */
+static void rotate_to_virtual(uint8_t *dst, const uint8_t *src, size_t block, int P, int root)
 {
     size_t head = (size_t)(P - root) * block, tail = (size_t)root * block;
-    if (to_virtual) { /* src in rank order */
-        memcpy(dst, src + tail, head);
-        memcpy(dst + head, src, tail);
-    } else {
-        memcpy(dst + tail, src, head);
-        memcpy(dst, src + head, tail);
-    }
+    memcpy(dst, src + tail, head);
+    memcpy(dst + head, src, tail);
 }
 
 /* Binomial gather: each rank collects its subtree's blocks (virtual ranks vr .. vr+size-1,
@@ -465,7 +459,7 @@ static gcoll_status_t scatter_tree(const gcoll_coll_t *ctx, guard_t *gd, const u
                                     (size_t)P * block);
             return GCOLL_ERR_NOMEM;
         }
-        rotate_copy(tmp, send, block, P, root, 1);
+        rotate_to_virtual(tmp, send, block, P, root);
         buf = tmp;
     } else if (vr) {
         uint8_t *in = recv; /* a leaf receives its block in place */
