@@ -375,6 +375,13 @@ static void rotate_to_virtual(uint8_t *dst, const uint8_t *src, size_t block, in
     memcpy(dst + head, src, tail);
 }
 
+/* Whether the root's child at virtual rank cv (csize blocks) lands on consecutive ranks of
+ * recvbuf, so that it can be received in place. */
+static int child_in_place(int cv, size_t csize, int root, int P)
+{
+    return (size_t)((cv + root) % P) + csize <= (size_t)P;
+}
+
 /* Binomial gather: each rank collects its subtree's blocks (virtual ranks vr .. vr+size-1,
  * in that order) and sends them to its parent in one message. The root receives each
  * child's subtree straight into its place in recvbuf when the subtree's ranks are
@@ -389,7 +396,7 @@ static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
     uint8_t *buf = NULL; /* a non-root parent's subtree, or the root's wrapped children */
     int wrapped = 0;     /* root: children whose ranks wrap past P - 1 in recvbuf */
     for (int c = 0; vr == 0 && c < t.nchild; c++)
-        wrapped |= ((1 << c) + root) % P + gcoll_tree_pos(1 << c, P).size > P;
+        wrapped |= !child_in_place(1 << c, (size_t)gcoll_tree_pos(1 << c, P).size, root, P);
     if (t.nchild && (vr || wrapped)) {
         buf = gcoll_coll_scratch(ctx, (size_t)t.size * block);
         if (!buf) {
@@ -405,8 +412,9 @@ static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
     for (int c = 0; c < t.nchild; c++) {
         int cv = vr + (1 << c), cr = (cv + root) % P;
         size_t csize = (size_t)gcoll_tree_pos(cv, P).size;
-        uint8_t *dst = vr == 0 && cr + csize <= (size_t)P ? recv + (size_t)cr * block
-                                                          : buf + (size_t)(1 << c) * block;
+        uint8_t *dst = vr == 0 && child_in_place(cv, csize, root, P)
+                           ? recv + (size_t)cr * block
+                           : buf + (size_t)(1 << c) * block;
         GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], cr, 0, sig, dst, csize * block, 0),
                          st, out);
         GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, cr, csize * block, sig), st, out);
@@ -427,7 +435,7 @@ static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
         for (int c = 0; c < t.nchild; c++) { /* the wrapped children, block by block */
             int cv = 1 << c;
             size_t csize = (size_t)gcoll_tree_pos(cv, P).size;
-            if ((size_t)((cv + root) % P) + csize <= (size_t)P)
+            if (child_in_place(cv, csize, root, P))
                 continue;
             for (size_t k = 0; k < csize; k++)
                 memcpy(recv + (size_t)((cv + root + (int)k) % P) * block,
