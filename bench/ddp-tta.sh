@@ -9,8 +9,10 @@
 # Environment: N (ranks, 2), MODELS ("cnn mlp"),
 # ROWS ("gloo gloo-fp16 gcoll fp16 topk dgc powersgd fsdp fsdp-topk"), RATE (1gbit),
 # STEPS_cnn (300), STEPS_mlp (200), TARGET_cnn (0.80), TARGET_mlp (0.78), WIDTH (2048),
-# BATCH (32 per rank; BATCH_cnn, BATCH_mlp for one model), EVAL_EVERY (25 steps), OUT (directory for the data and the plot,
-# default bench-ddp-tta). All rows of a model run in one job, one after the other.
+# BATCH (32 per rank; BATCH_cnn, BATCH_mlp for one model), EVAL_EVERY (5 steps: a time to
+# the target is that of the first evaluation at or above it, so coarser evaluations round
+# it up by as much), DGC_DENSITY (0.01) and DGC_WARMUP (0 steps) for the dgc row, OUT
+# (directory for the data and the plot, default bench-ddp-tta). All rows of a model run in one job, one after the other.
 # Needs root, iproute2, tc, a Python with torch >= 2.6 (PY, else TORCH_PYTHON, else
 # .venv/bin/python, else python3), dataset-fashion-mnist;
 # skips with a message where it cannot run. Removes its namespaces on exit.
@@ -61,7 +63,8 @@ for model in $MODELS; do
             PYTHONPATH="$HERE/../bindings/python" GCOLL_LIBRARY="$BUILD/.libs/libgcoll.so" \
             OMP_NUM_THREADS=1 timeout 3000 $PY "$HERE/ddp_tta.py" --rows "$(echo $ROWS | tr ' ' ,)" \
             --model "$model" --width "${WIDTH:-2048}" --batch "$batch" --steps "$steps" \
-            --eval-every "${EVAL_EVERY:-25}" --out "$OUT" >"$OUT/$model.rank$i.log" 2>&1 &
+            --eval-every "${EVAL_EVERY:-5}" --dgc-density "${DGC_DENSITY:-0.01}" \
+            --dgc-warmup "${DGC_WARMUP:-0}" --out "$OUT" >"$OUT/$model.rank$i.log" 2>&1 &
         pids="$pids $!"
     done
     ok=0
