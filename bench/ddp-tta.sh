@@ -116,7 +116,7 @@ if command -v gnuplot >/dev/null 2>&1; then
         plots=""
         for row in $ROWS; do
             [ -s "$OUT/$model-$row.dat" ] &&
-                plots="$plots${plots:+, }'$OUT/$model-$row.dat' using 2:3 with linespoints title '$row'"
+                plots="$plots${plots:+, }'$OUT/$model-$row.dat' using (valid(1) ? column(2) : NaN):3 with linespoints title '$row'"
         done
         [ -n "$plots" ] && gnuplot -e "set terminal pngcairo size 800,500 noenhanced; \
             set output '$OUT/$model.png'; set xlabel 'training time (s)'; \
