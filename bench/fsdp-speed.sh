@@ -1,6 +1,6 @@
 #!/bin/sh
 # fsdp-speed.sh: issue 37 item 4. Steps per second of FSDP2 on the gcoll backend, dense
-# against gcoll.torch.fsdp_compress (top-k gradients, a quantized parameter all-gather),
+# against gcoll.torch.fsdp_compress (sparsified gradients, a quantized parameter all-gather),
 # on N ranks, one per network namespace, over veth links shaped to RATE per direction
 # (tc tbf on both ends, as netns-shaped.sh and ddp-tta.sh), with the loss after STEPS steps
 # of each and a breakdown of the step (bench/fsdp_speed.py). The two models train in the
@@ -8,7 +8,9 @@
 #
 #   sudo bench/fsdp-speed.sh [BUILD_DIR]        (BUILD_DIR: the build tree, default .)
 # Environment: N (ranks, 2), RATE (1gbit), WIDTH (2048), STEPS (30), BATCH (32 per rank),
-# SPEC (topk:density=0.01; a dgc spec trains its row without the optimizer's momentum),
+# SPEC (dgc:density=0.01,momentum=0.9: DGC's top-k 1% of the momentum-corrected gradient, Lin
+# et al. 2018, its row trained without the optimizer's momentum; topk:density=0.01: plain top-k
+# with error feedback and SGD momentum 0.9),
 # ALLGATHER (mxfp8:format=e4m3; empty: dense all-gather),
 # ROWS (dense,compressed; compressed-noreuse: fsdp_compress with allgather_reuse=False),
 # WARMUP (fsdp_compress's warm-up of the sparsifier in steps, 0),
@@ -51,7 +53,7 @@ for i in $(seq 0 $((N - 1))); do
         MASTER_PORT=$PORT GCOLL_TIMEOUT_MS=120s \
         PYTHONPATH="$HERE/../bindings/python" GCOLL_LIBRARY="$BUILD/.libs/libgcoll.so" \
         OMP_NUM_THREADS=1 timeout 1200 $PY "$HERE/fsdp_speed.py" --width "${WIDTH:-2048}" \
-        --steps "${STEPS:-30}" --batch "${BATCH:-32}" --spec "${SPEC:-topk:density=0.01}" \
+        --steps "${STEPS:-30}" --batch "${BATCH:-32}" --spec "${SPEC:-dgc:density=0.01,momentum=0.9}" \
         --allgather "${ALLGATHER-mxfp8:format=e4m3}" --reshard "${RESHARD:-1}" \
         --warmup "${WARMUP:-0}" \
         --rows "${ROWS:-dense,compressed}" --rate "$RATE" \
