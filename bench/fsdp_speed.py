@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 # bench/fsdp_speed.py: one rank of bench/fsdp-speed.sh (issue 37 item 4).
 """Steps per second of dense FSDP2 on the gcoll backend against FSDP2 with
-gcoll.torch.fsdp_compress (--spec: DGC 1% gradients by default, a quantized all-gather), and the loss after
---steps steps of each, with a breakdown of where each step's time goes.
+gcoll.torch.fsdp_compress (--spec: DGC 1% gradients by default, a quantized all-gather),
+and the loss after --steps steps of each, with a breakdown of where each step's time goes.
 
 The models (--rows) are built from the same initial weights (784-W-W-10 MLP,
 fully_shard per Linear and on the root) and trained on the same batches (Fashion-MNIST
