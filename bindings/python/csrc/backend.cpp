@@ -4,7 +4,10 @@
 // caller's order, which torch keeps the same on every rank) and returns a Work at once. One
 // completion thread per backend waits for gcoll's requests in the order they were issued
 // (gcoll runs them in that order) and copies staged results out; it never runs user code.
-// The Work and its Future are completed by a small pool of notifier threads, because
+// A caller that waits for a Work (Work.wait() without a timeout, as a blocking
+// dist.all_reduce does) before the completion thread took its request waits for the
+// request itself and completes the Work in its own thread: one thread hand-off fewer.
+// Otherwise the Work and its Future are completed by a small pool of notifier threads, because
 // completing a Future runs its callbacks in the completing thread, and a callback may issue
 // a collective and wait for it (torch's PowerSGD hook does): run on the completion thread,
 // that wait would wait for itself. A notifier blocked in a callback gets a fresh one beside
@@ -52,20 +55,43 @@ class WorkGcoll : public c10d::Work
     }
 
     std::vector<at::Tensor> result() override { return outputs_; }
-    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+    // complete() marks the Future before the Work: a caller woken by the Future finds the
+    // Work completed too.
+    bool isCompleted() override { return future_->completed() || c10d::Work::isCompleted(); }
+    // Handing the Future out is what lets callbacks onto it: from then on the Work is
+    // completed by a notifier (complete_inline refuses).
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
+    {
+        std::lock_guard<std::mutex> g(future_mutex_);
+        future_out_ = true;
+        return future_;
+    }
     // A Work queued in a coalescing batch completes once the batch has run: waiting for it
     // inside the batch (a blocking call under torch's _coalescing_manager) first runs what
     // the batch holds so far (run_batch), instead of waiting for ever.
     bool wait(std::chrono::milliseconds timeout) override
     {
         std::function<void()> run;
+        std::function<bool()> claim;
         {
             std::lock_guard<std::mutex> g(batch_mutex_);
             run = run_batch_;
+            claim = claim_;
         }
         if (run)
             run();
+        // with a timeout of its own the wait stays c10d's (gcoll_wait knows only the
+        // group's timeout)
+        if (claim && timeout == std::chrono::milliseconds(0)) // torch's kNoTimeout
+            claim();
         return c10d::Work::wait(timeout);
+    }
+    // claim: waits for the request in this thread and completes the Work, unless the
+    // completion thread took it first (set by the backend for a Work outside a batch).
+    void set_claim(std::function<bool()> f)
+    {
+        std::lock_guard<std::mutex> g(batch_mutex_);
+        claim_ = std::move(f);
     }
     void set_run_batch(std::function<void()> f)
     {
@@ -98,12 +124,29 @@ class WorkGcoll : public c10d::Work
         finish(err);
     }
 
+    // Completes the Work in the calling thread (the completion thread) when its Future was
+    // never handed out, so that no callback can run there; true if done. A getFuture()
+    // racing with it waits on the mutex and returns the completed Future, whose then()
+    // runs in its own caller. One thread hand-off fewer where nothing asked for the
+    // Future.
+    bool complete_inline(std::exception_ptr err)
+    {
+        std::lock_guard<std::mutex> g(future_mutex_);
+        if (future_out_)
+            return false;
+        complete(err);
+        return true;
+    }
+
   private:
     std::vector<at::Tensor> outputs_;
     int source_;
     std::shared_ptr<int> source_cell_;
     std::mutex batch_mutex_;
     std::function<void()> run_batch_;
+    std::function<bool()> claim_;
+    std::mutex future_mutex_;
+    bool future_out_ = false; // getFuture() was called
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -277,6 +320,8 @@ class BackendGcoll : public c10d::Backend
         }
         qcond_.notify_one();
         completer_.join(); // every issued request is waited for first (bounded by the timeout)
+        while (claimers_.load() > 0) // callers waiting for their own requests (same bound)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
         notifiers_.stop();
         gcoll_comm_t *comm = comm_;
         {
@@ -297,6 +342,9 @@ class BackendGcoll : public c10d::Backend
         const char *what;
         std::shared_ptr<Group> group;     // the coalesced batch it belongs to, if any
         gcoll_status_t status = GCOLL_OK; // the marker's: what gcoll_group_end returned
+        // outside a batch: set by whichever of the completion thread and a waiting caller
+        // takes the request first (only one may gcoll_wait for it)
+        std::shared_ptr<std::atomic<bool>> taken = nullptr;
     };
     // A batch between startCoalescing and endCoalescing: its operations are queued for the
     // completion thread only once gcoll_group_end has run them; error is the first failure
@@ -388,12 +436,59 @@ class BackendGcoll : public c10d::Backend
             group_->outputs.insert(group_->outputs.end(), outputs.begin(), outputs.end());
             return work;
         }
+        auto taken = std::make_shared<std::atomic<bool>>(false);
+        auto shared_after = std::make_shared<std::function<void()>>(std::move(after));
+        WorkGcoll *w = work.get(); // the claim lives in the Work: no reference cycle
+        work->set_claim([this, w, req, shared_after, what, taken] {
+            if (taken->load()) // done or being done elsewhere (always so after close())
+                return false;
+            claimers_++; // close() waits for them before it destroys the communicator
+            bool mine = !taken->exchange(true);
+            std::exception_ptr err;
+            if (mine)
+                err = finish_request(req, *shared_after, what, nullptr);
+            claimers_--;
+            if (mine) // the Future's callbacks, if any, outside the count (they may close)
+                w->complete(err);
+            return mine;
+        });
         {
             std::lock_guard<std::mutex> q(qmutex_);
-            queue_.push_back(Pending{work, req, std::move(after), what, nullptr});
+            Pending p{work, req, [shared_after] { (*shared_after)(); }, what, nullptr};
+            p.taken = taken;
+            queue_.push_back(std::move(p));
         }
         qcond_.notify_one();
         return work;
+    }
+
+    // Waits for req (nullptr: a batch's closing marker, whose status is st) and runs after;
+    // returns the operation's error, if any (grp: the batch, whose first error it keeps).
+    std::exception_ptr finish_request(gcoll_request_t *req, const std::function<void()> &after,
+                                      const char *what, const std::shared_ptr<Group> &grp,
+                                      gcoll_status_t st = GCOLL_OK)
+    {
+        if (req)
+            st = gcoll_wait(req); // bounded by the group's timeout
+        std::exception_ptr err;
+        if (!req && grp && grp->error) {
+            err = grp->error; // a batch fails with its first failed operation
+        } else if (st != GCOLL_OK) {
+            std::string m = std::string("gcoll backend: ") + what + " failed: " + error_text(st);
+            if (st == GCOLL_ERR_TIMEOUT)
+                m += " (the process group's timeout, init_process_group(timeout=) or "
+                     "new_group(timeout=), passed without progress)";
+            err = std::make_exception_ptr(std::runtime_error(m));
+        } else {
+            try {
+                after();
+            } catch (...) {
+                err = std::current_exception();
+            }
+        }
+        if (err && grp && !grp->error)
+            grp->error = err;
+        return err;
     }
 
     std::string error_text(gcoll_status_t st) const
@@ -415,35 +510,19 @@ class BackendGcoll : public c10d::Backend
                 p = std::move(queue_.front());
                 queue_.pop_front();
             }
-            // bounded by the group's timeout
-            gcoll_status_t st = p.req ? gcoll_wait(p.req) : p.status;
-            std::exception_ptr err;
-            if (!p.req && p.group && p.group->error) {
-                err = p.group->error; // a batch fails with its first failed operation
-            } else if (st != GCOLL_OK) {
-                std::string m =
-                    std::string("gcoll backend: ") + p.what + " failed: " + error_text(st);
-                if (st == GCOLL_ERR_TIMEOUT)
-                    m += " (the process group's timeout, init_process_group(timeout=) or "
-                         "new_group(timeout=), passed without progress)";
-                err = std::make_exception_ptr(std::runtime_error(m));
-            } else {
-                try {
-                    p.after();
-                } catch (...) {
-                    err = std::current_exception();
-                }
-            }
-            if (err && p.group && !p.group->error)
-                p.group->error = err;
+            if (p.taken && p.taken->exchange(true))
+                continue; // its caller waits for it (WorkGcoll::wait)
+            std::exception_ptr err = finish_request(p.req, p.after, p.what, p.group, p.status);
             auto work = p.work;
-            notifiers_.push([work, err] { work->complete(err); });
+            if (!work->complete_inline(err))
+                notifiers_.push([work, err] { work->complete(err); });
         }
     }
 
     std::chrono::milliseconds timeout_;
     gcoll_comm_t *comm_ = nullptr;
     std::atomic<uint64_t> seq_{0};
+    std::atomic<int> claimers_{0}; // callers inside WorkGcoll::wait's claim
     std::mutex issue_mutex_;
     std::mutex qmutex_;
     std::condition_variable qcond_;
