@@ -447,8 +447,10 @@ GCOLL_EXPORT gcoll_status_t gcoll_group_start(gcoll_comm_t *comm);
 GCOLL_EXPORT gcoll_status_t gcoll_group_end(gcoll_comm_t *comm);
 
 /* Waits for a request to complete and frees it; returns the operation's status. Blocks
- * (bounded by the timeout). Any thread may wait for a request (completion is guarded by
- * the communicator's lock), but only one thread may wait for a given request. */
+ * (bounded by the timeout). A request that has not started when the communicator is idle
+ * runs in the waiting thread (as a blocking call does). Any thread may wait for a request
+ * (completion is guarded by the communicator's lock), but only one thread may wait for a
+ * given request. */
 GCOLL_EXPORT gcoll_status_t gcoll_wait(gcoll_request_t *req);
 
 /* Sets *done_p to 1 if the request completed (then gcoll_wait returns at once with its
