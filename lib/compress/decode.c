@@ -243,13 +243,13 @@ static void sum_merged(sum_cursor_t *q, int m, float *out, size_t count, float d
             memset(o, 0, (end - b) * sizeof(float));
         for (int i = 0; i < m; i++)
             nt = cursor_add_below(&q[i], o, b, end, tl, nt);
-        if (!stream || (div != 1.0f && nt > SUM_TOUCH)) {
+        if (!stream || nt > SUM_TOUCH) { /* a block in place, or a dense one */
             if (div != 1.0f)
                 for (size_t k = 0; k < end - b; k++)
                     o[k] /= div;
-            if (!stream)
-                continue;
         }
+        if (!stream)
+            continue;
         if (nt > SUM_TOUCH) {
             gcoll_kernels()->stream_copy(out + b, blk, end - b);
             memset(blk, 0, sizeof(blk));

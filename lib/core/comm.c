@@ -193,6 +193,18 @@ static void place_progress_thread(gcoll_comm_t *comm, const char *root)
         GCOLL_WARN("cannot pin the progress thread to CPU %d: %s", cpu, strerror(rc));
 }
 
+/* Takes the queue's first request to run it; the caller holds the lock and the
+ * communicator is not busy. */
+static gcoll_request_t *take_head_locked(gcoll_comm_t *comm)
+{
+    gcoll_request_t *req = comm->qhead;
+    comm->qhead = req->next;
+    if (!comm->qhead)
+        comm->qtail = NULL;
+    comm->busy = 1;
+    return req;
+}
+
 static void *progress_main(void *arg)
 {
     gcoll_comm_t *comm = arg;
@@ -202,11 +214,7 @@ static void *progress_main(void *arg)
             pthread_cond_wait(&comm->cond, &comm->lock);
         if (comm->qhead == NULL || comm->busy) /* stop requested and nothing to run */
             break;
-        gcoll_request_t *req = comm->qhead;
-        comm->qhead = req->next;
-        if (!comm->qhead)
-            comm->qtail = NULL;
-        comm->busy = 1;
+        gcoll_request_t *req = take_head_locked(comm);
         pthread_mutex_unlock(&comm->lock);
         run_op(comm, req);
         pthread_mutex_lock(&comm->lock);
@@ -297,10 +305,7 @@ gcoll_status_t gcoll_wait(gcoll_request_t *req)
         /* Not started yet and the communicator idle: run it here, as a blocking call on an
          * idle communicator runs, rather than wait for the progress thread to wake (a torch
          * all_reduce of 4 B on one rank: 21.6 -> 16.8 us through the backend) */
-        comm->qhead = req->next;
-        if (!comm->qhead)
-            comm->qtail = NULL;
-        comm->busy = 1;
+        take_head_locked(comm);
         pthread_mutex_unlock(&comm->lock);
         run_op(comm, req);
         pthread_mutex_lock(&comm->lock);
