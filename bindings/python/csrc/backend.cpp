@@ -445,8 +445,10 @@ class BackendGcoll : public c10d::Backend
             claimers_++; // close() waits for them before it destroys the communicator
             bool mine = !taken->exchange(true);
             std::exception_ptr err;
-            if (mine)
+            if (mine) {
                 err = finish_request(req, *shared_after, what, nullptr);
+                *shared_after = nullptr; // its staging buffers: not kept as long as the Work
+            }
             claimers_--;
             if (mine) // the Future's callbacks, if any, outside the count (they may close)
                 w->complete(err);
@@ -454,7 +456,12 @@ class BackendGcoll : public c10d::Backend
         });
         {
             std::lock_guard<std::mutex> q(qmutex_);
-            Pending p{work, req, [shared_after] { (*shared_after)(); }, what, nullptr};
+            Pending p{work, req,
+                      [shared_after] {
+                          (*shared_after)();
+                          *shared_after = nullptr;
+                      },
+                      what, nullptr};
             p.taken = taken;
             queue_.push_back(std::move(p));
         }
