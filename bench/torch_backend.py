@@ -8,6 +8,9 @@ check. Run on P ranks (gcoll-run exports torch's RANK, WORLD_SIZE, MASTER_ADDR/P
     tools/gcoll-run -n 4 -x PYTHONPATH=$PWD/bindings/python -- \\
         .venv/bin/python bench/torch_backend.py [--sizes 4,64k,4m,64m] [--iters 20]
 
+or under torchrun (`torchrun --standalone --nproc-per-node 4 bench/torch_backend.py`; the C
+call's communicator then meets at MASTER_PORT + 7).
+
 The per-call overhead is also measured apart, on groups of one rank (bench_overhead): no
 peer and no network, but every rank times its calls at once, so with fewer CPUs than ranks
 the thread hand-offs wait for a CPU (Gloo's one-rank group is timed beside it for scale).
@@ -127,7 +130,11 @@ def main():
     groups = {"gcoll": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     rows = {name: [bench_allreduce(g, n, args.iters) for n in sizes] for name, g in groups.items()}
-    comm = gcoll.Comm()  # gcoll-run's GCOLL_RANK/SIZE/ROOT: a communicator of its own
+    if "GCOLL_ROOT" in os.environ:  # gcoll-run's GCOLL_RANK/SIZE/ROOT: a communicator of its own
+        comm = gcoll.Comm()
+    else:  # torchrun: beside its rendezvous port
+        comm = gcoll.Comm(size=SIZE, rank=RANK, root="%s:%d" % (
+            os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500")) + 7))
     rows["C"] = [bench_c_call(comm, n, args.iters, groups["gloo"]) for n in sizes]
     comm.close()
     if RANK == 0:

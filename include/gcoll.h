@@ -448,7 +448,8 @@ GCOLL_EXPORT gcoll_status_t gcoll_group_end(gcoll_comm_t *comm);
 
 /* Waits for a request to complete and frees it; returns the operation's status. Blocks
  * (bounded by the timeout). A request that has not started when the communicator is idle
- * runs in the waiting thread (as a blocking call does). Any thread may wait for a request
+ * runs in the waiting thread (as a blocking call does; the progress thread leaves a call's
+ * caller GCOLL_SPIN_US to get there). Any thread may wait for a request
  * (completion is guarded by the communicator's lock), but only one thread may wait for a
  * given request. */
 GCOLL_EXPORT gcoll_status_t gcoll_wait(gcoll_request_t *req);

@@ -24,13 +24,20 @@ const gcoll_transport_ops_t *gcoll_transport_find(const char *name)
     return NULL;
 }
 
-const gcoll_transport_ops_t *gcoll_transport_auto(char *desc, size_t desclen)
+const gcoll_transport_ops_t *gcoll_transport_auto(char *desc, size_t desclen, int one_host,
+                                                  int *local_p)
 {
+    *local_p = 0;
     if (desclen)
         desc[0] = '\0';
     for (size_t i = 0; i < NBUILTIN; i++)
         if (builtin[i]->rdma_capable && builtin[i]->rdma_capable(desc, desclen))
             return builtin[i];
+    for (size_t i = 0; one_host && i < NBUILTIN; i++)
+        if (builtin[i]->local_capable && builtin[i]->local_capable(desc, desclen)) {
+            *local_p = 1;
+            return builtin[i];
+        }
     if (desclen)
         desc[0] = '\0';
     return &gcoll_tcp_ops;

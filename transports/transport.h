@@ -101,6 +101,18 @@ typedef struct gcoll_transport_ops {
      * none came and an included peer failed, its status with *peer_p naming it. A receive
      * posted next for that peer and tag takes the message (match.h's peek). Never blocks. */
     gcoll_status_t (*peek)(gcoll_transport_t *t, const uint64_t *tags, int *peer_p);
+    /* Optional (NULL: never). Whether this transport moves data between ranks of one host
+     * through memory (shared memory, single copy) rather than the network stack; desc
+     * receives what it found. GCOLL_TRANSPORT=auto takes it when the launcher puts every
+     * rank on this host. Called before any instance exists; never blocks for long. */
+    int (*local_capable)(char *desc, size_t desclen);
+    /* Optional (NULL: nothing to do). Called when an operation has ended on this rank:
+     * moves the control messages it owes its peers (answers to their sends) that the
+     * transport had to queue, until they leave or deadline_ms (gcoll_time_ms) passes. Such
+     * a message otherwise moves only while this rank progresses this transport again,
+     * and a peer that waits for it before it can finish may be what this rank waits for
+     * elsewhere (two communicators in one process). Never fails the operation. */
+    void (*flush)(gcoll_transport_t *t, uint64_t deadline_ms);
 } gcoll_transport_ops_t;
 
 extern const gcoll_transport_ops_t gcoll_tcp_ops;
@@ -113,8 +125,10 @@ extern const gcoll_transport_ops_t gcoll_verbs_ops;
 
 /* Looks up a built transport by name; NULL if not built. */
 const gcoll_transport_ops_t *gcoll_transport_find(const char *name);
-/* GCOLL_TRANSPORT=auto: the first built transport whose rdma_capable answers 1 (desc
- * receives what it found), else tcp (desc ""). */
-const gcoll_transport_ops_t *gcoll_transport_auto(char *desc, size_t desclen);
+/* GCOLL_TRANSPORT=auto: the first built transport whose rdma_capable answers 1, else with
+ * one_host (every rank on this host) the first whose local_capable does, else tcp (desc
+ * "": desc receives what the chosen one found; *local_p says which question it answered). */
+const gcoll_transport_ops_t *gcoll_transport_auto(char *desc, size_t desclen, int one_host,
+                                                  int *local_p);
 
 #endif /* GCOLL_TRANSPORT_H */

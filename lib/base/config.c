@@ -55,7 +55,9 @@ static const param_t core_params[] = {
      "1:1048576"},
     {"GCOLL_SPIN_US", P_INT, "50",
      "a blocking wait polls the transport this long (us, yielding the CPU between polls "
-     "once the awaited peer is not running elsewhere) before it sleeps; 0: sleep at once",
+     "once the awaited peer is not running elsewhere) before it sleeps; gcoll_wait polls "
+     "this long for an operation another thread runs, and the progress thread, woken by a "
+     "call, leaves its caller this long to run it in gcoll_wait; 0: sleep at once",
      OFF(spin_us), 0, "0:1000000"},
     {"GCOLL_TIMEOUT_MS", P_DURATION, "1800000ms",
      "the slow-peer bound: deadline of every blocking wait without progress (rendezvous, "
@@ -69,7 +71,8 @@ static const param_t core_params[] = {
      OFF(log_subsys), 0, NULL},
     {"GCOLL_DEBUG_FILE", P_STRING, "", "log to this file instead of stderr (%h host, %p pid)",
      OFF(log_file), 0, NULL},
-    {"GCOLL_TRANSPORT", P_ENUM, "auto", "transport: tcp, ucx, verbs or auto (best usable)",
+    {"GCOLL_TRANSPORT", P_ENUM, "auto", "transport: tcp, ucx, verbs or auto (ucx with RDMA, or with every rank on this host as the "
+     "launcher says; else tcp)",
      OFF(transport), F_MUST_MATCH, "auto|tcp|ucx|verbs"},
     {"GCOLL_UNEXPECTED_BYTES", P_SIZE, "256mb",
      "most payload bytes a communicator buffers for messages that arrive before their receive "

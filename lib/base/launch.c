@@ -150,3 +150,51 @@ int gcoll_launch_mpirun_root(char *buf, size_t len)
     snprintf(buf, len, "127.0.0.1:%d", 20000 + (int)(h % 32000));
     return 0;
 }
+
+void gcoll_launch_local(long *local_rank, long *local_size)
+{
+    static const char *const pairs[][2] = {
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        {"LOCAL_RANK", "LOCAL_WORLD_SIZE"}};
+    if (*local_rank >= 0 && *local_size > 0)
+        return;
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        const char *rv = getenv(pairs[i][0]), *sv = getenv(pairs[i][1]);
+        long r, s;
+        if (!rv || !sv || gcoll_parse_long(sv, 1, 1 << 20, &s) != 0 ||
+            gcoll_parse_long(rv, 0, s - 1, &r) != 0)
+            continue;
+        if (*local_rank < 0)
+            *local_rank = r;
+        if (*local_size <= 0)
+            *local_size = s;
+        return;
+    }
+}
+
+/* The launcher's word that every rank of its job is on this host: gcoll-run's
+ * GCOLL_LOCAL_SIZE = GCOLL_SIZE, torchrun's LOCAL_WORLD_SIZE = WORLD_SIZE, Open MPI's
+ * local size = world size, or a Slurm step on one node. Ranks a launcher started in
+ * network namespaces of their own (the shaped-link benches) carry none of these. */
+int gcoll_launch_one_host(char *desc, size_t len)
+{
+    static const char *const pairs[][2] = {{"GCOLL_LOCAL_SIZE", "GCOLL_SIZE"},
+                                           {"LOCAL_WORLD_SIZE", "WORLD_SIZE"},
+                                           {"OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE"},
+                                           {"SLURM_STEP_NUM_NODES", NULL}};
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        const char *lv = getenv(pairs[i][0]), *wv = pairs[i][1] ? getenv(pairs[i][1]) : "1";
+        long local, world;
+        if (!lv || !*lv || !wv || !*wv || gcoll_parse_long(lv, 1, LONG_MAX, &local) != 0 ||
+            gcoll_parse_long(wv, 1, LONG_MAX, &world) != 0)
+            continue;
+        if (local != world)
+            return 0; /* the first launcher found speaks for the job */
+        if (pairs[i][1])
+            snprintf(desc, len, "%s=%s of %s=%s", pairs[i][0], lv, pairs[i][1], wv);
+        else
+            snprintf(desc, len, "%s=%s", pairs[i][0], lv);
+        return 1;
+    }
+    return 0;
+}

@@ -20,6 +20,15 @@ int gcoll_launch_slurm_root(char *buf, size_t len);
  * (not under mpirun, or ranks on several hosts: GCOLL_ROOT must then be passed). */
 int gcoll_launch_mpirun_root(char *buf, size_t len);
 
+/* This process's place among its host's ranks where GCOLL_LOCAL_RANK/GCOLL_LOCAL_SIZE
+ * (gcoll-run) left them unset (-1): from Open MPI's local rank and size, else torchrun's
+ * LOCAL_RANK and LOCAL_WORLD_SIZE. */
+void gcoll_launch_local(long *local_rank, long *local_size);
+
+/* 1 when the launcher says every rank of the job runs on this host (gcoll-run, torchrun,
+ * mpirun or srun: desc names the variables that say so), else 0. */
+int gcoll_launch_one_host(char *desc, size_t len);
+
 /* The IPv4 address of interface ifname (GCOLL_TCP_IFNAME) into ip. */
 gcoll_status_t gcoll_launch_ifname_ip(const char *ifname, char *ip, size_t len, char *err,
                                       size_t errlen);

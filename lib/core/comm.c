@@ -152,6 +152,8 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
         if (req->noseq) /* point-to-point takes no place among the collectives */
             gcoll_channel_undo(&comm->chan);
         st = req->run(comm, req);
+        if (st >= 0 && comm->chan.ops->flush)
+            comm->chan.ops->flush(comm->chan.tp, gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms);
         gcoll_channel_end(&comm->chan, t0, st >= 0);
         if (st < 0 && comm->chan.op_local && req->blocking && queue_empty(comm))
             local_fail(comm, req->name, st);
@@ -160,7 +162,7 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
     }
     pthread_mutex_lock(&comm->lock);
     req->status = st;
-    req->done = 1;
+    __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
     comm->busy = 0;
     wake_locked(comm);
     pthread_mutex_unlock(&comm->lock);
@@ -209,11 +211,33 @@ static void *progress_main(void *arg)
 {
     gcoll_comm_t *comm = arg;
     pthread_mutex_lock(&comm->lock);
+    int woke = 0;
     for (;;) {
-        while (!comm->stop && (comm->qhead == NULL || comm->busy))
+        while (!comm->stop && (comm->qhead == NULL || comm->busy)) {
             pthread_cond_wait(&comm->cond, &comm->lock);
+            woke = 1;
+        }
         if (comm->qhead == NULL || comm->busy) /* stop requested and nothing to run */
             break;
+        if (woke && !comm->stop && comm->cfg.spin_us > 0) {
+            /* Woken from idle by a call: a caller that waits right after it (a blocking
+             * torch call is a call, then a wait) runs it in its own thread (gcoll_wait), so
+             * leave it that while (GCOLL_SPIN_US), yielding the CPU, rather than take it
+             * and make the caller sleep on it: with one rank per CPU, this thread and the
+             * caller share one, and the hand-off doubled a 4 B all_reduce's cost. */
+            gcoll_request_t *head = comm->qhead;
+            uint64_t end = gcoll_time_ns() + (uint64_t)comm->cfg.spin_us * 1000u;
+            woke = 0;
+            pthread_mutex_unlock(&comm->lock);
+            while (gcoll_time_ns() < end &&
+                   __atomic_load_n(&comm->qhead, __ATOMIC_ACQUIRE) == head &&
+                   !__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) &&
+                   !__atomic_load_n(&comm->stop, __ATOMIC_ACQUIRE))
+                sched_yield();
+            pthread_mutex_lock(&comm->lock);
+            continue;
+        }
+        woke = 0;
         gcoll_request_t *req = take_head_locked(comm);
         pthread_mutex_unlock(&comm->lock);
         run_op(comm, req);
@@ -232,7 +256,7 @@ void gcoll_request_complete(gcoll_request_t *req, gcoll_status_t st)
     }
     pthread_mutex_lock(&comm->lock);
     req->status = st;
-    req->done = 1;
+    __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
     if (comm->waiters)
         pthread_cond_broadcast(&comm->cond);
     pthread_mutex_unlock(&comm->lock);
@@ -310,6 +334,17 @@ gcoll_status_t gcoll_wait(gcoll_request_t *req)
         run_op(comm, req);
         pthread_mutex_lock(&comm->lock);
     }
+    if (!req->done && comm->cfg.spin_us > 0) {
+        /* Another thread runs it: poll for its end a while (GCOLL_SPIN_US), yielding the
+         * CPU, before sleeping. A small operation ends within microseconds, sooner than a
+         * futex wake-up reaches a sleeping thread (the torch backend's 4 B all_reduce took
+         * about 8 or about 20 us, by which thread had taken it). */
+        uint64_t end = gcoll_time_ns() + (uint64_t)comm->cfg.spin_us * 1000u;
+        pthread_mutex_unlock(&comm->lock);
+        while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE) && gcoll_time_ns() < end)
+            sched_yield();
+        pthread_mutex_lock(&comm->lock);
+    }
     comm->waiters++;
     while (!req->done)
         pthread_cond_wait(&comm->cond, &comm->lock);
@@ -340,28 +375,36 @@ gcoll_status_t gcoll_test(gcoll_request_t *req, int *done_p)
  * its CPUs, else every chunk of a step at once. Measured (docs/results/dense-allreduce.md): 4 ranks
  * on 2 cores over UCX, depth 1 1.1-1.3x faster at 1-64 MiB; over TCP no difference; 2 ranks over
  * UCX at 64 MiB depth 1 16% slower. The ranks on the host: GCOLL_LOCAL_SIZE (gcoll-run), else Open
- * MPI's. */
+ * MPI's, else torchrun's (gcoll_launch_local). */
 static void resolve_ring_depth(gcoll_comm_t *comm)
 {
     if (comm->cfg.coll.ring_depth >= 0)
         return;
     long local = comm->cfg.local_size, cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (local <= 0 && v && gcoll_parse_long(v, 1, 1 << 20, &local) != 0)
-        local = -1;
     comm->cfg.coll.ring_depth = local > 0 && cpus > 0 && local > cpus ? 1 : 0;
     GCOLL_INFO(GCOLL_SUBSYS_INIT, "ring depth %ld: %ld local rank(s) on %ld CPU(s)",
                comm->cfg.coll.ring_depth, local, cpus);
 }
 
-static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, char *err,
+static const gcoll_transport_ops_t *choose_transport(const gcoll_config_t *cfg, int size, char *err,
                                                      size_t errlen)
 {
     const char *want = gcoll_transport_names[cfg->transport];
     if (cfg->transport == GCOLL_TRANSPORT_AUTO) {
         char desc[256];
-        const gcoll_transport_ops_t *ops = gcoll_transport_auto(desc, sizeof(desc));
-        if (*desc)
+        /* Every rank on this host: shared memory and single copy move each byte once, where
+         * loopback TCP copies it into the kernel and out again (as NCCL and Open MPI keep a
+         * node's traffic off the network; measured in docs/results/torch-backend.md). */
+        char host[128] = "";
+        int one_host = size > 1 && gcoll_launch_one_host(host, sizeof(host)), local;
+        const gcoll_transport_ops_t *ops =
+            gcoll_transport_auto(desc, sizeof(desc), one_host, &local);
+        if (*desc && local)
+            GCOLL_INFO(GCOLL_SUBSYS_INIT,
+                       "GCOLL_TRANSPORT=auto: %s, every rank on this host (%s), through "
+                       "memory (%s)",
+                       ops->name, host, desc);
+        else if (*desc)
             GCOLL_INFO(GCOLL_SUBSYS_INIT, "GCOLL_TRANSPORT=auto: %s, which offers RDMA here (%s)",
                        ops->name, desc);
         return ops;
@@ -509,6 +552,7 @@ gcoll_status_t gcoll_comm_alloc(gcoll_comm_t **comm_p, char *err, size_t errlen)
     gcoll_status_t st = gcoll_config_load(&comm->cfg, err, errlen);
     if (st != GCOLL_OK)
         return st;
+    gcoll_launch_local(&comm->cfg.local_rank, &comm->cfg.local_size);
     resolve_ring_depth(comm);
     comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     gcoll_channel_setup(&comm->chan, comm->cfg.timeout_ms, (uint64_t)comm->cfg.spin_us * 1000u,
@@ -565,7 +609,7 @@ gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
     GCOLL_CHECK_GOTO(gcoll_comm_set_key(comm, comm->cfg.job_key ? comm->cfg.job_key : DEFAULT_KEY),
                      st, err_free);
     st = GCOLL_ERR_INVALID;
-    if (!(comm->chan.ops = choose_transport(&comm->cfg, err, sizeof(err))))
+    if (!(comm->chan.ops = choose_transport(&comm->cfg, comm->size, err, sizeof(err))))
         goto err_free;
     const char *root = root_addr ? root_addr : comm->cfg.root;
     uint64_t t0 = gcoll_time_ms();

@@ -713,6 +713,31 @@ static void ucx_abort(gcoll_transport_t *t, gcoll_status_t status, const char *f
                 (unsigned long long)(gcoll_time_ms() - t0));
 }
 
+/* A FIN answers a peer's single-copy send, which completes only with it; UCX queues an
+ * active message when the peer's shared-memory FIFO is full, and moves it only inside
+ * ucp_worker_progress. Seen as a hang: two communicators in one process, 4 ranks on 2
+ * cores, 16 MiB allreduces on each in turn: a rank went on to the other communicator with
+ * its FIN still queued, while the peer that waited for it could not join there. */
+static void ucx_flush(gcoll_transport_t *t, uint64_t deadline_ms)
+{
+    uint64_t nap_from = 0;
+    for (;;) {
+        int pending = 0;
+        for (ucx_op_t *op = t->ops; op && !pending; op = op->next)
+            pending = op->is_ctl && !t->peers[op->peer].rx.failed;
+        uint64_t now = gcoll_time_ms();
+        if (!pending || now >= deadline_ms)
+            return;
+        if (!nap_from)
+            nap_from = now + 2;
+        t->st_flush_polls++;
+        /* a peer in its own wait drains at once: poll, yielding the CPU it may need; one
+         * busy elsewhere (computing) may take long: then nap between polls */
+        ucx_progress(t, now >= nap_from ? 5 : 0);
+        sched_yield();
+    }
+}
+
 static const char *ucx_last_error(gcoll_transport_t *t)
 {
     return t->errmsg;
@@ -746,5 +771,7 @@ const gcoll_transport_ops_t gcoll_ucx_ops = {
     .destroy = gcoll_ucx_destroy,
     .peer_shares_cpu = gcoll_ucx_shm_peer_cpu,
     .rdma_capable = gcoll_ucx_rdma_capable,
+    .local_capable = gcoll_ucx_local_capable,
+    .flush = ucx_flush,
     .peek = ucx_peek,
 };

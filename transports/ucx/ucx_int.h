@@ -197,6 +197,7 @@ struct gcoll_transport {
     unsigned long st_sleep_timeouts; /* ... that ran into their timeout, operations in flight */
     unsigned long st_held_polls;     /* arm said BUSY and progress found nothing to do */
     unsigned long st_held_naps;      /* ... of which napped (the others yielded the CPU) */
+    unsigned long st_flush_polls;    /* an operation's end moved queued control messages */
     char errmsg[512];
     /* registration cache (ucx_mem.c) */
     pthread_mutex_t reg_lock;

@@ -147,6 +147,24 @@ int gcoll_ucx_rdma_capable(char *desc, size_t desclen)
     return rdma;
 }
 
+int gcoll_ucx_local_capable(char *desc, size_t desclen)
+{
+    ucp_context_h ctx;
+    char res[512], *save = NULL;
+    int rdma, shm = 0;
+    if (!gcoll_ucx_tls_local() || context_init(0, 1, &ctx) != UCS_OK)
+        return 0;
+    context_resources(ctx, res, sizeof(res), &rdma);
+    ucp_cleanup(ctx);
+    if (desc && desclen)
+        snprintf(desc, desclen, "%s", res);
+    /* UCX's shared-memory fifos (small messages) and gcoll's single copy (large ones) */
+    for (char *tl = strtok_r(res, " ", &save); tl; tl = strtok_r(NULL, " ", &save))
+        if (!strncmp(tl, "posix/", 6) || !strncmp(tl, "sysv/", 5))
+            shm = 1;
+    return shm;
+}
+
 gcoll_status_t gcoll_ucx_probe(char *why, size_t whylen)
 {
     gcoll_log_init(); /* probe can be the first call (gcoll-info -t) */
@@ -189,10 +207,10 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
     GCOLL_DEBUG(GCOLL_SUBSYS_NET,
                 "ucx: progress: sleeps=%lu sleep_timeouts=%lu held_polls=%lu held_naps=%lu "
                 "cma_sends=%lu cma_recvs=%lu shm_sends=%lu shm_recvs=%lu shm_bells=%lu "
-                "shm_full=%lu",
+                "shm_full=%lu flush_polls=%lu",
                 t->st_sleeps, t->st_sleep_timeouts, t->st_held_polls, t->st_held_naps,
                 t->st_cma_sends, t->st_cma_recvs, t->st_shm_sends, t->st_shm_recvs, t->st_shm_bells,
-                t->st_shm_full);
+                t->st_shm_full, t->st_flush_polls);
     /* Operations still in flight belong to requests the caller has given up on: whatever
      * completes them from here on (UCX purging them, a single-copy answer, a peer failing
      * during the drain) must find nobody to tell. */

@@ -82,8 +82,15 @@ class WorkGcoll : public c10d::Work
             run();
         // with a timeout of its own the wait stays c10d's (gcoll_wait knows only the
         // group's timeout)
-        if (claim && timeout == std::chrono::milliseconds(0)) // torch's kNoTimeout
-            claim();
+        if (claim && timeout == std::chrono::milliseconds(0) && !claim()) {
+            // The completion thread took it: poll a while (as gcoll_wait does, 50 us)
+            // before sleeping, since a small operation ends sooner than a wake-up of this
+            // thread would reach it (a 4 B all_reduce took about 8 or about 20 us by which
+            // thread had taken it).
+            auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+            while (!isCompleted() && std::chrono::steady_clock::now() < end)
+                std::this_thread::yield();
+        }
         return c10d::Work::wait(timeout);
     }
     // claim: waits for the request in this thread and completes the Work, unless the
@@ -517,8 +524,17 @@ class BackendGcoll : public c10d::Backend
                 p = std::move(queue_.front());
                 queue_.pop_front();
             }
-            if (p.taken && p.taken->exchange(true))
-                continue; // its caller waits for it (WorkGcoll::wait)
+            if (p.taken) {
+                // A caller that waits right after the call (a blocking torch call) takes
+                // it in its own thread: leave it that while, yielding the CPU (which, one
+                // rank per CPU, it shares with this thread), rather than take it and make
+                // the caller sleep until this thread wakes it.
+                auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+                while (!p.taken->load() && std::chrono::steady_clock::now() < end)
+                    std::this_thread::yield();
+                if (p.taken->exchange(true))
+                    continue; // its caller waits for it (WorkGcoll::wait)
+            }
             std::exception_ptr err = finish_request(p.req, p.after, p.what, p.group, p.status);
             auto work = p.work;
             if (!work->complete_inline(err))
