@@ -687,6 +687,15 @@ static size_t compact_reason(gcoll_status_t status, const char *reason, char *ou
     return o;
 }
 
+/* Whether a control message (an abort, a FIN) to a live peer is still in UCX's hands. */
+static int ctl_pending(const gcoll_transport_t *t)
+{
+    for (const ucx_op_t *op = t->ops; op; op = op->next)
+        if (op->is_ctl && !t->peers[op->peer].rx.failed)
+            return 1;
+    return 0;
+}
+
 static void ucx_abort(gcoll_transport_t *t, gcoll_status_t status, const char *full)
 {
     char reason[GCOLL_UCX_ABORT_INLINE];
@@ -701,14 +710,8 @@ static void ucx_abort(gcoll_transport_t *t, gcoll_status_t status, const char *f
     /* Bounded drain: the aborts are small eager messages, out in microseconds normally.
      * The reason string is ours until they complete, so wait for the control sends. */
     uint64_t t0 = gcoll_time_ms(), end = t0 + 1000;
-    for (;;) {
-        int pending = 0;
-        for (ucx_op_t *op = t->ops; op && !pending; op = op->next)
-            pending = op->is_ctl && !t->peers[op->peer].rx.failed;
-        if (!pending || gcoll_time_ms() >= end)
-            break;
+    while (ctl_pending(t) && gcoll_time_ms() < end)
         ucx_progress(t, 10);
-    }
     GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: abort sent to %d peer(s) in %llu ms", sent,
                 (unsigned long long)(gcoll_time_ms() - t0));
 }
@@ -722,11 +725,8 @@ static void ucx_flush(gcoll_transport_t *t, uint64_t deadline_ms)
 {
     uint64_t nap_from = 0;
     for (;;) {
-        int pending = 0;
-        for (ucx_op_t *op = t->ops; op && !pending; op = op->next)
-            pending = op->is_ctl && !t->peers[op->peer].rx.failed;
         uint64_t now = gcoll_time_ms();
-        if (!pending || now >= deadline_ms)
+        if (!ctl_pending(t) || now >= deadline_ms)
             return;
         if (!nap_from)
             nap_from = now + 2;
