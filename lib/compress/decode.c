@@ -53,7 +53,7 @@ static gcoll_status_t match_codec(const gcoll_compressor_t *c, const gcoll_wire_
     return GCOLL_OK;
 }
 
-static gcoll_status_t parse_full(const gcoll_compressor_t *c, const void *in, size_t len,
+gcoll_status_t gcoll_codec_parse(const gcoll_compressor_t *c, const void *in, size_t len,
                                  size_t count, gcoll_wire_hdr_t *h, size_t *isz_p)
 {
     GCOLL_CHECK(gcoll_wire_parse_hdr(in, len, count, h));
@@ -109,7 +109,7 @@ gcoll_status_t gcoll_codec_decode(const gcoll_compressor_t *c, const void *in, s
         GCOLL_WARN("compress: decode: NULL output or bad mode");
         return GCOLL_ERR_INVALID;
     }
-    GCOLL_CHECK(parse_full(c, in, len, count, &h, &isz));
+    GCOLL_CHECK(gcoll_codec_parse(c, in, len, count, &h, &isz));
     return gcoll_codec_apply(&h, (const uint8_t *)in + GCOLL_WIRE_HDR, isz, out, mode);
 }
 
@@ -286,7 +286,7 @@ gcoll_status_t gcoll_codec_sum(const gcoll_compressor_t *c, const uint8_t *const
     int merge = 1;
     for (int i = 0; i < m; i++) {
         size_t isz;
-        st = parse_full(c, msgs[i], lens[i], count, &q[i].h, &isz);
+        st = gcoll_codec_parse(c, msgs[i], lens[i], count, &q[i].h, &isz);
         if (st != GCOLL_OK) {
             if (bad_p)
                 *bad_p = i;
@@ -421,7 +421,7 @@ gcoll_status_t gcoll_codec_decode_pairs(const gcoll_compressor_t *c, const void 
         GCOLL_WARN("compress: decode_pairs: NULL nnz pointer");
         return GCOLL_ERR_INVALID;
     }
-    GCOLL_CHECK(parse_full(c, in, len, count, &h, &isz));
+    GCOLL_CHECK(gcoll_codec_parse(c, in, len, count, &h, &isz));
     size_t nnz = (size_t)h.nnz;
     if (nnz > cap || (nnz && (!idx || !val))) {
         GCOLL_WARN("compress: decode_pairs: message holds %zu pairs, room for %zu", nnz, cap);

@@ -85,6 +85,13 @@ void gcoll_wire_put_hdr(uint8_t *p, const gcoll_wire_hdr_t *h);
  * version, codec, flags, counts, payload length. Logs and returns GCOLL_ERR_INVALID. */
 gcoll_status_t gcoll_wire_parse_hdr(const void *in, size_t len, size_t count, gcoll_wire_hdr_t *h);
 
+/* The whole check of a message before anything is written: the header against len and
+ * count, the codec and value format against c's (c NULL: any), the index and value
+ * sections (bounds, order, finite values). Fills h and the index section's size for
+ * gcoll_codec_apply. Logs and returns GCOLL_ERR_INVALID. */
+gcoll_status_t gcoll_codec_parse(const gcoll_compressor_t *c, const void *in, size_t len,
+                                 size_t count, gcoll_wire_hdr_t *h, size_t *isz_p);
+
 /* Applies a message whose header h and payload pl (index section isz bytes) were
  * validated to out (decode.c; the encoder subtracts what it sent from the residual with
  * it); sparse ADD/SUB touch only the nnz targets. */

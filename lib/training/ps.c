@@ -137,7 +137,10 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_add_tensor(gcoll_ps_t *ps, float *param, si
         gcoll_span_t ch = gcoll_even_chunk(count, ps->P, o);
         t->off[o] = ch.off;
         t->len[o] = ch.len;
-        if (ch.len && gcoll_state_create(ps->comp, ch.len, &t->st[o]) != GCOLL_OK)
+        /* fp32 as it is needs no residual: it would stay 0 exactly (e + g minus what
+         * decodes), and the pushes go in one pass over the gradient instead of three */
+        if (ch.len && !gcoll_ps_exact(ps->comp) &&
+            gcoll_state_create(ps->comp, ch.len, &t->st[o]) != GCOLL_OK)
             goto err_nomem;
     }
     t->soff = ps->shard_n;
@@ -430,22 +433,25 @@ static gcoll_status_t take_request(ps_run_t *r, int w, const uint8_t *b, size_t 
     size_t cnt[ps->n];
     float *dst[ps->n];
     gcoll_ps_counts(ps, ps->rank, cnt);
-    for (int i = 0; i < ps->n; i++)
-        dst[i] = ps->tmp + ps->t[i].soff;
+    float scale;
+    float *row = gcoll_ssp_row(&ps->sh, c, kread, &scale);
+    const int fused = ps->cfg.dc_lambda <= 0 && gcoll_ps_exact(ps->comp);
+    for (int i = 0; i < ps->n; i++) /* fp32 as it is goes into the clock's sum directly */
+        dst[i] = (fused ? row : ps->tmp) + ps->t[i].soff;
     gcoll_status_t st =
-        gcoll_ps_frame_decode(ps->comp, b, len, dst, cnt, ps->n, 0, why, sizeof(why));
+        fused ? gcoll_ps_frame_axpy(ps->comp, b, len, dst, cnt, ps->n, scale, why, sizeof(why))
+              : gcoll_ps_frame_decode(ps->comp, b, len, dst, cnt, ps->n, 0, why, sizeof(why));
     if (st != GCOLL_OK) {
         gcoll_comm_set_error(comm, "parameter server: push from rank %d: %s", w, why);
         return st;
     }
-    if (ps->cfg.dc_lambda > 0)
-        gcoll_ssp_compensate(&ps->sh, w, ps->tmp, ps->cfg.dc_lambda);
-    float scale;
-    float *row = gcoll_ssp_row(&ps->sh, c, kread, &scale);
-    for (size_t j = 0; j < ps->shard_n; j++)
-        row[j] += scale * ps->tmp[j];
-    int done = gcoll_ssp_commit(&ps->sh, w, c, kread);
-    if (done)
+    if (!fused) {
+        if (ps->cfg.dc_lambda > 0)
+            gcoll_ssp_compensate(&ps->sh, w, ps->tmp, ps->cfg.dc_lambda);
+        for (size_t j = 0; j < ps->shard_n; j++)
+            row[j] += scale * ps->tmp[j];
+    }
+    if (gcoll_ssp_commit(&ps->sh, w, c, kread))
         GCOLL_DEBUG(GCOLL_SUBSYS_COLL, "parameter server: shard at clock %llu",
                     (unsigned long long)ps->sh.clock);
     return GCOLL_OK;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "compress/wire.h"
 
 void gcoll_ps_put_hdr(uint8_t *buf, uint32_t kind, uint64_t a, uint64_t b, uint64_t c)
 {
@@ -67,13 +68,16 @@ static gcoll_status_t bad(char *why, size_t whylen, const char *fmt, ...)
     return GCOLL_ERR_INVALID;
 }
 
-gcoll_status_t gcoll_ps_frame_decode(const gcoll_compressor_t *c, const uint8_t *buf, size_t len,
-                                     float *const *dst, const size_t *counts, int n, int accumulate,
-                                     char *why, size_t whylen)
+/* The whole frame, before anything is written: the framing (a length per slice inside the
+ * message, none past it, none for an empty slice, no trailing bytes), then each slice's
+ * codec message in full against c and counts[i] (gcoll_codec_parse), whose header and index
+ * section size it leaves in h[i] and isz[i], and its offset in off[i]. */
+static gcoll_status_t frame_check(const gcoll_compressor_t *c, const uint8_t *buf, size_t len,
+                                  const size_t *counts, int n, gcoll_wire_hdr_t *h, size_t *isz,
+                                  size_t *off, char *why, size_t whylen)
 {
     if (len < GCOLL_PS_HDR)
         return bad(why, whylen, "truncated header");
-    /* the framing, before anything is written */
     size_t pos = GCOLL_PS_HDR;
     for (int i = 0; i < n; i++) {
         if (len - pos < 4)
@@ -82,26 +86,60 @@ gcoll_status_t gcoll_ps_frame_decode(const gcoll_compressor_t *c, const uint8_t 
         pos += 4;
         if (l > len - pos || (counts[i] == 0 && l != 0))
             return bad(why, whylen, "tensor %d length %zu past the message", i, l);
-        size_t cnt = 0;
-        if (counts[i] &&
-            (gcoll_decode_info(buf + pos, l, &cnt, NULL) != GCOLL_OK || cnt != counts[i]))
+        off[i] = pos;
+        if (counts[i] && gcoll_codec_parse(c, buf + pos, l, counts[i], &h[i], &isz[i]) != GCOLL_OK)
             return bad(why, whylen, "tensor %d does not decode (%s)", i,
                        gcoll_status_string(GCOLL_ERR_INVALID));
         pos += l;
     }
     if (pos != len)
         return bad(why, whylen, "%zu trailing bytes", len - pos);
-    pos = GCOLL_PS_HDR;
+    return GCOLL_OK;
+}
+
+gcoll_status_t gcoll_ps_frame_decode(const gcoll_compressor_t *c, const uint8_t *buf, size_t len,
+                                     float *const *dst, const size_t *counts, int n, int accumulate,
+                                     char *why, size_t whylen)
+{
+    const int m = n > 0 ? n : 1;
+    gcoll_wire_hdr_t h[m];
+    size_t isz[m], off[m];
+    GCOLL_CHECK(frame_check(c, buf, len, counts, n, h, isz, off, why, whylen));
     for (int i = 0; i < n; i++) {
-        size_t l = gcoll_get_u32(buf + pos);
-        pos += 4;
-        if (counts[i]) {
-            gcoll_status_t st = gcoll_decode(c, buf + pos, l, dst[i], counts[i], accumulate);
-            if (st != GCOLL_OK)
-                return bad(why, whylen, "tensor %d does not decode (%s)", i,
-                           gcoll_status_string(st));
+        if (!counts[i])
+            continue;
+        gcoll_status_t st = gcoll_codec_apply(&h[i], buf + off[i] + GCOLL_WIRE_HDR, isz[i], dst[i],
+                                              accumulate ? GCOLL_DECODE_ADD : GCOLL_DECODE_SET);
+        if (st != GCOLL_OK)
+            return bad(why, whylen, "tensor %d does not decode (%s)", i, gcoll_status_string(st));
+    }
+    return GCOLL_OK;
+}
+
+int gcoll_ps_exact(const gcoll_compressor_t *c)
+{
+    return c->sparsify == GCOLL_SPARSIFY_NONE && c->vs.fmt == GCOLL_VF_F32 && c->clip <= 0 &&
+           c->clip_value <= 0;
+}
+
+gcoll_status_t gcoll_ps_frame_axpy(const gcoll_compressor_t *c, const uint8_t *buf, size_t len,
+                                   float *const *dst, const size_t *counts, int n, float a,
+                                   char *why, size_t whylen)
+{
+    if (!gcoll_ps_exact(c))
+        return bad(why, whylen, "codec '%s' does not send fp32 as it is", c->spec);
+    const int m = n > 0 ? n : 1;
+    gcoll_wire_hdr_t h[m];
+    size_t isz[m], off[m];
+    GCOLL_CHECK(frame_check(c, buf, len, counts, n, h, isz, off, why, whylen));
+    for (int i = 0; i < n; i++) {
+        const uint8_t *v = buf + off[i] + GCOLL_WIRE_HDR;
+        float *d = dst[i];
+        for (size_t j = 0; j < counts[i]; j++) {
+            float x; /* the values need not be aligned in the message */
+            memcpy(&x, v + 4 * j, sizeof(x));
+            d[j] += a * x;
         }
-        pos += l;
     }
     return GCOLL_OK;
 }

@@ -39,13 +39,24 @@ gcoll_status_t gcoll_ps_frame_encode(gcoll_compressor_t *c, gcoll_tensor_state_t
                                      uint8_t *out, size_t cap, size_t *len_p);
 
 /* Decodes a frame of n slices into dst[i][0..counts[i]) (overwrite, or add when
- * accumulate). First the framing: a length per tensor inside the message, none past it,
- * none for an empty slice, no trailing bytes, each codec message of counts[i] elements;
- * only then is anything written, and the codec checks its own message. On
- * GCOLL_ERR_INVALID why (if not NULL) says what is wrong. */
+ * accumulate). First the whole frame is checked: a length per tensor inside the message,
+ * none past it, none for an empty slice, no trailing bytes, and each codec message in
+ * full (counts[i] elements, c's codec and value format, bounds, finite values); only then
+ * is anything written. On GCOLL_ERR_INVALID why (if not NULL) says what is wrong. */
 gcoll_status_t gcoll_ps_frame_decode(const gcoll_compressor_t *c, const uint8_t *buf, size_t len,
                                      float *const *dst, const size_t *counts, int n, int accumulate,
                                      char *why, size_t whylen);
+
+/* 1 when c sends fp32 as it is (the codec 'none', without clipping): its messages are
+ * the values themselves, and an error-feedback residual would stay 0 exactly. */
+int gcoll_ps_exact(const gcoll_compressor_t *c);
+
+/* dst[i][j] += a * x[i][j] for a frame of such a codec (gcoll_ps_exact), read from the
+ * message without a decoded copy; checked in full first, as gcoll_ps_frame_decode does.
+ * GCOLL_ERR_INVALID, nothing written, for a malformed frame or another codec. */
+gcoll_status_t gcoll_ps_frame_axpy(const gcoll_compressor_t *c, const uint8_t *buf, size_t len,
+                                   float *const *dst, const size_t *counts, int n, float a,
+                                   char *why, size_t whylen);
 
 /* A compressed pull answer (Qsparse-style error feedback with the residual on the owner):
  * the owner keeps view, the model the worker holds; it sends C(w - view) and adds what it

@@ -96,9 +96,10 @@ int gcoll_ssp_commit(gcoll_ssp_shard_t *s, int worker, uint64_t c, uint64_t krea
     while (s->npushed[s->clock % rows] == s->P) {
         size_t r = (size_t)(s->clock % rows);
         float *row = s->acc + r * s->n;
-        for (size_t j = 0; j < s->n; j++)
+        for (size_t j = 0; j < s->n; j++) { /* one pass: the row is read and cleared */
             s->w[j] -= s->lr * row[j];
-        memset(row, 0, s->n * sizeof(float));
+            row[j] = 0.0f;
+        }
         s->npushed[r] = 0;
         s->clock++;
         done++;

@@ -18,6 +18,8 @@
 #   bootstrap                                   lib/core/bootstrap.c: hello and reply messages
 #   auth                                        lib/base/auth.c: both sides of the handshake
 #   ucx_hdr                                     the UCX active-message header (UCX builds)
+#   ps                                          lib/training/ps_wire.c: the parameter
+#                                               server's header, frames and fused apply
 # The UCX shared-memory mailbox records are read inside the transport's poll loop, not by
 # a pure function, so no target reaches them; test_ucx covers their malformed forms.
 # Environment: FUZZ_CC (default clang), FUZZ_BUILD_DIR (default a temporary directory,
@@ -31,7 +33,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 secs=${FUZZ_SECONDS:-30}
 cc=${FUZZ_CC:-clang}
-targets="decode_dense decode_sparse decode_randomk encode spec wire state frame bootstrap auth ucx_hdr"
+targets="decode_dense decode_sparse decode_randomk encode spec wire state frame bootstrap auth ucx_hdr ps"
 
 if ! command -v "$cc" >/dev/null 2>&1; then
     echo "run-fuzzers: skipped: $cc not found (install clang and libclang-rt-dev)"
@@ -81,6 +83,7 @@ build_target() { # name: 0 built, 1 skipped
     wire) build "$1" fuzz_wire.c "$compress_srcs tests/fuzz/fuzz_log_stub.c" ;;
     state) build "$1" fuzz_state.c "$compress_srcs tests/fuzz/fuzz_log_stub.c" ;;
     frame) build "$1" fuzz_frame.c "transports/tcp/tcp_frame.c" ;;
+    ps) build "$1" fuzz_ps.c "$compress_srcs lib/training/ps_wire.c lib/base/status.c tests/fuzz/fuzz_log_stub.c" ;;
     bootstrap) build "$1" fuzz_bootstrap.c "$boot_srcs" "" -lcrypto ;;
     auth) build "$1" fuzz_auth.c "$boot_srcs" "" -lcrypto ;;
     ucx_hdr)

@@ -147,6 +147,54 @@ static void test_frame_malformed(void **state)
     assert_int_equal(gcoll_ps_get_hdr(h, GCOLL_PS_HDR, &hd), GCOLL_ERR_INVALID);
 }
 
+/* The server's fused apply: a frame of fp32 as it is ('none') is added times a to the
+ * destination, as decoding it and adding would (a is a power of two, so a x is exact and
+ * the one rounding of the sum is the same with or without a fused multiply-add); another
+ * codec is refused, and so is every truncation and a non-finite value, with nothing
+ * written. */
+static void test_frame_axpy(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < sizeof(specs) / sizeof(specs[0]); k++) {
+        gcoll_compressor_t *c;
+        assert_int_equal(gcoll_compressor_create(specs[k], &c), GCOLL_OK);
+        uint8_t buf[4096];
+        float src[NT][200], out[NT][200], ref[NT][200];
+        size_t len = make_frame(c, buf, sizeof(buf), src);
+        float *dst[NT] = {out[0], out[1], out[2]};
+        for (int t = 0; t < NT; t++)
+            for (size_t j = 0; j < 200; j++)
+                out[t][j] = ref[t][j] = 1.0f / (float)(j + 3);
+        const int exact = !strcmp(specs[k], "none");
+        assert_int_equal(gcoll_ps_exact(c), exact);
+        char why[128];
+        assert_int_equal(gcoll_ps_frame_axpy(c, buf, len, dst, counts, NT, 0.25f, why, sizeof(why)),
+                         exact ? GCOLL_OK : GCOLL_ERR_INVALID);
+        for (int t = 0; t < NT; t++)
+            for (size_t j = 0; j < counts[t] && exact; j++)
+                ref[t][j] += 0.25f * src[t][j];
+        for (int t = 0; t < NT; t++)
+            assert_memory_equal(out[t], ref[t], sizeof(out[t]));
+        for (size_t l = 0; l < len; l++)
+            assert_int_equal(gcoll_ps_frame_axpy(c, buf, l, dst, counts, NT, 0.25f, NULL, 0),
+                             GCOLL_ERR_INVALID);
+        if (exact) {
+            /* a NaN in the last slice: refused before the first is touched */
+            uint8_t bad[4096];
+            memcpy(bad, buf, len);
+            const float nan = NAN;
+            memcpy(bad + len - sizeof(float), &nan, sizeof(nan));
+            assert_int_equal(gcoll_ps_frame_axpy(c, bad, len, dst, counts, NT, 0.25f, NULL, 0),
+                             GCOLL_ERR_INVALID);
+            assert_int_equal(gcoll_ps_frame_decode(c, bad, len, dst, counts, NT, 1, NULL, 0),
+                             GCOLL_ERR_INVALID);
+        }
+        for (int t = 0; t < NT; t++)
+            assert_memory_equal(out[t], ref[t], sizeof(out[t]));
+        gcoll_compressor_destroy(c);
+    }
+}
+
 /* The compressed pull over 30 answers while the model moves: the worker adds each answer
  * to its copy and holds the owner's view bit for bit; the residual w - view shrinks under
  * top-k between moves (a contraction) and the model is view + residual exactly in the
@@ -199,6 +247,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_frame_roundtrip),
         cmocka_unit_test(test_frame_malformed),
+        cmocka_unit_test(test_frame_axpy),
         cmocka_unit_test(test_delta_feedback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
