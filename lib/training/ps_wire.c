@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "compress/kernels.h"
 #include "compress/wire.h"
 
 void gcoll_ps_put_hdr(uint8_t *buf, uint32_t kind, uint64_t a, uint64_t b, uint64_t c)
@@ -132,11 +133,16 @@ gcoll_status_t gcoll_ps_frame_axpy(const gcoll_compressor_t *c, const uint8_t *b
     gcoll_wire_hdr_t h[m];
     size_t isz[m], off[m];
     GCOLL_CHECK(frame_check(c, buf, len, counts, n, h, isz, off, why, whylen));
+    const gcoll_kernels_t *k = gcoll_kernels();
     for (int i = 0; i < n; i++) {
         const uint8_t *v = buf + off[i] + GCOLL_WIRE_HDR;
         float *d = dst[i];
+        if (((uintptr_t)v & (sizeof(float) - 1)) == 0) { /* as a received buffer always is */
+            k->axpy(d, (const float *)(const void *)v, counts[i], a);
+            continue;
+        }
         for (size_t j = 0; j < counts[i]; j++) {
-            float x; /* the values need not be aligned in the message */
+            float x;
             memcpy(&x, v + 4 * j, sizeof(x));
             d[j] += a * x;
         }

@@ -239,7 +239,11 @@ GCOLL_EXPORT gcoll_status_t gcoll_ps_push(gcoll_ps_t *ps, const float *const *gr
             float *dst[ps->n];
             for (int i = 0; i < ps->n; i++)
                 dst[i] = ps->t[i].own + ps->t[i].off[o];
-            st = gcoll_ps_frame_decode(ps->comp, m->buf, m->len, dst, cnt, ps->n, 0, NULL, 0);
+            if (gcoll_ps_exact(ps->comp)) /* what decodes is the gradient itself */
+                for (int i = 0; i < ps->n; i++)
+                    memcpy(dst[i], src[i], cnt[i] * sizeof(float));
+            else
+                st = gcoll_ps_frame_decode(ps->comp, m->buf, m->len, dst, cnt, ps->n, 0, NULL, 0);
             ps->own_scale[o] =
                 ps->cfg.lr *
                 (float)(gcoll_ssp_weight(ps->cfg.weighting, ps->clock - ps->kuse[o]) / ps->P);

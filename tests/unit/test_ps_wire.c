@@ -179,6 +179,16 @@ static void test_frame_axpy(void **state)
             assert_int_equal(gcoll_ps_frame_axpy(c, buf, l, dst, counts, NT, 0.25f, NULL, 0),
                              GCOLL_ERR_INVALID);
         if (exact) {
+            /* the same frame one byte off its alignment adds the same again */
+            static uint8_t odd[4097];
+            memcpy(odd + 1, buf, len);
+            for (int t = 0; t < NT; t++)
+                for (size_t j = 0; j < counts[t]; j++)
+                    ref[t][j] += 0.25f * src[t][j];
+            assert_int_equal(gcoll_ps_frame_axpy(c, odd + 1, len, dst, counts, NT, 0.25f, NULL, 0),
+                             GCOLL_OK);
+            for (int t = 0; t < NT; t++)
+                assert_memory_equal(out[t], ref[t], sizeof(out[t]));
             /* a NaN in the last slice: refused before the first is touched */
             uint8_t bad[4096];
             memcpy(bad, buf, len);
