@@ -40,7 +40,7 @@ row() { # row LABEL ARGS...
     echo "| $label | $acc | $sps | $ratio | ${gap:--} | ${st:--} | ${hist:--} | $mb | $load |"
 }
 
-echo "$P ranks, $E epochs, batch 64 per rank, lr 0.05 (constant), momentum 0.9; $(nproc) cores"
+echo "$P ranks, $E epochs, batch 64 per rank, lr 0.05 (constant), momentum 0.9 (async with S > 0: 0.7, gcoll-train's default, unless ASYNC_FLAGS set it); async flags: ${AF:-none}; $(nproc) cores"
 echo
 echo "| run | test accuracy | steps/s (rank 0) | x sync | max clock gap | mean staleness | tau histogram | rank 0 wire MB | load before |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"

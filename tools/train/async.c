@@ -22,6 +22,7 @@ typedef struct {
     int rank, size;
     size_t ntrain, ntest, global, steps; /* steps per epoch */
     float momentum;
+    int weighting; /* gcoll_ps_weight_t */
     train_work_t w;
     gcoll_ps_t *ps;
     const float *push[2 * TRAIN_MAX_LAYERS]; /* what is pushed, per tensor */
@@ -37,7 +38,7 @@ static int as_server(as_run_t *a)
                             .lr = o->lr,
                             .compressor = o->compressor,
                             .pull_compressor = mo->pull_compressor,
-                            .weighting = (gcoll_ps_weight_t)mo->weighting,
+                            .weighting = (gcoll_ps_weight_t)a->weighting,
                             .dc_lambda = (float)mo->dc_lambda,
                             .prefetch = mo->prefetch};
     gcoll_status_t st = gcoll_ps_create(a->comm, &pc, &a->ps);
@@ -73,7 +74,7 @@ static void as_header(const as_run_t *a)
             "async SGD: parameter server with staleness bound S=%d, weight %s, push "
             "compressor %s, worker momentum %g; batch %d per rank (%zu global), lr %g; "
             "%zu steps per epoch on %zu examples, %zu test; seed %llu",
-            mo->staleness, mo->weighting == GCOLL_PS_WEIGHT_NONE ? "1" : "1/(1+tau)", o->compressor,
+            mo->staleness, a->weighting == GCOLL_PS_WEIGHT_NONE ? "1" : "1/(1+tau)", o->compressor,
             (double)a->momentum, o->batch, a->global, (double)o->lr, a->steps, a->ntrain, a->ntest,
             (unsigned long long)o->seed);
     if (mo->pull_compressor)
@@ -199,7 +200,15 @@ int train_run_async(const train_opts_t *o, const train_mode_opts_t *mo, const tr
     a.ntest = o->test_limit && o->test_limit < d->test.n ? o->test_limit : d->test.n;
     a.global = (size_t)o->batch * (size_t)a.size;
     a.steps = a.ntrain / a.global;
-    a.momentum = o->momentum >= 0.0f ? o->momentum : 0.9f;
+    /* With S > 0 asynchrony adds a momentum of its own (Mitliagkas et al. 2016, "Asynchrony
+     * begets momentum"), so the worker's is lower, and updates count whole: at S = 4 under
+     * --straggle 2 on 2 ranks, 5 epochs, momentum 0.7 with f = 1 ended 0.41-0.88 points
+     * below synchronous SGD on 5 seeds, 0.9 with 1/(1+tau) 0.47-2.16 on 3
+     * (docs/results/local-sgd.md). S = 0 is synchronous SGD, with its momentum. */
+    a.momentum = o->momentum >= 0.0f ? o->momentum : mo->staleness > 0 ? 0.7f : 0.9f;
+    a.weighting = mo->weighting_set   ? mo->weighting
+                  : mo->staleness > 0 ? GCOLL_PS_WEIGHT_NONE
+                                      : GCOLL_PS_WEIGHT_INVERSE;
     int rc = -1;
     if (train_work_init(&a.w, o, d, a.ntrain, a.rank) != 0)
         return -1;
