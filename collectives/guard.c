@@ -175,6 +175,17 @@ gcoll_status_t gcoll_guard_check(gcoll_channel_t *ch)
     return GCOLL_OK;
 }
 
+void gcoll_guard_retire(gcoll_channel_t *ch)
+{
+    struct gcoll_guard *g = ch->guard;
+    for (int p = 0; g && p < g->P; p++)
+        if (g->rx_state[p] == RX_POSTED) {
+            if (!g->rx[p].done)
+                gcoll_channel_cancel(ch, &g->rx[p], 1);
+            g->rx_state[p] = RX_GONE;
+        }
+}
+
 void gcoll_guard_free(gcoll_channel_t *ch)
 {
     struct gcoll_guard *g = ch->guard;

@@ -192,13 +192,17 @@ gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_
 
 /* Binomial reduce: each rank combines its children's partial results, in the order of
  * their distance (its own input first), and sends the result to its parent. Every child's
- * receive is posted at once, each into a buffer of its own. */
+ * receive is posted at once, each into a buffer of its own. Vectors larger than
+ * GCOLL_RING_CHUNK go in segments of that size, pipelined up the tree: a segment is
+ * combined as soon as the children's have come, while it is still in cache, and sent on
+ * while the next arrive (the order of the operands of every element is the same either
+ * way, so is the result, bit for bit). */
 static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const uint8_t *send,
                                   uint8_t *recv, size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
                                   int root, uint32_t sig)
 {
     const int P = ctx->size, vr = (ctx->rank - root + P) % P;
-    const size_t bytes = count * gcoll_dtype_size(dtype);
+    const size_t esz = gcoll_dtype_size(dtype), bytes = count * esz;
     gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
     int own = vr && t.nchild; /* a non-root rank with children combines into a temporary */
     uint8_t *tmp = NULL;
@@ -210,38 +214,70 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
             return GCOLL_ERR_NOMEM;
         }
     }
-    const uint8_t *acc = vr ? (own ? tmp : send) : recv;
+    uint8_t *acc = vr ? (own ? tmp : (uint8_t *)send) : recv;
     const int parent = (t.parent + root) % P;
-    /* not zeroed (7 KB, a fifth of an 8-byte call): each is written whole when posted */
-    gcoll_treq_t req[68]; /* children's data and words, the parent's word, the send */
+    /* segments: whole elements, at least one */
+    const size_t seg_elems = GCOLL_MAX(ctx->cfg->ring_chunk / esz, (size_t)1);
+    const size_t nseg = GCOLL_MAX(GCOLL_DIV_UP(count, seg_elems), (size_t)1);
+    /* the children's segments, their words, the parent's word, the segments sent */
+    const size_t nreq = (size_t)t.nchild * nseg + (size_t)t.nchild + 1 + nseg;
+    gcoll_treq_t small[68], *req = small; /* each written whole when posted */
+    if (nreq > sizeof(small) / sizeof(small[0]) && !(req = malloc(nreq * sizeof(*req)))) {
+        gcoll_channel_set_error(ctx->ch, "cannot allocate the reduce tree's %zu requests", nreq);
+        return GCOLL_ERR_NOMEM;
+    }
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
-    for (int c = 0; c < t.nchild; c++)
-        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (vr + (1 << c) + root) % P, 0, sig,
-                                             tmp + (size_t)(own + c) * bytes, bytes, 0),
-                         st, out);
+    for (int c = 0; c < t.nchild; c++) /* req[c * nseg + k]: child c's segment k */
+        for (size_t k = 0; k < nseg; k++) {
+            size_t off = k * seg_elems * esz, len = GCOLL_MIN(seg_elems * esz, bytes - off);
+            GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (vr + (1 << c) + root) % P,
+                                                 (uint32_t)k, sig,
+                                                 tmp + (size_t)(own + c) * bytes + off, len, 0),
+                             st, out);
+        }
     for (int c = 0; c < t.nchild; c++)
         GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (vr + (1 << c) + root) % P, bytes, sig), st, out);
-    if (vr)
-        GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, parent, bytes, sig), st, out);
-    /* this rank's own part is copied while the children's arrive */
-    if (own)
-        memcpy(tmp, send, bytes);
-    else if (!vr && send != recv)
-        memcpy(recv, send, bytes);
-    for (int c = 0; c < t.nchild; c++) {
-        GCOLL_CHECK_GOTO(wait_guarded(gd, &req[c], 1), st, out);
-        gcoll_reduce_local((uint8_t *)acc, tmp + (size_t)(own + c) * bytes, count, dtype, op);
-    }
-    GCOLL_CHECK_GOTO(wait_guarded(gd, req + t.nchild, n - t.nchild), st, out);
+    const int nrx = n; /* the children's segments and words */
+    int word = -1;     /* the parent's word, when it sends one */
     if (vr) {
-        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], parent, 0, sig, acc, bytes), st,
-                         out);
-        st = wait_guarded(gd, &req[n - 1], 1);
+        int before = n;
+        GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, parent, bytes, sig), st, out);
+        if (n > before)
+            word = before;
     }
+    const int tx0 = n;
+    for (size_t k = 0; k < nseg; k++) {
+        size_t off = k * seg_elems * esz, len = GCOLL_MIN(seg_elems * esz, bytes - off);
+        /* this rank's own part of the segment, then each child's as it comes */
+        if (own)
+            memcpy(tmp + off, send + off, len);
+        else if (!vr && send != recv)
+            memcpy(recv + off, send + off, len);
+        for (int c = 0; c < t.nchild; c++) {
+            GCOLL_CHECK_GOTO(wait_guarded(gd, &req[(size_t)c * nseg + k], 1), st, out);
+            gcoll_reduce_local(acc + off, tmp + (size_t)(own + c) * bytes + off, len / esz, dtype,
+                               op);
+        }
+        if (vr) {
+            if (word >= 0) {
+                GCOLL_CHECK_GOTO(wait_guarded(gd, &req[word], 1), st, out);
+                word = -1;
+            }
+            GCOLL_CHECK_GOTO(
+                gcoll_channel_isend(ctx->ch, &req[n++], parent, (uint32_t)k, sig, acc + off, len),
+                st, out);
+        }
+    }
+    /* the children's words, then the segments sent */
+    GCOLL_CHECK_GOTO(wait_guarded(gd, req + (size_t)t.nchild * nseg, nrx - t.nchild * (int)nseg),
+                     st, out);
+    st = wait_guarded(gd, req + tx0, n - tx0);
 out:
     if (st != GCOLL_OK)
         gcoll_channel_cancel(ctx->ch, req, n);
+    if (req != small)
+        free(req);
     return st;
 }
 

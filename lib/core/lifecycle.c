@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "collectives/coll.h"
+#include "collectives/guard.h"
 #include "core/dispatch.h"
 #include "base/util.h"
 #include "core/ops.h"
@@ -60,6 +61,9 @@ static gcoll_status_t run_close(gcoll_comm_t *comm, gcoll_request_t *req)
         return GCOLL_ERR_NOMEM;
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
+    /* this rank's calls are over: a peer's close must not find the receives of the rooted
+     * calls' probes pending (a probe that still comes is dropped with the communicator) */
+    gcoll_guard_retire(ch);
     /* receives first: a peer's message finds its receive posted */
     for (int k = 1; k < P && st == GCOLL_OK; k++, n++)
         st = gcoll_channel_irecv(ch, &r[n], (comm->rank + P - k) % P, 0, sig, NULL, 0, 0);
