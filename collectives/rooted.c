@@ -178,6 +178,22 @@ gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_
                      gcoll_rooted_algo_names[ctx->cfg->rooted_algo]);
         return (gcoll_rooted_algo_t)ctx->cfg->rooted_algo;
     }
+    if (kind == GCOLL_KIND_REDUCE && ctx->size == 2) {
+        /* Two ranks, the pipelined tree (one vector to the root) against reduce-scatter then
+         * gather (half a vector each way, half to the root). Over TCP both sides' CPUs copy
+         * every byte, and the tree, which moves fewer, was ahead at every size from 256 KiB
+         * to 64 MiB (1.3-1.6x); through memory (UCX: one copy, by the receiver) the form
+         * that splits the sum between the ranks was ahead from 1 MiB (1.1-1.6x) and even at
+         * 256 KiB (docs/results/rooted.md). */
+        const gcoll_transport_ops_t *ops = ctx->ch ? ctx->ch->ops : NULL;
+        int tcp = ops && ops->name && !strcmp(ops->name, "tcp");
+        gcoll_rooted_algo_t a =
+            tcp || bytes < ((size_t)512 << 10) ? GCOLL_ROOTED_TREE : GCOLL_ROOTED_DIRECT;
+        if (why)
+            snprintf(why, len, "2 ranks over %s, %zu bytes: %s", tcp ? "tcp" : "memory or RDMA",
+                     bytes, a == GCOLL_ROOTED_TREE ? "tree" : "direct");
+        return a;
+    }
     double t = rooted_cost(kind, GCOLL_ROOTED_TREE, (double)bytes, ctx->size);
     double d = rooted_cost(kind, GCOLL_ROOTED_DIRECT, (double)bytes, ctx->size);
     if (why)

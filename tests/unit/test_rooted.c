@@ -58,10 +58,14 @@ static void test_tree_positions(void **state)
     }
 }
 
+static const char *transport = "ucx"; /* what the channel runs on */
+
 static gcoll_rooted_algo_t pick(int algo, int P, int kind, size_t bytes)
 {
     gcoll_coll_cfg_t cfg = {.rooted_algo = algo};
-    gcoll_coll_t ctx = {.rank = 0, .size = P, .cfg = &cfg};
+    gcoll_transport_ops_t ops = {.name = transport};
+    gcoll_channel_t ch = {.ops = &ops};
+    gcoll_coll_t ctx = {.rank = 0, .size = P, .cfg = &cfg, .ch = &ch};
     char why[256];
     gcoll_rooted_algo_t a = gcoll_rooted_select(&ctx, kind, bytes, why, sizeof(why));
     assert_int_equal(a, gcoll_rooted_select(&ctx, kind, bytes, NULL, 0)); /* why or not */
@@ -86,8 +90,9 @@ static void test_choice(void **state)
                     assert_int_equal(a, GCOLL_ROOTED_DIRECT);
                 switched = a == GCOLL_ROOTED_DIRECT;
             }
-            /* a large reduce always takes reduce-scatter then gather: it moves 2 (P-1)/P
-             * of the vector per rank where the tree's root takes in log2 P of them */
+            /* a large reduce takes reduce-scatter then gather (but on 2 ranks over TCP,
+             * below): it moves 2 (P-1)/P of the vector per rank where the tree's root takes
+             * in log2 P of them */
             if (kinds[k] == GCOLL_KIND_REDUCE) {
                 assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], 8), GCOLL_ROOTED_TREE);
                 assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], (size_t)1 << 32),
@@ -103,6 +108,18 @@ static void test_choice(void **state)
                                  GCOLL_ROOTED_DIRECT);
         }
     }
+    /* a reduce on 2 ranks over TCP: the tree at every size (both sides copy every byte);
+     * through memory, reduce-scatter then gather from 512 KiB */
+    transport = "tcp";
+    for (size_t b = 8; b <= ((size_t)1 << 32); b *= 2)
+        assert_int_equal(pick(GCOLL_ROOTED_AUTO, 2, GCOLL_KIND_REDUCE, b), GCOLL_ROOTED_TREE);
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 4, GCOLL_KIND_REDUCE, (size_t)1 << 32),
+                     GCOLL_ROOTED_DIRECT);
+    transport = "ucx";
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 2, GCOLL_KIND_REDUCE, (size_t)256 << 10),
+                     GCOLL_ROOTED_TREE);
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 2, GCOLL_KIND_REDUCE, (size_t)512 << 10),
+                     GCOLL_ROOTED_DIRECT);
     /* small messages on many ranks: the tree's log2 P steps beat P - 1 root messages */
     assert_int_equal(pick(GCOLL_ROOTED_AUTO, 64, GCOLL_KIND_GATHER, 8), GCOLL_ROOTED_TREE);
     assert_int_equal(pick(GCOLL_ROOTED_AUTO, 64, GCOLL_KIND_SCATTER, 8), GCOLL_ROOTED_TREE);
