@@ -61,11 +61,14 @@ check "S=2, rank 2 slow x3, pulls waited" "$TMP/wait.txt" $? 2 0.5
     fail "S=2 with a slow rank, pulls waited: the gap never reached 2"
 # prefetched S=1 on 2 ranks without a straggler: an answer is asked for before the
 # worker's last push, so tau = 1 unless the bound held it back until that push was
-# applied (clock 0's and a few: 0.97 measured): mean staleness > 0.9
+# applied (clock 0's, and more the more the two ranks' steps interleave): 0.89-0.97
+# measured, idle and under load. Waited pulls give 0.49-0.50 here (about half their
+# answers hold the last clock whole), so the bound between the two, 0.75, tells them
+# apart.
 train "$TMP/pf1.txt" 2 --staleness 1
 check "S=1, prefetched" "$TMP/pf1.txt" $? 1 0.5
-awk -v s="$(field 'mean staleness' "$TMP/pf1.txt")" 'BEGIN {exit !(s > 0.9 && s <= 1)}' ||
-    fail "S=1 prefetched: mean staleness $(field 'mean staleness' "$TMP/pf1.txt"), expected in (0.9, 1]"
+awk -v s="$(field 'mean staleness' "$TMP/pf1.txt")" 'BEGIN {exit !(s > 0.75 && s <= 1)}' ||
+    fail "S=1 prefetched: mean staleness $(field 'mean staleness' "$TMP/pf1.txt"), expected in (0.75, 1] (waited pulls: about 0.5)"
 train "$TMP/rot.txt" 3 --staleness 2 --straggle 2 --compressor topk:density=0.1
 check "S=2, rotating straggler x2, top-k 10% pushes" "$TMP/rot.txt" $? 2 0.5
 mbd=$(field 'total wire MB' "$TMP/slow.txt")
