@@ -157,18 +157,39 @@ awk -F, 'NR > 1 {
         }
     }' "$raw" | sort -t, -k2,2 -k3,3 -k4,4n -k6,6n -k1,1 >"$out/summary.csv"
 
+# the ratio within each repetition (gcoll's run and Open MPI's follow each other), then its
+# median: a slow spell of the machine that spans both runs of a repetition cancels out
+awk -F, 'NR > 1 { k = $2 SUBSEP $3 SUBSEP $4 SUBSEP $6; bw[$1, k, $5] = $12; reps[k, $5] = 1; keys[k] = 1 }
+    END {
+        for (k in keys) {
+            c = 0
+            for (kr in reps) {
+                split(kr, q, SUBSEP)
+                if (q[1] SUBSEP q[2] SUBSEP q[3] SUBSEP q[4] != k) continue
+                r = q[5]
+                if ((("gcoll", k, r) in bw) && (("ompi", k, r) in bw) && bw["ompi", k, r] > 0)
+                    v[++c] = bw["gcoll", k, r] / bw["ompi", k, r]
+            }
+            if (!c) continue
+            for (i = 2; i <= c; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
+            split(k, p, SUBSEP)
+            printf "%s,%s,%s,%s,%.4f\n", p[1], p[2], p[3], p[4], c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2
+        }
+    }' "$raw" >"$out/paired.csv"
+
 {
     awk -F, -v c="$(nproc)" 'NR > 1 { s += $14; n++; if ($14 > m) m = $14 }
         END { if (n) printf "1-minute load average on the %d cores while this ran (this benchmark included): mean %.1f, max %.1f.\n", c, s / n, m }' "$raw"
     for link in $links; do
         for coll in $colls; do
             echo
-            echo "#### $coll over $link: median of $reps runs; busbw (GB/s) and time (µs); ×: gcoll / Open MPI"
+            echo "#### $coll over $link: median of $reps runs; busbw (GB/s) and time (µs); ×: gcoll / Open MPI; paired: the median of each repetition's ×"
             echo
-            echo "| ranks | size | gcoll busbw | Open MPI busbw | × busbw | gcoll time | Open MPI time | × time |"
-            echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+            echo "| ranks | size | gcoll busbw | Open MPI busbw | × busbw | × busbw, paired | gcoll time | Open MPI time | × time |"
+            echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
             awk -F, -v link="$link" -v coll="$coll" '
                 function human(s) { return s >= 1048576 ? s / 1048576 " MiB" : s >= 1024 ? s / 1024 " KiB" : s " B" }
+                FILENAME ~ /paired/ { if ($1 == link && $2 == coll) pr[$3 SUBSEP $4] = $5; next }
                 $2 == link && $3 == coll {
                     k = $4 SUBSEP $5; keys[k] = 1; t[$1, k] = $6; b[$1, k] = $7; if ($8 > 0) bad[$1, k] = 1
                 }
@@ -176,14 +197,15 @@ awk -F, 'NR > 1 {
                     for (k in keys) {
                         split(k, a, SUBSEP)
                         g = (("gcoll", k) in t); m = (("ompi", k) in t)
-                        printf "%d %d | %d | %s | %s | %s | %s | %s | %s | %s |\n", a[1], a[2], a[1], human(a[2]),
+                        printf "%d %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", a[1], a[2], a[1], human(a[2]),
                             g ? sprintf("%.3f%s", b["gcoll", k], bad["gcoll", k] ? " WRONG" : "") : "-",
                             m ? sprintf("%.3f%s", b["ompi", k], bad["ompi", k] ? " WRONG" : "") : "-",
                             (g && m && b["ompi", k] > 0) ? sprintf("%.2f", b["gcoll", k] / b["ompi", k]) : "-",
+                            (k in pr) ? sprintf("%.2f", pr[k]) : "-",
                             g ? sprintf("%.1f", t["gcoll", k]) : "-", m ? sprintf("%.1f", t["ompi", k]) : "-",
                             (g && m && t["ompi", k] > 0) ? sprintf("%.2f", t["gcoll", k] / t["ompi", k]) : "-"
                     }
-                }' "$out/summary.csv" | sort -k1,1n -k2,2n | cut -d' ' -f3-
+                }' "$out/paired.csv" "$out/summary.csv" | sort -k1,1n -k2,2n | cut -d' ' -f3-
         done
     done
 } | tee "$out/table.md"
