@@ -49,10 +49,10 @@ void gcoll_guard_end(gcoll_channel_t *ch, uint32_t sig);
 /* The channel's polls: looks at the probes that came. GCOLL_ERR_MISMATCH (with the reason
  * in the channel's error) when one differs from this rank's call. */
 gcoll_status_t gcoll_guard_check(gcoll_channel_t *ch);
-/* Frees the probes' state, after the transport is destroyed (its receives point there). */
 /* At the closing handshake (this rank's calls are over: no probe needs an answer here):
  * the probes' receives are withdrawn, so that a peer's close finds none pending. */
 void gcoll_guard_retire(gcoll_channel_t *ch);
+/* Frees the probes' state, after the transport is destroyed (its receives point there). */
 void gcoll_guard_free(gcoll_channel_t *ch);
 
 #endif /* GCOLL_GUARD_H */

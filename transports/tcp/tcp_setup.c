@@ -216,17 +216,19 @@ static gcoll_status_t tcp_address(gcoll_transport_t *t, void *buf, size_t *len_p
     return GCOLL_OK;
 }
 
+/* SO_SNDBUF of the sockets to a peer on this host (the kernel doubles it for its own
+ * bookkeeping). sendrecv on 2 ranks over loopback, medians of 9 alternated runs: 3.1, 3.0
+ * and 3.6 GB/s at 4, 16 and 64 MiB with 256 KiB, against 2.4, 1.9 and 1.9 with Linux's
+ * autotuning (and no better than that with 1 MiB); allreduce of 16 MiB on 4 ranks
+ * 1.54-1.59 against 1.17-1.27 GB/s in 4 runs. Not for remote peers: a link's
+ * bandwidth-delay product may need more. */
+#define LOCAL_SNDBUF (256 << 10)
+
 /* A peer host that vanishes without closing (power loss, a cut link) leaves idle
  * connections silent, and only the slow-peer bound (GCOLL_TIMEOUT_MS, 30 minutes) would
  * end the wait: keepalive probes find it out in about 20 s (10 s idle, then 5 probes 2 s
  * apart; Linux's defaults take over two hours). A live peer's kernel answers them however
  * long its process computes, so a slow peer is never taken for a dead one. */
-/* SO_SNDBUF of the sockets to a peer on this host (the kernel doubles it for its own
- * bookkeeping). sendrecv of 4-64 MiB on 2 ranks over loopback: 2.7-3.8 GB/s with 256 KiB
- * against 1.3-2.6 with the default autotuning, and 2.0-2.6 with 1 MiB; allreduce of 16 MiB
- * on 4 ranks 1.54-1.59 against 1.17-1.27 (docs/results/ompi-compare.md). Not for remote
- * peers: a link's bandwidth-delay product may need more. */
-#define LOCAL_SNDBUF (256 << 10)
 #define KEEPALIVE_IDLE_S 10
 #define KEEPALIVE_INTVL_S 2
 #define KEEPALIVE_CNT 5
