@@ -45,15 +45,24 @@ static size_t make_frame(gcoll_compressor_t *c, uint8_t *buf, size_t cap, float 
 
 static const char *specs[] = {"none", "topk:density=0.1", "q8", "topk:density=0.2+q8", "fp16"};
 
+/* The compressor of specs[k], and its frame of the three slices in buf (*len_p bytes). */
+static gcoll_compressor_t *spec_frame(size_t k, uint8_t *buf, size_t cap, float src[NT][200],
+                                      size_t *len_p)
+{
+    gcoll_compressor_t *c;
+    assert_int_equal(gcoll_compressor_create(specs[k], &c), GCOLL_OK);
+    *len_p = make_frame(c, buf, cap, src);
+    return c;
+}
+
 static void test_frame_roundtrip(void **state)
 {
     (void)state;
     for (size_t k = 0; k < sizeof(specs) / sizeof(specs[0]); k++) {
-        gcoll_compressor_t *c;
-        assert_int_equal(gcoll_compressor_create(specs[k], &c), GCOLL_OK);
         uint8_t buf[4096];
         float src[NT][200], out[NT][200], ref[NT][200];
-        size_t len = make_frame(c, buf, sizeof(buf), src);
+        size_t len;
+        gcoll_compressor_t *c = spec_frame(k, buf, sizeof(buf), src, &len);
         gcoll_ps_hdr_t h;
         assert_int_equal(gcoll_ps_get_hdr(buf, len, &h), GCOLL_OK);
         assert_true(h.kind == GCOLL_PS_PUSH && h.a == 5 && h.b == 4 && h.c == NT);
@@ -82,11 +91,10 @@ static void test_frame_malformed(void **state)
 {
     (void)state;
     for (size_t k = 0; k < sizeof(specs) / sizeof(specs[0]); k++) {
-        gcoll_compressor_t *c;
-        assert_int_equal(gcoll_compressor_create(specs[k], &c), GCOLL_OK);
         uint8_t buf[4096], bad[4100];
         float src[NT][200], out[NT][200];
-        size_t len = make_frame(c, buf, sizeof(buf), src);
+        size_t len;
+        gcoll_compressor_t *c = spec_frame(k, buf, sizeof(buf), src, &len);
         float *dst[NT] = {out[0], out[1], out[2]};
         char why[128];
         size_t refused = 0;
@@ -156,11 +164,10 @@ static void test_frame_axpy(void **state)
 {
     (void)state;
     for (size_t k = 0; k < sizeof(specs) / sizeof(specs[0]); k++) {
-        gcoll_compressor_t *c;
-        assert_int_equal(gcoll_compressor_create(specs[k], &c), GCOLL_OK);
         uint8_t buf[4096];
         float src[NT][200], out[NT][200], ref[NT][200];
-        size_t len = make_frame(c, buf, sizeof(buf), src);
+        size_t len;
+        gcoll_compressor_t *c = spec_frame(k, buf, sizeof(buf), src, &len);
         float *dst[NT] = {out[0], out[1], out[2]};
         for (int t = 0; t < NT; t++)
             for (size_t j = 0; j < 200; j++)
