@@ -12,6 +12,7 @@
 void gcoll_channel_setup(gcoll_channel_t *ch, int64_t timeout_ms, uint64_t spin_ns,
                          const volatile int *abort_flag, char *err, size_t errlen)
 {
+    gcoll_ticks_init();
     ch->timeout_ms = timeout_ms;
     ch->spin_ns = spin_ns;
     ch->abort_flag = abort_flag;
@@ -179,9 +180,11 @@ gcoll_status_t gcoll_channel_poll(gcoll_channel_t *ch, const gcoll_treq_t *waiti
         return ch->ops->progress(ch->tp, 0);
     }
     uint64_t t0 = gcoll_time_ns(); /* one clock read for the deadline and the polling */
-    if (ch->deadline_stale) {      /* a completion since the last round (gcoll_channel_done) */
+    if (ch->deadline_stale) {      /* the first round, or a completion since the last one */
         ch->deadline_ms = t0 / 1000000u + (uint64_t)ch->timeout_ms;
         ch->deadline_stale = 0;
+        if (!ch->wait_from_ns)
+            ch->wait_from_ns = t0;
     }
     if (t0 / 1000000u >= ch->deadline_ms)
         return timed_out(ch, waiting);

@@ -10,22 +10,24 @@
 
 #include "gcoll.h"
 #include "transports/transport.h"
+#include "base/ticks.h"
 #include "base/util.h"
 
 typedef struct gcoll_channel {
     const gcoll_transport_ops_t *ops;
     gcoll_transport_t *tp;
-    uint32_t seq;       /* of the running operation: tags are (seq << 32) | sub */
-    uint64_t begin_ns;  /* when it started */
-    int64_t timeout_ms; /* GCOLL_TIMEOUT_MS: the silence a wait tolerates */
+    uint32_t seq;          /* of the running operation: tags are (seq << 32) | sub */
+    uint64_t wait_from_ns; /* when it first polled (0: not yet) */
+    int64_t timeout_ms;    /* GCOLL_TIMEOUT_MS: the silence a wait tolerates */
     uint64_t deadline_ms;
-    int deadline_stale;    /* a request completed: the next poll moves the deadline out */
-    uint64_t spin_ns;      /* blocking waits poll this long before sleeping (GCOLL_SPIN_US) */
-    uint64_t spin_from_ns; /* start of the current polling, 0: none */
-    uint64_t poll_prev_ns; /* clock at the last polling round */
-    unsigned hot_skip;     /* polling rounds left before the next clock read */
-    int hot_unclocked;     /* rounds ran since the last clock read */
-    gcoll_counters_t counters;
+    int deadline_stale;        /* a request completed: the next poll moves the deadline out */
+    uint64_t spin_ns;          /* blocking waits poll this long before sleeping (GCOLL_SPIN_US) */
+    uint64_t spin_from_ns;     /* start of the current polling, 0: none */
+    uint64_t poll_prev_ns;     /* clock at the last polling round */
+    unsigned hot_skip;         /* polling rounds left before the next clock read */
+    int hot_unclocked;         /* rounds ran since the last clock read */
+    gcoll_counters_t counters; /* but ns_total: */
+    uint64_t ticks_total;      /* the operations' time in gcoll_ticks (base/ticks.h) */
     /* set by a running operation that fails before it sent or consumed anything: its
      * owner may then take the failure as the caller's alone (see comm.h) */
     int op_local;
@@ -44,23 +46,24 @@ typedef struct gcoll_channel {
  * set by the owner once it has chosen and created the transport. */
 void gcoll_channel_setup(gcoll_channel_t *ch, int64_t timeout_ms, uint64_t spin_ns,
                          const volatile int *abort_flag, char *err, size_t errlen);
-/* An operation starts at t0_ns (its sequence number, a fresh deadline, no polling state);
- * ends (its time counted, and whether it succeeded); is undone before it sent or consumed
- * anything (its sequence number goes back, for the caller's next call to pair with the
- * peers' calls still waiting for this one). Inline: they run on every call. */
-static inline void gcoll_channel_begin(gcoll_channel_t *ch, uint64_t t0_ns)
+/* An operation starts (its sequence number, no polling state; the deadline is set by its
+ * first wait, which reads the clock anyway: an operation that never waits reads it only
+ * for its time, in gcoll_ticks); ends (its time since t0_ticks counted, and whether it
+ * succeeded); is undone before it sent or consumed anything (its sequence number goes
+ * back, for the caller's next call to pair with the peers' calls still waiting for this
+ * one). Inline: they run on every call. */
+static inline void gcoll_channel_begin(gcoll_channel_t *ch)
 {
     ch->seq++;
-    ch->begin_ns = t0_ns;
-    ch->deadline_ms = t0_ns / 1000000ull + (uint64_t)ch->timeout_ms;
-    ch->deadline_stale = 0;
+    ch->wait_from_ns = 0;
+    ch->deadline_stale = 1;
     ch->spin_from_ns = 0; /* an operation that failed mid-wait left it set */
     ch->hot_skip = 0;
     ch->op_local = 0;
 }
-static inline void gcoll_channel_end(gcoll_channel_t *ch, uint64_t t0_ns, int ok)
+static inline void gcoll_channel_end(gcoll_channel_t *ch, uint64_t t0_ticks, int ok)
 {
-    ch->counters.ns_total += gcoll_time_ns() - t0_ns;
+    ch->ticks_total += gcoll_ticks() - t0_ticks;
     if (ok)
         ch->counters.ops++;
 }

@@ -43,7 +43,7 @@ gcoll_tree_pos_t gcoll_tree_pos(int vr, int P)
 typedef struct {
     const gcoll_coll_t *ctx;
     gcoll_guard_note_t note;
-    uint64_t probe_at_ns; /* when a wait still running probes the peers; 0: probed */
+    int probed;
 } guard_t;
 
 static gcoll_status_t guard_start(guard_t *gd, const gcoll_coll_t *ctx, int kind, size_t count,
@@ -52,12 +52,13 @@ static gcoll_status_t guard_start(guard_t *gd, const gcoll_coll_t *ctx, int kind
     gd->ctx = ctx;
     gd->note = (gcoll_guard_note_t){
         .seq = ctx->ch->seq & 0x7fffffffu, .sig = sig, .kind = kind, .root = root, .count = count};
-    gd->probe_at_ns = ctx->ch->begin_ns + GCOLL_GUARD_PROBE_MS * 1000000ull;
+    gd->probed = 0;
     return gcoll_guard_begin(ctx, &gd->note);
 }
 
-/* Waits for reqs[0..n) in order; past GCOLL_GUARD_PROBE_MS into the call, tells every peer
- * what this rank waits in (the clock of the channel's last polling round, read anyway). */
+/* Waits for reqs[0..n) in order; GCOLL_GUARD_PROBE_MS after the call first waited, tells
+ * every peer what this rank waits in (by the clock of the channel's polling rounds, read
+ * anyway). */
 static gcoll_status_t wait_guarded(guard_t *gd, gcoll_treq_t *reqs, int n)
 {
     gcoll_channel_t *ch = gd->ctx->ch;
@@ -70,9 +71,10 @@ static gcoll_status_t wait_guarded(guard_t *gd, gcoll_treq_t *reqs, int n)
         }
         if (first == n)
             return GCOLL_OK;
-        if (gd->probe_at_ns && ch->poll_prev_ns >= gd->probe_at_ns) {
+        if (!gd->probed && ch->wait_from_ns &&
+            ch->poll_prev_ns >= ch->wait_from_ns + GCOLL_GUARD_PROBE_MS * 1000000ull) {
             gcoll_guard_probe(ch, &gd->note);
-            gd->probe_at_ns = 0;
+            gd->probed = 1;
         }
         GCOLL_CHECK(gcoll_channel_poll(ch, &reqs[first]));
     }
@@ -169,6 +171,12 @@ static double rooted_cost(int kind, gcoll_rooted_algo_t a, double n, int P)
     return GCOLL_COST_ALPHA_NS + (P - 1) * (ROOT_MSG_NS + n * GCOLL_COST_BETA_NS);
 }
 
+static int over_tcp(const gcoll_coll_t *ctx)
+{
+    const gcoll_transport_ops_t *ops = ctx->ch ? ctx->ch->ops : NULL;
+    return ops && ops->name && !strcmp(ops->name, "tcp");
+}
+
 gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_t bytes, char *why,
                                         size_t len)
 {
@@ -185,13 +193,12 @@ gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_
          * to 64 MiB (1.3-1.6x); through memory (UCX: one copy, by the receiver) the form
          * that splits the sum between the ranks was ahead from 1 MiB (1.1-1.6x) and even at
          * 256 KiB (docs/results/rooted.md). */
-        const gcoll_transport_ops_t *ops = ctx->ch ? ctx->ch->ops : NULL;
-        int tcp = ops && ops->name && !strcmp(ops->name, "tcp");
         gcoll_rooted_algo_t a =
-            tcp || bytes < ((size_t)512 << 10) ? GCOLL_ROOTED_TREE : GCOLL_ROOTED_DIRECT;
+            bytes < ((size_t)512 << 10) || over_tcp(ctx) ? GCOLL_ROOTED_TREE : GCOLL_ROOTED_DIRECT;
         if (why)
-            snprintf(why, len, "2 ranks over %s, %zu bytes: %s", tcp ? "tcp" : "memory or RDMA",
-                     bytes, a == GCOLL_ROOTED_TREE ? "tree" : "direct");
+            snprintf(why, len, "2 ranks over %s, %zu bytes: %s",
+                     over_tcp(ctx) ? "tcp" : "memory or RDMA", bytes,
+                     a == GCOLL_ROOTED_TREE ? "tree" : "direct");
         return a;
     }
     double t = rooted_cost(kind, GCOLL_ROOTED_TREE, (double)bytes, ctx->size);

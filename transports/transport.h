@@ -108,11 +108,11 @@ typedef struct gcoll_transport_ops {
     int (*local_capable)(char *desc, size_t desclen);
     /* Optional (NULL: nothing to do). Called when an operation has ended on this rank:
      * moves the control messages it owes its peers (answers to their sends) that the
-     * transport had to queue, until they leave or deadline_ms (gcoll_time_ms) passes. Such
+     * transport had to queue, until they leave or timeout_ms passes. Such
      * a message otherwise moves only while this rank progresses this transport again,
      * and a peer that waits for it before it can finish may be what this rank waits for
      * elsewhere (two communicators in one process). Never fails the operation. */
-    void (*flush)(gcoll_transport_t *t, uint64_t deadline_ms);
+    void (*flush)(gcoll_transport_t *t, int64_t timeout_ms);
 } gcoll_transport_ops_t;
 
 extern const gcoll_transport_ops_t gcoll_tcp_ops;

@@ -36,11 +36,8 @@ void gcoll_comm_set_error(gcoll_comm_t *comm, const char *fmt, ...)
     va_end(ap);
 }
 
-gcoll_status_t gcoll_comm_check_args(gcoll_comm_t *comm, const char *what, int ok, const char *fmt,
-                                     ...)
+gcoll_status_t gcoll_comm_args_failed(gcoll_comm_t *comm, const char *what, const char *fmt, ...)
 {
-    if (ok)
-        return GCOLL_OK;
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -106,8 +103,11 @@ static void local_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
 gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_run_fn_t run,
                                    const gcoll_args_t *args)
 {
-    /* one request kept for reuse: most calls are blocking and free theirs at once */
-    gcoll_request_t *req = __atomic_exchange_n(&comm->req_cache, NULL, __ATOMIC_ACQUIRE);
+    /* freed requests are kept for reuse: most calls are blocking and free theirs at once
+     * (a group's send and receive and the group itself: three) */
+    gcoll_request_t *req = NULL;
+    for (int i = 0; i < GCOLL_REQ_CACHE && !req; i++)
+        req = __atomic_exchange_n(&comm->req_cache[i], NULL, __ATOMIC_ACQUIRE);
     if (req)
         memset(req, 0, sizeof(*req));
     else if (!(req = calloc(1, sizeof(*req))))
@@ -124,10 +124,13 @@ void gcoll_request_free(gcoll_request_t *req)
 {
     if (req->a.release)
         req->a.release(req->a.ext);
-    gcoll_request_t *none = NULL;
-    if (!__atomic_compare_exchange_n(&req->comm->req_cache, &none, req, 0, __ATOMIC_RELEASE,
-                                     __ATOMIC_RELAXED))
-        free(req);
+    for (int i = 0; i < GCOLL_REQ_CACHE; i++) {
+        gcoll_request_t *none = NULL;
+        if (__atomic_compare_exchange_n(&req->comm->req_cache[i], &none, req, 0, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+            return;
+    }
+    free(req);
 }
 
 /* After an operation: wakes whoever can use it, the threads in gcoll_wait and the progress
@@ -147,13 +150,13 @@ static void run_op(gcoll_comm_t *comm, gcoll_request_t *req)
         st = GCOLL_ERR_ABORTED;
     } else {
         comm->op_error[0] = '\0';
-        uint64_t t0 = gcoll_time_ns();
-        gcoll_channel_begin(&comm->chan, t0);
+        uint64_t t0 = gcoll_ticks();
+        gcoll_channel_begin(&comm->chan);
         if (req->noseq) /* point-to-point takes no place among the collectives */
             gcoll_channel_undo(&comm->chan);
         st = req->run(comm, req);
         if (st >= 0 && comm->chan.ops->flush)
-            comm->chan.ops->flush(comm->chan.tp, gcoll_time_ms() + (uint64_t)comm->cfg.timeout_ms);
+            comm->chan.ops->flush(comm->chan.tp, comm->cfg.timeout_ms);
         gcoll_channel_end(&comm->chan, t0, st >= 0);
         if (st < 0 && comm->chan.op_local && req->blocking && queue_empty(comm))
             local_fail(comm, req->name, st);
@@ -448,7 +451,8 @@ static void comm_free(gcoll_comm_t *comm)
         free(r);
     }
     free(comm->p2p_count);
-    free(comm->req_cache);
+    for (int i = 0; i < GCOLL_REQ_CACHE; i++)
+        free(comm->req_cache[i]);
     free(comm->scratch.p);
     if (comm->chan.tp)
         comm->chan.ops->destroy(comm->chan.tp);
@@ -730,6 +734,7 @@ gcoll_status_t gcoll_comm_counters(const gcoll_comm_t *comm, gcoll_counters_t *c
         return GCOLL_ERR_INVALID;
     pthread_mutex_lock((pthread_mutex_t *)&comm->lock);
     *counters_p = comm->chan.counters;
+    counters_p->ns_total = gcoll_ticks_to_ns(comm->chan.ticks_total);
     pthread_mutex_unlock((pthread_mutex_t *)&comm->lock);
     return GCOLL_OK;
 }

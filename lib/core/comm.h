@@ -43,6 +43,9 @@ struct gcoll_request {
     struct gcoll_request *next;
 };
 
+/* Freed requests kept per communicator for reuse. */
+#define GCOLL_REQ_CACHE 4
+
 struct gcoll_comm {
     int rank, size;
     gcoll_config_t cfg;
@@ -54,9 +57,9 @@ struct gcoll_comm {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     gcoll_request_t *qhead, *qtail;
-    gcoll_request_t *req_cache; /* a freed request kept for the next call (atomic) */
-    int busy;                   /* an operation is running (on the progress thread or inline) */
-    int waiters;                /* threads in gcoll_wait */
+    gcoll_request_t *req_cache[GCOLL_REQ_CACHE]; /* freed requests kept for reuse (atomic) */
+    int busy;    /* an operation is running (on the progress thread or inline) */
+    int waiters; /* threads in gcoll_wait */
     int stop;
     pthread_t thread;
     int thread_started;
@@ -123,9 +126,13 @@ int gcoll_comm_in_group(gcoll_comm_t *comm);
 /* Allocates a request for run with args; NULL on ENOMEM. */
 gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_run_fn_t run,
                                    const gcoll_args_t *args);
-/* Validation shared by entry points: non-NULL comm; sets the comm's error on failure. */
-gcoll_status_t gcoll_comm_check_args(gcoll_comm_t *comm, const char *what, int ok, const char *fmt,
-                                     ...) __attribute__((format(printf, 4, 5)));
+/* Validation shared by entry points: GCOLL_OK when ok, else GCOLL_ERR_INVALID with the
+ * message logged and kept as the comm's error (comm may be NULL). A macro so that the
+ * passing check, on every call, costs a branch and not a variadic call. */
+#define gcoll_comm_check_args(comm, what, ok, ...)                                                 \
+    ((ok) ? GCOLL_OK : gcoll_comm_args_failed((comm), (what), __VA_ARGS__))
+gcoll_status_t gcoll_comm_args_failed(gcoll_comm_t *comm, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), cold));
 
 /* The running collective records why it failed (first message wins). */
 void gcoll_comm_set_error(gcoll_comm_t *comm, const char *fmt, ...)

@@ -220,7 +220,7 @@ static gcoll_status_t run_fused(gcoll_comm_t *comm, gcoll_request_t **v, int n, 
     fused.a = (gcoll_args_t){
         .sendbuf = buf, .recvbuf = buf, .count = count, .dtype = v[0]->a.dtype, .op = v[0]->a.op};
     GCOLL_DEBUG(GCOLL_SUBSYS_COLL, "group: %d allreduces (%zu bytes) fused into one", n, bytes);
-    gcoll_channel_begin(&comm->chan, gcoll_time_ns());
+    gcoll_channel_begin(&comm->chan);
     gcoll_status_t st = gcoll_op_run_allreduce(comm, &fused);
     if (st == GCOLL_OK) {
         off = 0;
@@ -233,6 +233,8 @@ static gcoll_status_t run_fused(gcoll_comm_t *comm, gcoll_request_t **v, int n, 
     return st;
 }
 
+#define GROUP_SMALL 8
+
 static gcoll_status_t run_group(gcoll_comm_t *comm, gcoll_request_t *greq)
 {
     gcoll_request_t *list = greq->a.ext;
@@ -241,11 +243,18 @@ static gcoll_status_t run_group(gcoll_comm_t *comm, gcoll_request_t *greq)
         n++;
         np += is_p2p(r);
     }
-    gcoll_request_t **v = malloc((size_t)n * sizeof(*v));
-    gcoll_treq_t *t = calloc((size_t)np + 1, sizeof(*t));
+    /* a small group (a send and a receive) on the stack: no allocation per call */
+    gcoll_request_t *v_small[GROUP_SMALL], **v = v_small;
+    gcoll_treq_t t_small[GROUP_SMALL + 1], *t = t_small;
+    if (n > GROUP_SMALL) {
+        v = malloc((size_t)n * sizeof(*v));
+        t = calloc((size_t)np + 1, sizeof(*t));
+    }
     if (!v || !t) {
-        free(v);
-        free(t);
+        if (v != v_small)
+            free(v);
+        if (t != t_small)
+            free(t);
         gcoll_comm_set_error(comm, "no memory for a group of %d calls", n);
         return GCOLL_ERR_NOMEM; /* the release completes the calls */
     }
@@ -289,7 +298,7 @@ static gcoll_status_t run_group(gcoll_comm_t *comm, gcoll_request_t *greq)
             i = j;
             continue;
         }
-        gcoll_channel_begin(&comm->chan, gcoll_time_ns());
+        gcoll_channel_begin(&comm->chan);
         st = v[i]->run(comm, v[i]);
         if (st == GCOLL_OK)
             v[i]->status = GCOLL_OK;
@@ -316,8 +325,10 @@ static gcoll_status_t run_group(gcoll_comm_t *comm, gcoll_request_t *greq)
         gcoll_request_complete(v[i], ok ? GCOLL_OK : st);
     }
     comm->chan.op_local = 0; /* the calls' sequence numbers are spent: never undone */
-    free(t);
-    free(v);
+    if (t != t_small)
+        free(t);
+    if (v != v_small)
+        free(v);
     return st;
 }
 
