@@ -90,10 +90,7 @@ gcoll_status_t gcoll_ibroadcast(gcoll_comm_t *comm, void *buf, size_t count, gco
     GCOLL_CHECK(
         gcoll_comm_check_args(comm, what, count == 0 || buf, "NULL buffer with count %zu", count));
     gcoll_args_t a = {.recvbuf = buf, .count = count, .dtype = dtype, .root = root};
-    gcoll_request_t *req = gcoll_request_new(comm, what, run_broadcast, &a);
-    if (!req)
-        return GCOLL_ERR_NOMEM;
-    return gcoll_comm_submit(comm, req, req_p);
+    return gcoll_op_submit(comm, what, run_broadcast, &a, req_p);
 }
 
 gcoll_status_t gcoll_broadcast(gcoll_comm_t *comm, void *buf, size_t count, gcoll_dtype_t dtype,
@@ -116,10 +113,7 @@ gcoll_status_t gcoll_ibarrier(gcoll_comm_t *comm, gcoll_request_t **req_p)
         return GCOLL_ERR_INVALID;
     }
     gcoll_args_t a = {0};
-    gcoll_request_t *req = gcoll_request_new(comm, "gcoll_barrier", run_barrier, &a);
-    if (!req)
-        return GCOLL_ERR_NOMEM;
-    return gcoll_comm_submit(comm, req, req_p);
+    return gcoll_op_submit(comm, "gcoll_barrier", run_barrier, &a, req_p);
 }
 
 gcoll_status_t gcoll_barrier(gcoll_comm_t *comm)

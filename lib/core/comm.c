@@ -108,22 +108,30 @@ gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_r
     gcoll_request_t *req = NULL;
     for (int i = 0; i < GCOLL_REQ_CACHE && !req; i++)
         req = __atomic_exchange_n(&comm->req_cache[i], NULL, __ATOMIC_ACQUIRE);
-    if (req)
-        memset(req, 0, sizeof(*req));
-    else if (!(req = calloc(1, sizeof(*req))))
+    if (!req && !(req = malloc(sizeof(*req))))
         return NULL;
-    req->comm = comm;
-    req->name = name;
-    req->run = run;
-    req->a = *args;
-    req->status = GCOLL_INPROGRESS;
+    gcoll_request_init(req, comm, name, run, args);
+    req->stacked = 0;
     return req;
+}
+
+void gcoll_request_init(gcoll_request_t *req, gcoll_comm_t *comm, const char *name,
+                        gcoll_run_fn_t run, const gcoll_args_t *args)
+{
+    *req = (gcoll_request_t){.comm = comm,
+                             .run = run,
+                             .name = name,
+                             .a = *args,
+                             .status = GCOLL_INPROGRESS,
+                             .stacked = 1};
 }
 
 void gcoll_request_free(gcoll_request_t *req)
 {
     if (req->a.release)
         req->a.release(req->a.ext);
+    if (req->stacked)
+        return;
     for (int i = 0; i < GCOLL_REQ_CACHE; i++) {
         gcoll_request_t *none = NULL;
         if (__atomic_compare_exchange_n(&req->comm->req_cache[i], &none, req, 0, __ATOMIC_RELEASE,
@@ -278,7 +286,19 @@ gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req, gcoll
     req->blocking = req_p == NULL;
     pthread_mutex_lock(&comm->lock);
     if (comm->group_depth > 0 && pthread_equal(comm->group_thread, pthread_self())) {
-        /* inside a group: kept for gcoll_group_end, which runs the group's calls together */
+        /* inside a group: kept for gcoll_group_end, which runs the group's calls together
+         * (a request on the caller's stack moves to the heap: the call returns now) */
+        if (req->stacked) {
+            gcoll_request_t *heap = malloc(sizeof(*heap));
+            if (!heap) {
+                pthread_mutex_unlock(&comm->lock);
+                gcoll_request_free(req);
+                return GCOLL_ERR_NOMEM;
+            }
+            *heap = *req;
+            heap->stacked = 0;
+            req = heap;
+        }
         req->grouped = 1;
         req->next = NULL;
         if (comm->gtail)

@@ -40,6 +40,7 @@ struct gcoll_request {
      * collectives (a group's collectives take theirs as they run) */
     int noseq;
     int grouped; /* captured by an open group, not yet handed to the queue */
+    int stacked; /* on the blocking caller's stack (gcoll_request_init): never freed */
     struct gcoll_request *next;
 };
 
@@ -123,6 +124,10 @@ void gcoll_request_free(gcoll_request_t *req);
 /* Whether the calling thread has a group open on comm (inside a group, calls are captured,
  * and the hierarchy is not used). */
 int gcoll_comm_in_group(gcoll_comm_t *comm);
+/* Fills *req for run with args: a blocking call's request on its caller's stack, which
+ * gcoll_comm_submit copies to the heap only if a group captures it. */
+void gcoll_request_init(gcoll_request_t *req, gcoll_comm_t *comm, const char *name,
+                        gcoll_run_fn_t run, const gcoll_args_t *args);
 /* Allocates a request for run with args; NULL on ENOMEM. */
 gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_run_fn_t run,
                                    const gcoll_args_t *args);

@@ -147,11 +147,7 @@ gcoll_status_t gcoll_op_p2p_any(gcoll_comm_t *comm, const char *what, void *recv
                       .ext = source};
     if (source)
         *source = -1;
-    gcoll_request_t *req = gcoll_request_new(comm, what, run_p2p_any, &a);
-    if (!req)
-        return GCOLL_ERR_NOMEM;
-    req->noseq = 1;
-    return gcoll_comm_submit(comm, req, req_p);
+    return gcoll_op_submit_noseq(comm, what, run_p2p_any, &a, req_p);
 }
 
 gcoll_status_t gcoll_op_p2p(gcoll_comm_t *comm, const char *what, int kind, const void *sendbuf,
@@ -164,11 +160,7 @@ gcoll_status_t gcoll_op_p2p(gcoll_comm_t *comm, const char *what, int kind, cons
                       .dtype = dtype,
                       .root = peer,
                       .kind = kind};
-    gcoll_request_t *req = gcoll_request_new(comm, what, run_p2p, &a);
-    if (!req)
-        return GCOLL_ERR_NOMEM;
-    req->noseq = 1;
-    return gcoll_comm_submit(comm, req, req_p);
+    return gcoll_op_submit_noseq(comm, what, run_p2p, &a, req_p);
 }
 
 /* ---- groups ----------------------------------------------------------------------- */

@@ -14,16 +14,35 @@
 #include "core/comm.h"
 #include "hier/hier.h"
 
-gcoll_status_t gcoll_op_submit(gcoll_comm_t *comm, const char *what, gcoll_run_fn_t run,
-                               gcoll_args_t *a, gcoll_request_t **req_p)
+static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_run_fn_t run,
+                             gcoll_args_t *a, int noseq, gcoll_request_t **req_p)
 {
+    if (!req_p) { /* blocking: the request lives in this frame until the call returns */
+        gcoll_request_t req;
+        gcoll_request_init(&req, comm, what, run, a);
+        req.noseq = noseq;
+        return gcoll_comm_submit(comm, &req, NULL);
+    }
     gcoll_request_t *req = gcoll_request_new(comm, what, run, a);
     if (!req) {
         if (a->release)
             a->release(a->ext);
         return GCOLL_ERR_NOMEM;
     }
+    req->noseq = noseq;
     return gcoll_comm_submit(comm, req, req_p);
+}
+
+gcoll_status_t gcoll_op_submit(gcoll_comm_t *comm, const char *what, gcoll_run_fn_t run,
+                               gcoll_args_t *a, gcoll_request_t **req_p)
+{
+    return submit(comm, what, run, a, 0, req_p);
+}
+
+gcoll_status_t gcoll_op_submit_noseq(gcoll_comm_t *comm, const char *what, gcoll_run_fn_t run,
+                                     gcoll_args_t *a, gcoll_request_t **req_p)
+{
+    return submit(comm, what, run, a, 1, req_p);
 }
 
 gcoll_vargs_t *gcoll_vargs_new(int P, const size_t *rc, const size_t *rd, const size_t *sc,

@@ -11,6 +11,9 @@
  * allocate, a->release(a->ext) runs. */
 gcoll_status_t gcoll_op_submit(gcoll_comm_t *comm, const char *what, gcoll_run_fn_t run,
                                gcoll_args_t *a, gcoll_request_t **req_p);
+/* The same for a call that takes no sequence number among the collectives (point-to-point). */
+gcoll_status_t gcoll_op_submit_noseq(gcoll_comm_t *comm, const char *what, gcoll_run_fn_t run,
+                                     gcoll_args_t *a, gcoll_request_t **req_p);
 
 /* Per-rank counts and displacements of the v-collectives, one allocation, copied at the
  * call so that the caller may reuse its arrays at once (NULL arrays are left NULL). */
