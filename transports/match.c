@@ -112,6 +112,51 @@ void gcoll_match_peer_fini(gcoll_match_peer_t *mp)
         gcoll_match_unexp_free(mp, u);
     }
     mp->unexp_tail = NULL;
+    free(mp->index);
+    mp->index = NULL;
+    mp->index_n = mp->nunexp = 0;
+}
+
+/* ---- the store's index by tag ---------------------------------------------------------- */
+
+#define INDEX_FROM 16 /* messages held before the store is indexed */
+
+static size_t bucket_of(const gcoll_match_peer_t *mp, uint64_t tag)
+{
+    return (size_t)((tag * 0x9e3779b97f4a7c15ull) >> 32) & (mp->index_n - 1);
+}
+
+/* Rebuilds the index with at least twice as many buckets as messages held; with no memory
+ * for it the store goes on unindexed (slower, not wrong). */
+static void index_grow(gcoll_match_peer_t *mp)
+{
+    size_t n = 64;
+    while (n < 2 * mp->nunexp)
+        n *= 2;
+    gcoll_unexp_t **b = calloc(n, sizeof(*b));
+    free(mp->index);
+    mp->index = b;
+    mp->index_n = 0;
+    if (!b)
+        return;
+    mp->index_n = n;
+    for (gcoll_unexp_t *u = mp->unexp; u; u = u->next) {
+        size_t h = bucket_of(mp, u->tag);
+        u->hnext = b[h];
+        b[h] = u;
+    }
+}
+
+static void index_remove(gcoll_match_peer_t *mp, gcoll_unexp_t *u)
+{
+    if (!mp->index)
+        return;
+    for (gcoll_unexp_t **pp = &mp->index[bucket_of(mp, u->tag)]; *pp; pp = &(*pp)->hnext)
+        if (*pp == u) {
+            *pp = u->hnext;
+            break;
+        }
+    u->hnext = NULL;
 }
 
 gcoll_treq_t *gcoll_match_arrived(gcoll_match_peer_t *mp, uint64_t tag, size_t len, uint32_t sig,
@@ -167,48 +212,66 @@ gcoll_unexp_t *gcoll_match_keep(gcoll_match_peer_t *mp, uint64_t tag, uint32_t s
     u->arrival = m->arrivals++;
     mp->unexp_bytes += bytes;
     m->unexp_held += held;
+    u->prev = mp->unexp_tail;
     if (mp->unexp_tail)
         mp->unexp_tail->next = u;
     else
         mp->unexp = u;
     mp->unexp_tail = u;
+    mp->nunexp++;
+    if (mp->index && mp->nunexp <= 2 * mp->index_n) {
+        size_t h = bucket_of(mp, tag);
+        u->hnext = mp->index[h];
+        mp->index[h] = u;
+    } else if (mp->nunexp > INDEX_FROM) {
+        index_grow(mp); /* rebuilt from the list: u included */
+    }
     return u;
 }
 
 gcoll_unexp_t *gcoll_match_find(gcoll_match_peer_t *mp, uint64_t tag)
 {
-    for (gcoll_unexp_t *u = mp->unexp; u; u = u->next)
+    if (!mp->index) {
+        for (gcoll_unexp_t *u = mp->unexp; u; u = u->next)
+            if (u->tag == tag)
+                return u;
+        return NULL;
+    }
+    /* a bucket holds its messages newest first: the oldest with the tag is the last seen */
+    gcoll_unexp_t *oldest = NULL;
+    for (gcoll_unexp_t *u = mp->index[bucket_of(mp, tag)]; u; u = u->hnext)
         if (u->tag == tag)
-            return u;
-    return NULL;
+            oldest = u;
+    return oldest;
 }
 
-/* Unlinks u (prev: its predecessor, or NULL at the head). */
-static void unexp_unlink(gcoll_match_peer_t *mp, gcoll_unexp_t *prev, gcoll_unexp_t *u)
+/* Takes u out of the store. */
+static void unexp_unlink(gcoll_match_peer_t *mp, gcoll_unexp_t *u)
 {
-    if (prev)
-        prev->next = u->next;
+    index_remove(mp, u);
+    if (u->prev)
+        u->prev->next = u->next;
     else
         mp->unexp = u->next;
-    if (mp->unexp_tail == u)
-        mp->unexp_tail = prev;
-    u->next = NULL;
+    if (u->next)
+        u->next->prev = u->prev;
+    else
+        mp->unexp_tail = u->prev;
+    u->next = u->prev = NULL;
+    mp->nunexp--;
 }
 
 gcoll_unexp_t *gcoll_match_claim(gcoll_match_peer_t *mp, gcoll_treq_t *req, gcoll_status_t *st_p)
 {
     *st_p = GCOLL_OK;
-    gcoll_unexp_t *prev = NULL;
-    for (gcoll_unexp_t *u = mp->unexp; u; prev = u, u = u->next) {
-        if (u->tag != req->tag)
-            continue;
-        unexp_unlink(mp, prev, u);
-        *st_p = check(mp, req, u->len, u->sig);
-        if (*st_p != GCOLL_OK)
-            complete(mp, req, *st_p);
-        return u;
-    }
-    return NULL;
+    gcoll_unexp_t *u = gcoll_match_find(mp, req->tag);
+    if (!u)
+        return NULL;
+    unexp_unlink(mp, u);
+    *st_p = check(mp, req, u->len, u->sig);
+    if (*st_p != GCOLL_OK)
+        complete(mp, req, *st_p);
+    return u;
 }
 
 /* Frees an entry out of the store (claimed, or being dropped). */
@@ -266,14 +329,11 @@ void gcoll_match_fail(gcoll_match_peer_t *mp, gcoll_status_t st, int keep)
     mp->failed = 1;
     mp->status = st;
     gcoll_match_fail_posted(mp, st);
-    gcoll_unexp_t *prev = NULL;
     for (gcoll_unexp_t *u = mp->unexp, *next; u; u = next) {
         next = u->next;
-        if (keep == GCOLL_MATCH_KEEP_WHOLE && u->whole) {
-            prev = u;
+        if (keep == GCOLL_MATCH_KEEP_WHOLE && u->whole)
             continue;
-        }
-        unexp_unlink(mp, prev, u);
+        unexp_unlink(mp, u);
         gcoll_match_unexp_free(mp, u);
     }
 }

@@ -23,7 +23,8 @@ int gcoll_treq_list_remove(gcoll_treq_t **head, gcoll_treq_t **tail, gcoll_treq_
 
 /* A message that arrived before its receive was posted. */
 typedef struct gcoll_unexp {
-    struct gcoll_unexp *next;
+    struct gcoll_unexp *next, *prev; /* the peer's store, in arrival order */
+    struct gcoll_unexp *hnext;       /* its bucket of the store's index by tag */
     uint64_t tag;
     uint32_t sig;
     size_t len;    /* the message's length */
@@ -67,6 +68,13 @@ typedef struct {
     gcoll_treq_t *posted, *posted_tail; /* receives not yet matched, oldest first */
     gcoll_unexp_t *unexp, *unexp_tail;  /* unexpected messages, oldest first */
     size_t unexp_bytes;
+    /* The store indexed by tag once it holds more than a few messages: a rank that runs
+     * ahead (the senders of back-to-back small rooted calls) leaves thousands here, and
+     * every new message's lookup of its tag walked them all (TCP, 4 ranks, reduce of 8 B
+     * 30,000 times: 78% of the CPU in that walk). NULL: walk the list. */
+    gcoll_unexp_t **index;
+    size_t index_n; /* buckets, a power of two */
+    size_t nunexp;  /* messages in the store */
 } gcoll_match_peer_t;
 
 void gcoll_match_peer_init(gcoll_match_peer_t *mp, gcoll_match_t *m, int rank);

@@ -107,6 +107,54 @@ static gcoll_status_t arrive(fixture_t *f, uint64_t tag, uint32_t sig, const voi
     return st;
 }
 
+/* ---- the store's index ----------------------------------------------------------- */
+
+/* A store of 3000 messages (past the point where it is indexed, and through several
+ * rebuilds of the index): 1000 tags, three messages each with their own payload. Each tag's
+ * receives, posted in a shuffled order of tags, get its messages oldest first; a tag never
+ * sent finds nothing; half-way, a failure that keeps whole messages keeps them all, still
+ * claimable, and the store ends empty. */
+static void test_index_many(void **state)
+{
+    fixture_t *f = *state;
+    enum { TAGS = 1000, EACH = 3 };
+    uint8_t msg[16];
+    for (int k = 0; k < EACH; k++)
+        for (int t = 0; t < TAGS; t++) {
+            fill(msg, sizeof(msg), t * EACH + k);
+            assert_int_equal(arrive(f, 0x1000 + (uint64_t)t * 7919, 7, msg, sizeof(msg)), GCOLL_OK);
+        }
+    assert_int_equal(f->peer.nunexp, TAGS * EACH);
+    assert_non_null(f->peer.index);
+    assert_null(gcoll_match_find(&f->peer, 0x999999));
+    int order[TAGS];
+    for (int t = 0; t < TAGS; t++)
+        order[t] = t;
+    srand(7);
+    for (int t = TAGS - 1; t > 0; t--) {
+        int j = rand() % (t + 1), x = order[t];
+        order[t] = order[j];
+        order[j] = x;
+    }
+    for (int i = 0; i < TAGS; i++) {
+        if (i == TAGS / 2)
+            gcoll_match_fail(&f->peer, GCOLL_ERR_PEER, GCOLL_MATCH_KEEP_WHOLE);
+        int t = order[i];
+        for (int k = 0; k < EACH; k++) {
+            uint8_t out[16] = {0};
+            gcoll_treq_t r = rreq(0x1000 + (uint64_t)t * 7919, out, sizeof(out));
+            assert_int_equal(post(f, &r), GCOLL_OK);
+            assert_true(r.done);
+            assert_int_equal(r.status, GCOLL_OK);
+            assert_filled(out, sizeof(out), t * EACH + k);
+        }
+        assert_null(gcoll_match_find(&f->peer, 0x1000 + (uint64_t)t * 7919));
+    }
+    assert_int_equal(f->peer.nunexp, 0);
+    assert_null(f->peer.unexp);
+    assert_null(f->peer.unexp_tail);
+}
+
 /* ---- order ------------------------------------------------------------------------ */
 
 /* Messages arrive in another order than their receives are posted, some before their
@@ -525,6 +573,7 @@ static void test_peek_first_come(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_index_many, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_by_later_post, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
