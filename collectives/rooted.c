@@ -16,6 +16,12 @@ const char *const gcoll_rooted_algo_names[] = {"auto", "tree", "direct"};
 /* ---- the binomial tree ------------------------------------------------------------- */
 
 /* Lowest set bit of vr (P for the root, vr 0): the span of vr's subtree before clipping. */
+/* x mod P for x in [0, 2P): every rank sum here is one (an idiv costs tens of cycles). */
+static inline int wrap(int x, int P)
+{
+    return x >= P ? x - P : x;
+}
+
 static int low_bit(int vr, int P)
 {
     return vr ? vr & -vr : P;
@@ -224,7 +230,7 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
                                   uint8_t *recv, size_t count, gcoll_dtype_t dtype, gcoll_op_t op,
                                   int root, uint32_t sig)
 {
-    const int P = ctx->size, vr = (ctx->rank - root + P) % P;
+    const int P = ctx->size, vr = wrap(ctx->rank - root + P, P);
     const size_t esz = gcoll_dtype_size(dtype), bytes = count * esz;
     gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
     int own = vr && t.nchild; /* a non-root rank with children combines into a temporary */
@@ -238,7 +244,7 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
         }
     }
     uint8_t *acc = vr ? (own ? tmp : (uint8_t *)send) : recv;
-    const int parent = (t.parent + root) % P;
+    const int parent = wrap(t.parent + root, P);
     /* segments: whole elements, at least one */
     const size_t seg_elems = GCOLL_MAX(ctx->cfg->ring_chunk / esz, (size_t)1);
     const size_t nseg = GCOLL_MAX(GCOLL_DIV_UP(count, seg_elems), (size_t)1);
@@ -254,13 +260,14 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
     for (int c = 0; c < t.nchild; c++) /* req[c * nseg + k]: child c's segment k */
         for (size_t k = 0; k < nseg; k++) {
             size_t off = k * seg_elems * esz, len = GCOLL_MIN(seg_elems * esz, bytes - off);
-            GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (vr + (1 << c) + root) % P,
+            GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], wrap(vr + (1 << c) + root, P),
                                                  (uint32_t)k, sig,
                                                  tmp + (size_t)(own + c) * bytes + off, len, 0),
                              st, out);
         }
     for (int c = 0; c < t.nchild; c++)
-        GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, (vr + (1 << c) + root) % P, bytes, sig), st, out);
+        GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, wrap(vr + (1 << c) + root, P), bytes, sig), st,
+                         out);
     const int nrx = n; /* the children's segments and words */
     int word = -1;     /* the parent's word, when it sends one */
     if (vr) {
@@ -438,7 +445,7 @@ static void rotate_to_virtual(uint8_t *dst, const uint8_t *src, size_t block, in
  * recvbuf, so that it can be received in place. */
 static int child_in_place(int cv, size_t csize, int root, int P)
 {
-    return (size_t)((cv + root) % P) + csize <= (size_t)P;
+    return (size_t)(wrap(cv + root, P)) + csize <= (size_t)P;
 }
 
 /* Binomial gather: each rank collects its subtree's blocks (virtual ranks vr .. vr+size-1,
@@ -450,7 +457,7 @@ static int child_in_place(int cv, size_t csize, int root, int P)
 static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const uint8_t *send,
                                   uint8_t *recv, size_t block, int root, uint32_t sig)
 {
-    const int P = ctx->size, vr = (ctx->rank - root + P) % P;
+    const int P = ctx->size, vr = wrap(ctx->rank - root + P, P);
     gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
     uint8_t *buf = NULL; /* a non-root parent's subtree, or the root's wrapped children */
     int wrapped = 0;     /* root: children whose ranks wrap past P - 1 in recvbuf */
@@ -464,12 +471,12 @@ static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
             return GCOLL_ERR_NOMEM;
         }
     }
-    const int parent = (t.parent + root) % P;
+    const int parent = wrap(t.parent + root, P);
     gcoll_treq_t req[68]; /* written whole when posted, as reduce_tree's */
     gcoll_status_t st = GCOLL_OK;
     int n = 0;
     for (int c = 0; c < t.nchild; c++) {
-        int cv = vr + (1 << c), cr = (cv + root) % P;
+        int cv = vr + (1 << c), cr = wrap(cv + root, P);
         size_t csize = (size_t)gcoll_tree_pos(cv, P).size;
         uint8_t *dst = vr == 0 && child_in_place(cv, csize, root, P)
                            ? recv + (size_t)cr * block
@@ -513,7 +520,7 @@ out:
 static gcoll_status_t scatter_tree(const gcoll_coll_t *ctx, guard_t *gd, const uint8_t *send,
                                    uint8_t *recv, size_t block, int root, uint32_t sig)
 {
-    const int P = ctx->size, vr = (ctx->rank - root + P) % P;
+    const int P = ctx->size, vr = wrap(ctx->rank - root + P, P);
     gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
     const uint8_t *buf = send; /* this rank's subtree's blocks, in virtual order */
     gcoll_treq_t req[68];      /* written whole when posted, as reduce_tree's */
@@ -538,22 +545,23 @@ static gcoll_status_t scatter_tree(const gcoll_coll_t *ctx, guard_t *gd, const u
                 return GCOLL_ERR_NOMEM;
             }
         }
-        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], (t.parent + root) % P, 0, sig, in,
-                                             (size_t)t.size * block, 0),
+        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], wrap(t.parent + root, P), 0, sig,
+                                             in, (size_t)t.size * block, 0),
                          st, out);
         GCOLL_CHECK_GOTO(
-            tell_ready(ctx, req, &n, (t.parent + root) % P, (size_t)t.size * block, sig), st, out);
+            tell_ready(ctx, req, &n, wrap(t.parent + root, P), (size_t)t.size * block, sig), st,
+            out);
         buf = in;
     }
     for (int c = t.nchild - 1; c >= 0; c--) /* the children's word, heard while receiving */
-        GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, (vr + (1 << c) + root) % P,
+        GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, wrap(vr + (1 << c) + root, P),
                                     (size_t)gcoll_tree_pos(vr + (1 << c), P).size * block, sig),
                          st, out);
     GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
     for (int c = t.nchild - 1; c >= 0; c--) {
         int cv = vr + (1 << c);
         size_t csize = (size_t)gcoll_tree_pos(cv, P).size;
-        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], (cv + root) % P, 0, sig,
+        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], wrap(cv + root, P), 0, sig,
                                              buf + (size_t)(1 << c) * block, csize * block),
                          st, out);
     }

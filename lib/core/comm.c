@@ -641,7 +641,7 @@ gcoll_status_t gcoll_comm_init_rank(int size, int rank, const char *root_addr,
     GCOLL_CHECK_GOTO(gcoll_comm_start(comm, root, err, sizeof(err)), st, err_free);
     if (comm->cfg.probe && comm->size > 1 &&
         (st = gcoll_coll_dispatch.probe(comm, &comm->probe_bw)) != GCOLL_OK) {
-        snprintf(err, sizeof(err), "the bandwidth probe (GCOLL_PROBE=1) failed: %s",
+        snprintf(err, sizeof(err), "the bandwidth probe (GCOLL_PROBE=1) failed: %.900s",
                  gcoll_comm_last_error(comm));
         goto err_free;
     }
