@@ -528,9 +528,17 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
 /* ---------------------------------------------------------------------------------- */
 /* Progress, cancel, abort                                                              */
 
+/* A round that found messages in the mailbox leaves UCX's own progress (hundreds of
+ * cycles when idle) to the next, at most SHM_ONLY_MAX - 1 rounds in a row: the waiter
+ * goes on with its message sooner. */
+#define SHM_ONLY_MAX 8u
+
 unsigned gcoll_ucx_drive(gcoll_transport_t *t)
 {
     unsigned total = t->shm_box ? gcoll_ucx_shm_poll(t) : 0, n;
+    if (total && !t->nfin && ++t->shm_only < SHM_ONLY_MAX)
+        return total;
+    t->shm_only = 0;
     int rounds = 0;
     do {
         n = ucp_worker_progress(t->worker);

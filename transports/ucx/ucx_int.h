@@ -182,11 +182,12 @@ struct gcoll_transport {
     unsigned long st_cma_sends, st_cma_recvs; /* logged by destroy (test-ucx.sh) */
 
     /* shared-memory mailbox (ucx_shm.c) */
-    size_t shm_max;   /* GCOLL_UCX_SHM_MAX, capped; 0: off */
-    int shm_fd;       /* our mailbox's memfd until connected, else -1 */
-    uint8_t *shm_box; /* our mailbox */
-    int shm_cpu1;     /* the CPU we last published in our mailbox, plus one (0: none) */
-    int *shm_senders; /* peers whose rings we poll */
+    size_t shm_max;    /* GCOLL_UCX_SHM_MAX, capped; 0: off */
+    int shm_fd;        /* our mailbox's memfd until connected, else -1 */
+    uint8_t *shm_box;  /* our mailbox */
+    int shm_cpu1;      /* the CPU we last published in our mailbox, plus one (0: none) */
+    unsigned shm_only; /* progress rounds in a row that polled the mailbox alone */
+    int *shm_senders;  /* peers whose rings we poll */
     int nshm_senders;
     unsigned long st_shm_sends, st_shm_recvs, st_shm_bells, st_shm_full;
 
