@@ -239,7 +239,9 @@ typedef struct {
     uint64_t ns_compress;    /* codec CPU time: input scan, compression, decompression
                               * and reduction of decoded values into the output */
     uint64_t ns_wire;        /* time spent in communication (waiting on the transport) */
-    uint64_t ns_total;       /* time from start to end of collectives */
+    uint64_t ns_total;       /* time from start to end of collectives (timed by the TSC
+                              * where the kernel's clocksource is tsc, else the monotonic
+                              * clock) */
 } gcoll_counters_t;
 GCOLL_EXPORT gcoll_status_t gcoll_comm_counters(const gcoll_comm_t *comm,
                                                 gcoll_counters_t *counters_p);
