@@ -207,6 +207,11 @@ gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_
                      a == GCOLL_ROOTED_TREE ? "tree" : "direct");
         return a;
     }
+    if (ctx->size == 2) { /* gather, scatter: one message either way; the model ties */
+        if (why)
+            snprintf(why, len, "2 ranks: one message either way: tree");
+        return GCOLL_ROOTED_TREE;
+    }
     double t = rooted_cost(kind, GCOLL_ROOTED_TREE, (double)bytes, ctx->size);
     double d = rooted_cost(kind, GCOLL_ROOTED_DIRECT, (double)bytes, ctx->size);
     if (why)
