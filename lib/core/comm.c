@@ -100,15 +100,21 @@ static void local_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
 /* ---------------------------------------------------------------------------------- */
 /* Operation queue and progress thread                                                  */
 
-gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_run_fn_t run,
-                                   const gcoll_args_t *args)
+/* Memory for a request on the heap: one of the freed ones kept for reuse (a group's send,
+ * receive and the group itself are three), else a fresh one; NULL on ENOMEM. */
+static gcoll_request_t *request_alloc(gcoll_comm_t *comm)
 {
-    /* freed requests are kept for reuse: most calls are blocking and free theirs at once
-     * (a group's send and receive and the group itself: three) */
     gcoll_request_t *req = NULL;
     for (int i = 0; i < GCOLL_REQ_CACHE && !req; i++)
         req = __atomic_exchange_n(&comm->req_cache[i], NULL, __ATOMIC_ACQUIRE);
-    if (!req && !(req = malloc(sizeof(*req))))
+    return req ? req : malloc(sizeof(*req));
+}
+
+gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_run_fn_t run,
+                                   const gcoll_args_t *args)
+{
+    gcoll_request_t *req = request_alloc(comm);
+    if (!req)
         return NULL;
     gcoll_request_init(req, comm, name, run, args);
     req->stacked = 0;
@@ -289,7 +295,7 @@ gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req, gcoll
         /* inside a group: kept for gcoll_group_end, which runs the group's calls together
          * (a request on the caller's stack moves to the heap: the call returns now) */
         if (req->stacked) {
-            gcoll_request_t *heap = malloc(sizeof(*heap));
+            gcoll_request_t *heap = request_alloc(comm);
             if (!heap) {
                 pthread_mutex_unlock(&comm->lock);
                 gcoll_request_free(req);
