@@ -2,8 +2,8 @@
  * mailbox (GCOLL_UCX_SHM_MAX) between two transport instances in one process: transfers
  * either way round, a send withdrawn while its message waits unexpected, a receive of
  * another length, malformed single-copy messages; a full mailbox, its records wrapping,
- * a malformed record, the doorbell that wakes a sleeping receiver; what a failed peer's
- * unexpected messages become; the registration cache; a stranger's endpoint sending
+ * a malformed record, an abort behind a message, the doorbell that wakes a sleeping receiver; what
+ * a failed peer's unexpected messages become; the registration cache; a stranger's endpoint sending
  * gcoll's active messages without the cookie. Skips when UCX cannot run here. */
 #include <pthread.h>
 #include <sched.h>
@@ -281,6 +281,47 @@ static void test_mailbox_malformed(void **state)
     assert_int_equal(r.status, GCOLL_ERR_PEER);
     assert_non_null(strstr(gcoll_ucx_ops.last_error(p->t[1]), "malformed shared-memory"));
     assert_true(p->t[1]->peers[0].rx.failed);
+}
+
+/* An abort goes down the ring behind the messages before it: a receiver that polls only
+ * its mailbox (as gcoll_ucx_drive may, several rounds in a row) takes the message first,
+ * then the abort, which fails the sender. */
+static void test_mailbox_abort(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    uint64_t src = 0x1122334455667788ull, dst = 0;
+    gcoll_treq_t s = req(1, 9, &src, 8), r = req(0, 9, &dst, 8);
+    assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s), GCOLL_OK);
+    assert_int_equal(s.done, 1);
+    gcoll_ucx_ops.abort(p->t[0], GCOLL_ERR_ABORTED, "gcoll_comm_abort was called");
+    assert_int_equal(gcoll_ucx_shm_poll(p->t[1]), 2); /* the message, then the abort */
+    assert_true(p->t[1]->aborted);
+    assert_true(p->t[1]->peers[0].rx.failed);
+    assert_non_null(strstr(gcoll_ucx_ops.last_error(p->t[1]), "rank 0 aborted"));
+    assert_non_null(strstr(gcoll_ucx_ops.last_error(p->t[1]), "gcoll_comm_abort was called"));
+    /* the message came before the abort: it is still received */
+    assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
+    assert_int_equal(r.done, 1);
+    assert_int_equal(r.status, GCOLL_OK);
+    assert_true(dst == src);
+}
+
+/* An abort record whose reason is longer than an abort may carry is malformed. */
+static void test_mailbox_abort_malformed(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    transfer(p, 8, 1, VIA_SHM); /* the next record is at byte 64 */
+    uint8_t *rec = p->t[0]->peers[1].shm_ring + 128 + 64;
+    gcoll_put_u64(rec + 8, (uint64_t)(int64_t)GCOLL_ERR_ABORTED);
+    gcoll_put_u32(rec + 16, 1u << 20); /* the reason's length */
+    gcoll_put_u32(rec + 20, 0xfffffffeu);
+    __atomic_store_n((uint64_t *)rec, 64 + 1, __ATOMIC_RELEASE);
+    assert_int_equal(gcoll_ucx_shm_poll(p->t[1]), 0);
+    assert_false(p->t[1]->aborted);
+    assert_true(p->t[1]->peers[0].rx.failed);
+    assert_non_null(strstr(gcoll_ucx_ops.last_error(p->t[1]), "abort reason length"));
 }
 
 /* Payload bytes left in the ring from an earlier lap are never taken for a record: here the
@@ -716,6 +757,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mailbox_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_stale_lap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mailbox_abort, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mailbox_abort_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_bell, setup_quiet, teardown),
         cmocka_unit_test_setup_teardown(test_withdrawn_abort, setup, teardown),

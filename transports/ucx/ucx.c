@@ -323,7 +323,7 @@ void gcoll_ucx_deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32_t si
     deliver(t, peer, tag, sig, (void *)data, len, 0, 0, 0); /* copies, never keeps data */
 }
 
-static void on_abort(gcoll_transport_t *t, int peer, int status, const void *data, size_t len)
+void gcoll_ucx_on_abort(gcoll_transport_t *t, int peer, int status, const void *data, size_t len)
 {
     char why[GCOLL_UCX_MAX_REASON + 1];
     len = GCOLL_MIN(len, (size_t)GCOLL_UCX_MAX_REASON);
@@ -396,7 +396,7 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
         return UCS_OK;
     case UCX_MSG_ABORT:
         t->in_cb++;
-        on_abort(t, peer, h.status, rndv ? NULL : data, rndv ? 0 : length);
+        gcoll_ucx_on_abort(t, peer, h.status, rndv ? NULL : data, rndv ? 0 : length);
         t->in_cb--;
         return UCS_OK;
     default:
@@ -712,6 +712,7 @@ static void ucx_abort(gcoll_transport_t *t, gcoll_status_t status, const char *f
     for (int peer = 0; peer < t->size; peer++) {
         if (peer == t->rank || t->peers[peer].rx.failed || !t->peers[peer].ep)
             continue;
+        gcoll_ucx_shm_abort(&t->peers[peer], status, reason, len);
         if (gcoll_ucx_send_ctl(t, peer, UCX_MSG_ABORT, status, reason, len) == GCOLL_OK)
             sent++;
     }

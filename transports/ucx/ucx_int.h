@@ -262,6 +262,10 @@ void gcoll_ucx_shm_connected(gcoll_transport_t *t);
 void gcoll_ucx_shm_destroy(gcoll_transport_t *t);
 /* Sends req through the peer's mailbox: 1 done (req complete), 0 no room. */
 int gcoll_ucx_shm_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req);
+/* Writes an abort to the peer's ring when it has room (the UCX copy is sent as well). */
+void gcoll_ucx_shm_abort(ucx_peer_t *p, gcoll_status_t status, const char *reason, size_t len);
+/* A peer's abort, from UCX or its ring: fails every peer. */
+void gcoll_ucx_on_abort(gcoll_transport_t *t, int peer, int status, const void *data, size_t len);
 /* Delivers what the rings hold; the number of messages. */
 unsigned gcoll_ucx_shm_poll(gcoll_transport_t *t);
 /* transport op peer_shares_cpu: from the CPU each rank publishes in its mailbox. */

@@ -23,6 +23,7 @@
 #define SHM_REC_HDR 24u                 /* a record: seq u64, tag u64, sig u32, length u32 */
 #define SHM_REC_ALIGN 64u               /* records start on cache lines */
 #define SHM_PAD 0xffffffffu             /* a record's length field: skip to the ring's end */
+#define SHM_ABORT 0xfffffffeu           /* ...: an abort (status in tag, reason length in sig) */
 #define SHM_SLEEP_OFF 64u               /* the receiver's "asleep in epoll" word */
 #define SHM_CPU_OFF 128u                /* the CPU its owner last polled on, plus one */
 
@@ -227,18 +228,18 @@ void gcoll_ucx_shm_destroy(gcoll_transport_t *t)
  * matter). The record's sequence word goes last: it is what the receiver polls, in the
  * record's own cache line (one line moves between the cores for a small message, as in
  * Open MPI's vader "fast boxes"). */
-int gcoll_ucx_shm_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req)
+/* Writes one record to the peer's ring: 0 when it has no room. */
+static int put_record(ucx_peer_t *p, uint64_t tag, uint32_t sig, uint32_t lenf, const void *buf,
+                      size_t len)
 {
     uint8_t *ring = p->shm_ring, *data = ring_data(ring);
     const uint64_t R = GCOLL_UCX_SHM_RING;
     uint64_t tail = p->shm_tail, pos = tail & (R - 1);
-    size_t need = rec_bytes(req->len), pad = pos + need > R ? (size_t)(R - pos) : 0;
+    size_t need = rec_bytes(len), pad = pos + need > R ? (size_t)(R - pos) : 0;
     if (tail + pad + need - p->shm_head_seen > R) {
         p->shm_head_seen = __atomic_load_n(ring_head(ring), __ATOMIC_ACQUIRE);
-        if (tail + pad + need - p->shm_head_seen > R) {
-            t->st_shm_full++;
+        if (tail + pad + need - p->shm_head_seen > R)
             return 0;
-        }
     }
     if (pad) {
         gcoll_put_u32(data + pos + 20, SHM_PAD);
@@ -247,13 +248,22 @@ int gcoll_ucx_shm_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req)
         pos = 0;
     }
     uint8_t *r = data + pos;
-    gcoll_put_u64(r + 8, req->tag);
-    gcoll_put_u32(r + 16, req->sig);
-    gcoll_put_u32(r + 20, (uint32_t)req->len);
-    if (req->len)
-        memcpy(r + SHM_REC_HDR, req->buf, req->len);
+    gcoll_put_u64(r + 8, tag);
+    gcoll_put_u32(r + 16, sig);
+    gcoll_put_u32(r + 20, lenf);
+    if (len)
+        memcpy(r + SHM_REC_HDR, buf, len);
     __atomic_store_n((uint64_t *)r, tail + 1, __ATOMIC_RELEASE);
     p->shm_tail = tail + need;
+    return 1;
+}
+
+int gcoll_ucx_shm_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req)
+{
+    if (!put_record(p, req->tag, req->sig, (uint32_t)req->len, req->buf, req->len)) {
+        t->st_shm_full++;
+        return 0;
+    }
     /* Dekker with the receiver's sleep (gcoll_ucx_shm_sleep): the record is visible before
      * we read its flag, or it sees the record before it sleeps */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -269,6 +279,16 @@ int gcoll_ucx_shm_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req)
     }
     gcoll_ucx_complete(t, req, GCOLL_OK);
     return 1;
+}
+
+/* An abort goes down the ring too, behind the messages sent before it: a peer that takes
+ * those from the ring without progressing UCX (gcoll_ucx_drive) still meets the abort
+ * before any later call completes on them. The UCX copy wakes a sleeper; whichever comes
+ * second finds the sender failed and is dropped. */
+void gcoll_ucx_shm_abort(ucx_peer_t *p, gcoll_status_t status, const char *reason, size_t len)
+{
+    if (p->shm_ring)
+        (void)put_record(p, (uint64_t)(int64_t)status, (uint32_t)len, SHM_ABORT, reason, len);
 }
 
 static void malformed(gcoll_transport_t *t, int peer, const char *what, uint64_t a, uint64_t b)
@@ -292,6 +312,18 @@ static unsigned poll_ring(gcoll_transport_t *t, ucx_peer_t *p)
         if (__atomic_load_n((uint64_t *)(data + pos), __ATOMIC_ACQUIRE) != head + 1)
             break;
         uint32_t len = gcoll_get_u32(data + pos + 20);
+        if (len == SHM_ABORT) {
+            uint32_t rlen = gcoll_get_u32(data + pos + 16);
+            if (rlen > GCOLL_UCX_ABORT_INLINE || rec_bytes(rlen) > R - pos) {
+                malformed(t, p->rank, "abort reason length", rlen, pos);
+                break;
+            }
+            /* fails every peer, this one too: the loop ends */
+            gcoll_ucx_on_abort(t, p->rank, (int)(int64_t)gcoll_get_u64(data + pos + 8),
+                               data + pos + SHM_REC_HDR, rlen);
+            n++;
+            break;
+        }
         size_t need = len == SHM_PAD ? (size_t)(R - pos) : rec_bytes(len);
         if (len != SHM_PAD) {
             if (len > GCOLL_UCX_SHM_MAX_LIMIT || need > R - pos) {
