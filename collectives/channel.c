@@ -95,9 +95,10 @@ gcoll_status_t gcoll_channel_isend_tag(gcoll_channel_t *ch, gcoll_treq_t *r, int
 }
 
 gcoll_status_t gcoll_channel_irecv_tag(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint64_t tag,
-                                       uint32_t sig, void *buf, size_t len)
+                                       uint32_t sig, void *buf, size_t len, unsigned flags)
 {
-    *r = (gcoll_treq_t){.peer = peer, .tag = tag, .sig = sig, .buf = buf, .len = len};
+    *r = (gcoll_treq_t){
+        .peer = peer, .tag = tag, .sig = sig, .buf = buf, .len = len, .flags = flags};
     ch->counters.bytes_received += len;
     return ch->ops->irecv(ch->tp, r);
 }

@@ -100,7 +100,7 @@ gcoll_status_t gcoll_channel_irecv(gcoll_channel_t *ch, gcoll_treq_t *r, int pee
 gcoll_status_t gcoll_channel_isend_tag(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint64_t tag,
                                        uint32_t sig, const void *buf, size_t len);
 gcoll_status_t gcoll_channel_irecv_tag(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint64_t tag,
-                                       uint32_t sig, void *buf, size_t len);
+                                       uint32_t sig, void *buf, size_t len, unsigned flags);
 /* Receive from any source: of the messages tagged tags[peer] from each peer (0: left out)
  * that came and no receive took yet, the first come (*peer_p, -1 when none); an included
  * peer's failure once none came (transport.h's peek). GCOLL_ERR_UNSUPPORTED when the

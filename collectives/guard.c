@@ -45,8 +45,8 @@ static const char *kind_name(int kind)
 
 static gcoll_status_t post(gcoll_channel_t *ch, struct gcoll_guard *g, int p)
 {
-    gcoll_status_t st =
-        gcoll_channel_irecv_tag(ch, &g->rx[p], p, PROBE_TAG, 0, &g->in[p], sizeof(g->in[p]));
+    gcoll_status_t st = gcoll_channel_irecv_tag(ch, &g->rx[p], p, PROBE_TAG, 0, &g->in[p],
+                                                sizeof(g->in[p]), GCOLL_TREQ_STANDING);
     g->rx_state[p] = st == GCOLL_OK ? RX_POSTED : RX_GONE;
     return st;
 }

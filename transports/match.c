@@ -106,6 +106,7 @@ void gcoll_match_peer_init(gcoll_match_peer_t *mp, gcoll_match_t *m, int rank)
 void gcoll_match_peer_fini(gcoll_match_peer_t *mp)
 {
     mp->posted = mp->posted_tail = NULL;
+    mp->nwant = 0;
     while (mp->unexp) {
         gcoll_unexp_t *u = mp->unexp;
         mp->unexp = u->next;
@@ -166,6 +167,7 @@ gcoll_treq_t *gcoll_match_arrived(gcoll_match_peer_t *mp, uint64_t tag, size_t l
     gcoll_treq_t *req = gcoll_treq_list_take(&mp->posted, &mp->posted_tail, tag);
     if (!req)
         return NULL;
+    mp->nwant -= !(req->flags & GCOLL_TREQ_STANDING);
     gcoll_status_t st = check(mp, req, len, sig);
     if (st == GCOLL_OK)
         return req;
@@ -301,12 +303,22 @@ void gcoll_match_post(gcoll_match_peer_t *mp, gcoll_treq_t *req)
         return;
     }
     gcoll_treq_list_push(&mp->posted, &mp->posted_tail, req);
+    mp->nwant += !(req->flags & GCOLL_TREQ_STANDING);
+}
+
+int gcoll_match_posted_tag(const gcoll_match_peer_t *mp, uint64_t tag)
+{
+    for (const gcoll_treq_t *r = mp->posted; r; r = r->next)
+        if (r->tag == tag)
+            return 1;
+    return 0;
 }
 
 int gcoll_match_cancel(gcoll_match_peer_t *mp, gcoll_treq_t *req)
 {
     if (!gcoll_treq_list_remove(&mp->posted, &mp->posted_tail, req))
         return 0;
+    mp->nwant -= !(req->flags & GCOLL_TREQ_STANDING);
     complete(mp, req, GCOLL_ERR_ABORTED);
     return 1;
 }
@@ -315,6 +327,7 @@ void gcoll_match_fail_posted(gcoll_match_peer_t *mp, gcoll_status_t st)
 {
     gcoll_treq_t *r = mp->posted;
     mp->posted = mp->posted_tail = NULL;
+    mp->nwant = 0;
     while (r) {
         gcoll_treq_t *next = r->next;
         complete(mp, r, st);

@@ -66,6 +66,7 @@ typedef struct {
     int failed; /* every receive from this peer fails with status */
     gcoll_status_t status;
     gcoll_treq_t *posted, *posted_tail; /* receives not yet matched, oldest first */
+    size_t nwant;                       /* ... of them not GCOLL_TREQ_STANDING */
     gcoll_unexp_t *unexp, *unexp_tail;  /* unexpected messages, oldest first */
     size_t unexp_bytes;
     /* The store indexed by tag once it holds more than a few messages: a rank that runs
@@ -108,6 +109,8 @@ void gcoll_match_land(gcoll_match_peer_t *mp, gcoll_treq_t *req, const void *src
 /* Queues a receive no message claimed; from a failed peer it completes at once with the
  * peer's status. */
 void gcoll_match_post(gcoll_match_peer_t *mp, gcoll_treq_t *req);
+/* Whether a receive posted for this peer takes tag. */
+int gcoll_match_posted_tag(const gcoll_match_peer_t *mp, uint64_t tag);
 /* Withdraws a posted receive, completing it with GCOLL_ERR_ABORTED; 0 if it was not
  * posted (matched already, or not a receive from this peer). */
 int gcoll_match_cancel(gcoll_match_peer_t *mp, gcoll_treq_t *req);

@@ -13,9 +13,12 @@
 typedef struct gcoll_transport gcoll_transport_t;
 
 enum {
-    GCOLL_TREQ_ANYLEN = 1, /* irecv: accept any message up to len bytes (nbytes says how many) */
-    GCOLL_TREQ_COUNTED = 2 /* comm.c: an ANYLEN receive's bytes are in the counters (not for
-                            * transports) */
+    GCOLL_TREQ_ANYLEN = 1,  /* irecv: accept any message up to len bytes (nbytes says how many) */
+    GCOLL_TREQ_COUNTED = 2, /* comm.c: an ANYLEN receive's bytes are in the counters (not for
+                             * transports) */
+    /* irecv: kept posted for a message that may never come (the rooted calls' probes): it
+     * does not make the transport take in the messages queued before its own */
+    GCOLL_TREQ_STANDING = 4
 };
 
 /* One point-to-point operation. The caller owns the memory and fills the first block;

@@ -63,7 +63,7 @@ static gcoll_status_t p2p_post(gcoll_comm_t *comm, const gcoll_args_t *a, gcoll_
     (*n)++;
     if (a->kind == GCOLL_P2P_SEND)
         return gcoll_channel_isend_tag(&comm->chan, t, peer, tag, sig, a->sendbuf, bytes);
-    return gcoll_channel_irecv_tag(&comm->chan, t, peer, tag, sig, a->recvbuf, bytes);
+    return gcoll_channel_irecv_tag(&comm->chan, t, peer, tag, sig, a->recvbuf, bytes, 0);
 }
 
 /* Names the peer and the call in a failed transfer's error (first message wins). */

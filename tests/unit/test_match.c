@@ -258,6 +258,39 @@ static void test_cancel(void **state)
     assert_non_null(gcoll_match_find(&f->peer, 4));
 }
 
+/* nwant counts the posted receives that are not GCOLL_TREQ_STANDING, through matching,
+ * withdrawal and failure; posted_tag sees standing ones too. */
+static void test_nwant(void **state)
+{
+    fixture_t *f = *state;
+    uint8_t out[3][8], msg[8];
+    fill(msg, sizeof(msg), 1);
+    gcoll_treq_t st = rreq(9, out[0], 8), a = rreq(4, out[1], 8), b = rreq(5, out[2], 8);
+    st.flags = GCOLL_TREQ_STANDING;
+    gcoll_match_post(&f->peer, &st);
+    assert_int_equal(f->peer.nwant, 0);
+    assert_true(gcoll_match_posted_tag(&f->peer, 9));
+    assert_false(gcoll_match_posted_tag(&f->peer, 4));
+    gcoll_match_post(&f->peer, &a);
+    gcoll_match_post(&f->peer, &b);
+    assert_int_equal(f->peer.nwant, 2);
+    assert_int_equal(arrive(f, 4, 7, msg, sizeof(msg)), GCOLL_OK);
+    assert_int_equal(f->peer.nwant, 1);
+    assert_int_equal(arrive(f, 9, 7, msg, sizeof(msg)), GCOLL_OK); /* the standing one */
+    assert_int_equal(f->peer.nwant, 1);
+    assert_int_equal(gcoll_match_cancel(&f->peer, &b), 1);
+    assert_int_equal(f->peer.nwant, 0);
+    b = rreq(5, out[2], 8);
+    st = rreq(9, out[0], 8);
+    st.flags = GCOLL_TREQ_STANDING;
+    gcoll_match_post(&f->peer, &b);
+    gcoll_match_post(&f->peer, &st);
+    assert_int_equal(f->peer.nwant, 1);
+    gcoll_match_fail_posted(&f->peer, GCOLL_ERR_PEER);
+    assert_int_equal(f->peer.nwant, 0);
+    assert_null(f->peer.posted);
+}
+
 /* ---- the bound ---------------------------------------------------------------------- */
 
 /* The unexpected messages of all peers hold at most unexp_max bytes (GCOLL_UNEXPECTED_BYTES):
@@ -577,6 +610,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_out_of_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_by_later_post, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nwant, setup, teardown),
         cmocka_unit_test_setup_teardown(test_byte_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mismatch_on_arrival, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mismatch_on_claim, setup, teardown),

@@ -2,9 +2,11 @@
  * mailbox (GCOLL_UCX_SHM_MAX) between two transport instances in one process: transfers
  * either way round, a send withdrawn while its message waits unexpected, a receive of
  * another length, malformed single-copy messages; a full mailbox, its records wrapping,
- * a malformed record, an abort behind a message, the doorbell that wakes a sleeping receiver; what
- * a failed peer's unexpected messages become; the registration cache; a stranger's endpoint sending
- * gcoll's active messages without the cookie. Skips when UCX cannot run here. */
+ * a full ring's sends waiting for room, records held in the ring until a receive waits, a
+ * malformed record, an abort behind a message, the doorbell
+ * that wakes a sleeping receiver; what a failed peer's unexpected messages become; the registration
+ * cache; a stranger's endpoint sending gcoll's active messages without the cookie. Skips when UCX
+ * cannot run here. */
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -167,7 +169,13 @@ static void transfer(pair_t *p, size_t len, int recv_first, int via)
     assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s), GCOLL_OK);
     if (via == VIA_SHM)
         assert_int_equal(s.done, 1); /* copied into the mailbox: complete at once */
-    if (!recv_first) {
+    if (!recv_first && via == VIA_SHM) {
+        /* no receive waits: the record stays in the ring (ucx_shm.c's poll_ring) */
+        for (int i = 0; i < 3; i++)
+            progress_both(p);
+        assert_null(p->t[1]->peers[0].rx.unexp);
+        assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
+    } else if (!recv_first) {
         wait_unexpected(p);
         if (via == VIA_CMA)
             assert_int_equal(s.done, 0); /* the send waits for the read */
@@ -222,9 +230,10 @@ static void test_mailbox(void **state)
     transfer(p, 4097, 1, VIA_UCX);
 }
 
-/* A mailbox ring that fills (the receiver not polling) sends the rest through UCX; every
- * message arrives whole whichever way it went, received in another order, over several
- * laps of the ring (records padded at its end). */
+/* A mailbox ring that fills (the receiver not polling) holds the rest back until there is
+ * room, or sends them through UCX if the receiver stands still (as it may here, when the
+ * test runs slowly); every message arrives whole whichever way it went, received in
+ * another order, over several laps of the ring (records padded at its end). */
 static void test_mailbox_full(void **state)
 {
     pair_t *p = *state;
@@ -232,7 +241,8 @@ static void test_mailbox_full(void **state)
     enum { N = 40 };
     static uint8_t src[N][4096], dst[N][4096];
     gcoll_treq_t s[N], r[N], *all[2 * N];
-    unsigned long full = p->t[0]->st_shm_full, via_shm = p->t[0]->st_shm_sends;
+    unsigned long full = p->t[0]->st_shm_full, via_shm = p->t[0]->st_shm_sends,
+                  waits = p->t[0]->st_shm_waits;
     for (int lap = 0; lap < 5; lap++) {
         for (int i = 0; i < N; i++) {
             size_t len = 1000 + (size_t)((i * 977 + lap * 131) % 3097);
@@ -257,8 +267,133 @@ static void test_mailbox_full(void **state)
             assert_memory_equal(src[i], dst[i], s[i].len);
         }
     }
-    assert_true(p->t[0]->st_shm_full > full);              /* some went through UCX */
-    assert_true(p->t[0]->st_shm_sends - via_shm > 5 * 10); /* most through the mailbox */
+    /* the ring filled: sends waited for room (or, the receiver standing still, went
+     * through UCX); most went through the mailbox */
+    assert_true(p->t[0]->st_shm_waits > waits || p->t[0]->st_shm_full > full);
+    assert_true(p->t[0]->st_shm_sends - via_shm > 5 * 10);
+    assert_int_equal(p->t[0]->nshm_wait, 0);
+}
+
+/* Sends that find the ring full wait for room: written once the receiver drains it (none
+ * through UCX), withdrawn by cancel; through UCX once the receiver's head has stood still
+ * for SHM_STALL_NS (100 us; here 2 ms), after which the ring is used again as soon as it
+ * has room; failed with the peer. 15 records of 4096 bytes fill a 64 KiB ring. */
+static void test_mailbox_wait(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    enum { N = 20, L = 4096 };
+    static uint8_t src[N][L], dst[N][L];
+    gcoll_treq_t s[N], r[N], *all[2 * N];
+    gcoll_transport_t *t0 = p->t[0];
+    for (int round = 0; round < 2; round++) {
+        unsigned long full = t0->st_shm_full, via_shm = t0->st_shm_sends;
+        int waiting = 0;
+        for (int i = 0; i < N; i++) {
+            memset(src[i], i + 16 * round, L);
+            s[i] = req(1, (uint64_t)(100 * round + i), src[i], L);
+            assert_int_equal(gcoll_ucx_ops.isend(t0, &s[i]), GCOLL_OK);
+            waiting += !s[i].done;
+        }
+        assert_true(waiting >= N - 15);
+        assert_int_equal(t0->nshm_wait, (unsigned)waiting);
+        assert_int_equal(t0->st_shm_full, full);
+        if (round == 0) {
+            gcoll_ucx_ops.cancel(t0, &s[N - 1]); /* waiting: withdrawn */
+            assert_int_equal(s[N - 1].done, 1);
+            assert_int_equal(s[N - 1].status, GCOLL_ERR_ABORTED);
+            assert_int_equal(t0->nshm_wait, (unsigned)waiting - 1);
+        }
+        int n = 0;
+        for (int i = 0; i < N; i++) {
+            if (round == 0 && i == N - 1)
+                continue;
+            memset(dst[i], 0xee, L);
+            r[i] = req(0, (uint64_t)(100 * round + i), dst[i], L);
+            all[n++] = &s[i];
+            all[n++] = &r[i];
+        }
+        if (round == 0) {
+            for (int i = 0; i < N - 1; i++)
+                assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r[i]), GCOLL_OK);
+            assert_true(gcoll_ucx_shm_poll(p->t[1]) > 0); /* the receiver drains */
+            gcoll_ucx_ops.progress(t0, 0);
+            assert_int_equal(t0->nshm_wait, 0);
+            assert_int_equal(t0->st_shm_full, full); /* all through the ring */
+            assert_int_equal(t0->st_shm_sends - via_shm, N - 1);
+        } else {
+            usleep(2000);                  /* the receiver stands still */
+            gcoll_ucx_ops.progress(t0, 0); /* the sender only: to UCX (which completes them) */
+            assert_int_equal(t0->nshm_wait, 0);
+            assert_int_equal(t0->st_shm_full - full, (unsigned long)waiting);
+            assert_int_equal(t0->peers[1].shm_stalled, 1);
+            for (int i = 0; i < N; i++)
+                assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r[i]), GCOLL_OK);
+        }
+        drive(p, all, n);
+        for (int i = 0; i < n; i++)
+            assert_int_equal(all[i]->status, GCOLL_OK);
+        for (int i = 0; i < n / 2; i++)
+            assert_memory_equal(src[i], dst[i], L);
+        assert_null(p->t[1]->peers[0].rx.unexp); /* the withdrawn one never came */
+    }
+    /* drained: the ring again */
+    unsigned long via_shm = t0->st_shm_sends;
+    transfer(p, 8, 0, VIA_SHM);
+    assert_int_equal(t0->st_shm_sends - via_shm, 1);
+    assert_int_equal(t0->peers[1].shm_stalled, 0);
+    /* full again, then the peer fails: the waiting sends fail with it */
+    for (int i = 0; i < N; i++) {
+        s[i] = req(1, (uint64_t)(300 + i), src[i], L);
+        assert_int_equal(gcoll_ucx_ops.isend(t0, &s[i]), GCOLL_OK);
+    }
+    assert_false(s[N - 1].done);
+    gcoll_ucx_peer_fail(t0, 1, GCOLL_ERR_PEER);
+    assert_int_equal(t0->nshm_wait, 0);
+    assert_int_equal(s[N - 1].done, 1);
+    assert_int_equal(s[N - 1].status, GCOLL_ERR_PEER);
+}
+
+/* Records no receive waits for stay in the ring: one for a standing receive's tag is
+ * taken in (into that receive), the rest stay until a receive waits, and all come in
+ * when a receive from any source looks. */
+static void test_mailbox_hold(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    gcoll_transport_t *t1 = p->t[1];
+    uint64_t a = 11, b = 22, c = 33, probe = 0, got = 0;
+    gcoll_treq_t st = req(0, 77, &probe, 8);
+    st.flags = GCOLL_TREQ_STANDING;
+    assert_int_equal(gcoll_ucx_ops.irecv(t1, &st), GCOLL_OK);
+    assert_int_equal(t1->peers[0].rx.nwant, 0);
+    gcoll_treq_t s1 = req(1, 77, &a, 8), s2 = req(1, 5, &b, 8), s3 = req(1, 6, &c, 8);
+    assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s1), GCOLL_OK);
+    assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s2), GCOLL_OK);
+    assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s3), GCOLL_OK);
+    assert_true(s1.done && s2.done && s3.done);
+    assert_int_equal(gcoll_ucx_shm_poll(t1), 1); /* the standing receive's */
+    assert_true(st.done);
+    assert_true(probe == a);
+    for (int i = 0; i < 3; i++)
+        gcoll_ucx_ops.progress(t1, 0);
+    assert_null(t1->peers[0].rx.unexp);  /* 5 and 6 still in the ring */
+    gcoll_treq_t r = req(0, 6, &got, 8); /* waits: 5 comes in unexpected, then 6 */
+    assert_int_equal(gcoll_ucx_ops.irecv(t1, &r), GCOLL_OK);
+    assert_int_equal(t1->peers[0].rx.nwant, 1);
+    assert_int_equal(gcoll_ucx_shm_poll(t1), 2);
+    assert_true(r.done);
+    assert_true(got == c);
+    assert_int_equal(t1->peers[0].rx.nwant, 0);
+    assert_non_null(t1->peers[0].rx.unexp);
+    assert_int_equal(t1->peers[0].rx.unexp->tag, 5);
+    /* a receive from any source sees what the ring holds */
+    uint64_t d = 44, tags[2] = {9, 0};
+    gcoll_treq_t s4 = req(1, 9, &d, 8);
+    assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s4), GCOLL_OK);
+    int peer = -2;
+    assert_int_equal(gcoll_ucx_ops.peek(t1, tags, &peer), GCOLL_OK);
+    assert_int_equal(peer, 0);
 }
 
 /* A record whose length field is out of bounds (a broken peer writes into our mailbox)
@@ -592,8 +727,8 @@ static void test_unexpected_bound(void **state)
 }
 
 /* A failed peer: the receive pending from it and later ones fail with its status; a
- * message it sent whole (through the mailbox) is still received, one whose data stayed
- * with it (a single-copy descriptor) is not. */
+ * message it sent whole (through the mailbox, still in the ring when it failed) is still
+ * received, one whose data stayed with it (a single-copy descriptor) is not. */
 static void test_peer_fail_keeps_whole(void **state)
 {
     pair_t *p = *state;
@@ -607,13 +742,15 @@ static void test_peer_fail_keeps_whole(void **state)
     assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s2), GCOLL_OK);
     uint64_t deadline = gcoll_time_ms() + 5000;
     int n = 0;
-    while (n < 2) { /* both wait unexpected at rank 1 */
+    while (n < 1) { /* the descriptor waits unexpected at rank 1, the other in its ring */
         assert_true(gcoll_time_ms() < deadline);
         progress_both(p);
         n = 0;
         for (gcoll_unexp_t *u = p->t[1]->peers[0].rx.unexp; u; u = u->next)
             n++;
     }
+    assert_int_equal(n, 1);
+    assert_int_equal(p->t[1]->peers[0].rx.unexp->tag, 6);
     uint8_t buf[8];
     gcoll_treq_t pending = req(0, 9, buf, sizeof(buf));
     assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &pending), GCOLL_OK);
@@ -755,6 +892,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_single_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_full, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mailbox_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mailbox_hold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_stale_lap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_abort, setup, teardown),

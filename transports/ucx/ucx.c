@@ -487,13 +487,19 @@ static gcoll_status_t ucx_isend(gcoll_transport_t *t, gcoll_treq_t *req)
         gcoll_ucx_complete(t, req, p->rx.status);
         return GCOLL_OK;
     }
+    if (p->shm_ring && req->len <= t->shm_max && gcoll_ucx_shm_send(t, p, req))
+        return GCOLL_OK;
+    return gcoll_ucx_send_data(t, req);
+}
+
+gcoll_status_t gcoll_ucx_send_data(gcoll_transport_t *t, gcoll_treq_t *req)
+{
+    ucx_peer_t *p = &t->peers[req->peer];
     ucx_hdr_t h = {.type = UCX_MSG_DATA,
                    .src = (uint32_t)t->rank,
                    .sig = req->sig,
                    .cookie = p->cookie,
                    .tag = req->tag};
-    if (p->shm_ring && req->len <= t->shm_max && gcoll_ucx_shm_send(t, p, req))
-        return GCOLL_OK;
     if (p->cma_send && req->len >= t->cma_min)
         return gcoll_ucx_cma_send(t, req, &h);
     return gcoll_ucx_send_op(t, req->peer, req, &h, req->buf, req->len);
@@ -536,6 +542,8 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
 unsigned gcoll_ucx_drive(gcoll_transport_t *t)
 {
     unsigned total = t->shm_box ? gcoll_ucx_shm_poll(t) : 0, n;
+    if (t->nshm_wait)
+        total += gcoll_ucx_shm_retry(t);
     if (total && !t->nfin && ++t->shm_only < SHM_ONLY_MAX)
         return total;
     t->shm_only = 0;
@@ -594,6 +602,10 @@ static gcoll_status_t ucx_progress(gcoll_transport_t *t, int timeout_ms)
     }
     if (t->ep_errors) /* a failed connection is in its grace period: look again soon */
         timeout_ms = GCOLL_MIN(timeout_ms, 50);
+    if (t->nshm_wait) { /* room in a peer's ring makes no event: poll for it */
+        held_poll_wait(t, timeout_ms);
+        return GCOLL_OK;
+    }
     /* Idle: sleep on UCX's event fd (and the communicator's wake fd) rather than spin.
      * Arming reports BUSY when events are already pending (UCX's wakeup protocol): progress
      * again; if that finds nothing either, UCX is holding queued sends (above). Senders
@@ -646,6 +658,11 @@ static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
     }
     ucx_op_t *op = req->priv;
     if (!op) {
+        gcoll_ucx_complete(t, req, GCOLL_ERR_ABORTED);
+        return;
+    }
+    if (op->shm_wait) { /* not yet written to the peer's ring */
+        gcoll_ucx_shm_unwait(t, op);
         gcoll_ucx_complete(t, req, GCOLL_ERR_ABORTED);
         return;
     }
@@ -754,6 +771,7 @@ static const char *ucx_last_error(gcoll_transport_t *t)
 static gcoll_status_t ucx_peek(gcoll_transport_t *t, const uint64_t *tags, int *peer_p)
 {
     gcoll_match_peek_t pk;
+    gcoll_ucx_shm_drain_all(t); /* the rings hold what no receive took in yet */
     gcoll_match_peek_init(&pk);
     for (int i = 0; i < t->size; i++)
         gcoll_match_peek_add(&pk, &t->peers[i].rx, tags[i], GCOLL_OK);

@@ -82,6 +82,7 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
     ucx_peer_t *p = &t->peers[peer];
     if (p->rx.failed)
         return;
+    gcoll_ucx_shm_drain(t, p); /* what it left in its ring came before it failed */
     /* A message whose data arrived before the peer left is still delivered (an orderly
      * close follows the peer's last message, whose receive may not be posted yet); one
      * whose data is still at the peer (rendezvous, single copy) cannot be. */
@@ -89,6 +90,7 @@ void gcoll_ucx_peer_fail(gcoll_transport_t *t, int peer, gcoll_status_t st)
     for (gcoll_treq_t *r = p->failing; r; r = r->next)
         gcoll_ucx_complete(t, r, st);
     p->failing = p->failing_tail = NULL;
+    gcoll_ucx_shm_end_waits(t, p, st);
     /* Single-copy sends waiting for this peer's answer are ours to end. */
     for (ucx_op_t *op = t->ops, *next; op; op = next) {
         next = op->next;

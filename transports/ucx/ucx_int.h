@@ -59,16 +59,17 @@ enum {
  * rank creates a memfd (named gcoll-shm-<cookie>) holding a header page (magic, cookie,
  * communicator size, ring bytes; at byte 64 a word the owner sets while it sleeps in
  * epoll) and one ring per possible sender: a 128-byte control block (at 64 the
- * receiver's total bytes consumed) and GCOLL_UCX_SHM_RING bytes of records (sequence u64,
- * tag u64, sig u32, length u32, payload; each padded to 64 bytes; a length of 0xffffffff
- * skips to the ring's end). A record is complete when its sequence word, stored last,
- * equals its position in the ring's byte stream plus one. Its address blob carries pid u32 and fd
- * u32; a peer maps it through /proc/<pid>/fd/<fd> after checking name, size and header,
- * and says so in its hello (flag byte 2), so the owner polls that ring. A send of at most
- * GCOLL_UCX_SHM_MAX bytes is written into the ring and complete; with the ring full it
- * goes through UCX (a (peer, tag) pair is unique among outstanding messages, so the two
- * paths need no order). After writing, the sender reads the owner's sleep word (both sides
- * fence) and, if set, sends UCX_MSG_BELL to wake it. */
+ * receiver's total bytes consumed; at 0 a flag the sender sets when it aborts) and
+ * GCOLL_UCX_SHM_RING bytes of records (sequence u64, tag u64, sig u32, length u32, payload; each
+ * padded to 64 bytes; a length of 0xffffffff skips to the ring's end). A record is complete when
+ * its sequence word, stored last, equals its position in the ring's byte stream plus one. Its
+ * address blob carries pid u32 and fd u32; a peer maps it through /proc/<pid>/fd/<fd> after
+ * checking name, size and header, and says so in its hello (flag byte 2), so the owner polls that
+ * ring. A send of at most GCOLL_UCX_SHM_MAX bytes is written into the ring and complete; with the
+ * ring full it waits for room while the owner drains it, and goes through UCX once the owner's head
+ * stands still for SHM_STALL_NS (a (peer, tag) pair is unique among outstanding
+ * messages, so the two paths need no order). After writing, the sender reads the
+ * owner's sleep word (both sides fence) and, if set, sends UCX_MSG_BELL to wake it. */
 #define GCOLL_UCX_HELLO_SHM 2u
 #define GCOLL_UCX_SHM_RING 65536u
 #define GCOLL_UCX_SHM_MAX_LIMIT 16384u /* GCOLL_UCX_SHM_MAX is capped at a quarter ring */
@@ -105,6 +106,7 @@ typedef struct ucx_op {
     uint8_t *owned;                 /* control payload owned by the op */
     size_t len;                     /* receive: message length */
     int cma;                        /* a single-copy send waiting for its FIN */
+    int shm_wait;                   /* a send waiting for room in the peer's ring (next) */
     volatile uint64_t cma_token;    /* read by the receiver; 0 once the send is over */
     uint8_t hdr[GCOLL_UCX_HDR_LEN]; /* send: must live until UCX completes the send */
 } ucx_op_t;
@@ -129,13 +131,18 @@ typedef struct ucx_peer {
     int cma_pid;           /* its pid when we can read its memory (CMA), else 0 */
     int cma_send;          /* it said it can read ours: large sends go single-copy */
     /* shared-memory mailbox (ucx_shm.c) */
-    uint8_t *shm_box;                     /* its mailbox mapped here, or NULL */
-    uint8_t *shm_ring;                    /* our ring in it */
-    uint64_t shm_tail;                    /* bytes we wrote into that ring */
-    uint64_t shm_head_seen;               /* its consumption as last read */
-    int shm_from;                         /* it writes into our mailbox: poll its ring */
-    uint64_t shm_head;                    /* bytes of its ring in our mailbox consumed */
-    gcoll_treq_t *failing, *failing_tail; /* failed in UCX, held for an abort (EP_ERROR_GRACE) */
+    uint8_t *shm_box;                        /* its mailbox mapped here, or NULL */
+    uint8_t *shm_ring;                       /* our ring in it */
+    uint64_t shm_tail;                       /* bytes we wrote into that ring */
+    uint64_t shm_head_seen;                  /* its consumption as last read */
+    struct ucx_op *shm_wait, *shm_wait_tail; /* sends waiting for room, oldest first */
+    uint64_t shm_stall_head;                 /* the head we wait on moving ... */
+    uint64_t shm_stall_ns;                   /* ... since then (gcoll_time_ns) */
+    int shm_stalled;                         /* it stood still SHM_STALL_NS: sends by UCX */
+    int shm_from;                            /* it writes into our mailbox: poll its ring */
+    int shm_polling;                         /* inside poll_ring for it */
+    uint64_t shm_head;                       /* bytes of its ring in our mailbox consumed */
+    gcoll_treq_t *failing, *failing_tail;    /* failed in UCX, held for an abort (EP_ERROR_GRACE) */
 } ucx_peer_t;
 
 #define GCOLL_UCX_RCACHE_SIZE 16
@@ -189,7 +196,8 @@ struct gcoll_transport {
     unsigned shm_only; /* progress rounds in a row that polled the mailbox alone */
     int *shm_senders;  /* peers whose rings we poll */
     int nshm_senders;
-    unsigned long st_shm_sends, st_shm_recvs, st_shm_bells, st_shm_full;
+    unsigned nshm_wait; /* sends waiting for ring room, all peers */
+    unsigned long st_shm_sends, st_shm_recvs, st_shm_bells, st_shm_full, st_shm_waits;
 
     uint64_t held_since_ns; /* start of the current run of held polls (ucx.c), or 0 */
     /* progress statistics, logged by destroy (GCOLL_DEBUG=debug; test-ucx.sh reads them) */
@@ -260,13 +268,26 @@ void gcoll_ucx_shm_expect(gcoll_transport_t *t, int peer);
 /* Connected: the mailbox's fd is no longer needed. */
 void gcoll_ucx_shm_connected(gcoll_transport_t *t);
 void gcoll_ucx_shm_destroy(gcoll_transport_t *t);
-/* Sends req through the peer's mailbox: 1 done (req complete), 0 no room. */
+/* Sends req through the peer's mailbox: 1 taken (complete, or waiting for room in the
+ * ring), 0 to be sent through UCX (the peer stopped draining its ring). */
 int gcoll_ucx_shm_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req);
+/* Writes waiting sends that now fit; the number completed. */
+unsigned gcoll_ucx_shm_retry(gcoll_transport_t *t);
+/* Withdraws a waiting send (cancel), or ends them all with st (the peer failed; st 0:
+ * destroy, the requests are left alone). */
+void gcoll_ucx_shm_unwait(gcoll_transport_t *t, struct ucx_op *op);
+void gcoll_ucx_shm_end_waits(gcoll_transport_t *t, ucx_peer_t *p, gcoll_status_t st);
+/* Sends req's data through UCX (ucx.c). */
+gcoll_status_t gcoll_ucx_send_data(gcoll_transport_t *t, gcoll_treq_t *req);
 /* Writes an abort to the peer's ring when it has room (the UCX copy is sent as well). */
 void gcoll_ucx_shm_abort(ucx_peer_t *p, gcoll_status_t status, const char *reason, size_t len);
 /* A peer's abort, from UCX or its ring: fails every peer. */
 void gcoll_ucx_on_abort(gcoll_transport_t *t, int peer, int status, const void *data, size_t len);
-/* Delivers what the rings hold; the number of messages. */
+/* Takes in everything the peer's ring holds (before it is failed), or every ring's (a
+ * receive from any source). */
+void gcoll_ucx_shm_drain(gcoll_transport_t *t, ucx_peer_t *p);
+void gcoll_ucx_shm_drain_all(gcoll_transport_t *t);
+/* Delivers what the rings hold for the receives posted; the number of messages. */
 unsigned gcoll_ucx_shm_poll(gcoll_transport_t *t);
 /* transport op peer_shares_cpu: from the CPU each rank publishes in its mailbox. */
 int gcoll_ucx_shm_peer_cpu(gcoll_transport_t *t, int peer);

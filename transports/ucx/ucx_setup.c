@@ -207,10 +207,10 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
     GCOLL_DEBUG(GCOLL_SUBSYS_NET,
                 "ucx: progress: sleeps=%lu sleep_timeouts=%lu held_polls=%lu held_naps=%lu "
                 "cma_sends=%lu cma_recvs=%lu shm_sends=%lu shm_recvs=%lu shm_bells=%lu "
-                "shm_full=%lu flush_polls=%lu",
+                "shm_full=%lu shm_waits=%lu flush_polls=%lu",
                 t->st_sleeps, t->st_sleep_timeouts, t->st_held_polls, t->st_held_naps,
                 t->st_cma_sends, t->st_cma_recvs, t->st_shm_sends, t->st_shm_recvs, t->st_shm_bells,
-                t->st_shm_full, t->st_flush_polls);
+                t->st_shm_full, t->st_shm_waits, t->st_flush_polls);
     /* Operations still in flight belong to requests the caller has given up on: whatever
      * completes them from here on (UCX purging them, a single-copy answer, a peer failing
      * during the drain) must find nobody to tell. */
@@ -220,6 +220,7 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
         for (int i = 0; i < t->size; i++) {
             ucx_peer_t *p = &t->peers[i];
             p->failing = p->failing_tail = NULL; /* the caller's requests: not ours to touch */
+            gcoll_ucx_shm_end_waits(t, p, GCOLL_OK);
             for (gcoll_unexp_t *u = p->rx.unexp; u; u = u->next)
                 if (u->kind == UCX_UNEXP_CMA) /* its sender waits for an answer: none will come */
                     gcoll_ucx_send_ctl(t, i, UCX_MSG_FIN, GCOLL_ERR_ABORTED, u->data + 24, 8);
