@@ -26,6 +26,7 @@ typedef struct gcoll_channel {
     uint64_t poll_prev_ns;     /* clock at the last polling round */
     unsigned hot_skip;         /* polling rounds left before the next clock read */
     int hot_unclocked;         /* rounds ran since the last clock read */
+    int first_unclocked;       /* the wait's first round ran, without reading the clock */
     gcoll_counters_t counters; /* but ns_total: */
     uint64_t ticks_total;      /* the operations' time in gcoll_ticks (base/ticks.h) */
     /* set by a running operation that fails before it sent or consumed anything: its
@@ -57,6 +58,7 @@ static inline void gcoll_channel_begin(gcoll_channel_t *ch)
     ch->seq++;
     ch->wait_from_ns = 0;
     ch->deadline_stale = 1;
+    ch->first_unclocked = 0;
     ch->spin_from_ns = 0; /* an operation that failed mid-wait left it set */
     ch->hot_skip = 0;
     ch->op_local = 0;

@@ -250,9 +250,12 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
     }
     uint8_t *acc = vr ? (own ? tmp : (uint8_t *)send) : recv;
     const int parent = wrap(t.parent + root, P);
-    /* segments: whole elements, at least one */
-    const size_t seg_elems = GCOLL_MAX(ctx->cfg->ring_chunk / esz, (size_t)1);
-    const size_t nseg = GCOLL_MAX(GCOLL_DIV_UP(count, seg_elems), (size_t)1);
+    /* segments: whole elements, at least one; one segment without dividing (a 64-bit
+     * division is tens of cycles, and a small call's segments took three) */
+    const int one = bytes <= ctx->cfg->ring_chunk;
+    const size_t seg_elems =
+        one ? GCOLL_MAX(count, (size_t)1) : GCOLL_MAX(ctx->cfg->ring_chunk / esz, (size_t)1);
+    const size_t nseg = one ? 1 : GCOLL_MAX(GCOLL_DIV_UP(count, seg_elems), (size_t)1);
     /* the children's segments, their words, the parent's word, the segments sent */
     const size_t nreq = (size_t)t.nchild * nseg + (size_t)t.nchild + 1 + nseg;
     gcoll_treq_t small[68], *req = small; /* each written whole when posted */
@@ -291,8 +294,8 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
             memcpy(recv + off, send + off, len);
         for (int c = 0; c < t.nchild; c++) {
             GCOLL_CHECK_GOTO(wait_guarded(gd, &req[(size_t)c * nseg + k], 1), st, out);
-            gcoll_reduce_local(acc + off, tmp + (size_t)(own + c) * bytes + off, len / esz, dtype,
-                               op);
+            gcoll_reduce_local(acc + off, tmp + (size_t)(own + c) * bytes + off,
+                               GCOLL_MIN(seg_elems, count - k * seg_elems), dtype, op);
         }
         if (vr) {
             if (word >= 0) {
