@@ -229,7 +229,7 @@ static const param_t ucx_params[] = {
      "ucx: messages at least this large to a rank on the same host are read by the receiver "
      "straight from the sender's buffer (one copy, process_vm_readv); 0: off",
      OFF(ucx_cma_min), 0, NULL},
-    {"GCOLL_UCX_SHM_MAX", P_SIZE, "4kb",
+    {"GCOLL_UCX_SHM_MAX", P_SIZE, "16kb",
      "ucx: messages up to this large to a rank on the same host go through gcoll's own "
      "shared-memory mailbox instead of UCX (capped at 16kb); 0: off",
      OFF(ucx_shm_max), 0, NULL},

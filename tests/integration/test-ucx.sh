@@ -148,7 +148,7 @@ counted_path() {
 # Single copy (GCOLL_UCX_CMA_MIN): messages from 128 KiB go by process_vm_readv. The suite
 # above ran the ucx-shm variant with it.
 counted_path "single copy" cma GCOLL_UCX_CMA_MIN ucx-nocma 4 -b 32K -e 4M -f 4 -n 5 -w 1
-# Shared-memory mailbox (GCOLL_UCX_SHM_MAX): messages of up to 4 KiB go through gcoll's own
+# Shared-memory mailbox (GCOLL_UCX_SHM_MAX): messages of up to 16 KiB go through gcoll's own
 # rings.
 counted_path mailbox shm GCOLL_UCX_SHM_MAX ucx-noshm 5 -b 8 -e 32K -f 8 -n 20 -w 2
 finish
