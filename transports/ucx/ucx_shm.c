@@ -227,13 +227,9 @@ void gcoll_ucx_shm_destroy(gcoll_transport_t *t)
 /* ---------------------------------------------------------------------------------- */
 /* Data path                                                                            */
 
-/* Copies req into the peer's ring; 1 if sent (req complete, or with its doorbell), 0 if
- * the ring has no room
- * (the caller sends it through UCX: (peer, tag) pairs are unique, so order does not
- * matter). The record's sequence word goes last: it is what the receiver polls, in the
- * record's own cache line (one line moves between the cores for a small message, as in
- * Open MPI's vader "fast boxes"). */
-/* Writes one record to the peer's ring: 0 when it has no room. */
+/* Writes one record to the peer's ring: 0 when it has no room. The sequence word goes
+ * last: it is what the receiver polls, in the record's own cache line (one line moves
+ * between the cores for a small message, as in Open MPI's vader "fast boxes"). */
 static int put_record(ucx_peer_t *p, uint64_t tag, uint32_t sig, uint32_t lenf, const void *buf,
                       size_t len)
 {
