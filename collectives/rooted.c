@@ -193,19 +193,16 @@ gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_
         return (gcoll_rooted_algo_t)ctx->cfg->rooted_algo;
     }
     if (kind == GCOLL_KIND_REDUCE && ctx->size == 2) {
-        /* Two ranks, the pipelined tree (one vector to the root) against reduce-scatter then
+        /* Two ranks: the pipelined tree (one vector to the root) against reduce-scatter then
          * gather (half a vector each way, half to the root). Over TCP both sides' CPUs copy
          * every byte, and the tree, which moves fewer, was ahead at every size from 256 KiB
-         * to 64 MiB (1.3-1.6x); through memory (UCX: one copy, by the receiver) the form
-         * that splits the sum between the ranks was ahead from 1 MiB (1.1-1.6x) and even at
-         * 256 KiB (docs/results/rooted.md). */
-        gcoll_rooted_algo_t a =
-            bytes < ((size_t)512 << 10) || over_tcp(ctx) ? GCOLL_ROOTED_TREE : GCOLL_ROOTED_DIRECT;
+         * to 64 MiB (1.3-1.6x). Through memory (UCX: one copy, by the receiver) the tree in
+         * 64 KiB segments (tree_segment) overlaps the copy with the sum, and was ahead from
+         * 256 KiB to 64 MiB too: 1 MiB in 68-129 us against 114-130, 16 MiB in 2.2-2.5 ms
+         * against 3.2-3.3, 64 MiB in 10.4-11.3 ms against 15.3-16.2 (docs/results/rooted.md). */
         if (why)
-            snprintf(why, len, "2 ranks over %s, %zu bytes: %s",
-                     over_tcp(ctx) ? "tcp" : "memory or RDMA", bytes,
-                     a == GCOLL_ROOTED_TREE ? "tree" : "direct");
-        return a;
+            snprintf(why, len, "2 ranks, %zu bytes: tree", bytes);
+        return GCOLL_ROOTED_TREE;
     }
     if (ctx->size == 2) { /* gather, scatter: one message either way; the model ties */
         if (why)
@@ -224,6 +221,19 @@ gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_
 
 /* ---- reduce ---------------------------------------------------------------------------- */
 
+/* The reduce tree's segment. Over TCP GCOLL_RING_CHUNK: each segment is a message whose
+ * fixed cost both CPUs pay, and 512 KiB segments were ahead of 64 KiB ones at 256 KiB to
+ * 16 MiB (1 MiB on 2 ranks: 137-145 us against 241-250). Through memory at most 64 KiB:
+ * the root combines a segment while the next is copied, and a segment stays in L2 (1 MiB
+ * on 2 ranks over UCX shared memory: 68-88 us against 126-149 with 512 KiB; 256 KiB on 4
+ * ranks 81-86 against 114-119). */
+#define TREE_SEG_MEM ((size_t)64 << 10)
+
+static size_t tree_segment(const gcoll_coll_t *ctx)
+{
+    return over_tcp(ctx) ? ctx->cfg->ring_chunk : GCOLL_MIN(ctx->cfg->ring_chunk, TREE_SEG_MEM);
+}
+
 /* Binomial reduce: each rank combines its children's partial results, in the order of
  * their distance (its own input first), and sends the result to its parent. Every child's
  * receive is posted at once, each into a buffer of its own. Vectors larger than
@@ -238,23 +248,27 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
     const int P = ctx->size, vr = wrap(ctx->rank - root + P, P);
     const size_t esz = gcoll_dtype_size(dtype), bytes = count * esz;
     gcoll_tree_pos_t t = gcoll_tree_pos(vr, P);
-    int own = vr && t.nchild; /* a non-root rank with children combines into a temporary */
+    const int own = vr && t.nchild; /* a non-root rank with children combines into a temporary */
+    /* The first child's segments land in the accumulator itself unless that is the input
+     * (the root in place), and gcoll_reduce_rev combines the input into them: the same
+     * operands in the same order as a copy of the input then gcoll_reduce_local, without
+     * the copy's pass. The temporary: this rank's accumulator (own), then the buffers of
+     * the other children. */
+    const int into_acc = t.nchild && !(vr == 0 && send == recv);
+    const size_t ntmp = (size_t)(own + t.nchild - into_acc) * bytes;
     uint8_t *tmp = NULL;
-    if (t.nchild) {
-        tmp = gcoll_coll_scratch(ctx, (size_t)(t.nchild + own) * bytes);
-        if (!tmp) {
-            gcoll_channel_set_error(ctx->ch, "cannot allocate %zu bytes for the reduce tree",
-                                    (size_t)(t.nchild + own) * bytes);
-            return GCOLL_ERR_NOMEM;
-        }
+    if (ntmp && !(tmp = gcoll_coll_scratch(ctx, ntmp))) {
+        gcoll_channel_set_error(ctx->ch, "cannot allocate %zu bytes for the reduce tree", ntmp);
+        return GCOLL_ERR_NOMEM;
     }
     uint8_t *acc = vr ? (own ? tmp : (uint8_t *)send) : recv;
+#define CHILD_BUF(c) ((c) == 0 && into_acc ? acc : tmp + (size_t)(own + (c)-into_acc) * bytes)
     const int parent = wrap(t.parent + root, P);
+    const size_t chunk = tree_segment(ctx);
     /* segments: whole elements, at least one; one segment without dividing (a 64-bit
      * division is tens of cycles, and a small call's segments took three) */
-    const int one = bytes <= ctx->cfg->ring_chunk;
-    const size_t seg_elems =
-        one ? GCOLL_MAX(count, (size_t)1) : GCOLL_MAX(ctx->cfg->ring_chunk / esz, (size_t)1);
+    const int one = bytes <= chunk;
+    const size_t seg_elems = one ? GCOLL_MAX(count, (size_t)1) : GCOLL_MAX(chunk / esz, (size_t)1);
     const size_t nseg = one ? 1 : GCOLL_MAX(GCOLL_DIV_UP(count, seg_elems), (size_t)1);
     /* the children's segments, their words, the parent's word, the segments sent */
     const size_t nreq = (size_t)t.nchild * nseg + (size_t)t.nchild + 1 + nseg;
@@ -269,8 +283,7 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
         for (size_t k = 0; k < nseg; k++) {
             size_t off = k * seg_elems * esz, len = GCOLL_MIN(seg_elems * esz, bytes - off);
             GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], wrap(vr + (1 << c) + root, P),
-                                                 (uint32_t)k, sig,
-                                                 tmp + (size_t)(own + c) * bytes + off, len, 0),
+                                                 (uint32_t)k, sig, CHILD_BUF(c) + off, len, 0),
                              st, out);
         }
     for (int c = 0; c < t.nchild; c++)
@@ -287,15 +300,14 @@ static gcoll_status_t reduce_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
     const int tx0 = n;
     for (size_t k = 0; k < nseg; k++) {
         size_t off = k * seg_elems * esz, len = GCOLL_MIN(seg_elems * esz, bytes - off);
-        /* this rank's own part of the segment, then each child's as it comes */
-        if (own)
-            memcpy(tmp + off, send + off, len);
-        else if (!vr && send != recv)
-            memcpy(recv + off, send + off, len);
+        /* each child's part of the segment as it comes, in the order of their distance */
+        const size_t elems = len / esz;
         for (int c = 0; c < t.nchild; c++) {
             GCOLL_CHECK_GOTO(wait_guarded(gd, &req[(size_t)c * nseg + k], 1), st, out);
-            gcoll_reduce_local(acc + off, tmp + (size_t)(own + c) * bytes + off,
-                               GCOLL_MIN(seg_elems, count - k * seg_elems), dtype, op);
+            if (c == 0 && into_acc)
+                gcoll_reduce_rev(acc + off, send + off, elems, dtype, op);
+            else
+                gcoll_reduce_local(acc + off, CHILD_BUF(c) + off, elems, dtype, op);
         }
         if (vr) {
             if (word >= 0) {
@@ -317,6 +329,7 @@ out:
     if (req != small)
         free(req);
     return st;
+#undef CHILD_BUF
 }
 
 /* Balanced split of n items into k parts: part i. */
