@@ -141,6 +141,11 @@ int gcoll_channel_peer_shares_cpu(const gcoll_channel_t *ch, int peer)
     return ch->ops->peer_shares_cpu ? ch->ops->peer_shares_cpu(ch->tp, peer) : -1;
 }
 
+size_t gcoll_channel_mesh_max(const gcoll_channel_t *ch)
+{
+    return ch->ops->mesh_max && ch->tp ? ch->ops->mesh_max(ch->tp) : 0;
+}
+
 static uint64_t hot_ns(const gcoll_channel_t *ch, const gcoll_treq_t *waiting)
 {
     if (!waiting)

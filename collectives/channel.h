@@ -94,6 +94,10 @@ uint32_t gcoll_call_sig(int kind, size_t count, int dtype, int op, int root);
  * transport cannot tell). */
 int gcoll_channel_peer_shares_cpu(const gcoll_channel_t *ch, int peer);
 
+/* The transport's mesh_max: the largest message every rank sends every other through
+ * shared memory without a handshake, the same on every rank; 0: none. */
+size_t gcoll_channel_mesh_max(const gcoll_channel_t *ch);
+
 gcoll_status_t gcoll_channel_isend(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint32_t sub,
                                    uint32_t sig, const void *buf, size_t len);
 gcoll_status_t gcoll_channel_irecv(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint32_t sub,

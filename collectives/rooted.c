@@ -177,6 +177,9 @@ static double rooted_cost(int kind, gcoll_rooted_algo_t a, double n, int P)
     return GCOLL_COST_ALPHA_NS + (P - 1) * (ROOT_MSG_NS + n * GCOLL_COST_BETA_NS);
 }
 
+/* The smallest mailbox record worth cutting the reduce tree's segments to. */
+#define MESH_MIN ((size_t)4 << 10)
+
 static int over_tcp(const gcoll_coll_t *ctx)
 {
     const gcoll_transport_ops_t *ops = ctx->ch ? ctx->ch->ops : NULL;
@@ -196,13 +199,22 @@ gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_
         /* Two ranks: the pipelined tree (one vector to the root) against reduce-scatter then
          * gather (half a vector each way, half to the root). Over TCP both sides' CPUs copy
          * every byte, and the tree, which moves fewer, was ahead at every size from 256 KiB
-         * to 64 MiB (1.3-1.6x). Through memory (UCX: one copy, by the receiver) the tree in
-         * 64 KiB segments (tree_segment) overlaps the copy with the sum, and was ahead from
-         * 256 KiB to 64 MiB too: 1 MiB in 68-129 us against 114-130, 16 MiB in 2.2-2.5 ms
-         * against 3.2-3.3, 64 MiB in 10.4-11.3 ms against 15.3-16.2 (docs/results/rooted.md). */
+         * to 64 MiB (1.3-1.6x). Through a shared-memory mailbox (tree_segment) the root sums
+         * each segment while the next is written: ahead at 64 KiB to 16 MiB (1 MiB: 72 us
+         * against 116, 16 MiB: 2.7 ms against 3.5). Through memory otherwise (UCX: one
+         * copy, by the receiver) the form that splits the sum between the ranks was ahead
+         * from 1 MiB (1.1-1.6x) and even at 256 KiB (docs/results/rooted.md). */
+        const int mesh = gcoll_channel_mesh_max(ctx->ch) >= MESH_MIN;
+        gcoll_rooted_algo_t a = bytes < ((size_t)512 << 10) || over_tcp(ctx) || mesh
+                                    ? GCOLL_ROOTED_TREE
+                                    : GCOLL_ROOTED_DIRECT;
         if (why)
-            snprintf(why, len, "2 ranks, %zu bytes: tree", bytes);
-        return GCOLL_ROOTED_TREE;
+            snprintf(why, len, "2 ranks over %s, %zu bytes: %s",
+                     over_tcp(ctx) ? "tcp"
+                     : mesh        ? "shared-memory mailboxes"
+                                   : "memory or RDMA",
+                     bytes, a == GCOLL_ROOTED_TREE ? "tree" : "direct");
+        return a;
     }
     if (ctx->size == 2) { /* gather, scatter: one message either way; the model ties */
         if (why)
@@ -221,17 +233,22 @@ gcoll_rooted_algo_t gcoll_rooted_select(const gcoll_coll_t *ctx, int kind, size_
 
 /* ---- reduce ---------------------------------------------------------------------------- */
 
-/* The reduce tree's segment. Over TCP GCOLL_RING_CHUNK: each segment is a message whose
- * fixed cost both CPUs pay, and 512 KiB segments were ahead of 64 KiB ones at 256 KiB to
- * 16 MiB (1 MiB on 2 ranks: 137-145 us against 241-250). Through memory at most 64 KiB:
- * the root combines a segment while the next is copied, and a segment stays in L2 (1 MiB
- * on 2 ranks over UCX shared memory: 68-88 us against 126-149 with 512 KiB; 256 KiB on 4
- * ranks 81-86 against 114-119). */
-#define TREE_SEG_MEM ((size_t)64 << 10)
-
+/* The reduce tree's segment: GCOLL_TREE_CHUNK when set. Where every rank reaches every
+ * other through a shared-memory mailbox (the channel's mesh_max, the same on every rank),
+ * a mailbox record: the root combines one while the next is written, and the mailbox's
+ * speed does not follow UCX's own, which on this VM moved 64 KiB messages in 11 us or in
+ * 33-39 from one minute to the next, for Open MPI too. 2 ranks, 1 MiB, medians of 5
+ * alternated runs: 16 KiB segments 72 us, 64 KiB 108, 512 KiB 117, reduce-scatter then
+ * gather 116, Open MPI 112 (docs/results/rooted.md). Elsewhere GCOLL_RING_CHUNK: each
+ * segment is a message whose fixed cost both CPUs pay (over TCP, 1 MiB on 2 ranks in
+ * 512 KiB segments 137-145 us, in 64 KiB ones 241-250; over UCX's TCP 16 KiB segments
+ * were 1.6-1.8x slower than 512 KiB at 256 KiB-16 MiB). */
 static size_t tree_segment(const gcoll_coll_t *ctx)
 {
-    return over_tcp(ctx) ? ctx->cfg->ring_chunk : GCOLL_MIN(ctx->cfg->ring_chunk, TREE_SEG_MEM);
+    if (ctx->cfg->tree_chunk)
+        return ctx->cfg->tree_chunk;
+    size_t mesh = gcoll_channel_mesh_max(ctx->ch);
+    return mesh >= MESH_MIN ? GCOLL_MIN(ctx->cfg->ring_chunk, mesh) : ctx->cfg->ring_chunk;
 }
 
 /* Binomial reduce: each rank combines its children's partial results, in the order of

@@ -116,6 +116,11 @@ typedef struct gcoll_transport_ops {
      * and a peer that waits for it before it can finish may be what this rank waits for
      * elsewhere (two communicators in one process). Never fails the operation. */
     void (*flush)(gcoll_transport_t *t, int64_t timeout_ms);
+    /* Optional (NULL: 0). The largest message that every rank sends every other through
+     * shared memory without a handshake (a mailbox record), agreed at connect so that it is
+     * the same on every rank; 0 when some pair has no such path. Pipelined collectives cut
+     * their segments to it. Never blocks. */
+    size_t (*mesh_max)(gcoll_transport_t *t);
 } gcoll_transport_ops_t;
 
 extern const gcoll_transport_ops_t gcoll_tcp_ops;

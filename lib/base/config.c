@@ -110,6 +110,10 @@ static const param_t coll_params[] = {
      "allreduce algorithm: ring, rhd (recursive halving-doubling), tree, rd (recursive "
      "doubling), or auto (cost model)",
      OFF(coll.algo), F_MUST_MATCH, "auto|ring|rhd|tree|rd"},
+    {"GCOLL_TREE_CHUNK", P_SIZE, "0",
+     "segment of the pipelined reduce tree; 0: a record of the ucx shared-memory mailbox "
+     "(GCOLL_UCX_SHM_MAX) when every rank has one with every other, else GCOLL_RING_CHUNK",
+     OFF(coll.tree_chunk), F_MUST_MATCH, NULL},
     {"GCOLL_ROOTED_ALGO", P_ENUM, "auto",
      "reduce, gather and scatter: tree (binomial), direct (reduce: reduce-scatter then the "
      "blocks to the root; gather, scatter: straight between the root and each rank), or auto "

@@ -14,6 +14,7 @@ typedef struct gcoll_coll_cfg {
     long ring_depth; /* chunks a ring step keeps in flight to its right neighbour; 0: all;
                       * -1 (auto) is resolved at init (comm.c) */
     size_t ring_slice;
+    size_t tree_chunk;       /* GCOLL_TREE_CHUNK: the reduce tree's segment; 0: by transport */
     int algo;                /* gcoll_algo_t */
     int rooted_algo;         /* gcoll_rooted_algo_t: reduce, gather, scatter */
     int sparse_algo;         /* 0 auto, else gcoll_sparse_plan_t + 1 */

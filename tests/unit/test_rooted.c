@@ -59,12 +59,19 @@ static void test_tree_positions(void **state)
 }
 
 static const char *transport = "ucx"; /* what the channel runs on */
+static size_t mesh;                   /* what its mesh_max says */
+
+static size_t fake_mesh_max(gcoll_transport_t *t)
+{
+    (void)t;
+    return mesh;
+}
 
 static gcoll_rooted_algo_t pick(int algo, int P, int kind, size_t bytes)
 {
     gcoll_coll_cfg_t cfg = {.rooted_algo = algo};
-    gcoll_transport_ops_t ops = {.name = transport};
-    gcoll_channel_t ch = {.ops = &ops};
+    gcoll_transport_ops_t ops = {.name = transport, .mesh_max = fake_mesh_max};
+    gcoll_channel_t ch = {.ops = &ops, .tp = (gcoll_transport_t *)&ops};
     gcoll_coll_t ctx = {.rank = 0, .size = P, .cfg = &cfg, .ch = &ch};
     char why[256];
     gcoll_rooted_algo_t a = gcoll_rooted_select(&ctx, kind, bytes, why, sizeof(why));
@@ -90,10 +97,10 @@ static void test_choice(void **state)
                     assert_int_equal(a, GCOLL_ROOTED_DIRECT);
                 switched = a == GCOLL_ROOTED_DIRECT;
             }
-            /* a large reduce takes reduce-scatter then gather (but not on 2 ranks, below):
-             * it moves 2 (P-1)/P of the vector per rank where the tree's root takes in
-             * log2 P of them */
-            if (kinds[k] == GCOLL_KIND_REDUCE && P > 2) {
+            /* a large reduce takes reduce-scatter then gather (not on 2 ranks over TCP or
+             * mailboxes, below): it moves 2 (P-1)/P of the vector per rank where the tree's
+             * root takes in log2 P of them */
+            if (kinds[k] == GCOLL_KIND_REDUCE) {
                 assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], 8), GCOLL_ROOTED_TREE);
                 assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], (size_t)1 << 32),
                                  GCOLL_ROOTED_DIRECT);
@@ -108,16 +115,27 @@ static void test_choice(void **state)
                                  GCOLL_ROOTED_DIRECT);
         }
     }
-    /* a reduce on 2 ranks: the tree at every size, over TCP (both sides copy every byte)
-     * and through memory (its segments' copy overlaps the sum) */
+    /* a reduce on 2 ranks: the tree at every size over TCP (both sides copy every byte)
+     * and through mailboxes (the copy of a segment overlaps the sum of the one before);
+     * other memory or RDMA: reduce-scatter then gather from 512 KiB */
     for (int tp = 0; tp < 2; tp++) {
         transport = tp ? "tcp" : "ucx";
+        mesh = tp ? 0 : 16384;
         for (size_t b = 8; b <= ((size_t)1 << 32); b *= 2)
             assert_int_equal(pick(GCOLL_ROOTED_AUTO, 2, GCOLL_KIND_REDUCE, b), GCOLL_ROOTED_TREE);
         assert_int_equal(pick(GCOLL_ROOTED_AUTO, 4, GCOLL_KIND_REDUCE, (size_t)1 << 32),
                          GCOLL_ROOTED_DIRECT);
     }
     transport = "ucx";
+    mesh = 0;
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 2, GCOLL_KIND_REDUCE, (size_t)256 << 10),
+                     GCOLL_ROOTED_TREE);
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 2, GCOLL_KIND_REDUCE, (size_t)512 << 10),
+                     GCOLL_ROOTED_DIRECT);
+    mesh = 1024; /* too small a record to cut segments to */
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 2, GCOLL_KIND_REDUCE, (size_t)512 << 10),
+                     GCOLL_ROOTED_DIRECT);
+    mesh = 0;
     /* small messages on many ranks: the tree's log2 P steps beat P - 1 root messages */
     assert_int_equal(pick(GCOLL_ROOTED_AUTO, 64, GCOLL_KIND_GATHER, 8), GCOLL_ROOTED_TREE);
     assert_int_equal(pick(GCOLL_ROOTED_AUTO, 64, GCOLL_KIND_SCATTER, 8), GCOLL_ROOTED_TREE);

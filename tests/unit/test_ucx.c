@@ -24,7 +24,7 @@
 #include "flood_util.h"
 
 typedef struct {
-    gcoll_config_t cfg;
+    gcoll_config_t cfg, cfg1; /* rank 0's and rank 1's */
     gcoll_transport_t *t[2];
     uint8_t blob[2][4096];
     size_t len[2];
@@ -59,10 +59,13 @@ static int setup(void **state)
     p->cfg.ucx_shm_max = 4096;
     if (getenv("GCOLL_TEST_UNEXPECTED_BOUND"))
         p->cfg.unexpected_bytes = 8 << 20;
+    p->cfg1 = p->cfg;
+    if (getenv("GCOLL_TEST_SHM_MAX1")) /* rank 1's GCOLL_UCX_SHM_MAX */
+        p->cfg1.ucx_shm_max = strtoul(getenv("GCOLL_TEST_SHM_MAX1"), NULL, 10);
     for (int r = 0; r < 2; r++) {
         gcoll_transport_params_t params = {.rank = r,
                                            .size = 2,
-                                           .cfg = &p->cfg,
+                                           .cfg = r ? &p->cfg1 : &p->cfg,
                                            .local_ip = "127.0.0.1",
                                            .key = {(const uint8_t *)"k", 1},
                                            .wake_fd = -1};
@@ -210,6 +213,38 @@ static void test_single_copy(void **state)
     /* below the threshold: UCX's own protocols */
     transfer(p, (128 << 10) - 1, 1, VIA_UCX);
     transfer(p, 4097, 0, VIA_UCX);
+}
+
+/* Rank 1 with another GCOLL_UCX_SHM_MAX (8 KiB, or 0: no mailbox). */
+static int setup_shm8k(void **state)
+{
+    setenv("GCOLL_TEST_SHM_MAX1", "8192", 1);
+    int rc = setup(state);
+    unsetenv("GCOLL_TEST_SHM_MAX1");
+    return rc;
+}
+
+static int setup_shm0(void **state)
+{
+    setenv("GCOLL_TEST_SHM_MAX1", "0", 1);
+    int rc = setup(state);
+    unsetenv("GCOLL_TEST_SHM_MAX1");
+    return rc;
+}
+
+/* mesh_max: both ranks agree on the least mailbox size of the pair, and on 0 when one
+ * side has no mailbox (whose small messages then go through UCX). */
+static void test_mesh_max(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    size_t want = p->cfg1.ucx_shm_max ? GCOLL_MIN(p->cfg.ucx_shm_max, p->cfg1.ucx_shm_max) : 0;
+    assert_int_equal(gcoll_ucx_ops.mesh_max(p->t[0]), want);
+    assert_int_equal(gcoll_ucx_ops.mesh_max(p->t[1]), want);
+    if (!want) {
+        assert_null(p->t[0]->peers[1].shm_ring);
+        transfer(p, 8, 1, VIA_UCX);
+    }
 }
 
 /* Up to GCOLL_UCX_SHM_MAX bytes: through the peer's mailbox, both sides said so in their
@@ -891,6 +926,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_single_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mesh_max, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mesh_max, setup_shm8k, teardown),
+        cmocka_unit_test_setup_teardown(test_mesh_max, setup_shm0, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_hold, setup, teardown),

@@ -371,6 +371,8 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
             t->peers[peer].cma_send = 1;
         if (!rndv && length >= 1 && (*(const uint8_t *)data & GCOLL_UCX_HELLO_SHM))
             gcoll_ucx_shm_expect(t, peer);
+        if (!rndv && length >= 5 && -h.status == 2) /* ready: its mailbox mesh size */
+            t->peers[peer].shm_mesh = gcoll_get_u32((const uint8_t *)data + 1);
         /* fall through */
     case UCX_MSG_BELL: /* the mailbox is polled by the progress that runs this */
         t->events++;
@@ -799,4 +801,5 @@ const gcoll_transport_ops_t gcoll_ucx_ops = {
     .local_capable = gcoll_ucx_local_capable,
     .flush = ucx_flush,
     .peek = ucx_peek,
+    .mesh_max = gcoll_ucx_shm_mesh_max,
 };

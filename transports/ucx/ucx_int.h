@@ -140,6 +140,8 @@ typedef struct ucx_peer {
     uint64_t shm_stall_ns;                   /* ... since then (gcoll_time_ns) */
     int shm_stalled;                         /* it stood still SHM_STALL_NS: sends by UCX */
     int shm_from;                            /* it writes into our mailbox: poll its ring */
+    uint32_t shm_mesh;                       /* its ready hello: its mailbox size, when it
+                                              * has a mailbox both ways with every rank */
     int shm_polling;                         /* inside poll_ring for it */
     uint64_t shm_head;                       /* bytes of its ring in our mailbox consumed */
     gcoll_treq_t *failing, *failing_tail;    /* failed in UCX, held for an abort (EP_ERROR_GRACE) */
@@ -190,6 +192,7 @@ struct gcoll_transport {
 
     /* shared-memory mailbox (ucx_shm.c) */
     size_t shm_max;    /* GCOLL_UCX_SHM_MAX, capped; 0: off */
+    size_t shm_mesh;   /* the least shm_mesh of all ranks (ours too) after connect */
     int shm_fd;        /* our mailbox's memfd until connected, else -1 */
     uint8_t *shm_box;  /* our mailbox */
     int shm_cpu1;      /* the CPU we last published in our mailbox, plus one (0: none) */
@@ -291,6 +294,10 @@ void gcoll_ucx_shm_drain_all(gcoll_transport_t *t);
 unsigned gcoll_ucx_shm_poll(gcoll_transport_t *t);
 /* transport op peer_shares_cpu: from the CPU each rank publishes in its mailbox. */
 int gcoll_ucx_shm_peer_cpu(gcoll_transport_t *t, int peer);
+/* Our mailbox size when every peer and we write into each other's mailboxes, else 0 (sent
+ * in the ready hello); transport op mesh_max: the agreed t->shm_mesh. */
+uint32_t gcoll_ucx_shm_mesh_own(gcoll_transport_t *t);
+size_t gcoll_ucx_shm_mesh_max(gcoll_transport_t *t);
 /* Before and after sleeping in epoll: nonzero from sleep means do not (messages came). */
 int gcoll_ucx_shm_sleep(gcoll_transport_t *t);
 void gcoll_ucx_shm_wake(gcoll_transport_t *t);

@@ -523,9 +523,13 @@ static gcoll_status_t connect_round(gcoll_transport_t *t, int round, uint64_t de
         if (peer != t->rank) {
             /* the flag byte: we can read its memory, so it may send us single-copy; we
              * write small messages into its mailbox, so it must poll our ring */
-            uint8_t flags = (t->peers[peer].cma_pid ? GCOLL_UCX_HELLO_CMA : 0) |
-                            (t->peers[peer].shm_ring ? GCOLL_UCX_HELLO_SHM : 0);
-            GCOLL_CHECK(gcoll_ucx_send_ctl(t, peer, UCX_MSG_HELLO, -round, &flags, 1));
+            uint8_t msg[5] = {(t->peers[peer].cma_pid ? GCOLL_UCX_HELLO_CMA : 0) |
+                              (t->peers[peer].shm_ring ? GCOLL_UCX_HELLO_SHM : 0)};
+            /* the ready round also carries our mailbox size when every pair of us has
+             * mailboxes both ways (every round-1 hello has come), so that all ranks agree
+             * on the least (mesh_max) */
+            gcoll_put_u32(msg + 1, round == 2 ? gcoll_ucx_shm_mesh_own(t) : 0);
+            GCOLL_CHECK(gcoll_ucx_send_ctl(t, peer, UCX_MSG_HELLO, -round, msg, sizeof(msg)));
         }
     t->peers[t->rank].hello = round;
     for (;;) {
@@ -633,8 +637,14 @@ gcoll_status_t gcoll_ucx_connect(gcoll_transport_t *t, const void *const *blobs,
     gcoll_ucx_shm_connected(t); /* every peer's hello came: those that map it have */
     for (int peer = 0; peer < t->size && !t->aborted; peer++)
         GCOLL_CHECK(flush_ep(t, peer, deadline_ms));
-    if (!t->aborted)
+    if (!t->aborted) {
         GCOLL_CHECK(connect_round(t, 2, deadline_ms));
+        t->shm_mesh = gcoll_ucx_shm_mesh_own(t);
+        for (int peer = 0; peer < t->size; peer++)
+            if (peer != t->rank)
+                t->shm_mesh = GCOLL_MIN(t->shm_mesh, (size_t)t->peers[peer].shm_mesh);
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: mailbox mesh: %zu bytes", t->shm_mesh);
+    }
     for (int peer = 0; peer < t->size; peer++)
         if (peer != t->rank)
             log_lanes(t->peers[peer].ep, peer);

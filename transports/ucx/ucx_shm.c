@@ -207,6 +207,21 @@ void gcoll_ucx_shm_connected(gcoll_transport_t *t)
     t->shm_fd = -1;
 }
 
+uint32_t gcoll_ucx_shm_mesh_own(gcoll_transport_t *t)
+{
+    if (!t->shm_box)
+        return 0;
+    for (int i = 0; i < t->size; i++)
+        if (i != t->rank && !(t->peers[i].shm_ring && t->peers[i].shm_from))
+            return 0;
+    return (uint32_t)t->shm_max;
+}
+
+size_t gcoll_ucx_shm_mesh_max(gcoll_transport_t *t)
+{
+    return t->shm_mesh;
+}
+
 void gcoll_ucx_shm_destroy(gcoll_transport_t *t)
 {
     size_t bytes = mailbox_bytes(t->size);
