@@ -254,7 +254,7 @@ static size_t tree_segment(const gcoll_coll_t *ctx)
 /* Binomial reduce: each rank combines its children's partial results, in the order of
  * their distance (its own input first), and sends the result to its parent. Every child's
  * receive is posted at once, each into a buffer of its own. Vectors larger than
- * GCOLL_RING_CHUNK go in segments of that size, pipelined up the tree: a segment is
+ * tree_segment's go in segments of that size, pipelined up the tree: a segment is
  * combined as soon as the children's have come, while it is still in cache, and sent on
  * while the next arrive (the order of the operands of every element is the same either
  * way, so is the result, bit for bit). */
