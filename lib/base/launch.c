@@ -92,7 +92,7 @@ gcoll_status_t gcoll_launch_ifname_ip(const char *ifname, char *ip, size_t len, 
 
 /* Under srun without GCOLL_ROOT: task 0 runs on the step's first node, so the rendezvous
  * is there, at a port derived from the job and step ids (the same on every task; steps of
- * one job differ, and so do jobs unless their ids are 2000 apart and run at once on the same
+ * one job differ, and so do jobs unless their ids are 1400 apart and run at once on the same
  * node). Writes "host:port" into buf; 0 on success. */
 int gcoll_launch_slurm_root(char *buf, size_t len)
 {
@@ -125,7 +125,7 @@ int gcoll_launch_slurm_root(char *buf, size_t len)
     host[n] = '\0';
     if (n == 0)
         return -1;
-    int port = 20000 + (int)(((jobid % 2000) * 16 + stepid % 16) % 32000);
+    int port = GCOLL_DERIVED_PORT_MIN + (int)((jobid % 1400) * 16 + stepid % 16);
     snprintf(buf, len, "%s:%d", host, port);
     return 0;
 }
@@ -147,7 +147,7 @@ int gcoll_launch_mpirun_root(char *buf, size_t len)
     uint64_t h = 1469598103934665603ull; /* FNV-1a of the job id */
     for (const char *p = job; *p; p++)
         h = (h ^ (uint8_t)*p) * 1099511628211ull;
-    snprintf(buf, len, "127.0.0.1:%d", 20000 + (int)(h % 32000));
+    snprintf(buf, len, "127.0.0.1:%d", GCOLL_DERIVED_PORT_MIN + (int)(h % GCOLL_DERIVED_PORTS));
     return 0;
 }
 

@@ -11,6 +11,12 @@
  * GCOLL_ERR_INVALID with the reason in err when none is set or they do not fit. */
 gcoll_status_t gcoll_launch_identity(int *size_p, int *rank_p, char *err, size_t errlen);
 
+/* Rendezvous ports derived from a job id lie in [MIN, MIN + PORTS): below Linux's default
+ * ephemeral range (32768-60999), where a port taken by any outgoing connection on the host
+ * would make rank 0's listen fail (seen: 1 full test run in about 6, with mpirun). */
+#define GCOLL_DERIVED_PORT_MIN 10000
+#define GCOLL_DERIVED_PORTS 22400
+
 /* Under srun without GCOLL_ROOT: "host:port" of the rendezvous on the step's first node, at
  * a port derived from the job and step ids. 0 on success, -1 when not under Slurm. */
 int gcoll_launch_slurm_root(char *buf, size_t len);

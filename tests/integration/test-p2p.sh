@@ -45,6 +45,7 @@ if command -v mpirun >/dev/null 2>&1; then
         pass "p2p all under mpirun -np 3 without GCOLL_ROOT"
     else
         fail "p2p all under mpirun -np 3 without GCOLL_ROOT"
+        grep -E 'p2p_check|FAIL|gcoll' "$TMP/mpirun.log" | head -n 20
         tail -n 10 "$TMP/mpirun.log"
     fi
 else
