@@ -116,9 +116,10 @@ static const param_t coll_params[] = {
      OFF(coll.tree_chunk), F_MUST_MATCH, NULL},
     {"GCOLL_ROOTED_ALGO", P_ENUM, "auto",
      "reduce, gather and scatter: tree (binomial), direct (reduce: reduce-scatter then the "
-     "blocks to the root; gather, scatter: straight between the root and each rank), or auto "
+     "blocks to the root; gather, scatter: straight between the root and each rank), chain "
+     "(reduce: a pipeline through the ranks in order; gather, scatter: the tree), or auto "
      "(cost model)",
-     OFF(coll.rooted_algo), F_MUST_MATCH, "auto|tree|direct"},
+     OFF(coll.rooted_algo), F_MUST_MATCH, "auto|tree|direct|chain"},
     {"GCOLL_SPARSE_ALGO", P_ENUM, "auto",
      "sparse allreduce plan: allgather (SSAR), split (split-and-reduce), dense, or auto (by bytes)",
      OFF(coll.sparse_algo), F_MUST_MATCH, "auto|allgather|split|dense"},

@@ -6,9 +6,9 @@
  * modulo 2^bits), so they are compared bit for bit whatever the algorithm, and so are
  * MIN and MAX. Float SUM, AVG and PROD are compared bit for bit with a reference that
  * combines in the binomial tree's order, rounding to the dtype after every operation, when
- * the tree runs (GCOLL_ROOTED_ALGO=tree). Otherwise (reduce-scatter then gather: each block
- * is summed in another ring order) the result must lie within the rounding bound of the
- * exact value: P-1 operations, each rounding to nearest with unit roundoff u = 2^-p (p
+ * the tree runs (GCOLL_ROOTED_ALGO=tree), or in the chain's (=chain). Otherwise (reduce-scatter
+ * then gather: each block is summed in another ring order) the result must lie within the rounding
+ * bound of the exact value: P-1 operations, each rounding to nearest with unit roundoff u = 2^-p (p
  * significant bits of the dtype: 24, 53, 11, 8, 4, 3) an intermediate no larger than
  * S = sum |x_r|, give |got - exact| <= (P-1) u S for SUM; AVG adds one rounding of the
  * quotient, u |exact/P|; PROD's relative error is at most (1+u)^(P-1) - 1. The inputs
@@ -32,7 +32,9 @@
 
 static int rank, size, failures, checks;
 static gcoll_comm_t *comm;
-static int tree_exact; /* GCOLL_ROOTED_ALGO=tree: float results in the tree's order */
+/* Float results in the order of GCOLL_ROOTED_ALGO=tree (1) or =chain (2); 0: within the
+ * rounding bound */
+static int tree_exact;
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
@@ -137,6 +139,14 @@ static double tree_combine(const tree_t *t, int v)
     return acc;
 }
 
+/* The chain's combination: virtual rank v's own value, then the partial result of the
+ * ranks after it (v + 1 .. P - 1), which v + 1 sent (collectives/rooted.c). */
+static double chain_combine(const tree_t *t, int v)
+{
+    double acc = t->x[(v + t->root) % size];
+    return v + 1 < size ? float_op(t->d, t->op, acc, chain_combine(t, v + 1)) : acc;
+}
+
 /* Checks element i of root's result: got (raw bits). */
 static int check_reduce_elem(gcoll_dtype_t d, gcoll_op_t op, int root, size_t i, uint64_t call,
                              uint64_t got, int exact_order)
@@ -170,7 +180,7 @@ static int check_reduce_elem(gcoll_dtype_t d, gcoll_op_t op, int root, size_t i,
     double u = ldexp(1.0, -precision(d));
     if (op == GCOLL_MIN || op == GCOLL_MAX || exact_order) {
         tree_t t = {d, op, root, x};
-        want = P == 1 ? x[root] : tree_combine(&t, 0);
+        want = P == 1 ? x[root] : exact_order == 2 ? chain_combine(&t, 0) : tree_combine(&t, 0);
         if (op == GCOLL_AVG)
             want = round_to(d, want / P);
         /* the sign of a zero too, in the tree's order; in another order MIN and MAX may
@@ -179,8 +189,9 @@ static int check_reduce_elem(gcoll_dtype_t d, gcoll_op_t op, int root, size_t i,
             return 0;
         if (g == want && want == 0 && op != GCOLL_MIN && op != GCOLL_MAX)
             return 0; /* the sign of an exact zero sum */
-        FAIL("reduce %s %s root %d elem %zu: got %.17g, expected %.17g (tree order)",
-             gcoll_dtype_name(d), op_names[op], root, i, g, want);
+        FAIL("reduce %s %s root %d elem %zu: got %.17g, expected %.17g (%s order)",
+             gcoll_dtype_name(d), op_names[op], root, i, g, want,
+             exact_order == 2 ? "chain" : "tree");
         return 1;
     }
     double bound;
@@ -616,7 +627,7 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "all";
     const char *algo = getenv("GCOLL_ROOTED_ALGO");
-    tree_exact = algo && strcmp(algo, "tree") == 0;
+    tree_exact = !algo ? 0 : strcmp(algo, "tree") == 0 ? 1 : strcmp(algo, "chain") == 0 ? 2 : 0;
     if (getenv("ROOTED_CHECK_TREE_ORDER")) /* the script's control: claim it anyway */
         tree_exact = atoi(getenv("ROOTED_CHECK_TREE_ORDER"));
     gcoll_status_t st = gcoll_comm_init(&comm);

@@ -61,7 +61,7 @@ for v in $variants; do
         fi
     done
     [ "$v" = ucx-tcp ] && continue # the algorithms forced: tcp and ucx's shared memory
-    for algo in tree direct; do
+    for algo in tree direct chain; do
         for n in 3 4; do
             # shellcheck disable=SC2086
             if launch "$algo-$v-$n" "$n" $tenv GCOLL_ROOTED_ALGO=$algo ROOTED_CHECK_LARGE=30001 \
@@ -83,7 +83,7 @@ for v in $(echo "$variants" | grep -o 'tcp\|ucx-shm' | sort -u); do
     ucx-*) tenv="GCOLL_TRANSPORT=ucx $(ucx_variant_env "$v")" ;;
     *) tenv="GCOLL_TRANSPORT=$v" ;;
     esac
-    for algo in tree direct; do
+    for algo in tree direct chain; do
         if [ "$v" = tcp ]; then # the large calls themselves on tcp only
             # shellcheck disable=SC2086
             if launch "big-$algo-$v" 3 $tenv GCOLL_ROOTED_ALGO=$algo ROOTED_CHECK_LARGE=400001 -- all; then
@@ -113,6 +113,18 @@ elif grep -q 'FAIL: reduce float.*(tree order)' "$TMP/control.0" &&
 else
     fail "control: unexpected failures"
     show control 4
+fi
+
+# and claiming the tree's order while the chain runs (on 4 ranks the two orders differ:
+# x0 + (x1 + (x2 + x3)) against (x0 + x1) + (x2 + x3))
+if launch control2 4 GCOLL_TRANSPORT=tcp GCOLL_ROOTED_ALGO=chain ROOTED_CHECK_TREE_ORDER=1 -- all; then
+    fail "control: the chain's results matched the tree's order bit for bit"
+elif grep -q 'FAIL: reduce float.*(tree order)' "$TMP/control2.0" &&
+    ! grep -v '(tree order)' "$TMP/control2.0" | grep -q 'FAIL:'; then
+    pass "control: the chain's float results differ from the tree's order ($(grep -c 'FAIL:' "$TMP/control2.0") shown)"
+else
+    fail "control: unexpected failures (chain)"
+    show control2 4
 fi
 
 for v in tcp $(echo "$variants" | grep -o ucx-shm); do

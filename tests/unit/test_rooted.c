@@ -135,7 +135,26 @@ static void test_choice(void **state)
     mesh = 1024; /* too small a record to cut segments to */
     assert_int_equal(pick(GCOLL_ROOTED_AUTO, 2, GCOLL_KIND_REDUCE, (size_t)512 << 10),
                      GCOLL_ROOTED_DIRECT);
+    assert_int_not_equal(pick(GCOLL_ROOTED_AUTO, 4, GCOLL_KIND_REDUCE, (size_t)1 << 20),
+                         GCOLL_ROOTED_CHAIN);
+    /* with mailboxes, 3-8 ranks: the chain for a reduce of 512 KiB up to 4 MiB, and never
+     * for gather or scatter; without them, never */
+    mesh = 16384;
+    for (int P = 3; P <= 16; P++)
+        for (size_t b = 8; b <= ((size_t)1 << 30); b *= 2) {
+            int want = P <= 8 && b >= ((size_t)512 << 10) && b < ((size_t)4 << 20);
+            assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, GCOLL_KIND_REDUCE, b) == GCOLL_ROOTED_CHAIN,
+                             want);
+            assert_int_not_equal(pick(GCOLL_ROOTED_AUTO, P, GCOLL_KIND_GATHER, b),
+                                 GCOLL_ROOTED_CHAIN);
+            assert_int_not_equal(pick(GCOLL_ROOTED_AUTO, P, GCOLL_KIND_SCATTER, b),
+                                 GCOLL_ROOTED_CHAIN);
+        }
     mesh = 0;
+    /* forced: the chain for a reduce; gather and scatter take the tree */
+    assert_int_equal(pick(GCOLL_ROOTED_CHAIN, 4, GCOLL_KIND_REDUCE, 8), GCOLL_ROOTED_CHAIN);
+    assert_int_equal(pick(GCOLL_ROOTED_CHAIN, 4, GCOLL_KIND_GATHER, 8), GCOLL_ROOTED_TREE);
+    assert_int_equal(pick(GCOLL_ROOTED_CHAIN, 4, GCOLL_KIND_SCATTER, 1 << 20), GCOLL_ROOTED_TREE);
     /* small messages on many ranks: the tree's log2 P steps beat P - 1 root messages */
     assert_int_equal(pick(GCOLL_ROOTED_AUTO, 64, GCOLL_KIND_GATHER, 8), GCOLL_ROOTED_TREE);
     assert_int_equal(pick(GCOLL_ROOTED_AUTO, 64, GCOLL_KIND_SCATTER, 8), GCOLL_ROOTED_TREE);
