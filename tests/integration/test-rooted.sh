@@ -103,29 +103,22 @@ for v in $(echo "$variants" | grep -o 'tcp\|ucx-shm' | sort -u); do
     done
 done
 
-# the control: claiming the tree's order while reduce-scatter runs must fail the float
-# checks (and only them), or the bit-exact check of the tree proves nothing
-if launch control 4 GCOLL_TRANSPORT=tcp GCOLL_ROOTED_ALGO=direct ROOTED_CHECK_TREE_ORDER=1 -- all; then
-    fail "control: reduce-scatter's results matched the tree's order bit for bit"
-elif grep -q 'FAIL: reduce float.*(tree order)' "$TMP/control.0" &&
-    ! grep -v '(tree order)' "$TMP/control.0" | grep -q 'FAIL:'; then
-    pass "control: reduce-scatter's float results differ from the tree's order ($(grep -c 'FAIL:' "$TMP/control.0") shown)"
-else
-    fail "control: unexpected failures"
-    show control 4
-fi
-
-# and claiming the tree's order while the chain runs (on 4 ranks the two orders differ:
-# x0 + (x1 + (x2 + x3)) against (x0 + x1) + (x2 + x3))
-if launch control2 4 GCOLL_TRANSPORT=tcp GCOLL_ROOTED_ALGO=chain ROOTED_CHECK_TREE_ORDER=1 -- all; then
-    fail "control: the chain's results matched the tree's order bit for bit"
-elif grep -q 'FAIL: reduce float.*(tree order)' "$TMP/control2.0" &&
-    ! grep -v '(tree order)' "$TMP/control2.0" | grep -q 'FAIL:'; then
-    pass "control: the chain's float results differ from the tree's order ($(grep -c 'FAIL:' "$TMP/control2.0") shown)"
-else
-    fail "control: unexpected failures (chain)"
-    show control2 4
-fi
+# The controls: claiming the tree's order while another form runs must fail the float
+# checks (and only them), or the bit-exact checks prove nothing. control NAME ALGO WHAT
+control() {
+    if launch "$1" 4 GCOLL_TRANSPORT=tcp GCOLL_ROOTED_ALGO="$2" ROOTED_CHECK_TREE_ORDER=1 -- all; then
+        fail "control: $3's results matched the tree's order bit for bit"
+    elif grep -q 'FAIL: reduce float.*(tree order)' "$TMP/$1.0" &&
+        ! grep -v '(tree order)' "$TMP/$1.0" | grep -q 'FAIL:'; then
+        pass "control: $3's float results differ from the tree's order ($(grep -c 'FAIL:' "$TMP/$1.0") shown)"
+    else
+        fail "control: unexpected failures ($3)"
+        show "$1" 4
+    fi
+}
+control control direct reduce-scatter
+# on 4 ranks the chain's x0 + (x1 + (x2 + x3)) against the tree's (x0 + x1) + (x2 + x3)
+control control2 chain "the chain"
 
 for v in tcp $(echo "$variants" | grep -o ucx-shm); do
     case "$v" in

@@ -85,22 +85,25 @@ static int setup(void **state)
     return 0;
 }
 
+/* setup with one environment variable set for it alone */
+static int setup_with(void **state, const char *name, const char *value)
+{
+    setenv(name, value, 1);
+    int rc = setup(state);
+    unsetenv(name);
+    return rc;
+}
+
 /* With GCOLL_UNEXPECTED_BYTES=8mb. */
 static int setup_bounded(void **state)
 {
-    setenv("GCOLL_TEST_UNEXPECTED_BOUND", "1", 1);
-    int rc = setup(state);
-    unsetenv("GCOLL_TEST_UNEXPECTED_BOUND");
-    return rc;
+    return setup_with(state, "GCOLL_TEST_UNEXPECTED_BOUND", "1");
 }
 
 /* Without UCX's keepalive, which would wake a sleeping receiver every second anyway. */
 static int setup_quiet(void **state)
 {
-    setenv("UCX_KEEPALIVE_INTERVAL", "60s", 1);
-    int rc = setup(state);
-    unsetenv("UCX_KEEPALIVE_INTERVAL");
-    return rc;
+    return setup_with(state, "UCX_KEEPALIVE_INTERVAL", "60s");
 }
 
 static int teardown(void **state)
@@ -218,18 +221,12 @@ static void test_single_copy(void **state)
 /* Rank 1 with another GCOLL_UCX_SHM_MAX (8 KiB, or 0: no mailbox). */
 static int setup_shm8k(void **state)
 {
-    setenv("GCOLL_TEST_SHM_MAX1", "8192", 1);
-    int rc = setup(state);
-    unsetenv("GCOLL_TEST_SHM_MAX1");
-    return rc;
+    return setup_with(state, "GCOLL_TEST_SHM_MAX1", "8192");
 }
 
 static int setup_shm0(void **state)
 {
-    setenv("GCOLL_TEST_SHM_MAX1", "0", 1);
-    int rc = setup(state);
-    unsetenv("GCOLL_TEST_SHM_MAX1");
-    return rc;
+    return setup_with(state, "GCOLL_TEST_SHM_MAX1", "0");
 }
 
 /* mesh_max: both ranks agree on the least mailbox size of the pair, and on 0 when one
