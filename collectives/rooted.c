@@ -519,6 +519,24 @@ static int child_in_place(int cv, size_t csize, int root, int P)
     return (size_t)(wrap(cv + root, P)) + csize <= (size_t)P;
 }
 
+/* A rank's own block, copied while its children's blocks arrive: in pieces that double
+ * from OWN_PIECE, the transport moved along between them, so that a child's single copy
+ * (which the child writes, GCOLL_TREQ_RECEIVER_BUSY) starts as soon as its descriptor is
+ * here rather than after this copy. Doubling keeps the progress calls to a few: the
+ * descriptor comes within microseconds or late. */
+#define OWN_PIECE ((size_t)32 << 10)
+
+static void copy_own(const gcoll_coll_t *ctx, uint8_t *dst, const uint8_t *src, size_t len)
+{
+    size_t off = 0;
+    for (size_t k = OWN_PIECE; len - off > k; k *= 2) {
+        memcpy(dst + off, src + off, k);
+        off += k;
+        gcoll_channel_progress(ctx->ch, 0);
+    }
+    memcpy(dst + off, src + off, len - off);
+}
+
 /* Binomial gather: each rank collects its subtree's blocks (virtual ranks vr .. vr+size-1,
  * in that order) and sends them to its parent in one message. The root receives each
  * child's subtree straight into its place in recvbuf when the subtree's ranks are
@@ -552,16 +570,17 @@ static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
         uint8_t *dst = vr == 0 && child_in_place(cv, csize, root, P)
                            ? recv + (size_t)cr * block
                            : buf + (size_t)(1 << c) * block;
-        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], cr, 0, sig, dst, csize * block, 0),
+        GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], cr, 0, sig, dst, csize * block,
+                                             GCOLL_TREQ_RECEIVER_BUSY),
                          st, out);
         GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, cr, csize * block, sig), st, out);
     }
     if (vr)
         GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, parent, (size_t)t.size * block, sig), st, out);
     if (vr && t.nchild)
-        memcpy(buf, send, block);
+        copy_own(ctx, buf, send, block);
     else if (!vr && send != recv + (size_t)root * block)
-        memcpy(recv + (size_t)root * block, send, block);
+        copy_own(ctx, recv + (size_t)root * block, send, block);
     GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
     if (vr) {
         GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], parent, 0, sig, buf ? buf : send,
@@ -681,7 +700,8 @@ static gcoll_status_t rooted_direct(const gcoll_coll_t *ctx, guard_t *gd, int ga
         int i = (r + k) % P;
         if (gather) {
             GCOLL_CHECK_GOTO(gcoll_channel_irecv(ctx->ch, &req[n++], i, 0, sig,
-                                                 recv + (size_t)i * block, block, 0),
+                                                 recv + (size_t)i * block, block,
+                                                 GCOLL_TREQ_RECEIVER_BUSY),
                              st, out);
             GCOLL_CHECK_GOTO(tell_ready(ctx, req, &n, i, block, sig), st, out);
         } else {
@@ -699,7 +719,7 @@ static gcoll_status_t rooted_direct(const gcoll_coll_t *ctx, guard_t *gd, int ga
     }
     /* the root's own block, unless in place */
     if (gather && send != recv + (size_t)r * block)
-        memcpy(recv + (size_t)r * block, send, block);
+        copy_own(ctx, recv + (size_t)r * block, send, block);
     if (!gather && recv != send + (size_t)r * block)
         memcpy(recv, send + (size_t)r * block, block);
     st = wait_guarded(gd, req, n);

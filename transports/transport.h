@@ -18,7 +18,11 @@ enum {
                              * transports) */
     /* irecv: kept posted for a message that may never come (the rooted calls' probes): it
      * does not make the transport take in the messages queued before its own */
-    GCOLL_TREQ_STANDING = 4
+    GCOLL_TREQ_STANDING = 4,
+    /* irecv: this rank has copying of its own to do while the message arrives (a gather's
+     * root): a transport with the choice has the sender's CPU move the data into buf (a
+     * single copy the sender writes) rather than this rank's (one it reads) */
+    GCOLL_TREQ_RECEIVER_BUSY = 8
 };
 
 /* One point-to-point operation. The caller owns the memory and fills the first block;

@@ -17,7 +17,8 @@
 #   frame                                       transports/tcp/tcp_frame.c: TCP frame header
 #   bootstrap                                   lib/core/bootstrap.c: hello and reply messages
 #   auth                                        lib/base/auth.c: both sides of the handshake
-#   ucx_hdr                                     the UCX active-message header (UCX builds)
+#   ucx_hdr                                     the UCX active-message header and single-copy
+#                                               write request (UCX builds)
 #   ps                                          lib/training/ps_wire.c: the parameter
 #                                               server's header, frames and fused apply
 # The UCX shared-memory mailbox records are read inside the transport's poll loop, not by

@@ -151,4 +151,30 @@ counted_path "single copy" cma GCOLL_UCX_CMA_MIN ucx-nocma 4 -b 32K -e 4M -f 4 -
 # Shared-memory mailbox (GCOLL_UCX_SHM_MAX): messages of up to 16 KiB go through gcoll's own
 # rings.
 counted_path mailbox shm GCOLL_UCX_SHM_MAX ucx-noshm 5 -b 8 -e 32K -f 8 -n 20 -w 2
+
+# A gather's root copies its own block meanwhile, so it asks its peers to write their blocks
+# (GCOLL_TREQ_RECEIVER_BUSY): on 3 ranks from 128 KiB per block, every single-copy receive
+# of the root is written by its sender, and the blocks land exactly (-c 1, #wrong 0).
+log="$TMP/gather-put.log"
+# shellcheck disable=SC2046
+if env $(ucx_variant_env ucx-shm) "$gcoll_run" --timeout 120 -n 3 -x GCOLL_TRANSPORT=ucx \
+    -x GCOLL_DEBUG=debug -x GCOLL_DEBUG_SUBSYS=NET -- "$top_builddir/tools/gcoll-bench" \
+    --coll gather -c 1 -z 2 -b 128K -e 4M -f 4 -n 5 -w 1 >"$log" 2>&1; then
+    res=$(grep 'ucx: progress:' "$log" | awk '
+        {for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) {s[kv[1]] += kv[2]}}
+        END {printf "%d %d", s["cma_recvs"], s["cma_puts"]}')
+    wrong=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ {w += $(NF - 4) + $NF} END {print w + 0}' "$log")
+    sizes=$(awk '$1 ~ /^\[0\]$/ && $2 ~ /^[0-9]+$/ && $(NF - 4) == 0 && $NF == 0' "$log" | wc -l)
+    # shellcheck disable=SC2086
+    set -- $res
+    if [ "$1" -gt 0 ] && [ "$1" = "$2" ] && [ "$wrong" = 0 ] && [ "$sizes" = 3 ]; then
+        pass "gather: the root's $2 single-copy receives all written by their senders; 3 sizes exact"
+    else
+        fail "gather: $1 single-copy receives, $2 written by the sender, #wrong $wrong, $sizes sizes exact"
+        grep -v '^ok' "$log" | tail -n 20
+    fi
+else
+    fail "gather: the run did not run"
+    tail -n 20 "$log"
+fi
 finish

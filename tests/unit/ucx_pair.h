@@ -156,7 +156,9 @@ static inline void wait_unexpected(pair_t *p)
     }
 }
 
-enum { VIA_UCX, VIA_CMA, VIA_SHM };
+/* VIA_PUT: a receive made with GCOLL_TREQ_RECEIVER_BUSY that the sender writes;
+ * VIA_PUT_READ: one made so that the receiver reads all the same (the sender cannot write). */
+enum { VIA_UCX, VIA_CMA, VIA_SHM, VIA_PUT, VIA_PUT_READ };
 
 static inline void transfer(pair_t *p, size_t len, int recv_first, int via)
 {
@@ -164,8 +166,12 @@ static inline void transfer(pair_t *p, size_t len, int recv_first, int via)
     for (size_t i = 0; i < len; i++)
         src[i] = (uint8_t)(i * 131 + len);
     unsigned long sends = p->t[0]->st_cma_sends, recvs = p->t[1]->st_cma_recvs;
+    unsigned long puts = p->t[1]->st_cma_puts;
+    int cma = via == VIA_CMA || via == VIA_PUT || via == VIA_PUT_READ;
     unsigned long shm_sends = p->t[0]->st_shm_sends, shm_recvs = p->t[1]->st_shm_recvs;
     gcoll_treq_t s = req(1, 1000 + len, src, len), r = req(0, 1000 + len, dst, len);
+    if (via == VIA_PUT || via == VIA_PUT_READ)
+        r.flags = GCOLL_TREQ_RECEIVER_BUSY;
     if (recv_first)
         assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
     assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s), GCOLL_OK);
@@ -179,8 +185,8 @@ static inline void transfer(pair_t *p, size_t len, int recv_first, int via)
         assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
     } else if (!recv_first) {
         wait_unexpected(p);
-        if (via == VIA_CMA)
-            assert_int_equal(s.done, 0); /* the send waits for the read */
+        if (cma)
+            assert_int_equal(s.done, 0); /* the send waits for the read (or the request) */
         assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
     }
     gcoll_treq_t *both[] = {&s, &r};
@@ -189,8 +195,9 @@ static inline void transfer(pair_t *p, size_t len, int recv_first, int via)
     assert_int_equal(r.status, GCOLL_OK);
     assert_int_equal(r.nbytes, len);
     assert_memory_equal(src, dst, len);
-    assert_int_equal(p->t[0]->st_cma_sends - sends, (unsigned long)(via == VIA_CMA));
-    assert_int_equal(p->t[1]->st_cma_recvs - recvs, (unsigned long)(via == VIA_CMA));
+    assert_int_equal(p->t[0]->st_cma_sends - sends, (unsigned long)cma);
+    assert_int_equal(p->t[1]->st_cma_recvs - recvs, (unsigned long)cma);
+    assert_int_equal(p->t[1]->st_cma_puts - puts, (unsigned long)(via == VIA_PUT));
     assert_int_equal(p->t[0]->st_shm_sends - shm_sends, (unsigned long)(via == VIA_SHM));
     assert_int_equal(p->t[1]->st_shm_recvs - shm_recvs, (unsigned long)(via == VIA_SHM));
     free(src);

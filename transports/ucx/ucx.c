@@ -74,7 +74,7 @@ const char *gcoll_ucx_hdr_decode(const void *buf, size_t len, ucx_hdr_t *h)
         return "bad magic";
     if (p[4] != GCOLL_UCX_VERSION)
         return "unsupported version";
-    if (p[5] < UCX_MSG_DATA || p[5] > UCX_MSG_BELL)
+    if (p[5] < UCX_MSG_DATA || p[5] > UCX_MSG_PUTFIN)
         return "unknown message type";
     h->type = p[5];
     h->status = -(int)p[6];
@@ -289,7 +289,7 @@ static ucs_status_t deliver(gcoll_transport_t *t, int peer, uint64_t tag, uint32
     }
     if (req) {
         if (cma) {
-            gcoll_ucx_cma_pull(t, peer, req, data);
+            gcoll_ucx_cma_take(t, peer, req, data);
             return UCS_OK;
         }
         if (rndv) /* UCS_INPROGRESS: the descriptor now belongs to the receive */
@@ -380,6 +380,15 @@ ucs_status_t gcoll_ucx_am_cb(void *arg, const void *header, size_t header_length
     case UCX_MSG_FIN:
         t->in_cb++;
         gcoll_ucx_on_fin(t, peer, h.status, rndv ? NULL : data, rndv ? 0 : length);
+        t->in_cb--;
+        return UCS_OK;
+    case UCX_MSG_PUT:
+    case UCX_MSG_PUTFIN:
+        t->in_cb++;
+        if (h.type == UCX_MSG_PUT)
+            gcoll_ucx_on_put(t, peer, rndv ? NULL : data, rndv ? 0 : length);
+        else
+            gcoll_ucx_on_putfin(t, peer, h.status, rndv ? NULL : data, rndv ? 0 : length);
         t->in_cb--;
         return UCS_OK;
     case UCX_MSG_CMA:
@@ -522,7 +531,7 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
         if (u->kind == UCX_UNEXP_CMA) /* the sender waits for an answer */
             gcoll_ucx_fin_queue(t, req->peer, gcoll_get_u64(u->data + 24), st);
     } else if (u->kind == UCX_UNEXP_CMA) {
-        gcoll_ucx_cma_pull(t, req->peer, req, u->data);
+        gcoll_ucx_cma_take(t, req->peer, req, u->data);
     } else if (u->kind == UCX_UNEXP_RNDV) {
         if (rndv_recv(t, req->peer, req, u->priv, u->len))
             u->priv = NULL; /* UCX took the descriptor over */
@@ -668,15 +677,20 @@ static void ucx_cancel(gcoll_transport_t *t, gcoll_treq_t *req)
         gcoll_ucx_complete(t, req, GCOLL_ERR_ABORTED);
         return;
     }
-    if (op->cma) { /* ours, not UCX's: withdrawn at once (the token goes first) */
+    if (op->cma && !op->is_recv) { /* ours, not UCX's: withdrawn at once (the token goes first) */
         gcoll_ucx_cma_send_end(t, op, GCOLL_ERR_ABORTED);
         return;
     }
+    /* A receive the sender may be writing: its token goes first (a write not yet started
+     * never starts), then the PUTFIN says a write under way has ended (below). */
+    if (op->cma)
+        __atomic_store_n(&op->cma_token, 0, __ATOMIC_SEQ_CST);
     /* UCX owns the buffer (a send, or a rendezvous receive under way). ucp_request_cancel
      * only withdraws unmatched tag receives in UCX 1.13, so let the operation finish for a
      * short while; if it does not, close the endpoint so that UCX lets go of the buffer
      * before the caller frees it. The communicator is failing at this point anyway. */
-    ucp_request_cancel(t->worker, op->ucp_req);
+    if (!op->cma)
+        ucp_request_cancel(t->worker, op->ucp_req);
     uint64_t end = gcoll_time_ms() + CANCEL_DRAIN_MS;
     while (!req->done && !p->rx.failed && gcoll_time_ms() < end)
         ucx_progress(t, gcoll_ms_left(end, 10)); /* sleeps when idle */

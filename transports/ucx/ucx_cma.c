@@ -1,6 +1,7 @@
 /* ucx_cma.c: the UCX transport's single copy between ranks of one host (GCOLL_UCX_CMA_MIN;
  * protocol in ucx_int.h): the descriptor sent in place of the data, the receiver's read
- * with process_vm_readv, the FIN that ends the send. */
+ * with process_vm_readv, the FIN that ends the send; for a busy receiver, the PUT that
+ * asks the sender to write with process_vm_writev instead, and its PUTFIN. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,23 +10,22 @@
 #include "transports/ucx/ucx_int.h"
 #include "base/util.h"
 
-/* Sends the FINs queued by receives that completed inside UCX's callbacks. */
+/* Sends the single-copy messages (FIN, PUT, PUTFIN) queued inside UCX's callbacks. */
 void gcoll_ucx_fin_flush(gcoll_transport_t *t)
 {
     for (int i = 0; i < t->nfin; i++) {
         struct ucx_fin *f = &t->fin[i];
-        uint8_t tok[8];
-        gcoll_put_u64(tok, f->token);
         /* a failed peer (or one whose endpoint is closed) needs no answer */
-        if (gcoll_ucx_send_ctl(t, f->peer, UCX_MSG_FIN, f->status, tok, sizeof(tok)) ==
-            GCOLL_ERR_NOMEM)
+        if (gcoll_ucx_send_ctl(t, f->peer, f->type, f->status, f->data, f->len) == GCOLL_ERR_NOMEM)
             gcoll_ucx_peer_fail(t, f->peer, GCOLL_ERR_NOMEM);
     }
     t->nfin = 0;
 }
 
-/* Tells the sender its single-copy send is over (status: how the read went). */
-void gcoll_ucx_fin_queue(gcoll_transport_t *t, int peer, uint64_t token, gcoll_status_t status)
+/* Queues a single-copy control message (sent at once outside UCX's callbacks). 0 if out of
+ * memory (the peer is then failed). */
+static int ctl_queue(gcoll_transport_t *t, int peer, int type, gcoll_status_t status,
+                     const uint8_t *data, size_t len)
 {
     if (t->nfin == t->capfin) {
         int cap = t->capfin ? 2 * t->capfin : 16;
@@ -33,14 +33,82 @@ void gcoll_ucx_fin_queue(gcoll_transport_t *t, int peer, uint64_t token, gcoll_s
         if (!f) {
             gcoll_ucx_set_error(t, "out of memory answering a single-copy send of rank %d", peer);
             gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_NOMEM);
-            return;
+            return 0;
         }
         t->fin = f;
         t->capfin = cap;
     }
-    t->fin[t->nfin++] = (struct ucx_fin){.peer = peer, .status = status, .token = token};
+    struct ucx_fin *f = &t->fin[t->nfin++];
+    *f = (struct ucx_fin){.peer = peer, .type = type, .status = status, .len = len};
+    memcpy(f->data, data, len);
     if (!t->in_cb)
         gcoll_ucx_fin_flush(t);
+    return 1;
+}
+
+/* Tells the sender its single-copy send is over (status: how the read went). */
+void gcoll_ucx_fin_queue(gcoll_transport_t *t, int peer, uint64_t token, gcoll_status_t status)
+{
+    uint8_t tok[8];
+    gcoll_put_u64(tok, token);
+    ctl_queue(t, peer, UCX_MSG_FIN, status, tok, sizeof(tok));
+}
+
+void gcoll_ucx_put_encode(const ucx_put_t *m, uint8_t out[GCOLL_UCX_PUT_LEN])
+{
+    gcoll_put_u64(out, m->send_token);
+    gcoll_put_u64(out + 8, m->addr);
+    gcoll_put_u64(out + 16, m->len);
+    gcoll_put_u64(out + 24, m->tok_addr);
+    gcoll_put_u64(out + 32, m->token);
+}
+
+const char *gcoll_ucx_put_decode(const void *buf, size_t len, ucx_put_t *m)
+{
+    const uint8_t *p = buf;
+    if (len != GCOLL_UCX_PUT_LEN || !p)
+        return "bad length";
+    *m = (ucx_put_t){.send_token = gcoll_get_u64(p),
+                     .addr = gcoll_get_u64(p + 8),
+                     .len = gcoll_get_u64(p + 16),
+                     .tok_addr = gcoll_get_u64(p + 24),
+                     .token = gcoll_get_u64(p + 32)};
+    if (m->send_token == 0 || m->token == 0)
+        return "zero token";
+    if (m->len && m->addr + m->len < m->addr)
+        return "buffer wraps the address space";
+    return NULL;
+}
+
+static uint64_t next_token(gcoll_transport_t *t)
+{
+    uint64_t token = t->cma_next++;
+    if (token == 0)
+        token = t->cma_next++;
+    return token;
+}
+
+/* Moves len bytes between our buffer and the peer's (write: ours into its); an errno. */
+static int vm_move(int pid, int write, void *ours, uint64_t theirs, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        struct iovec l = {.iov_base = (uint8_t *)ours + done, .iov_len = len - done};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(theirs + done), .iov_len = len - done};
+        ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                          : process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (n <= 0)
+            return n < 0 ? errno : EFAULT;
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* Whether the peer's token word still holds token. */
+static int token_live(int pid, uint64_t tok_addr, uint64_t token)
+{
+    uint64_t now = 0;
+    return vm_move(pid, 0, &now, tok_addr, sizeof(now)) == 0 && now == token;
 }
 
 /* Reads a matched single-copy message (desc: GCOLL_UCX_CMA_DESC bytes off the wire, length
@@ -50,31 +118,13 @@ void gcoll_ucx_cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const
 {
     ucx_peer_t *p = &t->peers[peer];
     uint64_t addr = gcoll_get_u64(desc), len = gcoll_get_u64(desc + 8);
-    uint64_t tok_addr = gcoll_get_u64(desc + 16), token = gcoll_get_u64(desc + 24), now = 0;
+    uint64_t tok_addr = gcoll_get_u64(desc + 16), token = gcoll_get_u64(desc + 24);
     const char *what = NULL;
-    int err = 0;
-    size_t done = 0;
-    while (done < len) {
-        struct iovec l = {.iov_base = (uint8_t *)req->buf + done, .iov_len = len - done};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)(addr + done), .iov_len = len - done};
-        ssize_t n = process_vm_readv(p->cma_pid, &l, 1, &r, 1, 0);
-        if (n <= 0) {
-            err = n < 0 ? errno : EFAULT;
-            what = "reading its buffer";
-            break;
-        }
-        done += (size_t)n;
-    }
-    if (!what) {
-        struct iovec l = {.iov_base = &now, .iov_len = sizeof(now)};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)tok_addr, .iov_len = sizeof(now)};
-        if (process_vm_readv(p->cma_pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof(now)) {
-            err = errno;
-            what = "reading its token";
-        } else if (now != token) {
-            what = "its send was withdrawn during the read";
-        }
-    }
+    int err = vm_move(p->cma_pid, 0, req->buf, addr, (size_t)len);
+    if (err)
+        what = "reading its buffer";
+    else if (!token_live(p->cma_pid, tok_addr, token))
+        what = "its send was withdrawn during the read";
     if (what) {
         /* The sender withdrew (it is failing: an abort may be on its way, with the
          * status that should decide, say a mismatch elsewhere) or died: held as an
@@ -106,7 +156,7 @@ void gcoll_ucx_on_fin(gcoll_transport_t *t, int peer, int status, const void *da
     }
     uint64_t token = gcoll_get_u64(data);
     for (ucx_op_t *op = t->ops; op; op = op->next) {
-        if (!op->cma || op->peer != peer || op->cma_token != token)
+        if (!op->cma || op->is_recv || op->peer != peer || op->cma_token != token)
             continue;
         /* Whatever the receiver made of it, the send is over, as UCX's rendezvous
          * completes a send its receiver dropped: a receiver that failed (a mismatch, a
@@ -144,9 +194,7 @@ gcoll_status_t gcoll_ucx_cma_send(gcoll_transport_t *t, gcoll_treq_t *req, ucx_h
     op->req = req;
     op->peer = req->peer;
     op->cma = 1;
-    uint64_t token = t->cma_next++;
-    if (token == 0)
-        token = t->cma_next++;
+    uint64_t token = next_token(t);
     op->cma_token = token;
     uint8_t desc[GCOLL_UCX_CMA_DESC];
     gcoll_put_u64(desc, (uint64_t)(uintptr_t)req->buf);
@@ -165,4 +213,132 @@ gcoll_status_t gcoll_ucx_cma_send(gcoll_transport_t *t, gcoll_treq_t *req, ucx_h
     }
     t->st_cma_sends++;
     return GCOLL_OK;
+}
+
+/* ---- the sender writes (a busy receiver) ------------------------------------------ */
+
+void gcoll_ucx_cma_take(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const uint8_t *desc)
+{
+    uint64_t len = gcoll_get_u64(desc + 8);
+    ucx_op_t *op = NULL;
+    if (!(req->flags & GCOLL_TREQ_RECEIVER_BUSY) || len == 0 || !(op = gcoll_ucx_op_alloc(t))) {
+        gcoll_ucx_cma_pull(t, peer, req, desc);
+        return;
+    }
+    op->t = t;
+    op->req = req;
+    op->peer = peer;
+    op->is_recv = 1;
+    op->cma = 1;
+    op->len = (size_t)len;
+    op->put_token = next_token(t);
+    op->cma_token = op->put_token;
+    memcpy(op->cma_desc, desc, GCOLL_UCX_CMA_DESC);
+    ucx_put_t m = {.send_token = gcoll_get_u64(desc + 24),
+                   .addr = (uint64_t)(uintptr_t)req->buf,
+                   .len = len,
+                   .tok_addr = (uint64_t)(uintptr_t)&op->cma_token,
+                   .token = op->put_token};
+    uint8_t msg[GCOLL_UCX_PUT_LEN];
+    gcoll_ucx_put_encode(&m, msg);
+    gcoll_ucx_op_link(t, op);
+    req->priv = op;
+    if (!ctl_queue(t, peer, UCX_MSG_PUT, GCOLL_OK, msg, sizeof(msg)))
+        return; /* the peer was failed, which ended op */
+}
+
+/* Ends our side of a single-copy send the receiver asked us to write. */
+static void put_answer(gcoll_transport_t *t, int peer, uint64_t token, gcoll_status_t st)
+{
+    uint8_t tok[8];
+    gcoll_put_u64(tok, token);
+    ctl_queue(t, peer, UCX_MSG_PUTFIN, st, tok, sizeof(tok));
+}
+
+void gcoll_ucx_on_put(gcoll_transport_t *t, int peer, const void *data, size_t len)
+{
+    ucx_put_t m;
+    const char *why = gcoll_ucx_put_decode(data, len, &m);
+    ucx_op_t *op = NULL;
+    if (!why) {
+        for (op = t->ops; op; op = op->next)
+            if (op->cma && !op->is_recv && op->peer == peer && op->cma_token == m.send_token)
+                break;
+        if (op && op->req && m.len != op->req->len)
+            why = "its length is not the send's";
+    }
+    if (why) {
+        gcoll_ucx_set_error(t, "rank %d sent a malformed single-copy request: %s", peer, why);
+        gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_PEER);
+        return;
+    }
+    if (!op || !op->req) { /* withdrawn: the receiver learns why from our abort */
+        put_answer(t, peer, m.token, GCOLL_ERR_ABORTED);
+        return;
+    }
+    int pid = t->peers[peer].cma_pid;
+    if (!pid || !token_live(pid, m.tok_addr, m.token)) {
+        /* we cannot reach its memory (it reads ours: the FIN ends the send), or it
+         * withdrew the receive (it is failing; the send is over as after a FIN) */
+        put_answer(t, peer, m.token, pid ? GCOLL_ERR_ABORTED : GCOLL_ERR_UNSUPPORTED);
+        if (pid)
+            gcoll_ucx_cma_send_end(t, op, GCOLL_OK);
+        return;
+    }
+    int err = vm_move(pid, 1, op->req->buf, m.addr, (size_t)m.len);
+    if (err) {
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: cannot write rank %d's receive (%s): it reads", peer,
+                    strerror(err));
+        put_answer(t, peer, m.token, GCOLL_ERR_UNSUPPORTED);
+        return;
+    }
+    put_answer(t, peer, m.token,
+               token_live(pid, m.tok_addr, m.token) ? GCOLL_OK : GCOLL_ERR_ABORTED);
+    gcoll_ucx_cma_send_end(t, op, GCOLL_OK);
+}
+
+void gcoll_ucx_on_putfin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len)
+{
+    if (len != 8 || !data) {
+        gcoll_ucx_set_error(t, "rank %d sent a malformed single-copy answer (%zu bytes)", peer,
+                            len);
+        gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_PEER);
+        return;
+    }
+    uint64_t token = gcoll_get_u64(data);
+    ucx_op_t *op = t->ops;
+    while (op && !(op->cma && op->is_recv && op->peer == peer && op->put_token == token))
+        op = op->next;
+    if (!op)
+        return; /* withdrawn and given up */
+    gcoll_treq_t *req = op->req;
+    int live = op->cma_token != 0;
+    uint8_t desc[GCOLL_UCX_CMA_DESC];
+    memcpy(desc, op->cma_desc, sizeof(desc));
+    gcoll_ucx_op_unlink(t, op);
+    gcoll_ucx_op_release(t, op);
+    t->events++;
+    if (!req)
+        return;
+    req->priv = NULL;
+    if (status == GCOLL_OK && live) {
+        req->nbytes = (size_t)gcoll_get_u64(desc + 8);
+        t->st_cma_recvs++;
+        t->st_cma_puts++;
+        gcoll_ucx_complete(t, req, GCOLL_OK);
+    } else if (status == GCOLL_ERR_UNSUPPORTED && live) {
+        gcoll_ucx_cma_pull(t, peer, req, desc); /* it cannot write here: we read */
+    } else if (!live) {
+        gcoll_ucx_complete(t, req, GCOLL_ERR_ABORTED); /* our cancel waits for this */
+    } else {
+        /* the sender withdrew its send: it is failing, and its abort says why */
+        ucx_peer_t *p = &t->peers[peer];
+        gcoll_ucx_set_error(t, "single-copy receive of %llu bytes from rank %d failed: %s",
+                            (unsigned long long)gcoll_get_u64(desc + 8), peer,
+                            "its send was withdrawn");
+        if (!p->rx.failed && !t->closing)
+            gcoll_ucx_hold_for_abort(t, p, req, UCS_ERR_IO_ERROR);
+        else
+            gcoll_ucx_complete(t, req, p->rx.failed ? p->rx.status : GCOLL_ERR_PEER);
+    }
 }

@@ -24,7 +24,7 @@
  * cookie u64 (the receiver's, from its address blob), tag u64. */
 #define GCOLL_UCX_AM_ID 7
 #define GCOLL_UCX_MAGIC 0x58554347u /* "GCUX" */
-#define GCOLL_UCX_VERSION 3
+#define GCOLL_UCX_VERSION 4
 #define GCOLL_UCX_HDR_LEN 32
 #define GCOLL_UCX_MAX_REASON 1024 /* longest abort reason accepted */
 /* Longest abort reason sent: the whole message must fit one UCX short active message
@@ -38,7 +38,9 @@ enum {
     UCX_MSG_ABORT = 3,
     UCX_MSG_CMA = 4,
     UCX_MSG_FIN = 5,
-    UCX_MSG_BELL = 6 /* no payload: a small message is waiting in the shared-memory mailbox */
+    UCX_MSG_BELL = 6, /* no payload: a small message is waiting in the shared-memory mailbox */
+    UCX_MSG_PUT = 7,  /* single copy: the receiver asks the sender to write (below) */
+    UCX_MSG_PUTFIN = 8
 };
 
 /* Single copy between ranks on one host (GCOLL_UCX_CMA_MIN): instead of the data, the
@@ -54,6 +56,23 @@ enum {
  * address. */
 #define GCOLL_UCX_CMA_DESC 32
 #define GCOLL_UCX_HELLO_CMA 1u
+
+/* A receive made with GCOLL_TREQ_RECEIVER_BUSY (its rank copies its own data meanwhile)
+ * answers a matched UCX_MSG_CMA with UCX_MSG_PUT instead of reading (payload, u64 each: the
+ * sender's token, the receive buffer's address, the length, the address of the receiver's
+ * token word, its token). The sender checks that word, writes the buffer with
+ * process_vm_writev, checks the word again, and answers UCX_MSG_PUTFIN (payload: the
+ * receiver's token; status: GCOLL_OK once written, the send then complete;
+ * GCOLL_ERR_UNSUPPORTED when it cannot write, the receiver then reads as above; else
+ * the send was withdrawn). A receive withdrawn meanwhile clears its word first and waits
+ * (briefly) for the PUTFIN, so no write lands in a buffer handed back. */
+#define GCOLL_UCX_PUT_LEN 40
+typedef struct {
+    uint64_t send_token, addr, len, tok_addr, token;
+} ucx_put_t;
+void gcoll_ucx_put_encode(const ucx_put_t *m, uint8_t out[GCOLL_UCX_PUT_LEN]);
+/* NULL if valid, else what is wrong. */
+const char *gcoll_ucx_put_decode(const void *buf, size_t len, ucx_put_t *m);
 
 /* Shared-memory mailbox between ranks of one host (GCOLL_UCX_SHM_MAX, ucx_shm.c): every
  * rank creates a memfd (named gcoll-shm-<cookie>) holding a header page (magic, cookie,
@@ -98,17 +117,20 @@ typedef struct ucx_op {
     void *ucp_req;     /* UCX's request while in flight */
     int peer;
     int is_recv;
-    int is_ctl;                     /* hello or abort: no gcoll request behind it */
-    int posting;                    /* inside the UCX call that starts it */
-    int inline_done;                /* UCX called back before that call returned */
-    void *inline_req;               /* ... with this request */
-    ucs_status_t inline_status;     /* ... and this status */
-    uint8_t *owned;                 /* control payload owned by the op */
-    size_t len;                     /* receive: message length */
-    int cma;                        /* a single-copy send waiting for its FIN */
-    int shm_wait;                   /* a send waiting for room in the peer's ring (next) */
-    volatile uint64_t cma_token;    /* read by the receiver; 0 once the send is over */
-    uint8_t hdr[GCOLL_UCX_HDR_LEN]; /* send: must live until UCX completes the send */
+    int is_ctl;                  /* hello or abort: no gcoll request behind it */
+    int posting;                 /* inside the UCX call that starts it */
+    int inline_done;             /* UCX called back before that call returned */
+    void *inline_req;            /* ... with this request */
+    ucs_status_t inline_status;  /* ... and this status */
+    uint8_t *owned;              /* control payload owned by the op */
+    size_t len;                  /* receive: message length */
+    int cma;                     /* a single-copy send waiting for its FIN */
+    int shm_wait;                /* a send waiting for room in the peer's ring (next) */
+    volatile uint64_t cma_token; /* read by the receiver; 0 once the send is over */
+    /* a single-copy receive the sender writes (cma and is_recv set): */
+    uint64_t put_token;                   /* cma_token as sent, to find the op by */
+    uint8_t cma_desc[GCOLL_UCX_CMA_DESC]; /* the send's descriptor, to read it ourselves */
+    uint8_t hdr[GCOLL_UCX_HDR_LEN];       /* send: must live until UCX completes the send */
 } ucx_op_t;
 
 /* What an unexpected message's entry (gcoll_unexp_t, kind) holds: a copy of its data
@@ -184,11 +206,13 @@ struct gcoll_transport {
     uint64_t cma_probe; /* the word peers read at connect to test access */
     uint64_t cma_next;  /* next send token */
     struct ucx_fin {
-        int peer, status;
-        uint64_t token;
-    } * fin; /* FINs to send */
+        int peer, type, status;
+        size_t len;
+        uint8_t data[GCOLL_UCX_PUT_LEN];
+    } * fin; /* FIN, PUT and PUTFIN messages to send */
     int nfin, capfin;
     unsigned long st_cma_sends, st_cma_recvs; /* logged by destroy (test-ucx.sh) */
+    unsigned long st_cma_puts;                /* ... of the receives, written by the sender */
 
     /* shared-memory mailbox (ucx_shm.c) */
     size_t shm_max;    /* GCOLL_UCX_SHM_MAX, capped; 0: off */
@@ -254,6 +278,12 @@ void gcoll_ucx_fin_flush(gcoll_transport_t *t);
 void gcoll_ucx_fin_queue(gcoll_transport_t *t, int peer, uint64_t token, gcoll_status_t status);
 /* Reads a matched descriptor's message into req->buf, then answers. */
 void gcoll_ucx_cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const uint8_t *desc);
+/* Takes a matched descriptor's message into req->buf: asks the sender to write it when req
+ * has GCOLL_TREQ_RECEIVER_BUSY, else reads it (gcoll_ucx_cma_pull). */
+void gcoll_ucx_cma_take(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const uint8_t *desc);
+/* A PUT for one of our single-copy sends; a PUTFIN for one of our receives. */
+void gcoll_ucx_on_put(gcoll_transport_t *t, int peer, const void *data, size_t len);
+void gcoll_ucx_on_putfin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len);
 /* A FIN arrived for one of our single-copy sends. */
 void gcoll_ucx_on_fin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len);
 /* Ends (or withdraws) a single-copy send, its token cleared first. */

@@ -206,11 +206,11 @@ void gcoll_ucx_destroy(gcoll_transport_t *t)
     t->closing = 1;
     GCOLL_DEBUG(GCOLL_SUBSYS_NET,
                 "ucx: progress: sleeps=%lu sleep_timeouts=%lu held_polls=%lu held_naps=%lu "
-                "cma_sends=%lu cma_recvs=%lu shm_sends=%lu shm_recvs=%lu shm_bells=%lu "
-                "shm_full=%lu shm_waits=%lu flush_polls=%lu",
+                "cma_sends=%lu cma_recvs=%lu cma_puts=%lu shm_sends=%lu shm_recvs=%lu "
+                "shm_bells=%lu shm_full=%lu shm_waits=%lu flush_polls=%lu",
                 t->st_sleeps, t->st_sleep_timeouts, t->st_held_polls, t->st_held_naps,
-                t->st_cma_sends, t->st_cma_recvs, t->st_shm_sends, t->st_shm_recvs, t->st_shm_bells,
-                t->st_shm_full, t->st_shm_waits, t->st_flush_polls);
+                t->st_cma_sends, t->st_cma_recvs, t->st_cma_puts, t->st_shm_sends, t->st_shm_recvs,
+                t->st_shm_bells, t->st_shm_full, t->st_shm_waits, t->st_flush_polls);
     /* Operations still in flight belong to requests the caller has given up on: whatever
      * completes them from here on (UCX purging them, a single-copy answer, a peer failing
      * during the drain) must find nobody to tell. */
