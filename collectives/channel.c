@@ -146,6 +146,11 @@ size_t gcoll_channel_mesh_max(const gcoll_channel_t *ch)
     return ch->ops->mesh_max && ch->tp ? ch->ops->mesh_max(ch->tp) : 0;
 }
 
+int gcoll_channel_send_held(const gcoll_channel_t *ch, int peer, size_t len)
+{
+    return ch->ops->send_held && ch->tp ? ch->ops->send_held(ch->tp, peer, len) : 0;
+}
+
 static uint64_t hot_ns(const gcoll_channel_t *ch, const gcoll_treq_t *waiting)
 {
     if (!waiting)

@@ -98,6 +98,10 @@ int gcoll_channel_peer_shares_cpu(const gcoll_channel_t *ch, int peer);
  * shared memory without a handshake, the same on every rank; 0: none. */
 size_t gcoll_channel_mesh_max(const gcoll_channel_t *ch);
 
+/* Whether a send of len bytes to peer that arrives early is held there without its data
+ * (transport.h's send_held): it may go before the receiver says it is ready. */
+int gcoll_channel_send_held(const gcoll_channel_t *ch, int peer, size_t len);
+
 gcoll_status_t gcoll_channel_isend(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint32_t sub,
                                    uint32_t sig, const void *buf, size_t len);
 gcoll_status_t gcoll_channel_irecv(gcoll_channel_t *ch, gcoll_treq_t *r, int peer, uint32_t sub,

@@ -451,7 +451,8 @@ static gcoll_status_t reduce_direct(const gcoll_coll_t *ctx, guard_t *gd, const 
                 }
         } else if (seg[r].len) {
             GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, root, seg[r].len, sig), st, out);
-            GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
+            if (!gcoll_channel_send_held(ctx->ch, root, seg[r].len))
+                GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
             GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], root, gsub, sig,
                                                  plan.buf + seg[r].off, seg[r].len),
                              st, out);
@@ -577,16 +578,23 @@ static gcoll_status_t gather_tree(const gcoll_coll_t *ctx, guard_t *gd, const ui
     }
     if (vr)
         GCOLL_CHECK_GOTO(post_ready(ctx, req, &n, parent, (size_t)t.size * block, sig), st, out);
+    /* a leaf whose block the parent's transport holds without its data sends at once */
+    const int early = vr && !t.nchild && gcoll_channel_send_held(ctx->ch, parent, block);
+    if (early)
+        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], parent, 0, sig, send, block), st,
+                         out);
     if (vr && t.nchild)
         copy_own(ctx, buf, send, block);
     else if (!vr && send != recv + (size_t)root * block)
         copy_own(ctx, recv + (size_t)root * block, send, block);
     GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
     if (vr) {
-        GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], parent, 0, sig, buf ? buf : send,
-                                             (size_t)t.size * block),
-                         st, out);
-        st = wait_guarded(gd, &req[n - 1], 1);
+        if (!early) {
+            GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &req[n++], parent, 0, sig,
+                                                 buf ? buf : send, (size_t)t.size * block),
+                             st, out);
+            st = wait_guarded(gd, &req[n - 1], 1);
+        }
     } else {
         for (int c = 0; c < t.nchild; c++) { /* the wrapped children, block by block */
             int cv = 1 << c;
@@ -679,7 +687,8 @@ static gcoll_status_t rooted_direct(const gcoll_coll_t *ctx, guard_t *gd, int ga
         gcoll_treq_t two[2] = {{0}};
         if (gather) {
             GCOLL_CHECK_GOTO(post_ready(ctx, two, &n, root, block, sig), st, out1);
-            GCOLL_CHECK_GOTO(wait_guarded(gd, two, n), st, out1);
+            if (!gcoll_channel_send_held(ctx->ch, root, block))
+                GCOLL_CHECK_GOTO(wait_guarded(gd, two, n), st, out1);
             GCOLL_CHECK_GOTO(gcoll_channel_isend(ctx->ch, &two[n++], root, 0, sig, send, block), st,
                              out1);
         } else {
@@ -709,7 +718,11 @@ static gcoll_status_t rooted_direct(const gcoll_coll_t *ctx, guard_t *gd, int ga
         }
     }
     if (!gather) { /* every rank's word (large blocks), then every block at once */
-        GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
+        int held = 1;
+        for (int k = 1; k < P; k++)
+            held &= gcoll_channel_send_held(ctx->ch, (r + k) % P, block);
+        if (!held)
+            GCOLL_CHECK_GOTO(wait_guarded(gd, req, n), st, out);
         for (int k = 1; k < P; k++) {
             int i = (r + k) % P;
             GCOLL_CHECK_GOTO(

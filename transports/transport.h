@@ -125,6 +125,11 @@ typedef struct gcoll_transport_ops {
      * the same on every rank; 0 when some pair has no such path. Pipelined collectives cut
      * their segments to it. Never blocks. */
     size_t (*mesh_max)(gcoll_transport_t *t);
+    /* Optional (NULL: never). Whether a send of len bytes to peer, should it arrive before
+     * its receive is posted, is held there without its data (a descriptor; the data waits
+     * in the sender's buffer): such a send needs no handshake to spare the receiver a copy
+     * into memory of its own. Never blocks. */
+    int (*send_held)(gcoll_transport_t *t, int peer, size_t len);
 } gcoll_transport_ops_t;
 
 extern const gcoll_transport_ops_t gcoll_tcp_ops;

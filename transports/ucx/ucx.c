@@ -816,4 +816,5 @@ const gcoll_transport_ops_t gcoll_ucx_ops = {
     .flush = ucx_flush,
     .peek = ucx_peek,
     .mesh_max = gcoll_ucx_shm_mesh_max,
+    .send_held = gcoll_ucx_cma_held,
 };

@@ -215,6 +215,17 @@ gcoll_status_t gcoll_ucx_cma_send(gcoll_transport_t *t, gcoll_treq_t *req, ucx_h
     return GCOLL_OK;
 }
 
+int gcoll_ucx_cma_held(gcoll_transport_t *t, int peer, size_t len)
+{
+    if (peer < 0 || peer >= t->size || peer == t->rank)
+        return 0;
+    ucx_peer_t *p = &t->peers[peer];
+    /* the order of ucx_isend's choice: the mailbox first */
+    if (p->rx.failed || (p->shm_ring && len <= t->shm_max))
+        return 0;
+    return p->cma_send && len >= t->cma_min;
+}
+
 /* ---- the sender writes (a busy receiver) ------------------------------------------ */
 
 void gcoll_ucx_cma_take(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const uint8_t *desc)

@@ -288,6 +288,9 @@ void gcoll_ucx_on_putfin(gcoll_transport_t *t, int peer, int status, const void 
 void gcoll_ucx_on_fin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len);
 /* Ends (or withdraws) a single-copy send, its token cleared first. */
 void gcoll_ucx_cma_send_end(gcoll_transport_t *t, ucx_op_t *op, gcoll_status_t st);
+/* transport op send_held: whether a send of len to peer goes single-copy (not through the
+ * mailbox), its data left here until the receiver takes it. */
+int gcoll_ucx_cma_held(gcoll_transport_t *t, int peer, size_t len);
 /* Starts a single-copy send of req (h: its data header, retyped). */
 gcoll_status_t gcoll_ucx_cma_send(gcoll_transport_t *t, gcoll_treq_t *req, ucx_hdr_t *h);
 /* Shared-memory mailbox (ucx_shm.c). */
