@@ -10,7 +10,7 @@
  * Input: the header as UCX hands it to the callback (any length), and the same bytes as a
  * UCX_MSG_PUT payload. An accepted header has the exact length and a message type, and its
  * fields survive an encode and a decode; so does an accepted request, whose tokens are
- * nonzero and whose buffer does not wrap.
+ * nonzero, whose buffer does not wrap and whose sender's part lies within the message.
  */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ucx_put_t q, r;
     if (gcoll_ucx_put_decode(m, size, &q) == NULL) {
         if (size != GCOLL_UCX_PUT_LEN || !q.send_token || !q.token ||
-            (q.len && q.addr + q.len < q.addr))
+            (q.len && q.addr + q.len < q.addr) || q.wlen > q.len)
             abort();
         uint8_t again[GCOLL_UCX_PUT_LEN];
         gcoll_ucx_put_encode(&q, again);

@@ -36,12 +36,11 @@ static void test_put_fallback(void **state)
 
 /* A receive withdrawn after its request went out and before the sender took it up: the
  * cancel waits for the answer (here none comes: the sender does not progress), then gives
- * the peer up; the sender, on the request, finds the token gone and writes nothing. */
-static void test_put_withdrawn(void **state)
+ * the peer up; the sender, on the request, finds the token gone and writes nothing. Of a
+ * 128 KiB message the sender writes all; of 1 MiB the first 768 KiB, the receiver reading
+ * the rest itself as soon as its request left (before the cancel). */
+static void withdrawn(pair_t *p, size_t len, size_t wlen)
 {
-    pair_t *p = *state;
-    SKIP_WITHOUT_UCX(p);
-    size_t len = 256 << 10;
     uint8_t *src = malloc(len), *dst = calloc(1, len);
     memset(src, 0x5a, len);
     gcoll_treq_t s = req(1, 55, src, len), r = req(0, 55, dst, len);
@@ -61,10 +60,24 @@ static void test_put_withdrawn(void **state)
     assert_true(p->t[1]->peers[0].rx.failed);
     gcoll_treq_t *snd[] = {&s};
     drive(p, snd, 1);
-    for (size_t i = 0; i < len; i++)
+    for (size_t i = 0; i < wlen; i++)
         assert_int_equal(dst[i], 0);
+    for (size_t i = wlen; i < len; i++)
+        assert_int_equal(dst[i], 0x5a);
     free(src);
     free(dst);
+}
+
+static void test_put_withdrawn(void **state)
+{
+    SKIP_WITHOUT_UCX(*state);
+    withdrawn(*state, 128 << 10, 128 << 10);
+}
+
+static void test_put_withdrawn_split(void **state)
+{
+    SKIP_WITHOUT_UCX(*state);
+    withdrawn(*state, 1 << 20, 768 << 10);
 }
 
 /* Malformed requests from an authenticated peer fail that peer, with a reason; nothing is
@@ -129,12 +142,18 @@ static void test_malformed_putfin(void **state)
     free(dst);
 }
 
-/* The request's decoder: exact length, nonzero tokens, a buffer that does not wrap; what it
- * accepts survives an encode. */
+/* The request's decoder: exact length, nonzero tokens, a buffer that does not wrap, the
+ * sender's part within the message; what it accepts survives an encode. */
 static void test_put_decode(void **state)
 {
     (void)state;
-    ucx_put_t m = {.send_token = 1, .addr = 4096, .len = 8192, .tok_addr = 64, .token = 2}, g;
+    ucx_put_t m = {.send_token = 1,
+                   .addr = 4096,
+                   .len = 8192,
+                   .wlen = 4096,
+                   .tok_addr = 64,
+                   .token = 2},
+              g;
     uint8_t b[GCOLL_UCX_PUT_LEN];
     gcoll_ucx_put_encode(&m, b);
     assert_null(gcoll_ucx_put_decode(b, sizeof(b), &g));
@@ -143,7 +162,8 @@ static void test_put_decode(void **state)
     assert_non_null(gcoll_ucx_put_decode(NULL, sizeof(b), &g));
     ucx_put_t bad[] = {{.send_token = 0, .token = 2},
                        {.send_token = 1, .token = 0},
-                       {.send_token = 1, .token = 2, .addr = UINT64_MAX - 10, .len = 11}};
+                       {.send_token = 1, .token = 2, .addr = UINT64_MAX - 10, .len = 11},
+                       {.send_token = 1, .token = 2, .len = 10, .wlen = 11}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         gcoll_ucx_put_encode(&bad[i], b);
         assert_non_null(gcoll_ucx_put_decode(b, sizeof(b), &g));
@@ -156,6 +176,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_withdrawn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_withdrawn_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_put, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_put_len, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_putfin, setup, teardown),

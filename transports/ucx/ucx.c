@@ -89,6 +89,8 @@ void gcoll_ucx_complete(gcoll_transport_t *t, gcoll_treq_t *req, gcoll_status_t 
 {
     if (req->done)
         return;
+    if (req->flags & GCOLL_TREQ_RECEIVER_BUSY)
+        t->nbusy--;
     req->priv = NULL;
     req->status = st;
     req->done = 1;
@@ -520,6 +522,8 @@ static gcoll_status_t ucx_irecv(gcoll_transport_t *t, gcoll_treq_t *req)
 {
     GCOLL_CHECK(check_req(t, req));
     req->nbytes = 0;
+    if (req->flags & GCOLL_TREQ_RECEIVER_BUSY)
+        t->nbusy++;
     ucx_peer_t *p = &t->peers[req->peer];
     gcoll_status_t st;
     gcoll_unexp_t *u = gcoll_match_claim(&p->rx, req, &st);
@@ -568,6 +572,11 @@ unsigned gcoll_ucx_drive(gcoll_transport_t *t)
     gcoll_ucx_close_failed_eps(t);
     if (t->nfin) /* last: the progress in the two calls above may have queued some */
         gcoll_ucx_fin_flush(t);
+    if (t->nput_reads) { /* our share of receives the sender writes, their PUTs out */
+        gcoll_ucx_cma_put_reads(t);
+        if (t->nfin)
+            gcoll_ucx_fin_flush(t);
+    }
     return total;
 }
 

@@ -59,16 +59,18 @@ enum {
 
 /* A receive made with GCOLL_TREQ_RECEIVER_BUSY (its rank copies its own data meanwhile)
  * answers a matched UCX_MSG_CMA with UCX_MSG_PUT instead of reading (payload, u64 each: the
- * sender's token, the receive buffer's address, the length, the address of the receiver's
- * token word, its token). The sender checks that word, writes the buffer with
- * process_vm_writev, checks the word again, and answers UCX_MSG_PUTFIN (payload: the
- * receiver's token; status: GCOLL_OK once written, the send then complete;
- * GCOLL_ERR_UNSUPPORTED when it cannot write, the receiver then reads as above; else
- * the send was withdrawn). A receive withdrawn meanwhile clears its word first and waits
- * (briefly) for the PUTFIN, so no write lands in a buffer handed back. */
-#define GCOLL_UCX_PUT_LEN 40
+ * sender's token, the receive buffer's address, the length, how many bytes from the start
+ * the sender is to write, the address of the receiver's token word, its token). The
+ * sender checks that word, writes its part with process_vm_writev, checks the word again,
+ * and answers UCX_MSG_PUTFIN (payload: the receiver's token; status: GCOLL_OK once
+ * written; GCOLL_ERR_UNSUPPORTED when it cannot write, the receiver then reads it all as
+ * above; else the send was withdrawn). Written whole, the send is then complete;
+ * otherwise the receiver reads the rest as soon as its PUT left, and answers the PUTFIN
+ * with a FIN that ends the send. A receive withdrawn meanwhile clears its word first and
+ * waits (briefly) for the PUTFIN, so no write lands in a buffer handed back. */
+#define GCOLL_UCX_PUT_LEN 48
 typedef struct {
-    uint64_t send_token, addr, len, tok_addr, token;
+    uint64_t send_token, addr, len, wlen, tok_addr, token;
 } ucx_put_t;
 void gcoll_ucx_put_encode(const ucx_put_t *m, uint8_t out[GCOLL_UCX_PUT_LEN]);
 /* NULL if valid, else what is wrong. */
@@ -129,6 +131,9 @@ typedef struct ucx_op {
     volatile uint64_t cma_token; /* read by the receiver; 0 once the send is over */
     /* a single-copy receive the sender writes (cma and is_recv set): */
     uint64_t put_token;                   /* cma_token as sent, to find the op by */
+    size_t put_wlen;                      /* the sender's part; we read the rest */
+    int put_reading;                      /* our part is still to read (after the PUT left) */
+    int put_fin;                          /* the PUTFIN's status + 1, come before that */
     uint8_t cma_desc[GCOLL_UCX_CMA_DESC]; /* the send's descriptor, to read it ourselves */
     uint8_t hdr[GCOLL_UCX_HDR_LEN];       /* send: must live until UCX completes the send */
 } ucx_op_t;
@@ -213,6 +218,8 @@ struct gcoll_transport {
     int nfin, capfin;
     unsigned long st_cma_sends, st_cma_recvs; /* logged by destroy (test-ucx.sh) */
     unsigned long st_cma_puts;                /* ... of the receives, written by the sender */
+    int nput_reads;                           /* receives with put_reading set */
+    int nbusy; /* GCOLL_TREQ_RECEIVER_BUSY receives posted and not complete */
 
     /* shared-memory mailbox (ucx_shm.c) */
     size_t shm_max;    /* GCOLL_UCX_SHM_MAX, capped; 0: off */
@@ -281,6 +288,8 @@ void gcoll_ucx_cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const
 /* Takes a matched descriptor's message into req->buf: asks the sender to write it when req
  * has GCOLL_TREQ_RECEIVER_BUSY, else reads it (gcoll_ucx_cma_pull). */
 void gcoll_ucx_cma_take(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const uint8_t *desc);
+/* Reads our share of the receives the sender writes, once their PUTs left. */
+void gcoll_ucx_cma_put_reads(gcoll_transport_t *t);
 /* A PUT for one of our single-copy sends; a PUTFIN for one of our receives. */
 void gcoll_ucx_on_put(gcoll_transport_t *t, int peer, const void *data, size_t len);
 void gcoll_ucx_on_putfin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len);
