@@ -2,7 +2,7 @@
  * by (peer, tag) with length and signature checks (match.c), rendezvous data received
  * straight into the caller's buffer; progress sleeps on UCX's event fd. Setup is in
  * ucx_setup.c, single copy between ranks of one host in ucx_cma.c, peer failure in
- * ucx_fail.c. */
+ * ucx_fail.c, the wire's parsing in ucx_wire.c. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -28,61 +28,6 @@ void gcoll_ucx_set_error(gcoll_transport_t *t, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(t->errmsg, sizeof(t->errmsg), fmt, ap);
     va_end(ap);
-}
-
-gcoll_status_t gcoll_ucx_status(ucs_status_t s)
-{
-    switch (s) {
-    case UCS_OK:
-        return GCOLL_OK;
-    case UCS_ERR_CANCELED:
-        return GCOLL_ERR_ABORTED;
-    case UCS_ERR_NO_MEMORY:
-        return GCOLL_ERR_NOMEM;
-    case UCS_ERR_MESSAGE_TRUNCATED: /* not expected: lengths are checked before receiving */
-        return GCOLL_ERR_MISMATCH;
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_ENDPOINT_TIMEOUT:
-    case UCS_ERR_UNREACHABLE:
-    case UCS_ERR_REJECTED:
-    case UCS_ERR_NOT_CONNECTED:
-        return GCOLL_ERR_PEER;
-    default:
-        return GCOLL_ERR_TRANSPORT;
-    }
-}
-
-void gcoll_ucx_hdr_encode(const ucx_hdr_t *h, uint8_t out[GCOLL_UCX_HDR_LEN])
-{
-    gcoll_put_u32(out, GCOLL_UCX_MAGIC);
-    out[4] = GCOLL_UCX_VERSION;
-    out[5] = (uint8_t)h->type;
-    out[6] = (uint8_t)(-h->status);
-    out[7] = 0;
-    gcoll_put_u32(out + 8, h->src);
-    gcoll_put_u32(out + 12, h->sig);
-    gcoll_put_u64(out + 16, h->cookie);
-    gcoll_put_u64(out + 24, h->tag);
-}
-
-const char *gcoll_ucx_hdr_decode(const void *buf, size_t len, ucx_hdr_t *h)
-{
-    const uint8_t *p = buf;
-    if (len != GCOLL_UCX_HDR_LEN || !p)
-        return "bad header length";
-    if (gcoll_get_u32(p) != GCOLL_UCX_MAGIC)
-        return "bad magic";
-    if (p[4] != GCOLL_UCX_VERSION)
-        return "unsupported version";
-    if (p[5] < UCX_MSG_DATA || p[5] > UCX_MSG_PUTFIN)
-        return "unknown message type";
-    h->type = p[5];
-    h->status = -(int)p[6];
-    h->src = gcoll_get_u32(p + 8);
-    h->sig = gcoll_get_u32(p + 12);
-    h->cookie = gcoll_get_u64(p + 16);
-    h->tag = gcoll_get_u64(p + 24);
-    return NULL;
 }
 
 void gcoll_ucx_complete(gcoll_transport_t *t, gcoll_treq_t *req, gcoll_status_t st)

@@ -54,36 +54,6 @@ void gcoll_ucx_fin_queue(gcoll_transport_t *t, int peer, uint64_t token, gcoll_s
     ctl_queue(t, peer, UCX_MSG_FIN, status, tok, sizeof(tok));
 }
 
-void gcoll_ucx_put_encode(const ucx_put_t *m, uint8_t out[GCOLL_UCX_PUT_LEN])
-{
-    gcoll_put_u64(out, m->send_token);
-    gcoll_put_u64(out + 8, m->addr);
-    gcoll_put_u64(out + 16, m->len);
-    gcoll_put_u64(out + 24, m->wlen);
-    gcoll_put_u64(out + 32, m->tok_addr);
-    gcoll_put_u64(out + 40, m->token);
-}
-
-const char *gcoll_ucx_put_decode(const void *buf, size_t len, ucx_put_t *m)
-{
-    const uint8_t *p = buf;
-    if (len != GCOLL_UCX_PUT_LEN || !p)
-        return "bad length";
-    *m = (ucx_put_t){.send_token = gcoll_get_u64(p),
-                     .addr = gcoll_get_u64(p + 8),
-                     .len = gcoll_get_u64(p + 16),
-                     .wlen = gcoll_get_u64(p + 24),
-                     .tok_addr = gcoll_get_u64(p + 32),
-                     .token = gcoll_get_u64(p + 40)};
-    if (m->send_token == 0 || m->token == 0)
-        return "zero token";
-    if (m->len && m->addr + m->len < m->addr)
-        return "buffer wraps the address space";
-    if (m->wlen > m->len)
-        return "asks for more than the message";
-    return NULL;
-}
-
 static uint64_t next_token(gcoll_transport_t *t)
 {
     uint64_t token = t->cma_next++;
