@@ -231,8 +231,9 @@ static const param_t python_params[] = {
 
 static const param_t ucx_params[] = {
     {"GCOLL_UCX_CMA_MIN", P_SIZE, "128kb",
-     "ucx: messages at least this large to a rank on the same host are read by the receiver "
-     "straight from the sender's buffer (one copy, process_vm_readv); 0: off",
+     "ucx: messages at least this large to a rank on the same host move in one copy between "
+     "the callers' buffers (the receiver reads, process_vm_readv; a gather's root has the "
+     "sender write, process_vm_writev); 0: off",
      OFF(ucx_cma_min), 0, NULL},
     {"GCOLL_UCX_SHM_MAX", P_SIZE, "16kb",
      "ucx: messages up to this large to a rank on the same host go through gcoll's own "
