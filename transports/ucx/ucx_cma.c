@@ -86,30 +86,45 @@ static int token_live(int pid, uint64_t tok_addr, uint64_t token)
 }
 
 /* Reads a matched single-copy message (desc: GCOLL_UCX_CMA_DESC bytes off the wire, length
- * already matched against req) from the sender's memory into req->buf, then checks that
- * the send was still live when the read ended (its token word unchanged). */
-void gcoll_ucx_cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const uint8_t *desc)
+ * already matched against req) from byte off on, from the sender's memory into req->buf,
+ * then checks that the send was still live when the read ended (its token word
+ * unchanged). NULL, else what failed (*err: its errno, or 0). */
+static const char *read_from(const ucx_peer_t *p, gcoll_treq_t *req, const uint8_t *desc,
+                             uint64_t off, int *err)
+{
+    *err = vm_move(p->cma_pid, 0, (uint8_t *)req->buf + off, gcoll_get_u64(desc) + off,
+                   (size_t)(gcoll_get_u64(desc + 8) - off));
+    if (*err)
+        return "reading its buffer";
+    if (!token_live(p->cma_pid, gcoll_get_u64(desc + 16), gcoll_get_u64(desc + 24)))
+        return "its send was withdrawn during the read";
+    return NULL;
+}
+
+/* A single-copy receive whose sender withdrew (it is failing: an abort may be on its way,
+ * with the status that should decide, say a mismatch elsewhere) or died: held as an
+ * operation on a failing endpoint, as UCX's own failures are (op_finish). */
+static void recv_failed(gcoll_transport_t *t, int peer, gcoll_treq_t *req, uint64_t len,
+                        const char *what, int err)
 {
     ucx_peer_t *p = &t->peers[peer];
-    uint64_t addr = gcoll_get_u64(desc), len = gcoll_get_u64(desc + 8);
-    uint64_t tok_addr = gcoll_get_u64(desc + 16), token = gcoll_get_u64(desc + 24);
-    const char *what = NULL;
-    int err = vm_move(p->cma_pid, 0, req->buf, addr, (size_t)len);
-    if (err)
-        what = "reading its buffer";
-    else if (!token_live(p->cma_pid, tok_addr, token))
-        what = "its send was withdrawn during the read";
+    gcoll_ucx_set_error(t, "single-copy receive of %llu bytes from rank %d failed: %s%s%s",
+                        (unsigned long long)len, peer, what, err ? ": " : "",
+                        err ? strerror(err) : "");
+    req->priv = NULL;
+    if (!p->rx.failed && !t->closing)
+        gcoll_ucx_hold_for_abort(t, p, req, UCS_ERR_IO_ERROR);
+    else
+        gcoll_ucx_complete(t, req, p->rx.failed ? p->rx.status : GCOLL_ERR_PEER);
+}
+
+void gcoll_ucx_cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const uint8_t *desc)
+{
+    uint64_t len = gcoll_get_u64(desc + 8), token = gcoll_get_u64(desc + 24);
+    int err;
+    const char *what = read_from(&t->peers[peer], req, desc, 0, &err);
     if (what) {
-        /* The sender withdrew (it is failing: an abort may be on its way, with the
-         * status that should decide, say a mismatch elsewhere) or died: held as an
-         * operation on a failing endpoint, as UCX's own failures are (op_finish). */
-        gcoll_ucx_set_error(t, "single-copy receive of %llu bytes from rank %d failed: %s%s%s",
-                            (unsigned long long)len, peer, what, err ? ": " : "",
-                            err ? strerror(err) : "");
-        if (!p->rx.failed && !t->closing)
-            gcoll_ucx_hold_for_abort(t, p, req, UCS_ERR_IO_ERROR);
-        else
-            gcoll_ucx_complete(t, req, p->rx.failed ? p->rx.status : GCOLL_ERR_PEER);
+        recv_failed(t, peer, req, len, what, err);
         gcoll_ucx_fin_queue(t, peer, token, GCOLL_ERR_PEER);
         return;
     }
@@ -119,16 +134,26 @@ void gcoll_ucx_cma_pull(gcoll_transport_t *t, int peer, gcoll_treq_t *req, const
     gcoll_ucx_fin_queue(t, peer, token, GCOLL_OK);
 }
 
-/* A FIN for one of our single-copy sends. */
-void gcoll_ucx_on_fin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len)
+/* The token a FIN or PUTFIN carries (8 bytes); a malformed one fails the peer: 0. */
+static int answer_token(gcoll_transport_t *t, int peer, const void *data, size_t len,
+                        uint64_t *token)
 {
     if (len != 8 || !data) {
         gcoll_ucx_set_error(t, "rank %d sent a malformed single-copy answer (%zu bytes)", peer,
                             len);
         gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_PEER);
-        return;
+        return 0;
     }
-    uint64_t token = gcoll_get_u64(data);
+    *token = gcoll_get_u64(data);
+    return 1;
+}
+
+/* A FIN for one of our single-copy sends. */
+void gcoll_ucx_on_fin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len)
+{
+    uint64_t token;
+    if (!answer_token(t, peer, data, len, &token))
+        return;
     for (ucx_op_t *op = t->ops; op; op = op->next) {
         if (!op->cma || op->is_recv || op->peer != peer || op->cma_token != token)
             continue;
@@ -233,8 +258,6 @@ static void put_done(gcoll_transport_t *t, ucx_op_t *op, gcoll_status_t status)
     int split = op->put_wlen < op->len; /* the sender waits for our FIN */
     uint8_t desc[GCOLL_UCX_CMA_DESC];
     memcpy(desc, op->cma_desc, sizeof(desc));
-    if (op->put_reading)
-        t->nput_reads--;
     gcoll_ucx_op_unlink(t, op);
     gcoll_ucx_op_release(t, op);
     t->events++;
@@ -255,45 +278,28 @@ static void put_done(gcoll_transport_t *t, ucx_op_t *op, gcoll_status_t status)
             gcoll_ucx_fin_queue(t, peer, gcoll_get_u64(desc + 24), GCOLL_ERR_ABORTED);
         gcoll_ucx_complete(t, req, GCOLL_ERR_ABORTED); /* our cancel waits for this */
     } else {
-        /* the sender withdrew its send: it is failing, and its abort says why */
-        ucx_peer_t *p = &t->peers[peer];
-        gcoll_ucx_set_error(t, "single-copy receive of %llu bytes from rank %d failed: %s",
-                            (unsigned long long)gcoll_get_u64(desc + 8), peer,
-                            "its send was withdrawn");
-        if (!p->rx.failed && !t->closing)
-            gcoll_ucx_hold_for_abort(t, p, req, UCS_ERR_IO_ERROR);
-        else
-            gcoll_ucx_complete(t, req, p->rx.failed ? p->rx.status : GCOLL_ERR_PEER);
+        recv_failed(t, peer, req, gcoll_get_u64(desc + 8), "its send was withdrawn", 0);
     }
 }
 
 /* Our share of a split receive: the rest of the message after the sender's part. */
 static void put_read(gcoll_transport_t *t, ucx_op_t *op)
 {
-    ucx_peer_t *p = &t->peers[op->peer];
-    const uint8_t *desc = op->cma_desc;
-    uint64_t w = op->put_wlen;
     op->put_reading = 0;
     t->nput_reads--;
-    int err = vm_move(p->cma_pid, 0, (uint8_t *)op->req->buf + w, gcoll_get_u64(desc) + w,
-                      (size_t)(op->len - w));
-    if (err || !token_live(p->cma_pid, gcoll_get_u64(desc + 16), gcoll_get_u64(desc + 24))) {
+    int err;
+    const char *what = read_from(&t->peers[op->peer], op->req, op->cma_desc, op->put_wlen, &err);
+    if (what) {
         /* the sender withdrew or died (its write, if any, is over: it writes only inside
-         * its progress, before it could withdraw): as a failed read */
+         * its progress, before it could withdraw) */
         gcoll_treq_t *req = op->req;
-        gcoll_ucx_set_error(t, "single-copy receive of %zu bytes from rank %d failed: %s%s%s",
-                            op->len, op->peer,
-                            err ? "reading its buffer" : "its send was withdrawn during the read",
-                            err ? ": " : "", err ? strerror(err) : "");
-        gcoll_ucx_fin_queue(t, op->peer, gcoll_get_u64(desc + 24), GCOLL_ERR_PEER);
+        int peer = op->peer;
+        uint64_t token = gcoll_get_u64(op->cma_desc + 24), len = op->len;
         gcoll_ucx_op_unlink(t, op);
         gcoll_ucx_op_release(t, op);
         t->events++;
-        req->priv = NULL;
-        if (!p->rx.failed && !t->closing)
-            gcoll_ucx_hold_for_abort(t, p, req, UCS_ERR_IO_ERROR);
-        else
-            gcoll_ucx_complete(t, req, p->rx.failed ? p->rx.status : GCOLL_ERR_PEER);
+        recv_failed(t, peer, req, len, what, err);
+        gcoll_ucx_fin_queue(t, peer, token, GCOLL_ERR_PEER);
         return;
     }
     if (op->put_fin) /* the sender's answer came first */
@@ -404,13 +410,9 @@ void gcoll_ucx_on_put(gcoll_transport_t *t, int peer, const void *data, size_t l
 
 void gcoll_ucx_on_putfin(gcoll_transport_t *t, int peer, int status, const void *data, size_t len)
 {
-    if (len != 8 || !data) {
-        gcoll_ucx_set_error(t, "rank %d sent a malformed single-copy answer (%zu bytes)", peer,
-                            len);
-        gcoll_ucx_peer_fail(t, peer, GCOLL_ERR_PEER);
+    uint64_t token;
+    if (!answer_token(t, peer, data, len, &token))
         return;
-    }
-    uint64_t token = gcoll_get_u64(data);
     ucx_op_t *op = t->ops;
     while (op && !(op->cma && op->is_recv && op->peer == peer && op->put_token == token))
         op = op->next;
