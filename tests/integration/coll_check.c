@@ -591,38 +591,6 @@ static int run_die_stream(int victim)
     return expect_error(st, "streamed compressed allreduce with a dead peer", t0, timeout_s() + 5);
 }
 
-/* Rank `victim` dies while its 64 MiB block of a gather is on its way to root 0 (over
- * UCX between ranks of one host: being written into the root's recvbuf, or read by it);
- * the root must fail fast. The other senders only wait for the root: their sends may
- * complete or fail with its abort, in time either way. */
-static int run_die_gather(int victim)
-{
-    size_t count = 16 << 20;
-    float *x = calloc(count, sizeof(float));
-    float *g = rank == 0 ? calloc(count * (size_t)size, sizeof(float)) : NULL;
-    if (!x || (rank == 0 && !g)) {
-        FAIL("out of memory");
-        return 1;
-    }
-    if (gcoll_gather(comm, x, g, 1000, GCOLL_FLOAT32, 0) != GCOLL_OK)
-        FAIL("warm-up gather");
-    if (rank == victim) {
-        gcoll_request_t *req;
-        gcoll_igather(comm, x, NULL, count, GCOLL_FLOAT32, 0, &req);
-        exit_during("a gather", 2000);
-    }
-    double t0 = now();
-    gcoll_status_t st = gcoll_gather(comm, x, g, count, GCOLL_FLOAT32, 0);
-    free(x);
-    free(g);
-    if (rank == 0)
-        return expect_error(st, "gather from a dead peer", t0, timeout_s() + 5);
-    if (now() - t0 > timeout_s() + 5)
-        FAIL("a sender's gather took %.1f s to end", now() - t0);
-    printf("rank %d: its part of the gather ended: %s\n", rank, gcoll_status_string(st));
-    return 0;
-}
-
 /* Rank `victim` stays silent past the timeout; the others must time out, not hang. The
  * victim, arriving late, must not hang either. It may find that every other rank sent its
  * part before giving up (recursive doubling needs nothing else from them) and, when no
@@ -794,8 +762,6 @@ int main(int argc, char **argv)
         bad = run_allreduce();
     else if (strcmp(mode, "die") == 0)
         bad = run_die(victim);
-    else if (strcmp(mode, "die_gather") == 0)
-        bad = run_die_gather(victim);
     else if (strcmp(mode, "die_stream") == 0)
         bad = run_die_stream(victim);
     else if (strcmp(mode, "silent") == 0)

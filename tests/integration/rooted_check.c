@@ -20,13 +20,15 @@
  * Modes: "all" (the sweep, interleaved with allreduce and compressed allreduce on the
  * same communicator), "invalid" (a root out of range), "mismatch KIND" (rank 0 names
  * another root in a reduce, gather or scatter; KIND "kind": rank 0 scatters where the
- * others gather; "count": rank 0 gathers 8 elements where the others gather 16). */
+ * others gather; "count": rank 0 gathers 8 elements where the others gather 16), "die
+ * VICTIM" (rank VICTIM exits in the middle of a large gather; test-failures.sh). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gcoll.h"
 
@@ -623,6 +625,50 @@ static int run_time(size_t max, const char *only)
     return failures;
 }
 
+/* Rank `victim` exits while its 64 MiB block of a gather is on its way to root 0 (over
+ * UCX between ranks of one host: being written into the root's recvbuf, or read by it);
+ * the root must fail fast, within the timeout. The other senders only wait for the root:
+ * their sends may complete or fail with its abort, in time either way. The victim's exit
+ * status is 3. */
+static int run_die(int victim)
+{
+    const char *tm = getenv("GCOLL_TIMEOUT_MS");
+    const double limit = (tm ? atof(tm) / 1000.0 : 300.0) + 5;
+    size_t count = 16 << 20;
+    float *x = calloc(count, sizeof(float));
+    float *g = rank == 0 ? calloc(count * (size_t)size, sizeof(float)) : NULL;
+    if (!x || (rank == 0 && !g)) {
+        FAIL("out of memory");
+        return failures;
+    }
+    if (gcoll_gather(comm, x, g, 1000, GCOLL_FLOAT32, 0) != GCOLL_OK)
+        FAIL("warm-up gather");
+    if (rank == victim) {
+        gcoll_request_t *req;
+        gcoll_igather(comm, x, NULL, count, GCOLL_FLOAT32, 0, &req);
+        usleep(2000);
+        printf("rank %d: exiting in the middle of a gather\n", rank);
+        fflush(stdout);
+        _exit(3);
+    }
+    double t0 = now();
+    gcoll_status_t st = gcoll_gather(comm, x, g, count, GCOLL_FLOAT32, 0);
+    double dt = now() - t0;
+    free(x);
+    free(g);
+    checks++;
+    if (dt > limit)
+        FAIL("the gather took %.1f s to end (limit %.1f s)", dt, limit);
+    else if (rank == 0 && st == GCOLL_OK)
+        FAIL("the root's gather from a dead peer succeeded");
+    else if (rank == 0)
+        printf("rank 0: gather from a dead peer failed as expected after %.2f s: %s | %s\n", dt,
+               gcoll_status_string(st), gcoll_comm_last_error(comm));
+    else
+        printf("rank %d: its part of the gather ended: %s\n", rank, gcoll_status_string(st));
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "all";
@@ -650,6 +696,8 @@ int main(int argc, char **argv)
             run_time(argc > 2 ? strtoul(argv[2], NULL, 10) : 16u << 20, argc > 3 ? argv[3] : NULL);
     else if (strcmp(mode, "mismatch") == 0)
         bad = run_mismatch(argc > 2 ? argv[2] : "reduce");
+    else if (strcmp(mode, "die") == 0)
+        bad = run_die(argc > 2 ? atoi(argv[2]) : 1);
     else {
         fprintf(stderr, "rooted_check: unknown mode '%s'\n", mode);
         return 2;

@@ -51,7 +51,8 @@ for tr in $(transports); do
         expect_lines "die-stream-$tr" "failed as expected" 3
     # A rank exits while its block of a 64 MiB-per-rank gather is on its way to the root
     # (over ucx-shm: being written into the root's buffer): the root fails fast.
-    run "die-gather-$tr" 3 -n 4 --keep-going $common -- "$CHECK" die_gather 2 &&
+    run "die-gather-$tr" 3 -n 4 --keep-going $common -- \
+        "$top_builddir/tests/integration/rooted_check" die 2 &&
         expect_lines "die-gather-$tr" "rank 0: gather from a dead peer failed as expected" 1
     # A rank stays silent: the others time out instead of hanging.
     run "silent-$tr" 0 -n 3 $common -- "$CHECK" silent 1 &&
