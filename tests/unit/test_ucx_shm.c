@@ -1,9 +1,9 @@
 /* test_ucx_shm.c: the UCX transport's shared-memory mailbox (GCOLL_UCX_SHM_MAX) between two
  * transport instances in one process: the mailbox size both agree on (mesh_max), transfers
  * through it, a full mailbox, its records wrapping, a full ring's sends waiting for room,
- * records held in the ring until a receive waits, a malformed record, a stale record of an
- * earlier lap, an abort behind a message, the CPU each rank publishes, the doorbell that
- * wakes a sleeping receiver. Skips when UCX cannot run here. */
+ * records held in the ring until a receive waits, the head told in steps or when asked, a malformed
+ * record, a stale record of an earlier lap, an abort behind a message, the CPU each rank publishes,
+ * the doorbell that wakes a sleeping receiver. Skips when UCX cannot run here. */
 #include "ucx_pair.h"
 
 /* Rank 1 with another GCOLL_UCX_SHM_MAX (8 KiB, or 0: no mailbox). */
@@ -216,6 +216,107 @@ static void test_mailbox_hold(void **state)
     assert_int_equal(peer, 0);
 }
 
+/* While records stay in the ring (no receive wants them yet), the receiver tells the sender
+ * how far it has read only in steps of a 32nd of the ring, so that a sender running
+ * ahead reads that line once a step; as soon as the ring is empty it tells at once, so the
+ * sender then has the whole ring. 8-byte records take 64 bytes, 32 to a step. */
+static void test_mailbox_head_step(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    gcoll_transport_t *t0 = p->t[0], *t1 = p->t[1];
+    enum { N = 200, REC = 64, STEP = GCOLL_UCX_SHM_RING / 32, RING = GCOLL_UCX_SHM_RING / REC };
+    static uint64_t v[RING], got[N];
+    gcoll_treq_t s[RING], r[N];
+    for (int i = 0; i < N; i++) {
+        v[i] = (uint64_t)i * 3 + 1;
+        s[i] = req(1, 1000 + (uint64_t)i, &v[i], 8);
+        assert_int_equal(gcoll_ucx_ops.isend(t0, &s[i]), GCOLL_OK);
+        assert_true(s[i].done);
+    }
+    for (int i = 0; i < N; i++) {
+        r[i] = req(0, 1000 + (uint64_t)i, &got[i], 8);
+        assert_int_equal(gcoll_ucx_ops.irecv(t1, &r[i]), GCOLL_OK);
+        assert_int_equal(gcoll_ucx_shm_poll(t1), 1); /* this one; the next stays */
+        assert_true(r[i].done);
+        assert_true(got[i] == v[i]);
+        uint64_t head = (uint64_t)(i + 1) * REC;
+        assert_int_equal(t1->peers[0].shm_head, head);
+        if (i + 1 < N)
+            assert_int_equal(t1->peers[0].shm_head_pub, head / STEP * STEP);
+        else /* empty: told */
+            assert_int_equal(t1->peers[0].shm_head_pub, head);
+    }
+    assert_null(t1->peers[0].rx.unexp);
+    /* the sender sees the whole ring free: a ring's worth goes at once, none waits */
+    unsigned long waits = t0->st_shm_waits, full = t0->st_shm_full;
+    for (int i = 0; i < RING; i++) {
+        s[i] = req(1, 5000 + (uint64_t)i, &v[i], 8);
+        assert_int_equal(gcoll_ucx_ops.isend(t0, &s[i]), GCOLL_OK);
+        assert_true(s[i].done);
+    }
+    assert_int_equal(t0->st_shm_waits, waits);
+    assert_int_equal(t0->st_shm_full, full);
+    assert_int_equal(t0->nshm_wait, 0);
+    uint64_t sink[RING];
+    for (int i = 0; i < RING; i++) {
+        r[0] = req(0, 5000 + (uint64_t)i, &sink[i], 8);
+        assert_int_equal(gcoll_ucx_ops.irecv(t1, &r[0]), GCOLL_OK);
+        gcoll_treq_t *one = &r[0];
+        drive(p, &one, 1);
+        assert_true(sink[i] == v[i]);
+    }
+}
+
+/* A sender that waits for room asks for the head after 25 us: a receiver that took a
+ * record but holds the next (less than a step read) then tells it at its next look, and
+ * the waiting send goes into the ring rather than through UCX; the ask ends with the
+ * wait. */
+static void test_mailbox_ask(void **state)
+{
+    pair_t *p = *state;
+    SKIP_WITHOUT_UCX(p);
+    gcoll_transport_t *t0 = p->t[0], *t1 = p->t[1];
+    enum { RING = GCOLL_UCX_SHM_RING / 64 };
+    static uint64_t v[RING + 1], got[RING + 1];
+    static gcoll_treq_t s[RING + 1], r[RING + 1];
+    for (int i = 0; i <= RING; i++) {
+        v[i] = (uint64_t)i * 7 + 5;
+        s[i] = req(1, 100 + (uint64_t)i, &v[i], 8);
+        assert_int_equal(gcoll_ucx_ops.isend(t0, &s[i]), GCOLL_OK);
+        assert_int_equal(s[i].done, i < RING); /* the last finds the ring full */
+    }
+    unsigned long full = t0->st_shm_full, sends = t0->st_shm_sends;
+    r[0] = req(0, 100, &got[0], 8);
+    assert_int_equal(gcoll_ucx_ops.irecv(t1, &r[0]), GCOLL_OK);
+    assert_int_equal(gcoll_ucx_shm_poll(t1), 1);
+    assert_true(r[0].done && got[0] == v[0]);
+    assert_int_equal(t1->peers[0].shm_head_pub, 0); /* one record read, the rest held */
+    gcoll_ucx_ops.progress(t0, 0);
+    assert_false(s[RING].done);
+    /* it has waited 30 us (set, not slept: a sleep may overshoot the 100 us after which
+     * the send goes through UCX) */
+    t0->peers[1].shm_stall_ns = gcoll_time_ns() - 30000;
+    gcoll_ucx_ops.progress(t0, 0); /* asks */
+    assert_int_equal(t0->peers[1].shm_asked, 1);
+    assert_false(s[RING].done);
+    assert_int_equal(gcoll_ucx_shm_poll(t1), 0); /* nothing wanted: only tells */
+    assert_int_equal(t1->peers[0].shm_head_pub, 64);
+    gcoll_ucx_ops.progress(t0, 0);
+    assert_true(s[RING].done);
+    assert_int_equal(t0->st_shm_full, full); /* not through UCX */
+    assert_int_equal(t0->st_shm_sends - sends, 1);
+    assert_int_equal(t0->nshm_wait, 0);
+    assert_int_equal(t0->peers[1].shm_asked, 0); /* waits no more: asks no more */
+    for (int i = 1; i <= RING; i++) {
+        r[i] = req(0, 100 + (uint64_t)i, &got[i], 8);
+        assert_int_equal(gcoll_ucx_ops.irecv(t1, &r[i]), GCOLL_OK);
+        gcoll_treq_t *one = &r[i];
+        drive(p, &one, 1);
+        assert_true(got[i] == v[i]);
+    }
+}
+
 /* A record whose length field is out of bounds (a broken peer writes into our mailbox)
  * fails that peer with a reason; nothing is delivered. */
 static void test_mailbox_malformed(void **state)
@@ -384,6 +485,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mailbox_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_hold, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mailbox_head_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mailbox_ask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_stale_lap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mailbox_abort, setup, teardown),

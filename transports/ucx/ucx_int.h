@@ -24,7 +24,7 @@
  * cookie u64 (the receiver's, from its address blob), tag u64. */
 #define GCOLL_UCX_AM_ID 7
 #define GCOLL_UCX_MAGIC 0x58554347u /* "GCUX" */
-#define GCOLL_UCX_VERSION 4
+#define GCOLL_UCX_VERSION 5
 #define GCOLL_UCX_HDR_LEN 32
 #define GCOLL_UCX_MAX_REASON 1024 /* longest abort reason accepted */
 /* Longest abort reason sent: the whole message must fit one UCX short active message
@@ -80,7 +80,9 @@ const char *gcoll_ucx_put_decode(const void *buf, size_t len, ucx_put_t *m);
  * rank creates a memfd (named gcoll-shm-<cookie>) holding a header page (magic, cookie,
  * communicator size, ring bytes; at byte 64 a word the owner sets while it sleeps in
  * epoll) and one ring per possible sender: a 128-byte control block (at 64 the
- * receiver's total bytes consumed; at 0 a flag the sender sets when it aborts) and
+ * receiver's total bytes consumed, told in steps of 2 KiB (a 32nd of the ring) while records
+ * wait in it, at once when it is empty or the sender asks; at 0 a flag the sender sets
+ * when it aborts, at 8 the sender's ask, set while it has waited 25 us for room) and
  * GCOLL_UCX_SHM_RING bytes of records (sequence u64, tag u64, sig u32, length u32, payload; each
  * padded to 64 bytes; a length of 0xffffffff skips to the ring's end). A record is complete when
  * its sequence word, stored last, equals its position in the ring's byte stream plus one. Its
@@ -165,12 +167,14 @@ typedef struct ucx_peer {
     struct ucx_op *shm_wait, *shm_wait_tail; /* sends waiting for room, oldest first */
     uint64_t shm_stall_head;                 /* the head we wait on moving ... */
     uint64_t shm_stall_ns;                   /* ... since then (gcoll_time_ns) */
+    int shm_asked;                           /* we asked it for every head (ring_ask) */
     int shm_stalled;                         /* it stood still SHM_STALL_NS: sends by UCX */
     int shm_from;                            /* it writes into our mailbox: poll its ring */
     uint32_t shm_mesh;                       /* its ready hello: its mailbox size, when it
                                               * has a mailbox both ways with every rank */
     int shm_polling;                         /* inside poll_ring for it */
     uint64_t shm_head;                       /* bytes of its ring in our mailbox consumed */
+    uint64_t shm_head_pub;                   /* ... as last told to it (poll_ring) */
     gcoll_treq_t *failing, *failing_tail;    /* failed in UCX, held for an abort (EP_ERROR_GRACE) */
 } ucx_peer_t;
 
