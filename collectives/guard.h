@@ -40,7 +40,8 @@ typedef struct {
 
 /* A rooted call starts: remembers it (for the probes of peers that wait) and makes sure
  * the probes' receives are posted. Never blocks. */
-gcoll_status_t gcoll_guard_begin(const struct gcoll_coll *ctx, const gcoll_guard_note_t *note);
+gcoll_status_t gcoll_guard_begin(const struct gcoll_coll *ctx, uint32_t seq, uint32_t sig, int kind,
+                                 int root, uint64_t count);
 /* The running rooted call has waited long: sends its note to every other rank (once per
  * call). Never blocks; a failed send is ignored (its peer may be gone). */
 void gcoll_guard_probe(gcoll_channel_t *ch, const gcoll_guard_note_t *note);

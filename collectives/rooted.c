@@ -55,11 +55,12 @@ typedef struct {
 static gcoll_status_t guard_start(guard_t *gd, const gcoll_coll_t *ctx, int kind, size_t count,
                                   int root, uint32_t sig)
 {
+    const uint32_t seq = ctx->ch->seq & 0x7fffffffu;
     gd->ctx = ctx;
-    gd->note = (gcoll_guard_note_t){
-        .seq = ctx->ch->seq & 0x7fffffffu, .sig = sig, .kind = kind, .root = root, .count = count};
+    gd->note =
+        (gcoll_guard_note_t){.seq = seq, .sig = sig, .kind = kind, .root = root, .count = count};
     gd->probed = 0;
-    return gcoll_guard_begin(ctx, &gd->note);
+    return gcoll_guard_begin(ctx, seq, sig, kind, root, count);
 }
 
 /* Waits for reqs[0..n) in order; GCOLL_GUARD_PROBE_MS after the call first waited, tells
