@@ -17,13 +17,13 @@
 #include "transports/ucx/ucx_int.h"
 #include "base/util.h"
 
-#define SHM_MAGIC 0x31584d4253434347ull        /* "GCCSBMX1" */
-#define SHM_HDR_BYTES 4096u                    /* magic, cookie, size, ring bytes; the sleep flag */
-#define SHM_CTL_BYTES 128u                     /* a ring's head (at 64: the receiver's line) */
-#define SHM_REC_HDR 24u                        /* a record: seq u64, tag u64, sig u32, length u32 */
-#define SHM_REC_ALIGN 64u                      /* records start on cache lines */
+#define SHM_MAGIC 0x31584d4253434347ull /* "GCCSBMX1" */
+#define SHM_HDR_BYTES 4096u             /* magic, cookie, size, ring bytes; the sleep flag */
+#define SHM_CTL_BYTES 128u              /* a ring's head (at 64: the receiver's line) */
+#define SHM_REC_HDR 24u                 /* a record: seq u64, tag u64, sig u32, length u32 */
+#define SHM_REC_ALIGN 64u               /* records start on cache lines */
 #define SHM_HEAD_STEP (GCOLL_UCX_SHM_RING / 32) /* poll_ring */
-#define SHM_PAD 0xffffffffu                    /* a record's length field: skip to the ring's end */
+#define SHM_PAD 0xffffffffu   /* a record's length field: skip to the ring's end */
 #define SHM_ABORT 0xfffffffeu /* ...: an abort (status in tag, reason length in sig) */
 #define SHM_SLEEP_OFF 64u     /* the receiver's "asleep in epoll" word */
 #define SHM_CPU_OFF 128u      /* the CPU its owner last polled on, plus one */
