@@ -121,6 +121,29 @@ gcoll_request_t *gcoll_request_new(gcoll_comm_t *comm, const char *name, gcoll_r
     return req;
 }
 
+/* The caller has just written *src field by field (4-byte stores for the ints): read it
+ * the same way. A struct copy read it in 16-byte pieces, and a load that spans several
+ * stores still in flight waits for them all (a stalled store forward: 5% of a blocking
+ * 8-byte sendrecv over shared memory). The barriers keep the compiler from merging the
+ * reads again. */
+static void copy_args(gcoll_args_t *dst, const gcoll_args_t *src)
+{
+    dst->sendbuf = src->sendbuf;
+    dst->recvbuf = src->recvbuf;
+    dst->count = src->count;
+    __asm__ volatile("" ::: "memory");
+    dst->dtype = src->dtype;
+    __asm__ volatile("" ::: "memory");
+    dst->op = src->op;
+    __asm__ volatile("" ::: "memory");
+    dst->root = src->root;
+    __asm__ volatile("" ::: "memory");
+    dst->kind = src->kind;
+    __asm__ volatile("" ::: "memory");
+    dst->ext = src->ext;
+    dst->release = src->release;
+}
+
 void gcoll_request_init(gcoll_request_t *req, gcoll_comm_t *comm, const char *name,
                         gcoll_run_fn_t run, const gcoll_args_t *args)
 {
@@ -129,7 +152,7 @@ void gcoll_request_init(gcoll_request_t *req, gcoll_comm_t *comm, const char *na
     req->comm = comm;
     req->run = run;
     req->name = name;
-    req->a = *args;
+    copy_args(&req->a, args);
     req->status = GCOLL_INPROGRESS;
     req->done = 0;
     req->blocking = 0;
@@ -315,7 +338,10 @@ gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req, gcoll
                 gcoll_request_free(req);
                 return GCOLL_ERR_NOMEM;
             }
-            *heap = *req;
+            /* field by field (copy_args): request_init has just written it */
+            gcoll_request_init(heap, comm, req->name, req->run, &req->a);
+            heap->blocking = req->blocking;
+            heap->noseq = req->noseq;
             heap->stacked = 0;
             req = heap;
         }
