@@ -318,23 +318,19 @@ void gcoll_request_complete(gcoll_request_t *req, gcoll_status_t st)
 
 int gcoll_comm_in_group(gcoll_comm_t *comm)
 {
-    pthread_mutex_lock(&comm->lock);
-    int in = comm->group_depth > 0 && pthread_equal(comm->group_thread, pthread_self());
-    pthread_mutex_unlock(&comm->lock);
-    return in;
+    return gcoll_comm_group_mine(comm);
 }
 
 gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req, gcoll_request_t **req_p)
 {
     req->blocking = req_p == NULL;
-    pthread_mutex_lock(&comm->lock);
-    if (comm->group_depth > 0 && pthread_equal(comm->group_thread, pthread_self())) {
+    if (gcoll_comm_group_mine(comm)) {
         /* inside a group: kept for gcoll_group_end, which runs the group's calls together
-         * (a request on the caller's stack moves to the heap: the call returns now) */
+         * (a request on the caller's stack moves to the heap: the call returns now); the
+         * group's list is this thread's alone */
         if (req->stacked) {
             gcoll_request_t *heap = request_alloc(comm);
             if (!heap) {
-                pthread_mutex_unlock(&comm->lock);
                 gcoll_request_free(req);
                 return GCOLL_ERR_NOMEM;
             }
@@ -345,18 +341,18 @@ gcoll_status_t gcoll_comm_submit(gcoll_comm_t *comm, gcoll_request_t *req, gcoll
             heap->stacked = 0;
             req = heap;
         }
-        req->grouped = 1;
+        __atomic_store_n(&req->grouped, 1, __ATOMIC_RELAXED);
         req->next = NULL;
         if (comm->gtail)
             comm->gtail->next = req;
         else
             comm->ghead = req;
         comm->gtail = req;
-        pthread_mutex_unlock(&comm->lock);
         if (req_p)
             *req_p = req;
         return GCOLL_OK;
     }
+    pthread_mutex_lock(&comm->lock);
     if (req_p == NULL && comm->qhead == NULL && !comm->busy) {
         /* Blocking call on an idle communicator: run here and save a thread hand-off. */
         comm->busy = 1;
@@ -397,7 +393,8 @@ gcoll_status_t gcoll_wait(gcoll_request_t *req)
         return GCOLL_ERR_INVALID;
     gcoll_comm_t *comm = req->comm;
     pthread_mutex_lock(&comm->lock);
-    if (req->grouped) { /* would wait for ever: the group has not run */
+    if (__atomic_load_n(&req->grouped, __ATOMIC_RELAXED)) { /* would wait for ever: the group
+                                                             * has not run */
         pthread_mutex_unlock(&comm->lock);
         GCOLL_WARN("gcoll_wait: %s belongs to a group still open: call "
                    "gcoll_group_end first",

@@ -326,40 +326,39 @@ static gcoll_status_t run_group(gcoll_comm_t *comm, gcoll_request_t *greq)
 
 gcoll_status_t gcoll_op_group_start(gcoll_comm_t *comm)
 {
-    pthread_mutex_lock(&comm->lock);
-    if (comm->group_depth > 0 && !pthread_equal(comm->group_thread, pthread_self())) {
-        pthread_mutex_unlock(&comm->lock);
+    uintptr_t me = (uintptr_t)pthread_self(), none = 0;
+    if (gcoll_comm_group_mine(comm)) { /* nested: one group */
+        comm->group_depth++;
+        return GCOLL_OK;
+    }
+    if (!__atomic_compare_exchange_n(&comm->group_owner, &none, me, 0, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED)) {
         GCOLL_WARN("gcoll_group_start: another thread has a group open on this "
                    "communicator");
         return GCOLL_ERR_INVALID;
     }
-    comm->group_depth++;
-    comm->group_thread = pthread_self();
-    pthread_mutex_unlock(&comm->lock);
+    comm->group_depth = 1;
     return GCOLL_OK;
 }
 
 gcoll_status_t gcoll_op_group_end(gcoll_comm_t *comm)
 {
-    pthread_mutex_lock(&comm->lock);
-    if (comm->group_depth == 0 || !pthread_equal(comm->group_thread, pthread_self())) {
-        int none = comm->group_depth == 0;
-        pthread_mutex_unlock(&comm->lock);
+    if (!gcoll_comm_group_mine(comm)) {
+        int none = __atomic_load_n(&comm->group_owner, __ATOMIC_RELAXED) == 0;
         GCOLL_WARN("gcoll_group_end: %s",
                    none ? "no group is open on this communicator (gcoll_group_start "
                           "first)"
                         : "the group was opened by another thread");
         return GCOLL_ERR_INVALID;
     }
-    if (--comm->group_depth > 0) {
-        pthread_mutex_unlock(&comm->lock);
+    if (--comm->group_depth > 0)
         return GCOLL_OK;
-    }
     gcoll_request_t *list = comm->ghead;
     comm->ghead = comm->gtail = NULL;
     for (gcoll_request_t *r = list; r; r = r->next)
-        r->grouped = 0;
-    pthread_mutex_unlock(&comm->lock);
+        __atomic_store_n(&r->grouped, 0, __ATOMIC_RELAXED);
+    /* the next owner, another thread perhaps, finds the list empty */
+    __atomic_store_n(&comm->group_owner, 0, __ATOMIC_RELEASE);
     if (!list)
         return GCOLL_OK;
     gcoll_args_t a = {.ext = list, .release = group_release};
