@@ -17,7 +17,9 @@
 static gcoll_status_t submit(gcoll_comm_t *comm, const char *what, gcoll_run_fn_t run,
                              gcoll_args_t *a, int noseq, gcoll_request_t **req_p)
 {
-    if (!req_p) { /* blocking: the request lives in this frame until the call returns */
+    /* blocking: the request lives in this frame until the call returns, unless a group of
+     * this thread's takes it (then on the heap from the start, not moved there) */
+    if (!req_p && !gcoll_comm_group_mine(comm)) {
         gcoll_request_t req;
         gcoll_request_init(&req, comm, what, run, a);
         req.noseq = noseq;
