@@ -105,8 +105,11 @@ static void local_fail(gcoll_comm_t *comm, const char *what, gcoll_status_t st)
 static gcoll_request_t *request_alloc(gcoll_comm_t *comm)
 {
     gcoll_request_t *req = NULL;
+    /* a look before the exchange: a locked instruction on an empty slot cost as much as a
+     * full one (a group of a send and a receive took six exchanges per call) */
     for (int i = 0; i < GCOLL_REQ_CACHE && !req; i++)
-        req = __atomic_exchange_n(&comm->req_cache[i], NULL, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&comm->req_cache[i], __ATOMIC_RELAXED))
+            req = __atomic_exchange_n(&comm->req_cache[i], NULL, __ATOMIC_ACQUIRE);
     return req ? req : malloc(sizeof(*req));
 }
 
@@ -170,7 +173,8 @@ void gcoll_request_free(gcoll_request_t *req)
         return;
     for (int i = 0; i < GCOLL_REQ_CACHE; i++) {
         gcoll_request_t *none = NULL;
-        if (__atomic_compare_exchange_n(&req->comm->req_cache[i], &none, req, 0, __ATOMIC_RELEASE,
+        if (!__atomic_load_n(&req->comm->req_cache[i], __ATOMIC_RELAXED) &&
+            __atomic_compare_exchange_n(&req->comm->req_cache[i], &none, req, 0, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED))
             return;
     }
