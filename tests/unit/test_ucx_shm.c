@@ -394,8 +394,13 @@ static void test_mailbox_stale_lap(void **state)
     for (int i = 0; i < 1100; i++) {
         gcoll_treq_t s = req(1, 500 + (uint64_t)i, src, sizeof(src)),
                      r = req(0, 500 + (uint64_t)i, dst, sizeof(dst));
-        assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s), GCOLL_OK);
+        /* the receive waits first and the receiver looks at its head before the record is
+         * written there: it must find nothing (not old payload taken for a record) */
         assert_int_equal(gcoll_ucx_ops.irecv(p->t[1], &r), GCOLL_OK);
+        assert_int_equal(gcoll_ucx_shm_poll(p->t[1]), 0);
+        assert_false(r.done);
+        assert_null(p->t[1]->peers[0].rx.unexp);
+        assert_int_equal(gcoll_ucx_ops.isend(p->t[0], &s), GCOLL_OK);
         gcoll_treq_t *both[] = {&s, &r};
         drive(p, both, 2);
         assert_int_equal(r.status, GCOLL_OK);
