@@ -442,9 +442,10 @@ GCOLL_EXPORT gcoll_status_t gcoll_irecv_any(gcoll_comm_t *comm, void *buf, size_
  * fused into one (PyTorch's coalesced all-reduce). Buffers must stay valid until
  * gcoll_group_end returns. Groups nest (only the outermost end runs them). Every rank
  * that takes part in a group's collectives must issue them in a group too or in the same
- * order outside one. Errors: GCOLL_ERR_INVALID (NULL comm, end without start, a group
- * started on another thread), else the first failure among the group's operations (the
- * others then fail with it or GCOLL_ERR_ABORTED). Blocks (group_end). */
+ * order outside one. Errors: GCOLL_ERR_INVALID (NULL comm, end without start, a start or
+ * end while another thread has a group open on comm: one thread's group at a time; the
+ * other threads' calls meanwhile run as usual), else the first failure among the group's
+ * operations (the others then fail with it or GCOLL_ERR_ABORTED). Blocks (group_end). */
 GCOLL_EXPORT gcoll_status_t gcoll_group_start(gcoll_comm_t *comm);
 GCOLL_EXPORT gcoll_status_t gcoll_group_end(gcoll_comm_t *comm);
 
