@@ -139,9 +139,19 @@ static gcoll_status_t post_ready(const gcoll_coll_t *ctx, gcoll_treq_t *req, int
  * and 5 ranks at 128-512 KiB (1.2-4x); at 2-8 MiB the two reduces were within the noise
  * of each other on 4 and 5 ranks, and the tree ahead on 2 (8 MiB: 14-21 ms against
  * 18-36). The model switches reduce at 6 MiB on 2 ranks, 384 KiB on 3 and 5, 768 KiB on
- * 4; gather and scatter at 8 KiB per block on 4 ranks, on 3, 5 and 6 always direct (the
- * tree has as many steps or more there), on 2 never (both are one message). */
+ * 4. Reduce's direct form only: gather and scatter have their own (GS_ROOT_MSG_NS). */
 #define ROOT_MSG_NS 28000.0
+/* The same for a direct gather's or scatter's blocks, refitted on the idle VM: 4, 8 and
+ * 16 ranks on 2 cores, tree against direct forced (docs/results/rooted.md): over TCP
+ * direct was ahead at every size (gather, 8 B per block: 4 ranks 5.2-5.6 us against
+ * 9.0-13.1, 8 ranks 12.2-14.2 against 17.9-26.9, 16 ranks 27-34 against 41-49; 2 KiB per
+ * block on 8 ranks: 23-25 against 40-42), over UCX's shared memory too (4 ranks, 8 B per
+ * block: 0.30 against 0.39); a rank more in a direct gather cost its root about 2 us over
+ * TCP. With 28 us the tree was chosen below 8 KiB per block on 4 ranks and from 7 ranks,
+ * at up to 2.4x the time. Open MPI's tuned gather is linear below 11 ranks for small
+ * blocks. The model now takes the direct form from 3 ranks at every size up to 64 ranks
+ * (on 2 ranks both are one message: the tree). */
+#define GS_ROOT_MSG_NS 2000.0
 
 static int ceil_log2(int p)
 {
@@ -175,7 +185,7 @@ static double rooted_cost(int kind, gcoll_rooted_algo_t a, double n, int P)
     }
     if (a == GCOLL_ROOTED_TREE)
         return lg * GCOLL_COST_ALPHA_NS + tree_blocks(P) * n * GCOLL_COST_BETA_NS;
-    return GCOLL_COST_ALPHA_NS + (P - 1) * (ROOT_MSG_NS + n * GCOLL_COST_BETA_NS);
+    return GCOLL_COST_ALPHA_NS + (P - 1) * (GS_ROOT_MSG_NS + n * GCOLL_COST_BETA_NS);
 }
 
 /* The smallest mailbox record worth cutting the reduce tree's segments to. */
