@@ -185,12 +185,14 @@ gcoll_status_t gcoll_exchange_anylen(const gcoll_coll_t *ctx, uint32_t sub, uint
 /* Algorithms of reduce, gather and scatter (GCOLL_ROOTED_ALGO): a binomial tree, or the
  * large-message form (reduce: ring reduce-scatter then the blocks to the root; gather and
  * scatter: direct transfers between the root and every rank), or (reduce only; gather and
- * scatter take the tree) a chain: a pipeline from the root's predecessor round to it. */
+ * scatter take the tree) a chain: a pipeline from the root's predecessor round to it, or
+ * linear (reduce: every rank's vector straight to the root; gather and scatter: direct). */
 typedef enum {
     GCOLL_ROOTED_AUTO,
     GCOLL_ROOTED_TREE,
     GCOLL_ROOTED_DIRECT,
-    GCOLL_ROOTED_CHAIN
+    GCOLL_ROOTED_CHAIN,
+    GCOLL_ROOTED_LINEAR
 } gcoll_rooted_algo_t;
 extern const char *const gcoll_rooted_algo_names[];
 

@@ -117,9 +117,10 @@ static const param_t coll_params[] = {
     {"GCOLL_ROOTED_ALGO", P_ENUM, "auto",
      "reduce, gather and scatter: tree (binomial), direct (reduce: reduce-scatter then the "
      "blocks to the root; gather, scatter: straight between the root and each rank), chain "
-     "(reduce: a pipeline through the ranks in order; gather, scatter: the tree), or auto "
+     "(reduce: a pipeline through the ranks in order; gather, scatter: the tree), linear "
+     "(reduce: every rank's vector straight to the root; gather, scatter: direct), or auto "
      "(cost model)",
-     OFF(coll.rooted_algo), F_MUST_MATCH, "auto|tree|direct|chain"},
+     OFF(coll.rooted_algo), F_MUST_MATCH, "auto|tree|direct|chain|linear"},
     {"GCOLL_SPARSE_ALGO", P_ENUM, "auto",
      "sparse allreduce plan: allgather (SSAR), split (split-and-reduce), dense, or auto (by bytes)",
      OFF(coll.sparse_algo), F_MUST_MATCH, "auto|allgather|split|dense"},

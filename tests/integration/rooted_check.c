@@ -149,6 +149,16 @@ static double chain_combine(const tree_t *t, int v)
     return v + 1 < size ? float_op(t->d, t->op, acc, chain_combine(t, v + 1)) : acc;
 }
 
+/* The linear reduce's combination: the root's own value, then rank root + 1's, root + 2's
+ * and so on (collectives/rooted.c). */
+static double linear_combine(const tree_t *t)
+{
+    double acc = t->x[t->root];
+    for (int k = 1; k < size; k++)
+        acc = float_op(t->d, t->op, acc, t->x[(t->root + k) % size]);
+    return acc;
+}
+
 /* Checks element i of root's result: got (raw bits). */
 static int check_reduce_elem(gcoll_dtype_t d, gcoll_op_t op, int root, size_t i, uint64_t call,
                              uint64_t got, int exact_order)
@@ -182,7 +192,10 @@ static int check_reduce_elem(gcoll_dtype_t d, gcoll_op_t op, int root, size_t i,
     double u = ldexp(1.0, -precision(d));
     if (op == GCOLL_MIN || op == GCOLL_MAX || exact_order) {
         tree_t t = {d, op, root, x};
-        want = P == 1 ? x[root] : exact_order == 2 ? chain_combine(&t, 0) : tree_combine(&t, 0);
+        want = P == 1             ? x[root]
+               : exact_order == 2 ? chain_combine(&t, 0)
+               : exact_order == 3 ? linear_combine(&t)
+                                  : tree_combine(&t, 0);
         if (op == GCOLL_AVG)
             want = round_to(d, want / P);
         /* the sign of a zero too, in the tree's order; in another order MIN and MAX may
@@ -193,7 +206,9 @@ static int check_reduce_elem(gcoll_dtype_t d, gcoll_op_t op, int root, size_t i,
             return 0; /* the sign of an exact zero sum */
         FAIL("reduce %s %s root %d elem %zu: got %.17g, expected %.17g (%s order)",
              gcoll_dtype_name(d), op_names[op], root, i, g, want,
-             exact_order == 2 ? "chain" : "tree");
+             exact_order == 2   ? "chain"
+             : exact_order == 3 ? "linear"
+                                : "tree");
         return 1;
     }
     double bound;
@@ -673,7 +688,11 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "all";
     const char *algo = getenv("GCOLL_ROOTED_ALGO");
-    tree_exact = !algo ? 0 : strcmp(algo, "tree") == 0 ? 1 : strcmp(algo, "chain") == 0 ? 2 : 0;
+    tree_exact = !algo                         ? 0
+                 : strcmp(algo, "tree") == 0   ? 1
+                 : strcmp(algo, "chain") == 0  ? 2
+                 : strcmp(algo, "linear") == 0 ? 3
+                                               : 0;
     if (getenv("ROOTED_CHECK_TREE_ORDER")) /* the script's control: claim it anyway */
         tree_exact = atoi(getenv("ROOTED_CHECK_TREE_ORDER"));
     gcoll_status_t st = gcoll_comm_init(&comm);

@@ -61,7 +61,7 @@ for v in $variants; do
         fi
     done
     [ "$v" = ucx-tcp ] && continue # the algorithms forced: tcp and ucx's shared memory
-    for algo in tree direct chain; do
+    for algo in tree direct chain linear; do
         for n in 3 4; do
             # shellcheck disable=SC2086
             if launch "$algo-$v-$n" "$n" $tenv GCOLL_ROOTED_ALGO=$algo ROOTED_CHECK_LARGE=30001 \
@@ -83,7 +83,7 @@ for v in $(echo "$variants" | grep -o 'tcp\|ucx-shm' | sort -u); do
     ucx-*) tenv="GCOLL_TRANSPORT=ucx $(ucx_variant_env "$v")" ;;
     *) tenv="GCOLL_TRANSPORT=$v" ;;
     esac
-    for algo in tree direct chain; do
+    for algo in tree direct chain linear; do
         if [ "$v" = tcp ]; then # the large calls themselves on tcp only
             # shellcheck disable=SC2086
             if launch "big-$algo-$v" 3 $tenv GCOLL_ROOTED_ALGO=$algo ROOTED_CHECK_LARGE=400001 -- all; then
@@ -119,6 +119,8 @@ control() {
 control control direct reduce-scatter
 # on 4 ranks the chain's x0 + (x1 + (x2 + x3)) against the tree's (x0 + x1) + (x2 + x3)
 control control2 chain "the chain"
+# and the linear reduce's ((x0 + x1) + x2) + x3
+control control3 linear "the linear reduce"
 
 for v in tcp $(echo "$variants" | grep -o ucx-shm); do
     case "$v" in

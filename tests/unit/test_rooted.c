@@ -89,19 +89,24 @@ static void test_choice(void **state)
             /* forced */
             assert_int_equal(pick(GCOLL_ROOTED_TREE, P, kinds[k], 1 << 30), GCOLL_ROOTED_TREE);
             assert_int_equal(pick(GCOLL_ROOTED_DIRECT, P, kinds[k], 8), GCOLL_ROOTED_DIRECT);
-            /* at most one switch, from the tree to the direct form, as the size grows */
-            int switched = 0;
+            /* as the size grows the choice only moves on, linear (reduce, below 64 KiB),
+             * then the tree, then the direct form */
+            int stage = 0;
             for (size_t b = 8; b <= ((size_t)1 << 32); b *= 2) {
                 gcoll_rooted_algo_t a = pick(GCOLL_ROOTED_AUTO, P, kinds[k], b);
-                if (switched)
-                    assert_int_equal(a, GCOLL_ROOTED_DIRECT);
-                switched = a == GCOLL_ROOTED_DIRECT;
+                int s = a == GCOLL_ROOTED_LINEAR ? 0 : a == GCOLL_ROOTED_TREE ? 1 : 2;
+                assert_true(s >= stage);
+                stage = s;
+                if (a == GCOLL_ROOTED_LINEAR)
+                    assert_true(kinds[k] == GCOLL_KIND_REDUCE && b < ((size_t)64 << 10));
             }
             /* a large reduce takes reduce-scatter then gather (not on 2 ranks over TCP or
              * mailboxes, below): it moves 2 (P-1)/P of the vector per rank where the tree's
              * root takes in log2 P of them */
             if (kinds[k] == GCOLL_KIND_REDUCE) {
-                assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], 8), GCOLL_ROOTED_TREE);
+                /* small: the linear form from 3 ranks (one message either way on 2) */
+                assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], 8),
+                                 P == 2 ? GCOLL_ROOTED_TREE : GCOLL_ROOTED_LINEAR);
                 assert_int_equal(pick(GCOLL_ROOTED_AUTO, P, kinds[k], (size_t)1 << 32),
                                  GCOLL_ROOTED_DIRECT);
             }
@@ -150,7 +155,15 @@ static void test_choice(void **state)
             assert_int_not_equal(pick(GCOLL_ROOTED_AUTO, P, GCOLL_KIND_SCATTER, b),
                                  GCOLL_ROOTED_CHAIN);
         }
+    /* linear through mailboxes below 2 KiB only (the tree's segments pay from there) */
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 4, GCOLL_KIND_REDUCE, 1024), GCOLL_ROOTED_LINEAR);
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 4, GCOLL_KIND_REDUCE, 4096), GCOLL_ROOTED_TREE);
     mesh = 0;
+    assert_int_equal(pick(GCOLL_ROOTED_AUTO, 4, GCOLL_KIND_REDUCE, 4096), GCOLL_ROOTED_LINEAR);
+    /* forced: linear for a reduce at any size; gather and scatter take the direct form */
+    assert_int_equal(pick(GCOLL_ROOTED_LINEAR, 4, GCOLL_KIND_REDUCE, 1 << 30), GCOLL_ROOTED_LINEAR);
+    assert_int_equal(pick(GCOLL_ROOTED_LINEAR, 4, GCOLL_KIND_GATHER, 8), GCOLL_ROOTED_DIRECT);
+    assert_int_equal(pick(GCOLL_ROOTED_LINEAR, 4, GCOLL_KIND_SCATTER, 8), GCOLL_ROOTED_DIRECT);
     /* forced: the chain for a reduce; gather and scatter take the tree */
     assert_int_equal(pick(GCOLL_ROOTED_CHAIN, 4, GCOLL_KIND_REDUCE, 8), GCOLL_ROOTED_CHAIN);
     assert_int_equal(pick(GCOLL_ROOTED_CHAIN, 4, GCOLL_KIND_GATHER, 8), GCOLL_ROOTED_TREE);
