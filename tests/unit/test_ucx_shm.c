@@ -278,6 +278,9 @@ static void test_mailbox_ask(void **state)
     SKIP_WITHOUT_UCX(p);
     gcoll_transport_t *t0 = p->t[0], *t1 = p->t[1];
     enum { RING = GCOLL_UCX_SHM_RING / 64 };
+    /* the stall stretched from 100 us to 4 s (the ask: 1 s), so that a slow run (valgrind)
+     * never sends through UCX on its own */
+    t0->shm_stall_limit_ns = 4000000000ull;
     static uint64_t v[RING + 1], got[RING + 1];
     static gcoll_treq_t s[RING + 1], r[RING + 1];
     for (int i = 0; i <= RING; i++) {
@@ -294,9 +297,8 @@ static void test_mailbox_ask(void **state)
     assert_int_equal(t1->peers[0].shm_head_pub, 0); /* one record read, the rest held */
     gcoll_ucx_ops.progress(t0, 0);
     assert_false(s[RING].done);
-    /* it has waited 30 us (set, not slept: a sleep may overshoot the 100 us after which
-     * the send goes through UCX) */
-    t0->peers[1].shm_stall_ns = gcoll_time_ns() - 30000;
+    /* it has waited 2 s: past the ask, short of the stall (set, not slept) */
+    t0->peers[1].shm_stall_ns = gcoll_time_ns() - 2000000000ull;
     gcoll_ucx_ops.progress(t0, 0); /* asks */
     assert_int_equal(t0->peers[1].shm_asked, 1);
     assert_false(s[RING].done);

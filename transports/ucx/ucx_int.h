@@ -95,6 +95,9 @@ const char *gcoll_ucx_put_decode(const void *buf, size_t len, ucx_put_t *m);
  * owner's sleep word (both sides fence) and, if set, sends UCX_MSG_BELL to wake it. */
 #define GCOLL_UCX_HELLO_SHM 2u
 #define GCOLL_UCX_SHM_RING 65536u
+/* A sender that waits this long for ring room without the receiver's head moving sends
+ * through UCX instead (ucx_shm.c's SHM_STALL_NS, per instance in shm_stall_limit_ns). */
+#define GCOLL_UCX_SHM_STALL_NS 100000ull
 #define GCOLL_UCX_SHM_MAX_LIMIT 16384u /* GCOLL_UCX_SHM_MAX is capped at a quarter ring */
 #define GCOLL_UCX_BLOB_SHM_LEN 8
 
@@ -234,7 +237,8 @@ struct gcoll_transport {
     unsigned shm_only; /* progress rounds in a row that polled the mailbox alone */
     int *shm_senders;  /* peers whose rings we poll */
     int nshm_senders;
-    unsigned nshm_wait; /* sends waiting for ring room, all peers */
+    unsigned nshm_wait;          /* sends waiting for ring room, all peers */
+    uint64_t shm_stall_limit_ns; /* SHM_STALL_NS (ucx_shm.c); a unit test stretches it */
     unsigned long st_shm_sends, st_shm_recvs, st_shm_bells, st_shm_full, st_shm_waits;
 
     uint64_t held_since_ns; /* start of the current run of held polls (ucx.c), or 0 */

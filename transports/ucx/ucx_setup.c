@@ -410,6 +410,7 @@ gcoll_status_t gcoll_ucx_create(const gcoll_transport_params_t *params, gcoll_tr
     t->wake_fd = params->wake_fd;
     t->efd = -1;
     t->shm_fd = -1;
+    t->shm_stall_limit_ns = GCOLL_UCX_SHM_STALL_NS;
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
     t->peers = calloc((size_t)t->size, sizeof(*t->peers));
     t->shm_senders = calloc((size_t)t->size, sizeof(*t->shm_senders));

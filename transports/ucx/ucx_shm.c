@@ -309,7 +309,7 @@ static int try_send(gcoll_transport_t *t, ucx_peer_t *p, gcoll_treq_t *req)
  * times a ring write (a free-running 8-byte gather on 2 ranks sent 1 message in 27 that
  * way, a third of its time). A receiver whose head stands still this long is busy
  * elsewhere: sends then go through UCX, so that they complete without it. */
-#define SHM_STALL_NS 100000ull
+#define SHM_STALL_NS (t->shm_stall_limit_ns) /* GCOLL_UCX_SHM_STALL_NS */
 /* A sender that has waited this long for room asks the receiver to tell its head after
  * every read (ring_ask), not in steps (SHM_HEAD_STEP), until it waits no more: a receiver
  * that takes more than SHM_STALL_NS to read a step (one that computes between its calls,
