@@ -195,6 +195,11 @@ typedef enum {
     GCOLL_ROOTED_LINEAR
 } gcoll_rooted_algo_t;
 extern const char *const gcoll_rooted_algo_names[];
+/* A rooted call's message of this many bytes or more goes only once its receiver has said
+ * that the receive is posted (rooted.c's READY_MIN). */
+#define GCOLL_ROOTED_READY_MIN ((size_t)64 << 10)
+/* The smallest mailbox record worth cutting the reduce tree's segments to. */
+#define GCOLL_ROOTED_MESH_MIN ((size_t)4 << 10)
 
 /* Place of virtual rank vr (rank - root, modulo P) in the binomial tree of P ranks: its
  * parent (-1 at the root), its children vr + 2^c for c < nchild, and the size of its
