@@ -46,6 +46,15 @@ typedef struct {
 #define GCOLL_COST_BETA_NS 0.5
 #define GCOLL_COST_GAMMA_NS 0.05
 
+/* The steps of a binomial tree or recursive doubling over p ranks: ceil(log2 p). */
+static inline int gcoll_ceil_log2(int p)
+{
+    int l = 0;
+    while ((1 << l) < p)
+        l++;
+    return l;
+}
+
 /* A temporary kept across operations: large buffers malloc'ed and freed per call are
  * mapped and faulted in afresh every time (a third of the CPU time of a 64 MiB
  * allreduce). Grown, never shrunk; the owner frees p. */

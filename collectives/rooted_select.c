@@ -33,14 +33,6 @@ const char *const gcoll_rooted_algo_names[] = {"auto", "tree", "direct", "chain"
  * (on 2 ranks both are one message: the tree). */
 #define GS_ROOT_MSG_NS 2000.0
 
-static int ceil_log2(int p)
-{
-    int l = 0;
-    while ((1 << l) < p)
-        l++;
-    return l;
-}
-
 /* Blocks that cross a link in the binomial tree: each rank's whole subtree goes to its
  * parent, so a block travels once per level it climbs. */
 static double tree_blocks(int P)
@@ -55,7 +47,7 @@ static double tree_blocks(int P)
  * scatter: one block) on P ranks, with select.c's figures. */
 static double rooted_cost(int kind, gcoll_rooted_algo_t a, double n, int P)
 {
-    const double lg = ceil_log2(P), f = (double)(P - 1) / P;
+    const double lg = gcoll_ceil_log2(P), f = (double)(P - 1) / P;
     if (kind == GCOLL_KIND_REDUCE) {
         if (a == GCOLL_ROOTED_TREE) /* every level: one whole vector in and reduced */
             return lg * (GCOLL_COST_ALPHA_NS + n * GCOLL_COST_BETA_NS + n * GCOLL_COST_GAMMA_NS);

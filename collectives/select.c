@@ -35,19 +35,11 @@ const char *const gcoll_algo_names[] = {"auto", "ring", "rhd", "tree", "rd"};
 #define RHD_WIRE 2.8
 #define RHD_STEP 0.87
 
-static int ceil_log2(int p)
-{
-    int l = 0;
-    while ((1 << l) < p)
-        l++;
-    return l;
-}
-
 /* Estimated time in ns of each algorithm for n bytes on P ranks. */
 static double cost(gcoll_algo_t a, double n, int P)
 {
     double f = (double)(P - 1) / P;
-    int p2 = 1 << (ceil_log2(P + 1) - 1), lg = ceil_log2(p2);
+    int p2 = 1 << (gcoll_ceil_log2(P + 1) - 1), lg = gcoll_ceil_log2(p2);
     switch (a) {
     case GCOLL_ALGO_RING:
         /* pipelined: reduction overlaps the transfer of the next chunk */
@@ -60,7 +52,7 @@ static double cost(gcoll_algo_t a, double n, int P)
         return c;
     }
     case GCOLL_ALGO_TREE: {
-        int l = ceil_log2(P);
+        int l = gcoll_ceil_log2(P);
         return l * ALPHA_NS + 2.0 * l * n * BETA_NS + l * n * GAMMA_NS;
     }
     case GCOLL_ALGO_RD: {
