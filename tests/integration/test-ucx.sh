@@ -177,4 +177,32 @@ else
     fail "gather: the run did not run"
     tail -n 20 "$log"
 fi
+
+# Endpoint ids are learnt while connecting: UCX 1.13 otherwise asks for them at the first
+# rendezvous, mid-run, and a reply stuck behind a full shared-memory FIFO to a peer that
+# then dies aborts the process inside UCX (seen in die-stream over ucx-shm). UCX's debug
+# log and gcoll's share stderr, so each rank's lines keep their order: every "send wireup
+# request" must come before that rank's "ucx: connected". Skipped if this UCX does not log
+# the line at debug level.
+log="$TMP/wireup.log"
+# shellcheck disable=SC2046
+if env $(ucx_variant_env ucx-shm) UCX_LOG_LEVEL=debug UCX_LOG_FILE=stderr \
+    "$gcoll_run" --timeout 120 -n 3 -x GCOLL_TRANSPORT=ucx -x GCOLL_DEBUG=info -- \
+    "$CHECK" >"$log" 2>&1; then
+    res=$(awk '/send wireup request/ {n[$1]++; all++; if (done[$1]) late++}
+               /gcoll INFO ucx: connected to/ {done[$1] = 1}
+               END {printf "%d %d", all, late}' "$log")
+    # shellcheck disable=SC2086
+    set -- $res
+    if [ "$1" = 0 ]; then
+        pass "wireup: this UCX logs no wireup requests at debug level (not checked)"
+    elif [ "$2" = 0 ]; then
+        pass "wireup: all $1 endpoint-id requests sent while connecting"
+    else
+        fail "wireup: $2 of $1 endpoint-id requests sent after connecting"
+    fi
+else
+    fail "wireup: the run failed"
+    grep -v 'UCX  DEBUG' "$log" | tail -n 20
+fi
 finish

@@ -67,7 +67,7 @@ int gcoll_ucx_tls_local(void)
 
 /* Reads UCX's configuration (UCX_TLS, UCX_NET_DEVICES, ... pass through untouched) and
  * shortens UCX's keepalive so that a dead peer on a shared-memory transport is noticed
- * within the communicator's timeout; UCX_KEEPALIVE_INTERVAL set by the user wins. */
+ * within the communicator's timeout; the UCX_ variables below set by the user win. */
 static ucs_status_t context_init(int64_t timeout_ms, int nranks, ucp_context_h *ctx_p)
 {
     ucp_config_t *config;
@@ -88,6 +88,14 @@ static ucs_status_t context_init(int64_t timeout_ms, int nranks, ucp_context_h *
         !getenv("UCX_SYSV_ERROR_HANDLING") && tls_may_use_mm(getenv("UCX_TLS")) &&
         ucp_config_modify(config, "MM_ERROR_HANDLING", "y") != UCS_OK)
         GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: cannot set MM_ERROR_HANDLING=y");
+    /* UCX 1.13 learns a peer's endpoint id lazily, at the first rendezvous: the peer's
+     * reply can then sit in a full shared-memory FIFO, and if the peer dies meanwhile,
+     * purging it fails an assertion in ucp_request_send_state_ff() and aborts the process
+     * (UCX PR 8175 removed the assertion). Learn the ids while connecting instead, where
+     * the hello and ready rounds see every reply delivered. */
+    if (!getenv("UCX_RESOLVE_REMOTE_EP_ID") &&
+        ucp_config_modify(config, "RESOLVE_REMOTE_EP_ID", "y") != UCS_OK)
+        GCOLL_DEBUG(GCOLL_SUBSYS_NET, "ucx: cannot set RESOLVE_REMOTE_EP_ID=y");
     ucp_params_t prm = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
                                       UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                                       UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
