@@ -23,6 +23,8 @@ typedef struct gcoll_channel {
     int deadline_stale;        /* a request completed: the next poll moves the deadline out */
     uint64_t spin_ns;          /* blocking waits poll this long before sleeping (GCOLL_SPIN_US) */
     uint64_t spin_from_ns;     /* start of the current polling, 0: none */
+    int wait_slept;            /* the current wait slept: it polls GCOLL_SPIN_US only */
+    int spin_large;            /* a CPU per local rank: large waits may poll longer */
     uint64_t poll_prev_ns;     /* clock at the last polling round */
     unsigned hot_skip;         /* polling rounds left before the next clock read */
     int hot_unclocked;         /* rounds ran since the last clock read */
@@ -60,6 +62,7 @@ static inline void gcoll_channel_begin(gcoll_channel_t *ch)
     ch->deadline_stale = 1;
     ch->first_unclocked = 0;
     ch->spin_from_ns = 0; /* an operation that failed mid-wait left it set */
+    ch->wait_slept = 0;
     ch->hot_skip = 0;
     ch->op_local = 0;
 }

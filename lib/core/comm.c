@@ -555,6 +555,8 @@ gcoll_status_t gcoll_comm_alloc(gcoll_comm_t **comm_p, char *err, size_t errlen)
     comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     gcoll_channel_setup(&comm->chan, comm->cfg.timeout_ms, (uint64_t)comm->cfg.spin_us * 1000u,
                         &comm->abort_requested, comm->op_error, sizeof(comm->op_error));
+    long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+    comm->chan.spin_large = comm->cfg.local_size > 0 && comm->cfg.local_size <= ncpus;
     comm->algo_memo = -1;
     return GCOLL_OK;
 }
