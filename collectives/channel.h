@@ -25,6 +25,7 @@ typedef struct gcoll_channel {
     uint64_t spin_from_ns;     /* start of the current polling, 0: none */
     int wait_slept;            /* the current wait slept: it polls GCOLL_SPIN_US only */
     int spin_large;            /* a CPU per local rank: large waits may poll longer */
+    size_t op_bytes;           /* the running operation's size, where it tells (0: not) */
     uint64_t poll_prev_ns;     /* clock at the last polling round */
     unsigned hot_skip;         /* polling rounds left before the next clock read */
     int hot_unclocked;         /* rounds ran since the last clock read */
@@ -63,6 +64,7 @@ static inline void gcoll_channel_begin(gcoll_channel_t *ch)
     ch->first_unclocked = 0;
     ch->spin_from_ns = 0; /* an operation that failed mid-wait left it set */
     ch->wait_slept = 0;
+    ch->op_bytes = 0;
     ch->hot_skip = 0;
     ch->op_local = 0;
 }

@@ -692,6 +692,7 @@ static gcoll_status_t rooted_move(const gcoll_coll_t *ctx, int kind, const void 
     guard_t gd;
     gcoll_status_t st;
     GCOLL_CHECK_GOTO(guard_start(&gd, ctx, kind, count, root, sig), st, out);
+    ctx->ch->op_bytes = block * (size_t)P; /* its waits for words poll as its blocks' do */
     if (block) {
         if (algo == GCOLL_ROOTED_DIRECT)
             st = rooted_direct(ctx, &gd, gather, send, recv, block, root, sig);

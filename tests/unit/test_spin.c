@@ -1,9 +1,10 @@
 /* test_spin.c: how long a blocking wait (the channel's poll) polls before it sleeps, against
  * a fake transport that never completes anything and records when it is first asked to
  * sleep (progress with a timeout). A wait for 64 MiB from a peer on another CPU polls about
- * as long as the transfer takes at 10 GB/s (6.7 ms); the same wait with the peer on this
- * CPU or with more local ranks than CPUs, a small wait, and a wait that has already slept
- * poll GCOLL_SPIN_US (50 us) only.
+ * as long as the transfer takes at 10 GB/s (6.7 ms), and so does a small wait in an
+ * operation of 64 MiB; the same wait with the peer on this CPU or with more local ranks
+ * than CPUs, a small wait, and a wait that has already slept poll GCOLL_SPIN_US (50 us)
+ * only.
  * Lower bounds are exact (the clock); upper bounds leave a 3 ms margin for a loaded or
  * instrumented run, far below the 6.7 ms they separate. */
 #include <setjmp.h>
@@ -94,17 +95,34 @@ static void test_large_same_cpu(void **state)
     uint64_t t = polled_ns(&ch, (size_t)64 << 20);
     assert_true(t >= 50000u);
     assert_true(t < 3000000u);
-    shares_cpu = -1; /* the transport cannot tell */
-    gcoll_channel_begin(&ch);
-    t = polled_ns(&ch, (size_t)64 << 20);
-    assert_true(t >= 50000u);
-    assert_true(t < 3000000u);
     shares_cpu = 0; /* another CPU, but more local ranks than CPUs */
     ch.spin_large = 0;
     gcoll_channel_begin(&ch);
     t = polled_ns(&ch, (size_t)64 << 20);
     assert_true(t >= 50000u);
     assert_true(t < 3000000u);
+}
+
+/* Where the transport cannot tell where the peer runs (TCP), a CPU per local rank is
+ * enough; a small wait (a rooted call's "ready" word) in an operation that tells its size
+ * polls as long as the operation's bytes take. */
+static void test_unknown_and_op_bytes(void **state)
+{
+    (void)state;
+    static const volatile int no_abort = 0;
+    char err[256] = "";
+    gcoll_channel_t ch;
+    setup_channel(&ch, &no_abort, err, sizeof(err));
+    shares_cpu = -1;
+    const size_t len = (size_t)64 << 20;
+    assert_true(polled_ns(&ch, len) >= len / 10);
+    gcoll_channel_begin(&ch);
+    uint64_t t = polled_ns(&ch, 0);
+    assert_true(t >= 50000u);
+    assert_true(t < 3000000u);
+    gcoll_channel_begin(&ch);
+    ch.op_bytes = len;
+    assert_true(polled_ns(&ch, 0) >= len / 10);
 }
 
 static void test_small(void **state)
@@ -125,6 +143,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_elsewhere),
         cmocka_unit_test(test_large_same_cpu),
+        cmocka_unit_test(test_unknown_and_op_bytes),
         cmocka_unit_test(test_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
