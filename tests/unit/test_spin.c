@@ -50,57 +50,56 @@ static uint64_t polled_ns(gcoll_channel_t *ch, size_t len)
     return slept_at_ns - t0;
 }
 
-static void setup_channel(gcoll_channel_t *ch, const volatile int *abort_flag, char *err,
-                          size_t errlen)
+/* Polled GCOLL_SPIN_US, not the long poll (see the margin above). */
+static void assert_spin_us(uint64_t polled)
 {
-    memset(ch, 0, sizeof(*ch));
-    gcoll_channel_setup(ch, 60000, 50000, abort_flag, err, errlen);
-    ch->ops = &fake_ops;
-    ch->spin_large = 1; /* a CPU per local rank */
-    gcoll_channel_begin(ch);
+    assert_true(polled >= 50000u);
+    assert_true(polled < 3000000u);
+}
+
+static const volatile int no_abort;
+static char err[256];
+
+/* A channel as a communicator with a CPU per local rank sets it up (GCOLL_SPIN_US 50 us). */
+static int setup(void **state)
+{
+    static gcoll_channel_t ch;
+    memset(&ch, 0, sizeof(ch));
+    gcoll_channel_setup(&ch, 60000, 50000, &no_abort, err, sizeof(err));
+    ch.ops = &fake_ops;
+    ch.spin_large = 1;
+    gcoll_channel_begin(&ch);
+    *state = &ch;
+    return 0;
 }
 
 static void test_large_elsewhere(void **state)
 {
-    (void)state;
-    static const volatile int no_abort = 0;
-    char err[256] = "";
-    gcoll_channel_t ch;
-    setup_channel(&ch, &no_abort, err, sizeof(err));
+    gcoll_channel_t *ch = *state;
     shares_cpu = 0;
     const size_t len = (size_t)64 << 20;
-    uint64_t first = polled_ns(&ch, len);
+    uint64_t first = polled_ns(ch, len);
     assert_true(first >= len / 10); /* 6.7 ms */
     assert_true(first < len / 10 + 3000000u);
     /* the same wait, woken with nothing done: GCOLL_SPIN_US only from now on */
-    uint64_t again = polled_ns(&ch, len);
-    assert_true(again >= 50000u);
-    assert_true(again < 3000000u);
+    assert_spin_us(polled_ns(ch, len));
     /* a completion starts a new wait: the long poll again */
     gcoll_treq_t done = {.peer = 1, .len = len, .done = 1};
     int d = 0;
-    assert_int_equal(gcoll_channel_done(&ch, &done, &d), GCOLL_OK);
+    assert_int_equal(gcoll_channel_done(ch, &done, &d), GCOLL_OK);
     assert_int_equal(d, 1);
-    assert_true(polled_ns(&ch, len) >= len / 10);
+    assert_true(polled_ns(ch, len) >= len / 10);
 }
 
 static void test_large_same_cpu(void **state)
 {
-    (void)state;
-    static const volatile int no_abort = 0;
-    char err[256] = "";
-    gcoll_channel_t ch;
-    setup_channel(&ch, &no_abort, err, sizeof(err));
+    gcoll_channel_t *ch = *state;
     shares_cpu = 1; /* the peer needs this CPU to answer: polling longer would delay it */
-    uint64_t t = polled_ns(&ch, (size_t)64 << 20);
-    assert_true(t >= 50000u);
-    assert_true(t < 3000000u);
+    assert_spin_us(polled_ns(ch, (size_t)64 << 20));
     shares_cpu = 0; /* another CPU, but more local ranks than CPUs */
-    ch.spin_large = 0;
-    gcoll_channel_begin(&ch);
-    t = polled_ns(&ch, (size_t)64 << 20);
-    assert_true(t >= 50000u);
-    assert_true(t < 3000000u);
+    ch->spin_large = 0;
+    gcoll_channel_begin(ch);
+    assert_spin_us(polled_ns(ch, (size_t)64 << 20));
 }
 
 /* Where the transport cannot tell where the peer runs (TCP), a CPU per local rank is
@@ -108,43 +107,31 @@ static void test_large_same_cpu(void **state)
  * polls as long as the operation's bytes take. */
 static void test_unknown_and_op_bytes(void **state)
 {
-    (void)state;
-    static const volatile int no_abort = 0;
-    char err[256] = "";
-    gcoll_channel_t ch;
-    setup_channel(&ch, &no_abort, err, sizeof(err));
+    gcoll_channel_t *ch = *state;
     shares_cpu = -1;
     const size_t len = (size_t)64 << 20;
-    assert_true(polled_ns(&ch, len) >= len / 10);
-    gcoll_channel_begin(&ch);
-    uint64_t t = polled_ns(&ch, 0);
-    assert_true(t >= 50000u);
-    assert_true(t < 3000000u);
-    gcoll_channel_begin(&ch);
-    ch.op_bytes = len;
-    assert_true(polled_ns(&ch, 0) >= len / 10);
+    assert_true(polled_ns(ch, len) >= len / 10);
+    gcoll_channel_begin(ch);
+    assert_spin_us(polled_ns(ch, 0));
+    gcoll_channel_begin(ch);
+    ch->op_bytes = len;
+    assert_true(polled_ns(ch, 0) >= len / 10);
 }
 
 static void test_small(void **state)
 {
-    (void)state;
-    static const volatile int no_abort = 0;
-    char err[256] = "";
-    gcoll_channel_t ch;
-    setup_channel(&ch, &no_abort, err, sizeof(err));
+    gcoll_channel_t *ch = *state;
     shares_cpu = 0;
-    uint64_t t = polled_ns(&ch, 256 << 10); /* 26 us at 10 GB/s: below GCOLL_SPIN_US */
-    assert_true(t >= 50000u);
-    assert_true(t < 3000000u);
+    assert_spin_us(polled_ns(ch, 256 << 10)); /* 26 us at 10 GB/s: below GCOLL_SPIN_US */
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_large_elsewhere),
-        cmocka_unit_test(test_large_same_cpu),
-        cmocka_unit_test(test_unknown_and_op_bytes),
-        cmocka_unit_test(test_small),
+        cmocka_unit_test_setup(test_large_elsewhere, setup),
+        cmocka_unit_test_setup(test_large_same_cpu, setup),
+        cmocka_unit_test_setup(test_unknown_and_op_bytes, setup),
+        cmocka_unit_test_setup(test_small, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
