@@ -6,7 +6,8 @@
 # Builds bench/mpi_colls.c with mpicc (Debian: libopenmpi-dev), then, over TCP loopback and
 # over UCX's shared memory, runs tools/gcoll-bench --coll C and mpi_colls --coll C on the
 # same sizes and rank counts, REPS times, gcoll and Open MPI alternating within each
-# repetition so that load from other users of the machine falls on both alike:
+# repetition, band by band (who goes first alternates too), so that load from other users
+# of the machine falls on both alike:
 #   sendrecv on 2 ranks (nccl-tests' pattern: every rank sends to rank+1 and receives from
 #   rank-1 at once), 8 B (latency) and 1 KiB .. 64 MiB;
 #   reduce, gather, scatter on 2 and 4 ranks (root 0), 8 B per rank and 1 KiB .. 64 MiB.
@@ -122,9 +123,14 @@ for rep in $(seq 1 "$reps"); do
                 per=8
                 case $coll in gather | scatter) per=$((8 * np)) ;; esac
                 IFS=';' read -r -a bs <<<"$(bands $per)"
-                for peer in gcoll ompi; do
-                    [ "$peer" = ompi ] || case " $gcoll_colls " in *" $coll "*) ;; *) continue ;; esac
-                    for band in "${bs[@]}"; do
+                # each band's two runs back to back, so that a slow spell of the machine
+                # (it comes and goes within seconds here) falls on both alike; who goes
+                # first alternates between repetitions
+                peers="gcoll ompi"
+                [ $((rep % 2)) = 0 ] && peers="ompi gcoll"
+                for band in "${bs[@]}"; do
+                    for peer in $peers; do
+                        [ "$peer" = ompi ] || case " $gcoll_colls " in *" $coll "*) ;; *) continue ;; esac
                         # shellcheck disable=SC2086
                         set -- $band
                         limit=${*: -1}
