@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 
 #include "transports/tcp/tcp.h"
 #include "transports/tcp/tcp_frame.h"
+#include "transports/tcp/tcp_int.h"
 #include "base/util.h"
 #include "flood_util.h"
 
@@ -548,6 +551,115 @@ static void test_cancel(void **state)
     check_transfer(p, 100, 1); /* cancelling a posted receive leaves the link usable */
 }
 
+/* ---- two transports over a TCP connection on loopback ------------------------------ */
+
+static int setup_loopback(void **state)
+{
+    pair_t *p = calloc(1, sizeof(*p));
+    p->cfg.tcp_nsocks = 1;
+    p->cfg.tcp_stripe_min = 4096;
+    p->t[0] = make(p, 0);
+    p->t[1] = make(p, 1);
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    assert_int_equal(bind(ls, (struct sockaddr *)&a, al), 0);
+    assert_int_equal(listen(ls, 1), 0);
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&a, &al), 0);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(c, (struct sockaddr *)&a, al), 0);
+    int d = accept(ls, NULL, NULL);
+    assert_true(d >= 0);
+    close(ls);
+    /* a fixed receive buffer: with Linux's autotuning it grew to hold a whole 4 MiB message
+     * unread, and a send was then no longer queued when the receive after it was posted */
+    int rb = 64 << 10;
+    assert_int_equal(setsockopt(c, SOL_SOCKET, SO_RCVBUF, &rb, sizeof(rb)), 0);
+    assert_int_equal(setsockopt(d, SOL_SOCKET, SO_RCVBUF, &rb, sizeof(rb)), 0);
+    p->raw[0] = -1;
+    p->raw[1] = -1;
+    assert_int_equal(gcoll_tcp_adopt(p->t[0], 1, 0, c), GCOLL_OK);
+    assert_int_equal(gcoll_tcp_adopt(p->t[1], 0, 0, d), GCOLL_OK);
+    *state = p;
+    return 0;
+}
+
+/* What the kernel reports for SO_SNDBUF set to b: twice b, capped by net.core.wmem_max. */
+static int reported_sndbuf(int b)
+{
+    long max = 212992; /* the kernel's old default, should the file be unreadable */
+    FILE *f = fopen("/proc/sys/net/core/wmem_max", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &max) != 1)
+            max = 212992;
+        fclose(f);
+    }
+    return 2 * (int)(b < max ? b : max);
+}
+
+static int sndbuf_of(pair_t *p, int rank)
+{
+    int v = 0;
+    socklen_t l = sizeof(v);
+    assert_int_equal(getsockopt(p->t[rank]->peers[1 - rank].socks[0].fd, SOL_SOCKET, SO_SNDBUF,
+                                &v, &l),
+                     0);
+    return v;
+}
+
+/* Sends len bytes from rank 0 to 1 and, if both, from 1 to 0 at once; checks the data. */
+static void exchange(pair_t *p, size_t len, int both)
+{
+    uint8_t *src = malloc(len), *dst = calloc(1, len), *src1 = malloc(len), *dst0 = calloc(1, len);
+    for (size_t i = 0; i < len; i++) {
+        src[i] = (uint8_t)(i * 7 + 1);
+        src1[i] = (uint8_t)(i * 13 + 5);
+    }
+    gcoll_treq_t s0 = req(1, 5, src, len), r1 = req(0, 5, dst, len);
+    gcoll_treq_t s1 = req(0, 6, src1, len), r0 = req(1, 6, dst0, len);
+    /* rank 0 as a sendrecv posts them, its send first (still queued when its receive is
+     * posted: nothing has read); rank 1 its receive first */
+    assert_int_equal(gcoll_tcp_ops.isend(p->t[0], &s0), GCOLL_OK);
+    assert_int_equal(gcoll_tcp_ops.irecv(p->t[1], &r1), GCOLL_OK);
+    if (both) {
+        assert_int_equal(gcoll_tcp_ops.isend(p->t[1], &s1), GCOLL_OK);
+        assert_int_equal(gcoll_tcp_ops.irecv(p->t[0], &r0), GCOLL_OK);
+    }
+    gcoll_treq_t *all[] = {&s0, &r1, &s1, &r0};
+    drive(p, all, both ? 4 : 2);
+    assert_memory_equal(src, dst, len);
+    if (both)
+        assert_memory_equal(src1, dst0, len);
+    free(src);
+    free(dst);
+    free(src1);
+    free(dst0);
+}
+
+/* To a peer on this host: the larger send buffer for messages one way, the smaller one for
+ * big messages both ways once such an exchange has been seen (tcp_int.h). */
+static void test_local_sndbuf(void **state)
+{
+    pair_t *p = *state;
+    const int one = reported_sndbuf(GCOLL_TCP_LOCAL_ONEWAY);
+    const int two = reported_sndbuf(GCOLL_TCP_LOCAL_BOTHWAYS);
+    assert_true(p->t[0]->peers[1].local);
+    assert_int_equal(sndbuf_of(p, 0), one);
+    assert_int_equal(sndbuf_of(p, 1), one);
+    exchange(p, GCOLL_TCP_LOCAL_BIG, 0); /* one way */
+    assert_int_equal(sndbuf_of(p, 0), one);
+    exchange(p, GCOLL_TCP_LOCAL_BIG - 1, 1); /* both ways, short of big */
+    assert_int_equal(sndbuf_of(p, 0), one);
+    assert_int_equal(sndbuf_of(p, 1), one);
+    exchange(p, GCOLL_TCP_LOCAL_BIG, 1); /* both ways, big */
+    assert_int_equal(sndbuf_of(p, 0), two);
+    assert_int_equal(sndbuf_of(p, 1), two);
+    exchange(p, GCOLL_TCP_LOCAL_MIN, 0); /* a message that is not big: the larger buffer */
+    assert_int_equal(sndbuf_of(p, 0), one);
+    exchange(p, GCOLL_TCP_LOCAL_BIG, 0); /* big one way after an exchange: the smaller stays */
+    assert_int_equal(sndbuf_of(p, 0), two);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -567,6 +679,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_oversized, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_truncated, setup_raw, teardown),
         cmocka_unit_test_setup_teardown(test_peer_closed, setup_raw, teardown),
+        cmocka_unit_test_setup_teardown(test_local_sndbuf, setup_loopback, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -216,14 +216,6 @@ static gcoll_status_t tcp_address(gcoll_transport_t *t, void *buf, size_t *len_p
     return GCOLL_OK;
 }
 
-/* SO_SNDBUF of the sockets to a peer on this host (the kernel doubles it for its own
- * bookkeeping). sendrecv on 2 ranks over loopback, medians of 9 alternated runs: 3.1, 3.0
- * and 3.6 GB/s at 4, 16 and 64 MiB with 256 KiB, against 2.4, 1.9 and 1.9 with Linux's
- * autotuning (and no better than that with 1 MiB); allreduce of 16 MiB on 4 ranks
- * 1.54-1.59 against 1.17-1.27 GB/s in 4 runs. Not for remote peers: a link's
- * bandwidth-delay product may need more. */
-#define LOCAL_SNDBUF (256 << 10)
-
 /* A peer host that vanishes without closing (power loss, a cut link) leaves idle
  * connections silent, and only the slow-peer bound (GCOLL_TIMEOUT_MS, 30 minutes) would
  * end the wait: keepalive probes find it out in about 20 s (10 s idle, then 5 probes 2 s
@@ -325,6 +317,22 @@ static int same_address(int fd)
     return 0;
 }
 
+/* All of a peer's sockets are open: whether it is on this host, where messages go whole
+ * and through a bounded send buffer, which keeps what is in flight in cache (tcp_int.h). */
+static void peer_connected(gcoll_transport_t *t, int peer)
+{
+    tcp_peer_t *p = &t->peers[peer];
+    p->local = same_address(p->socks[0].fd);
+    if (!p->local)
+        return;
+    int b = GCOLL_TCP_LOCAL_ONEWAY;
+    for (int k = 0; k < t->nsocks; k++)
+        if (setsockopt(p->socks[k].fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)) == 0)
+            p->socks[k].sndbuf = b;
+    if (t->nsocks > 1)
+        GCOLL_INFO(GCOLL_SUBSYS_NET, "tcp: rank %d is on this host: messages go unstriped", peer);
+}
+
 static gcoll_status_t tcp_connect(gcoll_transport_t *t, const void *const *blobs,
                                   const size_t *lens, uint64_t deadline_ms)
 {
@@ -355,19 +363,7 @@ static gcoll_status_t tcp_connect(gcoll_transport_t *t, const void *const *blobs
                 return GCOLL_ERR_TRANSPORT;
         }
         t->peers[peer].nopen = t->nsocks;
-        t->peers[peer].local = same_address(t->peers[peer].socks[0].fd);
-        if (t->peers[peer].local) {
-            /* to a peer on this host a send is a copy into the kernel that the receiver
-             * copies out, on another core: with Linux's autotuned buffer (up to
-             * tcp_wmem's 4 MiB) the sender ran megabytes ahead and the receiver read
-             * them back from memory; a small one keeps what is in flight in cache */
-            int b = LOCAL_SNDBUF;
-            for (int k = 0; k < t->nsocks; k++)
-                setsockopt(t->peers[peer].socks[k].fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
-            if (t->nsocks > 1)
-                GCOLL_INFO(GCOLL_SUBSYS_NET, "tcp: rank %d is on this host: messages go unstriped",
-                           peer);
-        }
+        peer_connected(t, peer);
     }
     close(t->listen_fd);
     t->listen_fd = -1;
@@ -384,7 +380,8 @@ gcoll_status_t gcoll_tcp_adopt(gcoll_transport_t *t, int peer, int idx, int fd)
     s->fd = fd;
     sock_setup(fd);
     s->open = 1;
-    t->peers[peer].nopen++;
+    if (++t->peers[peer].nopen == t->nsocks)
+        peer_connected(t, peer);
     struct epoll_event ev = {.events = GCOLL_TCP_EV_IN, .data.ptr = s};
     return epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? GCOLL_OK : GCOLL_ERR_TRANSPORT;
 }
