@@ -248,7 +248,7 @@ awk -F, '
         if ($4 >= 1048576) {
             n++
             if ($5 >= 1.0) ok++
-            else bm = bm sprintf("\n  %s %s, %d ranks, %d B: %.2f", $1, $2, $3, $4, $5)
+            else bm = bm sprintf("\n- %s %s, %d ranks, %d B: %.2f", $1, $2, $3, $4, $5)
         }
         next
     }
@@ -260,9 +260,9 @@ awk -F, '
             r = t["gcoll", k, s[k]] / t["ompi", k, s[k]]
             split(k, a, SUBSEP)
             if (r <= 1.5) lok++
-            else lm = lm sprintf("\n  %s %s, %d ranks: %.2fx", a[1], a[2], a[3], r)
+            else lm = lm sprintf("\n- %s %s, %d ranks: %.2fx", a[1], a[2], a[3], r)
         }
-        printf "\ntargets: from 1 MiB, %d of %d cells at 1.0x Open MPI'"'"'s busbw or more (paired)%s\n", ok, n, bm
+        printf "\ntargets: from 1 MiB, %d of %d cells at 1.0x Open MPI'"'"'s busbw or more (paired)%s\n\n", ok, n, bm
         printf "targets: at 8 B per rank, %d of %d cells within 1.5x of Open MPI'"'"'s time%s\n", lok, ln, lm
     }' "$out/paired.csv" "$out/summary.csv" | tee -a "$out/table.md"
 if awk -F, '$8 > 0 { bad = 1 } END { exit !bad }' "$out/summary.csv"; then
