@@ -601,9 +601,8 @@ static int sndbuf_of(pair_t *p, int rank)
 {
     int v = 0;
     socklen_t l = sizeof(v);
-    assert_int_equal(getsockopt(p->t[rank]->peers[1 - rank].socks[0].fd, SOL_SOCKET, SO_SNDBUF,
-                                &v, &l),
-                     0);
+    assert_int_equal(
+        getsockopt(p->t[rank]->peers[1 - rank].socks[0].fd, SOL_SOCKET, SO_SNDBUF, &v, &l), 0);
     return v;
 }
 
