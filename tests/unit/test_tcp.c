@@ -107,13 +107,20 @@ static gcoll_transport_t *make(pair_t *p, int rank)
     return t;
 }
 
-static int setup_pair(void **state)
+/* A pair with nsocks sockets per peer and transports for its first `ranks` ranks. */
+static pair_t *new_pair(int nsocks, int ranks)
 {
     pair_t *p = calloc(1, sizeof(*p));
-    p->cfg.tcp_nsocks = 2;
+    p->cfg.tcp_nsocks = nsocks;
     p->cfg.tcp_stripe_min = 4096;
-    p->t[0] = make(p, 0);
-    p->t[1] = make(p, 1);
+    for (int i = 0; i < ranks; i++)
+        p->t[i] = make(p, i);
+    return p;
+}
+
+static int setup_pair(void **state)
+{
+    pair_t *p = new_pair(2, 2);
     for (int k = 0; k < 2; k++) {
         int sv[2];
         assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -127,10 +134,7 @@ static int setup_pair(void **state)
 /* Rank 0 is a real transport; rank 1 is the test writing raw bytes. */
 static int setup_raw(void **state)
 {
-    pair_t *p = calloc(1, sizeof(*p));
-    p->cfg.tcp_nsocks = 1;
-    p->cfg.tcp_stripe_min = 4096;
-    p->t[0] = make(p, 0);
+    pair_t *p = new_pair(1, 1);
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     assert_int_equal(gcoll_tcp_adopt(p->t[0], 1, 0, sv[0]), GCOLL_OK);
@@ -555,11 +559,7 @@ static void test_cancel(void **state)
 
 static int setup_loopback(void **state)
 {
-    pair_t *p = calloc(1, sizeof(*p));
-    p->cfg.tcp_nsocks = 1;
-    p->cfg.tcp_stripe_min = 4096;
-    p->t[0] = make(p, 0);
-    p->t[1] = make(p, 1);
+    pair_t *p = new_pair(1, 2);
     int ls = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof(a);
