@@ -29,9 +29,9 @@
  * megabytes ahead and the receiver read them back from memory, so the buffer is set:
  * ONEWAY, and BOTHWAYS for messages of BIG bytes or more once such messages have gone both
  * ways between the two ranks at once (tcp.c's local_sndbuf). Messages under MIN fit either
- * way and leave it as it is. 2 ranks over loopback, medians of 8-16 alternated runs,
+ * way and leave it as it is. 2 ranks over loopback, medians of 8-30 alternated runs,
  * against 256 KiB everywhere before: scatter of 4 and 16 MiB 4% and 12% faster, reduce of
- * 1 MiB 8%, sendrecv of 1 MiB 13%; sendrecv of 4 MiB the same either way, of 16 MiB 12-25%
+ * 1 MiB 8%, sendrecv of 1 MiB 10%; sendrecv of 4 MiB the same either way, of 16 MiB 12-25%
  * slower with 512 KiB (hence BOTHWAYS). Autotuned, sendrecv of 4, 16, 64 MiB ran at 2.4,
  * 1.9, 1.9 GB/s against 3.1, 3.0, 3.6 with 256 KiB. Not for remote peers: a link's
  * bandwidth-delay product may need more. */
