@@ -543,10 +543,8 @@ static void local_sndbuf(tcp_peer_t *p, tcp_sock_t *s, size_t len, int exchange)
     p->bothways |= exchange;
     int b = p->bothways && len >= GCOLL_TCP_LOCAL_BIG ? GCOLL_TCP_LOCAL_BOTHWAYS
                                                       : GCOLL_TCP_LOCAL_ONEWAY;
-    if (!s->sndbuf || s->sndbuf == b || !s->open)
-        return;
-    if (setsockopt(s->fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)) == 0)
-        s->sndbuf = b;
+    if (s->sndbuf && s->sndbuf != b && s->open)
+        gcoll_tcp_set_sndbuf(s, b);
 }
 
 /* Sends to oneself never touch a socket: deliver straight into the receive side. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "transports/match.h"
@@ -80,6 +81,13 @@ typedef struct {
     size_t left;
     uint8_t ctl[GCOLL_FRAME_MAX_CTL + 1]; /* abort reason */
 } tcp_sock_t;
+
+/* Sets a socket's SO_SNDBUF and records it (tcp_sock_t.sndbuf) when the kernel took it. */
+static inline void gcoll_tcp_set_sndbuf(tcp_sock_t *s, int b)
+{
+    if (setsockopt(s->fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)) == 0)
+        s->sndbuf = b;
+}
 
 typedef struct {
     tcp_sock_t *socks;

@@ -325,10 +325,8 @@ static void peer_connected(gcoll_transport_t *t, int peer)
     p->local = same_address(p->socks[0].fd);
     if (!p->local)
         return;
-    int b = GCOLL_TCP_LOCAL_ONEWAY;
     for (int k = 0; k < t->nsocks; k++)
-        if (setsockopt(p->socks[k].fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)) == 0)
-            p->socks[k].sndbuf = b;
+        gcoll_tcp_set_sndbuf(&p->socks[k], GCOLL_TCP_LOCAL_ONEWAY);
     if (t->nsocks > 1)
         GCOLL_INFO(GCOLL_SUBSYS_NET, "tcp: rank %d is on this host: messages go unstriped", peer);
 }
